@@ -1,0 +1,192 @@
+"""Typed records for every stage boundary: Question -> Request -> Response -> Sample -> Metrics.
+
+Persisted records are frozen and reject unknown keys; every persisted file carries
+``schema_version``. A question's key is ``(split, question_id)``: ``question_id`` alone repeats
+across splits.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Label",
+    "Decision",
+    "QuestionKey",
+    "Question",
+    "Request",
+    "TokenLogprob",
+    "Response",
+    "ReadoutResult",
+    "Sample",
+    "TokenSets",
+    "RunHeader",
+    "Metrics",
+    "ScoreReport",
+]
+
+SCHEMA_VERSION = 1
+
+Label = Literal["yes", "no"]
+Decision = Literal["yes", "no", "unknown"]
+QuestionKey = tuple[str, int]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Question(_Frozen):
+    """One benchmark question. Unknown keys of third-party lines are kept in ``metadata``."""
+
+    split: str
+    question_id: int
+    image: str
+    text: str
+    label: Label
+    object: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> QuestionKey:
+        return (self.split, self.question_id)
+
+
+class Request(_Frozen):
+    """What a backend sees: a rendered prompt and an image path, nothing of the benchmark."""
+
+    split: str
+    question_id: int
+    image_path: str
+    prompt: str
+
+    @property
+    def key(self) -> QuestionKey:
+        return (self.split, self.question_id)
+
+
+class TokenLogprob(_Frozen):
+    id: int | None
+    piece: str
+    logprob: float
+
+
+class Response(_Frozen):
+    """What a backend returns for one request: first-token log-probabilities, text, timing."""
+
+    split: str
+    question_id: int
+    first_token: list[TokenLogprob] = Field(default_factory=list)
+    # log-probability of every id in every readout's token set, keyed by str(id) (JSON keys)
+    candidates: dict[str, float] = Field(default_factory=dict)
+    text: str | None = None
+    latency_s: float = 0.0
+    error: str | None = None
+
+    @property
+    def key(self) -> QuestionKey:
+        return (self.split, self.question_id)
+
+
+class ReadoutResult(_Frozen):
+    decision: Decision
+    yes_score: float | None = None
+    no_score: float | None = None
+    p_yes: float | None = None
+
+
+class Sample(_Frozen):
+    """One line of ``samples.jsonl``."""
+
+    schema_version: int = SCHEMA_VERSION
+    split: str
+    question_id: int
+    image: str
+    object: str | None
+    label: Label
+    prompt: str
+    first_token: list[TokenLogprob] = Field(default_factory=list)
+    candidates: dict[str, float] = Field(default_factory=dict)
+    offset_argmax: str | None = None
+    text: str | None = None
+    readouts: dict[str, ReadoutResult] = Field(default_factory=dict)
+    latency_s: float = 0.0
+    error: str | None = None
+
+    @property
+    def key(self) -> QuestionKey:
+        return (self.split, self.question_id)
+
+
+class TokenSets(_Frozen):
+    """Yes/no token sets derived from a model's own tokenizer, plus the legacy LLaVA-1.5 ids check."""
+
+    yes_ids: list[int]
+    no_ids: list[int]
+    yes_pieces: list[str]
+    no_pieces: list[str]
+    legacy_valid: bool
+    # id -> the piece this tokenizer has at that id (None when out of its vocabulary)
+    legacy_pieces: dict[str, str | None] = Field(default_factory=dict)
+    vocab_size: int
+    tokenizer_fingerprint: str
+
+
+class RunHeader(_Frozen):
+    """``run.json``: written before the first sample; resume refuses a differing fingerprint."""
+
+    schema_version: int = SCHEMA_VERSION
+    halluprobe_version: str
+    created_at: str
+    fingerprint: str
+    backend: str
+    backend_info: dict[str, Any]
+    model: str
+    template: str
+    readouts: list[str]
+    text_rules: list[str]
+    max_new_tokens: int
+    token_sets: TokenSets | None
+    benchmarks: dict[str, str]  # split -> sha256 of the benchmark file
+    benchmark_paths: dict[str, str]
+    images_root: str
+    limit: int | None = None
+    seed: int = 0
+    packages: dict[str, str] = Field(default_factory=dict)
+
+
+class Metrics(_Frozen):
+    """Metrics of one split (or pooled / macro). Counts beside every ratio; CIs beside them."""
+
+    n: int
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+    unknown: int
+    errors: int = 0
+    accuracy: float | None
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    yes_ratio: float | None
+    unknown_rate: float | None
+    htr: float | None
+    auroc: float | None = None
+    ece: float | None = None
+    ci: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
+
+
+class ScoreReport(_Frozen):
+    """``metrics.json`` and the ``--json`` score object."""
+
+    schema_version: int = SCHEMA_VERSION
+    readout: str
+    unknown_policy: Literal["wrong", "no", "yes", "drop"]
+    splits: dict[str, Metrics]
+    pooled: Metrics
+    macro: Metrics
+    bootstrap: dict[str, Any] = Field(default_factory=dict)
