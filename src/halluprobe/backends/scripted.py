@@ -1,0 +1,101 @@
+"""A deterministic scripted backend for pipeline tests (never a model).
+
+The script is a JSON file::
+
+    {"present": {"photo.png": ["cat", "cup"]},   # answered yes
+     "hallucinate": {"dog": 0.5},               # absent object -> yes with this probability
+     "errors": ["broken.png"],                  # these images fail like an unreadable file
+     "seed": 0}
+
+The object is read from the prompt ("Is there a/an X in the image?"). Answers come with
+first-token log-probabilities over a small SentencePiece-like vocabulary, so every readout
+runs; the yes/no decision is a seeded hash of (seed, image, object), hence reproducible in
+any order and batch size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from halluprobe.errors import InputError
+from halluprobe.records import Request, Response, TokenLogprob, TokenSets
+
+__all__ = ["ScriptedBackend", "SCRIPTED_VOCAB"]
+
+SCRIPTED_VOCAB: tuple[str, ...] = ("<unk>", "▁Yes", "▁No", "Yes", "No", "▁yes", "▁no", "▁Maybe", ".", "▁There")
+_OBJECT = re.compile(r"is there an? (.+?) in the (?:image|picture|photo)", re.IGNORECASE)
+
+
+class ScriptedBackend:
+    def __init__(self, model: str, batch_size: int = 8, **_: Any) -> None:
+        path = Path(model)
+        try:
+            script = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise InputError(f"cannot read scripted backend script: {err}", path) from None
+        self._path = path
+        self._present = {k: {o.lower() for o in v} for k, v in script.get("present", {}).items()}
+        self._hallucinate = {k.lower(): float(v) for k, v in script.get("hallucinate", {}).items()}
+        self._errors = set(script.get("errors", []))
+        self._seed = int(script.get("seed", 0))
+        self._batch_size = batch_size
+
+    def info(self) -> dict[str, Any]:
+        return {"model": str(self._path), "dtype": "none", "device": "none", "batch_size": self._batch_size}
+
+    def token_sets(self) -> TokenSets:
+        ids = {piece: i for i, piece in enumerate(SCRIPTED_VOCAB)}
+        return TokenSets(
+            yes_ids=sorted(ids[p] for p in ("▁Yes", "Yes", "▁yes")),
+            no_ids=sorted(ids[p] for p in ("▁No", "No", "▁no")),
+            yes_pieces=["▁Yes", "Yes", "▁yes"],
+            no_pieces=["▁No", "No", "▁no"],
+            legacy_valid=False,
+            legacy_pieces={},
+            vocab_size=len(SCRIPTED_VOCAB),
+            tokenizer_fingerprint="scripted-v1",
+        )
+
+    def render_prompt(self, question: str, template: str | None) -> str:
+        if template in (None, "chat", "llava"):
+            return f"USER: <image>\n{question}\nASSISTANT:"
+        return template.format(question=question)
+
+    def _uniform(self, image: str, obj: str) -> float:
+        digest = hashlib.sha256(f"{self._seed}|{image}|{obj}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def _respond(self, request: Request, max_new_tokens: int) -> Response:
+        start = time.perf_counter()
+        name = Path(request.image_path).name
+        if name in self._errors or not Path(request.image_path).exists():
+            return Response(split=request.split, question_id=request.question_id, error=f"cannot read image {request.image_path}")
+        match = _OBJECT.search(request.prompt)
+        obj = match.group(1).lower() if match else ""
+        present = obj in self._present.get(name, set())
+        says_yes = present or self._uniform(name, obj) < self._hallucinate.get(obj, 0.0)
+        p_top = 0.6 + 0.35 * self._uniform(name, obj + "#confidence")
+        rest = (1.0 - p_top) / (len(SCRIPTED_VOCAB) - 1)
+        probs = {piece: rest for piece in SCRIPTED_VOCAB}
+        probs["▁Yes" if says_yes else "▁No"] = p_top
+        logprobs = {i: math.log(probs[p]) for i, p in enumerate(SCRIPTED_VOCAB)}
+        ranked = sorted(logprobs.items(), key=lambda kv: (-kv[1], kv[0]))
+        return Response(
+            split=request.split,
+            question_id=request.question_id,
+            first_token=[TokenLogprob(id=i, piece=SCRIPTED_VOCAB[i], logprob=lp) for i, lp in ranked[:5]],
+            candidates={str(i): lp for i, lp in logprobs.items() if i in (1, 2, 3, 4, 5, 6)},
+            text=("Yes." if says_yes else "No.") if max_new_tokens > 0 else None,
+            latency_s=time.perf_counter() - start,
+        )
+
+    def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
+        for start in range(0, len(requests), self._batch_size):
+            yield [self._respond(r, max_new_tokens) for r in requests[start : start + self._batch_size]]

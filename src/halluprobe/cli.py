@@ -1,0 +1,421 @@
+"""The one CLI: a verb per stage. Exit 0 ok, 1 runtime failure, 2 bad usage or bad input.
+
+Options come from flags, then ``HALLUPROBE_*`` environment variables, then ``--config FILE.toml``
+(keys are option names with underscores), then defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from halluprobe.errors import InputError, RuntimeFailure
+
+__all__ = ["app", "main"]
+
+log = logging.getLogger("halluprobe")
+
+app = typer.Typer(
+    name="halluprobe",
+    help="Measure object hallucination in vision-language models (POPE and more), and audit the measurement.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+build_app = typer.Typer(help="Build a benchmark from object annotations.", no_args_is_help=True)
+data_app = typer.Typer(help="Download official benchmark files and the images they use.", no_args_is_help=True)
+app.add_typer(build_app, name="build")
+app.add_typer(data_app, name="data")
+
+
+# -- shared plumbing ---------------------------------------------------------------------
+
+
+def _load_config(ctx: typer.Context, _param: Any, value: Optional[Path]) -> Optional[Path]:
+    """``--config FILE.toml`` fills the defaults below flags and environment variables."""
+    if value is None:
+        return None
+    try:
+        data = tomllib.loads(value.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise typer.BadParameter(f"{value}: {err}") from None
+    section = data.get(ctx.info_name or "", data)  # a [run] table, or top-level keys
+    ctx.default_map = {**(ctx.default_map or {}), **{k.replace("-", "_"): v for k, v in section.items()}}
+    return value
+
+
+ConfigOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--config",
+        help="TOML file of option defaults (flags and HALLUPROBE_* variables win).",
+        callback=_load_config,
+        is_eager=True,
+        exists=True,
+        dir_okay=False,
+    ),
+]
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def _fail(err: Exception) -> None:
+    code = 2 if isinstance(err, InputError) else 1
+    print(f"error: {err}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except (InputError, RuntimeFailure) as err:
+        _fail(err)
+
+
+@contextmanager
+def _progress(description: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on a terminal; silent otherwise (logs and CI stay clean)."""
+    if not (enabled and sys.stderr.isatty()):
+        yield lambda done, total: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=_console(stderr=True),
+        transient=False,
+    ) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=_console(stderr=True), show_path=False, show_time=False)],
+        force=True,
+    )
+
+
+@app.callback()
+def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False) -> None:
+    _setup_logging(verbose)
+
+
+# -- build -------------------------------------------------------------------------------
+
+
+@build_app.command("pope")
+def build_pope_cmd(
+    objects: Annotated[Path, typer.Option(help="COCO instances JSON, or JSON Lines of {\"image\", \"objects\"}.")],
+    out: Annotated[Path, typer.Option(help="Output directory.")],
+    name: Annotated[str, typer.Option(help="Prefix of the output files.")] = "coco",
+    images: Annotated[int, typer.Option(help="Number of images to sample.")] = 500,
+    per_image: Annotated[int, typer.Option(help="Positive (and negative) questions per image.")] = 3,
+    seed: Annotated[int, typer.Option(help="Sampling seed: same inputs and seed, byte-identical files.")] = 0,
+    positives: Annotated[str, typer.Option(help="Positives per image: 'first' (as POPE) or 'random'.")] = "first",
+    template: Annotated[str, typer.Option(help="Question template; {} is the object.")] = "Is there a {} in the image?",
+    overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
+) -> None:
+    """Build the random, popular and adversarial POPE splits from object annotations."""
+    from halluprobe.benchmarks.objects import read_objects
+    from halluprobe.benchmarks.pope import build_pope, write_pope
+
+    if positives not in ("first", "random"):
+        _fail(InputError(f"--positives must be 'first' or 'random', not {positives!r}"))
+    if "{}" not in template:
+        _fail(InputError(f"--template must contain '{{}}' for the object: {template!r}"))
+    with _errors():
+        index = read_objects(objects)
+        build = build_pope(
+            index, name=name, n_images=images, per_image=per_image, seed=seed, positives=positives, template=template  # type: ignore[arg-type]
+        )
+        paths = write_pope(build, out, overwrite=overwrite)
+    for path in paths:
+        typer.echo(str(path))
+
+
+# -- data --------------------------------------------------------------------------------
+
+
+@data_app.command("pope")
+def data_pope_cmd(
+    out: Annotated[Path, typer.Option(help="Directory for the three official COCO POPE files.")],
+    coco_images: Annotated[
+        Optional[Path], typer.Option(help="Also fetch the COCO val2014 images these questions use, into this directory.")
+    ] = None,
+) -> None:
+    """Fetch the official COCO POPE files (pinned sha256, cached) and, optionally, their images."""
+    from halluprobe.benchmarks.sources import fetch_coco_images, fetch_pope
+
+    with _errors():
+        with _progress("POPE files") as progress:
+            paths = fetch_pope(out, progress=progress)
+        for path in paths:
+            typer.echo(str(path))
+        if coco_images is not None:
+            with _progress("COCO images") as progress:
+                report = fetch_coco_images(list(paths), coco_images, progress=progress)
+            typer.echo(f"{coco_images}: {report}")
+
+
+# -- run ---------------------------------------------------------------------------------
+
+
+def _read_benchmarks(files: list[Path]) -> tuple[list[Any], dict[str, tuple[Path, str]]]:
+    from halluprobe.benchmarks.pope import read_questions, split_name
+    from halluprobe.rundir import sha256_file
+
+    questions: list[Any] = []
+    fingerprints: dict[str, tuple[Path, str]] = {}
+    for path in files:
+        if not path.is_file():
+            raise InputError("benchmark file not found", path)
+        split = split_name(path)
+        if split in fingerprints:
+            raise InputError(f"two benchmark files give the split {split!r}", path)
+        questions.extend(read_questions(path, split=split))
+        fingerprints[split] = (path.resolve(), sha256_file(path))
+    return questions, fingerprints
+
+
+def _limit(questions: list[Any], limit: Optional[int]) -> list[Any]:
+    if limit is None:
+        return questions
+    kept: list[Any] = []
+    per_split: dict[str, int] = {}
+    for q in questions:
+        if per_split.get(q.split, 0) < limit:
+            per_split[q.split] = per_split.get(q.split, 0) + 1
+            kept.append(q)
+    return kept
+
+
+@app.command("run")
+def run_cmd(
+    model: Annotated[str, typer.Option(envvar="HALLUPROBE_MODEL", help="Hub id or local folder (scripted backend: script JSON).")],
+    benchmark: Annotated[list[Path], typer.Option(help="Benchmark file (repeatable); *_pope_{split}.json gives split {split}.")],
+    images: Annotated[Path, typer.Option(envvar="HALLUPROBE_IMAGES", help="Images root the benchmark's image paths are relative to.")],
+    out: Annotated[Path, typer.Option(help="Run directory to write.")],
+    backend: Annotated[str, typer.Option(envvar="HALLUPROBE_BACKEND", help="Backend: hf or scripted.")] = "hf",
+    template: Annotated[
+        Optional[str], typer.Option(help="Prompt: 'chat' (the processor's chat template), 'llava', or a format with {question}.")
+    ] = None,
+    text_rules: Annotated[
+        str, typer.Option(help="Comma-separated text rules read from the greedy continuation ('' for none: logits only).")
+    ] = "pope,exact,yorn,strict",
+    max_new_tokens: Annotated[int, typer.Option(help="Greedy continuation length for the text rules.")] = 8,
+    top_k: Annotated[int, typer.Option(help="First-token alternatives stored per sample.")] = 10,
+    batch_size: Annotated[int, typer.Option(envvar="HALLUPROBE_BATCH_SIZE", help="Batch size (halved on out-of-memory).")] = 8,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N questions of each split.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an existing run dir, skipping answered questions.")] = False,
+    force: Annotated[bool, typer.Option(help="With --resume: continue even if the header fingerprint differs.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing run dir.")] = False,
+    device: Annotated[str, typer.Option(envvar="HALLUPROBE_DEVICE", help="cpu, cuda, cuda:N or auto.")] = "auto",
+    dtype: Annotated[str, typer.Option(envvar="HALLUPROBE_DTYPE", help="auto, float32, bfloat16 or float16.")] = "auto",
+    load_in_4bit: Annotated[bool, typer.Option(help="Load in 4 bits (needs bitsandbytes).")] = False,
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow the model's own code from the hub.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Run a model on benchmark files; every readout from one pass per question."""
+    from halluprobe.backends.base import load_backend
+    from halluprobe.rundir import RunDir
+    from halluprobe.runner import RunConfig, make_header, run_questions
+
+    rules = tuple(r.strip() for r in text_rules.split(",") if r.strip())
+    with _errors():
+        if not images.is_dir():
+            raise InputError("images root is not a directory", images)
+        questions, fingerprints = _read_benchmarks(benchmark)
+        questions = _limit(questions, limit)
+        cfg = RunConfig(
+            model=model,
+            backend=backend,
+            template=template,
+            text_rules=rules,
+            max_new_tokens=max_new_tokens,
+            top_k=top_k,
+            limit=limit,
+            resume=resume,
+            force=force,
+            overwrite=overwrite,
+        )
+        rundir = RunDir(out)
+        if rundir.exists() and not (resume or overwrite):
+            raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)
+        try:
+            engine = load_backend(
+                backend,
+                model=model,
+                batch_size=batch_size,
+                dtype=dtype,
+                device=device,
+                load_in_4bit=load_in_4bit,
+                trust_remote_code=trust_remote_code,
+            )
+        except (InputError, RuntimeFailure):
+            raise
+        except OSError as err:
+            raise RuntimeFailure(f"cannot load model {model!r}: {err}") from None
+        header = make_header(cfg, engine, fingerprints, images)
+        with _progress("questions") as progress:
+            summary = run_questions(engine, questions, images, rundir, cfg, header, progress=progress)
+    typer.echo(
+        f"{out}: {summary.answered} answered, {summary.skipped} already done, {summary.errors} errors "
+        f"(of {summary.total})"
+    )
+
+
+# -- score -------------------------------------------------------------------------------
+
+
+def _print_report(report: Any, title: str) -> None:
+    from rich.table import Table
+
+    def fmt(value: Optional[float], ci: Any = None) -> str:
+        if value is None:
+            return "-"
+        text = f"{value:.4f}"
+        if ci:
+            text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+        return text
+
+    table = Table(title=title)
+    for col in ("split", "n", "TP", "FP", "TN", "FN", "unk", "err", "acc", "prec", "rec", "F1 [95% CI]", "yes", "HTR", "AUROC"):
+        table.add_column(col, justify="right" if col != "split" else "left")
+    rows = [*report.splits.items(), ("pooled", report.pooled), ("macro", report.macro)]
+    for name, m in rows:
+        table.add_row(
+            name,
+            str(m.n),
+            str(m.tp),
+            str(m.fp),
+            str(m.tn),
+            str(m.fn),
+            str(m.unknown),
+            str(m.errors),
+            fmt(m.accuracy),
+            fmt(m.precision),
+            fmt(m.recall),
+            fmt(m.f1, m.ci.get("f1")),
+            fmt(m.yes_ratio),
+            fmt(m.htr),
+            fmt(m.auroc),
+        )
+    _console().print(table)
+
+
+@app.command("score")
+def score_cmd(
+    rundir: Annotated[Optional[Path], typer.Argument(help="Run directory written by `halluprobe run`.")] = None,
+    readout: Annotated[str, typer.Option(help="Readout to score: dynamic, legacy_2tok, legacy_8tok, text:RULE.")] = "dynamic",
+    unknown: Annotated[str, typer.Option(help="Unknown answers: wrong (never correct), no, yes, or drop.")] = "wrong",
+    answers: Annotated[Optional[Path], typer.Option(help="Third-party answers file ({question, answer} lines).")] = None,
+    labels: Annotated[Optional[Path], typer.Option(help="POPE-format labels file for --answers.")] = None,
+    rule: Annotated[str, typer.Option(help="Text rule for --answers: pope, exact, yorn or strict.")] = "pope",
+    force_invalid: Annotated[bool, typer.Option(help="Score a legacy readout even where its ids are invalid.")] = False,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples (images are resampled).")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the score object as JSON.")] = False,
+) -> None:
+    """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
+    from halluprobe.scoring import score_answers_file, score_rundir
+
+    if unknown not in ("wrong", "no", "yes", "drop"):
+        _fail(InputError(f"--unknown must be wrong, no, yes or drop, not {unknown!r}"))
+    with _errors():
+        if answers is not None or labels is not None:
+            if answers is None or labels is None or rundir is not None:
+                raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
+            report = score_answers_file(answers, labels, rule=rule, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
+            title = f"{answers.name}: text:{rule}, unknown={unknown}"
+        else:
+            if rundir is None:
+                raise InputError("give a RUNDIR, or --answers and --labels")
+            report = score_rundir(
+                rundir, readout=readout, policy=unknown, force_invalid=force_invalid, n_resamples=resamples, seed=seed  # type: ignore[arg-type]
+            )
+            title = f"{rundir}: {readout}, unknown={unknown}"
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        _print_report(report, title)
+
+
+# -- tokens ------------------------------------------------------------------------------
+
+
+@app.command("tokens")
+def tokens_cmd(
+    path: Annotated[str, typer.Argument(help="Model or tokenizer folder, or hub id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow the tokenizer's own code from the hub.")] = False,
+) -> None:
+    """Show the yes/no token sets derived from a tokenizer, and whether the legacy LLaMA ids hold."""
+    from halluprobe.readouts.tokensets import derive_token_sets, describe_token_sets, load_tokenizer
+
+    with _errors():
+        try:
+            tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as err:
+            raise InputError(f"cannot load a tokenizer: {err}", path) from None
+        info = describe_token_sets(derive_token_sets(tokenizer))
+    if as_json:
+        typer.echo(json.dumps(info, indent=2, ensure_ascii=False))
+        return
+    typer.echo(f"vocabulary: {info['vocab_size']} pieces, fingerprint {info['tokenizer_fingerprint'][:16]}")
+    typer.echo("yes set: " + ", ".join(f"{p!r}={i}" for p, i in zip(info["yes_pieces"], info["yes_ids"])))
+    typer.echo("no set:  " + ", ".join(f"{p!r}={i}" for p, i in zip(info["no_pieces"], info["no_ids"])))
+    verdict = "valid" if info["legacy_valid"] else "INVALID for this vocabulary"
+    typer.echo(f"legacy LLaMA ids (3582/1217 and the 8-token set): {verdict}")
+    if not info["legacy_valid"]:
+        typer.echo("  " + ", ".join(f"{i}={p!r}" for i, p in info["legacy_pieces"].items()))
+
+
+# -- demo --------------------------------------------------------------------------------
+
+
+@app.command("demo")
+def demo_cmd(
+    out: Annotated[Path, typer.Option(help="Directory for the demo's files.")] = Path("halluprobe-demo"),
+) -> None:
+    """Offline demo: real photos from scikit-image, a tiny random-weight LLaVA, every readout, scored."""
+    from halluprobe.demo import run_demo
+
+    with _errors():
+        with _progress("demo questions") as progress:
+            result = run_demo(out, progress=progress)
+    for title, report in result.reports:
+        _print_report(report, title)
+    typer.echo(result.summary)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Logit readouts: pure functions of one response's candidate log-probabilities and token sets.
+
+Every readout is computed from the same forward pass: the backend stores the first-token
+log-probability of every id in every readout's token set (``Response.candidates``), and the
+readouts below only read that table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+from halluprobe.readouts.tokensets import (
+    LEGACY_2TOK_NO,
+    LEGACY_2TOK_YES,
+    LEGACY_8TOK_NO,
+    LEGACY_8TOK_YES,
+)
+from halluprobe.records import ReadoutResult, TokenSets
+
+__all__ = [
+    "LOGIT_READOUTS",
+    "LEGACY_READOUTS",
+    "candidate_ids",
+    "read_legacy_2tok",
+    "read_legacy_8tok",
+    "read_dynamic",
+    "decide",
+]
+
+Candidates = Mapping[str, float]
+
+
+def _logsumexp(values: list[float]) -> float:
+    top = max(values)
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def decide(yes_score: float, no_score: float) -> ReadoutResult:
+    """Decision = the larger score (log-mass); an exact tie is unknown rather than a silent default."""
+    if yes_score == no_score:
+        decision = "unknown"
+    else:
+        decision = "yes" if yes_score > no_score else "no"
+    # p_yes = exp(yes) / (exp(yes) + exp(no)), computed stably
+    top = max(yes_score, no_score)
+    if top == -math.inf:
+        p_yes = None
+    else:
+        ey, en = math.exp(yes_score - top), math.exp(no_score - top)
+        p_yes = ey / (ey + en)
+    return ReadoutResult(decision=decision, yes_score=yes_score, no_score=no_score, p_yes=p_yes)
+
+
+def _scores(candidates: Candidates, ids: Iterable[int]) -> list[float] | None:
+    values = [candidates.get(str(i)) for i in ids]
+    if any(v is None for v in values):
+        return None  # the backend could not read these ids (outside the vocabulary)
+    return [float(v) for v in values if v is not None]
+
+
+def _unknown() -> ReadoutResult:
+    return ReadoutResult(decision="unknown")
+
+
+def read_legacy_2tok(candidates: Candidates, sets: TokenSets) -> ReadoutResult:
+    """The reference POPE logit evaluator: LLaMA pieces ``yes`` (3582) vs ``no`` (1217)."""
+    yes, no = _scores(candidates, [LEGACY_2TOK_YES]), _scores(candidates, [LEGACY_2TOK_NO])
+    if yes is None or no is None:
+        return _unknown()
+    return decide(yes[0], no[0])
+
+
+def read_legacy_8tok(candidates: Candidates, sets: TokenSets) -> ReadoutResult:
+    """Max over the four LLaMA-2 yes variants vs the four no variants."""
+    yes, no = _scores(candidates, LEGACY_8TOK_YES), _scores(candidates, LEGACY_8TOK_NO)
+    if yes is None or no is None:
+        return _unknown()
+    return decide(max(yes), max(no))
+
+
+def read_dynamic(candidates: Candidates, sets: TokenSets) -> ReadoutResult:
+    """Log-sum-exp over the model's own yes set vs its no set."""
+    yes, no = _scores(candidates, sets.yes_ids), _scores(candidates, sets.no_ids)
+    if not yes or not no:
+        return _unknown()
+    return decide(_logsumexp(yes), _logsumexp(no))
+
+
+LOGIT_READOUTS: dict[str, Callable[[Candidates, TokenSets], ReadoutResult]] = {
+    "legacy_2tok": read_legacy_2tok,
+    "legacy_8tok": read_legacy_8tok,
+    "dynamic": read_dynamic,
+}
+
+# Readouts whose ids are fixed LLaMA-2 ids: invalid unless TokenSets.legacy_valid.
+LEGACY_READOUTS = frozenset({"legacy_2tok", "legacy_8tok"})
+
+
+def candidate_ids(sets: TokenSets) -> list[int]:
+    """Every id any logit readout reads, restricted to the tokenizer's vocabulary."""
+    ids = set(sets.yes_ids) | set(sets.no_ids) | set(LEGACY_8TOK_YES) | set(LEGACY_8TOK_NO)
+    return sorted(i for i in ids if 0 <= i < sets.vocab_size)

@@ -1,0 +1,164 @@
+"""The run directory is the log: ``run.json`` (header) written first, ``samples.jsonl`` appended.
+
+Samples are appended per batch, flushed and fsynced, so a killed run loses at most the batch in
+flight. Resume skips keys already present, ignores a truncated last line, and refuses a header
+whose fingerprint differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from halluprobe.errors import InputError
+from halluprobe.records import QuestionKey, RunHeader, Sample
+
+__all__ = ["RunDir", "fingerprint_of", "sha256_file"]
+
+log = logging.getLogger(__name__)
+
+HEADER = "run.json"
+SAMPLES = "samples.jsonl"
+COMPLETE = "complete.json"
+METRICS = "metrics.json"
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint_of(fields: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of what must not change between a run and its resume."""
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class RunDir:
+    """One run directory on disk."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def header_path(self) -> Path:
+        return self.path / HEADER
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / SAMPLES
+
+    @property
+    def complete_path(self) -> Path:
+        return self.path / COMPLETE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    def exists(self) -> bool:
+        return self.header_path.exists()
+
+    # -- writing -------------------------------------------------------------------------
+
+    def start(self, header: RunHeader, *, resume: bool, force: bool, overwrite: bool) -> set[QuestionKey]:
+        """Create or reopen the run dir; return the keys already answered (empty for a new run)."""
+        if self.exists():
+            if resume:
+                old = self.read_header()
+                if old.fingerprint != header.fingerprint and not force:
+                    raise InputError(
+                        "refusing to resume: the model, template, readouts or benchmark files differ "
+                        "from the existing run (pass --force to mix them anyway)",
+                        self.header_path,
+                    )
+                self._drop_truncated_tail()
+                self.complete_path.unlink(missing_ok=True)
+                return {s.key for s in self.read_samples()}
+            if not overwrite:
+                raise InputError(
+                    "run directory already holds a run; pass --resume to continue it or --overwrite to replace it",
+                    self.header_path,
+                )
+            for name in (HEADER, SAMPLES, COMPLETE, METRICS):
+                (self.path / name).unlink(missing_ok=True)
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.header_path.with_suffix(".json.tmp")
+        tmp.write_text(header.model_dump_json(indent=2) + "\n")
+        os.replace(tmp, self.header_path)
+        self.samples_path.touch()
+        return set()
+
+    def append(self, samples: Iterable[Sample]) -> None:
+        lines = "".join(s.model_dump_json() + "\n" for s in samples)
+        if not lines:
+            return
+        with open(self.samples_path, "a", encoding="utf-8") as fh:
+            fh.write(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def mark_complete(self, counts: dict[str, Any]) -> None:
+        self.complete_path.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
+
+    def _drop_truncated_tail(self) -> None:
+        """A crash mid-write leaves a last line without newline: cut it so appends stay valid."""
+        if not self.samples_path.exists():
+            return
+        data = self.samples_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            log.warning("dropping a truncated last line of %s (%d bytes)", self.samples_path, len(data) - keep)
+            with open(self.samples_path, "r+b") as fh:
+                fh.truncate(keep)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read_header(self) -> RunHeader:
+        if not self.header_path.exists():
+            raise InputError("not a run directory (no run.json)", self.path)
+        try:
+            return RunHeader.model_validate_json(self.header_path.read_text())
+        except ValidationError as err:
+            raise InputError(f"invalid run header: {_first_error(err)}", self.header_path, 1) from None
+
+    def read_samples(self) -> list[Sample]:
+        """All complete samples; a truncated last line (a crash mid-write) is ignored."""
+        samples: list[Sample] = []
+        seen: set[QuestionKey] = set()
+        if not self.samples_path.exists():
+            return samples
+        raw = self.samples_path.read_text(encoding="utf-8")
+        lines = raw.split("\n")
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            is_last = number == len(lines)  # no newline after it: possibly cut by a crash
+            try:
+                sample = Sample.model_validate_json(line)
+            except ValidationError as err:
+                if is_last:
+                    log.warning("ignoring truncated last line %d of %s", number, self.samples_path)
+                    continue
+                raise InputError(f"invalid sample: {_first_error(err)}", self.samples_path, number) from None
+            if sample.key in seen:
+                raise InputError(f"duplicate sample {sample.key}", self.samples_path, number)
+            seen.add(sample.key)
+            samples.append(sample)
+        return samples
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "line"
+    return f"{where}: {first.get('msg', 'invalid')}"
