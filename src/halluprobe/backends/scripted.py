@@ -5,6 +5,7 @@ The script is a JSON file::
     {"present": {"photo.png": ["cat", "cup"]},   # answered yes
      "hallucinate": {"dog": 0.5},               # absent object -> yes with this probability
      "errors": ["broken.png"],                  # these images fail like an unreadable file
+     "delay_s": 0.0,                            # sleep per batch (kill-and-resume tests)
      "seed": 0}
 
 The object is read from the prompt ("Is there a/an X in the image?"). Answers come with
@@ -45,6 +46,7 @@ class ScriptedBackend:
         self._hallucinate = {k.lower(): float(v) for k, v in script.get("hallucinate", {}).items()}
         self._errors = set(script.get("errors", []))
         self._seed = int(script.get("seed", 0))
+        self._delay_s = float(script.get("delay_s", 0.0))
         self._batch_size = batch_size
 
     def info(self) -> dict[str, Any]:
@@ -98,4 +100,5 @@ class ScriptedBackend:
 
     def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
         for start in range(0, len(requests), self._batch_size):
+            time.sleep(self._delay_s)
             yield [self._respond(r, max_new_tokens) for r in requests[start : start + self._batch_size]]

@@ -1,0 +1,221 @@
+"""The hf backend on tiny real architectures with real vocabularies and real photos.
+
+The stored readouts are checked against log-probabilities this test computes itself from the
+model's logits (one question at a time, no batching), and against greedy decoding on a
+"steered" tiny LLaVA whose answer head puts the argmax on ``▁Yes`` or ``▁No``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from halluprobe.backends.hf import HFBackend  # noqa: E402
+from halluprobe.benchmarks.pope import read_questions  # noqa: E402
+from halluprobe.readouts.tokensets import LEGACY_8TOK_NO, LEGACY_8TOK_YES  # noqa: E402
+from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
+from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
+from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
+
+LLAMA_YES = [3582, 3869, 4874, 8241]  # yes ▁Yes ▁yes Yes (the published LLaMA-2 ids)
+LLAMA_NO = [694, 1217, 1939, 3782]  # ▁no no ▁No No
+
+OBJECTS = ["person", "cat", "cup", "umbrella", "motorcycle", "dog"]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    images_dir, _ = demo_photos(tmp_path_factory.mktemp("photos"))
+    return images_dir
+
+
+def _questions_file(path: Path, images: list[str], split: str = "random") -> Path:
+    lines, qid = [], 1
+    for image in images:
+        for i, obj in enumerate(OBJECTS):
+            article = "an" if obj[0] in "aeiou" else "a"
+            text = f"Is there {article} {obj} in the image?"
+            lines.append(json.dumps({"question_id": qid, "image": image, "text": text, "label": "yes" if i % 2 == 0 else "no"}))
+            qid += 1
+    file = path / f"tiny_pope_{split}.json"
+    file.write_text("\n".join(lines) + "\n")
+    return file
+
+
+def _run(model_dir: Path, photos: Path, bench: Path, out: Path, *, batch_size: int, template: str | None, max_new_tokens: int = 6) -> tuple[HFBackend, list[Any]]:
+    backend = HFBackend(str(model_dir), batch_size=batch_size, dtype="float32", device="cpu")
+    questions = read_questions(bench, split="random")
+    config = RunConfig(model=str(model_dir), template=template, max_new_tokens=max_new_tokens, overwrite=True)
+    header = make_header(config, backend, {"random": (bench, sha256_file(bench))}, photos)
+    run_questions(backend, questions, photos, RunDir(out), config, header)
+    return backend, RunDir(out).read_samples()
+
+
+def _steer(model: Any, inputs_list: list[dict[str, Any]], yes_id: int, no_id: int) -> None:
+    """Rewrite the answer head so the argmax is ``yes_id`` or ``no_id`` depending on the input.
+
+    Captures the head's input (the final hidden state) for each prompt, takes the direction that
+    best separates them, and makes ``yes_id``/``no_id`` its +/- readers, dwarfing every other row.
+    """
+    head = model.get_output_embeddings()
+    captured: list[Any] = []
+    hook = head.register_forward_hook(lambda mod, args, out: captured.append(args[0][:, -1, :].detach().clone()))
+    with torch.no_grad():
+        for inputs in inputs_list:
+            model(**inputs)
+    hook.remove()
+    hidden = torch.cat(captured)
+    centred = hidden - hidden.mean(0)
+    direction = torch.linalg.svd(centred, full_matrices=False).Vh[0]
+    offset = -(hidden.mean(0) @ direction)  # put the decision boundary through the middle
+    with torch.no_grad():
+        head.weight.mul_(0.01)
+        head.weight[yes_id] = direction * 40
+        head.weight[no_id] = -direction * 40
+        bias_dir = hidden.mean(0) / hidden.mean(0).norm() ** 2
+        head.weight[yes_id] += bias_dir * offset * 40
+        head.weight[no_id] -= bias_dir * offset * 40
+
+
+@pytest.fixture(scope="module")
+def tiny_llava(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path) -> Path:
+    return build_tiny_llava(tmp_path_factory.mktemp("llava"), llama_tokenizer_dir, seed=0)
+
+
+@pytest.fixture(scope="module")
+def steered_llava(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path, photos: Path) -> Path:
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    model_dir = build_tiny_llava(tmp_path_factory.mktemp("steered"), llama_tokenizer_dir, seed=1)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    inputs_list = []
+    for image in sorted(p.name for p in photos.iterdir()):
+        with Image.open(photos / image) as img:
+            rgb = img.convert("RGB")
+        for obj in OBJECTS:
+            prompt = f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:"
+            inputs_list.append(processor(images=rgb, text=prompt, return_tensors="pt"))
+    _steer(model, inputs_list, yes_id=3869, no_id=1939)
+    model.save_pretrained(model_dir)
+    return model_dir
+
+
+def _reference_logprobs(model_dir: Path, photos: Path, sample: Any) -> Any:
+    """This test's own computation: the sample's prompt and image alone through the processor and model."""
+    from PIL import Image
+
+    from halluprobe.backends.hf_inputs import load_model, load_processor
+
+    inputs_adapter = load_processor(str(model_dir))
+    model = load_model(str(model_dir), dtype="float32", device="cpu")
+    with Image.open(photos / sample.image) as img:
+        rgb = img.convert("RGB")
+    inputs = inputs_adapter.encode([sample.prompt], [rgb])
+    with torch.no_grad():
+        logits = model(**inputs).logits[0, -1]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def _lse(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+@pytest.mark.slow
+def test_llava_stored_readouts_equal_own_computation(tiny_llava: Path, photos: Path, tmp_path: Path) -> None:
+    images = sorted(p.name for p in photos.iterdir())[:3]
+    bench = _questions_file(tmp_path, images)
+    backend, samples = _run(tiny_llava, photos, bench, tmp_path / "run", batch_size=4, template="llava")
+    sets = backend.token_sets()
+    assert sets.legacy_valid and sets.yes_ids == LLAMA_YES and sets.no_ids == LLAMA_NO
+    assert len(samples) == 18 and not any(s.error for s in samples)
+    for sample in samples[::4]:
+        ref = _reference_logprobs(tiny_llava, photos, sample)
+        for token_id in LLAMA_YES + LLAMA_NO:
+            assert sample.candidates[str(token_id)] == pytest.approx(float(ref[token_id]), abs=1e-4)
+        yes2, no2 = float(ref[3582]), float(ref[1217])
+        assert sample.readouts["legacy_2tok"].decision == ("yes" if yes2 > no2 else "no")
+        yes8, no8 = max(float(ref[i]) for i in LEGACY_8TOK_YES), max(float(ref[i]) for i in LEGACY_8TOK_NO)
+        assert sample.readouts["legacy_8tok"].decision == ("yes" if yes8 > no8 else "no")
+        dyn_yes, dyn_no = _lse([float(ref[i]) for i in LLAMA_YES]), _lse([float(ref[i]) for i in LLAMA_NO])
+        assert sample.readouts["dynamic"].decision == ("yes" if dyn_yes > dyn_no else "no")
+        assert sample.readouts["dynamic"].p_yes == pytest.approx(1 / (1 + math.exp(dyn_no - dyn_yes)), abs=1e-5)
+        top_id = int(torch.argmax(ref))
+        assert sample.first_token[0].id == top_id
+        # random weights: the argmax is (almost surely) some other word, reported as off-set
+        if top_id not in LLAMA_YES + LLAMA_NO:
+            assert sample.offset_argmax == sample.first_token[0].piece
+    assert all(s.prompt.startswith("USER: <image>\nIs there") and s.prompt.endswith("ASSISTANT:") for s in samples)
+
+
+@pytest.mark.slow
+def test_readouts_agree_with_greedy_decoding_when_argmax_is_in_the_sets(steered_llava: Path, photos: Path, tmp_path: Path) -> None:
+    """Exercises the in-set case: the steered head's argmax is always ▁Yes or ▁No, and the other
+    set's variants are dwarfed, so there is no near tie: dynamic and legacy_8tok must match greedy."""
+    images = sorted(p.name for p in photos.iterdir())
+    bench = _questions_file(tmp_path, images)
+    _, samples = _run(steered_llava, photos, bench, tmp_path / "run", batch_size=5, template="llava")
+    decisions = []
+    for s in samples:
+        top = s.first_token[0]
+        assert top.id in (3869, 1939), top
+        greedy = "yes" if top.id == 3869 else "no"
+        decisions.append(greedy)
+        assert s.offset_argmax is None
+        assert s.readouts["dynamic"].decision == greedy
+        assert s.readouts["legacy_8tok"].decision == greedy
+        # the stored text is the continuation that greedy decoding produced from the same pass
+        assert s.text is not None and s.text.strip().lower().startswith(greedy)
+        assert s.readouts["text:strict"].decision == greedy
+    assert {"yes", "no"} <= set(decisions), "steering should give both answers"
+
+
+@pytest.mark.slow
+def test_batch_size_does_not_change_decisions(tiny_llava: Path, photos: Path, tmp_path: Path) -> None:
+    images = sorted(p.name for p in photos.iterdir())[:2]
+    bench = _questions_file(tmp_path, images)
+    runs = {}
+    for batch_size in (1, 3, 8):
+        _, samples = _run(tiny_llava, photos, bench, tmp_path / f"run{batch_size}", batch_size=batch_size, template="llava", max_new_tokens=0)
+        runs[batch_size] = {s.key: s for s in samples}
+    for key, sample in runs[1].items():
+        for other in (3, 8):
+            assert runs[other][key].readouts == sample.readouts or all(
+                runs[other][key].readouts[n].decision == r.decision for n, r in sample.readouts.items()
+            )
+            for token_id, value in sample.candidates.items():
+                assert runs[other][key].candidates[token_id] == pytest.approx(value, abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2vl(tmp_path_factory: pytest.TempPathFactory, qwen2_tokenizer_dir: Path) -> Path:
+    return build_tiny_qwen2vl(tmp_path_factory.mktemp("qwen2vl"), qwen2_tokenizer_dir, seed=0)
+
+
+@pytest.mark.slow
+def test_qwen2vl_readouts_and_invalid_legacy_ids(tiny_qwen2vl: Path, photos: Path, tmp_path: Path) -> None:
+    images = sorted(p.name for p in photos.iterdir())[:2]
+    bench = _questions_file(tmp_path, images)
+    backend, samples = _run(tiny_qwen2vl, photos, bench, tmp_path / "run", batch_size=4, template=None)
+    sets = backend.token_sets()
+    assert not sets.legacy_valid
+    assert {9454, 7414} <= set(sets.yes_ids) and {2753, 2308} <= set(sets.no_ids)
+    header = RunDir(tmp_path / "run").read_header()
+    assert header.token_sets is not None and not header.token_sets.legacy_valid
+    assert not any(s.error for s in samples)
+    for sample in samples[::3]:
+        ref = _reference_logprobs(tiny_qwen2vl, photos, sample)
+        for token_id in sets.yes_ids + sets.no_ids:
+            assert sample.candidates[str(token_id)] == pytest.approx(float(ref[token_id]), abs=1e-4)
+        dyn_yes = _lse([float(ref[i]) for i in sets.yes_ids])
+        dyn_no = _lse([float(ref[i]) for i in sets.no_ids])
+        assert sample.readouts["dynamic"].decision == ("yes" if dyn_yes > dyn_no else "no")
+        assert "<|vision_start|>" in sample.prompt
