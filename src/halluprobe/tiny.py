@@ -171,7 +171,9 @@ def build_tiny_llava(
         tokenizer.add_tokens([AddedToken("<image>", special=True, normalized=False)], special_tokens=True)
     if tokenizer.pad_token is None:
         tokenizer.add_special_tokens({"pad_token": "<pad>"})
+    # Batched generation pads on the left; 5.x saves this only from init_kwargs.
     tokenizer.padding_side = "left"
+    tokenizer.init_kwargs["padding_side"] = "left"
     image_token_id = tokenizer.convert_tokens_to_ids("<image>")
     pad_token_id = tokenizer.pad_token_id
     vocab_size = _round_up(len(tokenizer), 64)  # LLaVA-1.5 pads 32002 -> 32064
@@ -226,47 +228,53 @@ def build_tiny_llava(
     return out
 
 
-def _qwen2vl_tokenizer(tokenizer_dir: str | Path, work: Path) -> Any:
-    """Load a Qwen2 tokenizer and make ids 151643..151656 carry Qwen2-VL's special tokens.
+def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path) -> int:
+    """Write ``tokenizer_dir``'s Qwen2 tokenizer into ``out`` with Qwen2-VL's special tokens.
 
-    The Qwen2 GGUF vocabulary names ids past 151645 ``[PAD151646]`` ...; Qwen2-VL uses some of
-    them for vision tokens. The pieces are renamed in ``tokenizer.json`` (ids unchanged), so
-    the text vocabulary stays byte-identical to the real one.
+    The Qwen2 GGUF vocabulary names ids past 151645 ``[PAD151646]`` ...; Qwen2-VL gives some of
+    them its vision tokens. The pieces are renamed in ``tokenizer.json`` (ids unchanged), so the
+    text vocabulary stays the real one. Plain JSON editing: loading the 151k-piece tokenizer
+    through transformers twice would cost about 3 s. Returns the vocabulary length.
     """
-    from transformers import AutoTokenizer
+    src = Path(tokenizer_dir)
+    if not (src / "tokenizer.json").is_file():
+        # a slow-format folder (vocab.json + merges.txt): let transformers convert it once
+        from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    if all(tokenizer.convert_tokens_to_ids(p) == i for i, p in QWEN2VL_SPECIAL_TOKENS.items()):
-        return tokenizer
-    tokenizer.save_pretrained(str(work))
-    tj_path = work / "tokenizer.json"
-    tj = json.loads(tj_path.read_text(encoding="utf-8"))
-    by_id = {t["id"]: t for t in tj["added_tokens"]}
-    vocab: dict[str, int] = tj["model"].get("vocab", {})
-    inverse = {i: p for p, i in vocab.items()} if isinstance(vocab, dict) else {}
+        AutoTokenizer.from_pretrained(str(src)).save_pretrained(str(out))
+        src = out
+    tj = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    config_path = src / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+
+    vocab = tj["model"].get("vocab")
+    vocab = vocab if isinstance(vocab, dict) else {}
+    inverse = {i: p for p, i in vocab.items()}
+    added = {t["id"]: t for t in tj["added_tokens"]}
+    decoder = config.get("added_tokens_decoder") or {}
     for tid, piece in QWEN2VL_SPECIAL_TOKENS.items():
-        entry = by_id.get(tid)
+        entry = added.get(tid)
         if entry is None:
-            if tid < len(tokenizer):
-                raise ValueError(f"id {tid} is an ordinary piece in {tokenizer_dir}; not a Qwen2 vocabulary")
-            continue  # appended below, in id order
+            raise ValueError(
+                f"{tokenizer_dir}: id {tid} is not an added token; expected a Qwen2 vocabulary "
+                "with 151936 ids (e.g. llama.cpp's ggml-vocab-qwen2.gguf)"
+            )
         old = entry["content"]
-        if old != piece:
-            entry["content"] = piece
-            if inverse.get(tid) == old:
-                del vocab[old]
-                vocab[piece] = tid
-        entry["special"] = True
-        entry["normalized"] = False
-    tj_path.write_text(json.dumps(tj, ensure_ascii=False), encoding="utf-8")
-    tokenizer = AutoTokenizer.from_pretrained(str(work))
-    for tid, piece in sorted(QWEN2VL_SPECIAL_TOKENS.items()):
-        if tokenizer.convert_tokens_to_ids(piece) == tid:
-            continue
-        if len(tokenizer) != tid:
-            raise ValueError(f"cannot place {piece} at id {tid} in a tokenizer of {len(tokenizer)} pieces")
-        tokenizer.add_special_tokens({"extra_special_tokens": [piece]}, replace_extra_special_tokens=False)
-    return tokenizer
+        if inverse.get(tid) == old and old != piece:
+            del vocab[old]
+            vocab[piece] = tid
+        entry.update(content=piece, special=True, normalized=False, lstrip=False, rstrip=False)
+        if str(tid) in decoder:
+            decoder[str(tid)].update(content=piece, special=True, normalized=False)
+
+    # Qwen2-VL-Instruct's settings: stop on <|im_end|>, pad with <|endoftext|>, no BOS.
+    config.update(eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left")
+    config.pop("chat_template", None)  # written as chat_template.jinja below
+    (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False), encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+    (out / "chat_template.jinja").write_text(QWEN2VL_CHAT_TEMPLATE, encoding="utf-8")
+    ids = list(inverse) + list(added)
+    return max(ids) + 1
 
 
 def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: int = 0) -> Path:
@@ -283,14 +291,8 @@ def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: 
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     out = _fresh_dir(out_dir)
-    with tempfile.TemporaryDirectory(prefix="halluprobe-qwen2tok-") as tmp:
-        tokenizer = _qwen2vl_tokenizer(tokenizer_dir, Path(tmp))
-    tokenizer.eos_token = "<|im_end|>"  # Qwen2-VL-Instruct stops on <|im_end|>
-    tokenizer.pad_token = "<|endoftext|>"
-    tokenizer.padding_side = "left"
-    tokenizer.chat_template = QWEN2VL_CHAT_TEMPLATE
-
-    ids = {p: tokenizer.convert_tokens_to_ids(p) for p in QWEN2VL_SPECIAL_TOKENS.values()}
+    vocab_len = _write_qwen2vl_tokenizer(tokenizer_dir, out)
+    ids = {piece: tid for tid, piece in QWEN2VL_SPECIAL_TOKENS.items()}
     patch_size, merge_size, temporal_patch_size = 14, 2, 2
     hidden = 64
     heads = 4
@@ -306,7 +308,7 @@ def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: 
             "temporal_patch_size": temporal_patch_size,
         },
         text_config={
-            "vocab_size": _round_up(len(tokenizer), 64),
+            "vocab_size": _round_up(vocab_len, 64),
             "hidden_size": hidden,
             "intermediate_size": 128,
             "num_hidden_layers": 2,
@@ -339,7 +341,6 @@ def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: 
         temporal_patch_size=temporal_patch_size,
     )
     model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
     image_processor.save_pretrained(str(out))
     return out
 

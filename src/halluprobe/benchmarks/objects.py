@@ -123,6 +123,14 @@ def read_objects(path: str | Path) -> ObjectIndex:
         if isinstance(doc, dict) and any(k in doc for k in _COCO_KEYS):
             images = _read_coco(doc, p)
             fmt = "coco"
+        elif sum(1 for ln in text.split("\n") if ln.strip()) > 1:
+            # one multi-line JSON document that is not COCO: saying so beats "malformed JSON
+            # on line 1" from the line reader
+            raise InputError(
+                f"a JSON {_type_name(doc)} that is neither a COCO instances file (images, annotations, "
+                "categories) nor JSON Lines of {\"image\", \"objects\"}",
+                p,
+            )
         else:
             images = _read_jsonl(text, p)
             fmt = "jsonl"

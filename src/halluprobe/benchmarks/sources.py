@@ -75,6 +75,17 @@ class FetchReport:
     def ok(self) -> bool:
         return not self.failed
 
+    def __str__(self) -> str:
+        # one line for a terminal: what a user wants to know after a fetch
+        text = (
+            f"{len(self.downloaded)} downloaded, {len(self.skipped)} already present, "
+            f"{len(self.failed)} failed (of {self.requested})"
+        )
+        if self.failed:
+            first = next(iter(self.failed))
+            text += f"; first failure: {first}: {self.failed[first]}"
+        return text
+
 
 def default_cache_dir() -> Path:
     """``$HALLUPROBE_CACHE_DIR``, else the platform's user cache folder for halluprobe."""

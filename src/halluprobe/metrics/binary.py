@@ -43,6 +43,8 @@ METRIC_NAMES: tuple[str, ...] = ("accuracy", "precision", "recall", "f1", "yes_r
 # Raw category codes, policy-free; the column order of every (..., 8) raw-count array.
 _TP, _FP, _TN, _FN, _UNK_YES, _UNK_NO, _ERR_YES, _ERR_NO = range(8)
 _N_RAW = 8
+# Keys of a folded-count dict, which are also the count fields of Counts.
+_FOLDED = ("tp", "fp", "tn", "fn", "unknown_yes", "unknown_no", "errors_yes", "errors_no", "n")
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,11 @@ def _check_policy(policy: str) -> UnknownPolicy:
     return policy  # type: ignore[return-value]
 
 
-def _categorize(labels: Sequence[str] | np.ndarray, decisions: Sequence[str] | np.ndarray, errors: Sequence[bool] | np.ndarray | None) -> np.ndarray:
+def _categorize(
+    labels: Sequence[str] | np.ndarray,
+    decisions: Sequence[str] | np.ndarray,
+    errors: Sequence[bool] | np.ndarray | None,
+) -> np.ndarray:
     """Raw category code (0..7) per sample; validates labels and decisions."""
     lab = np.asarray(labels, dtype=object)
     dec = np.asarray(decisions, dtype=object)
@@ -133,7 +139,7 @@ def _fold(raw: np.ndarray, policy: UnknownPolicy) -> dict[str, np.ndarray]:
         n = answered
     else:  # unknowns are already inside tp..fn
         n = answered + ey + en
-    return {"tp": tp, "fp": fp, "tn": tn, "fn": fn, "unknown_yes": uy, "unknown_no": un, "errors_yes": ey, "errors_no": en, "n": n}
+    return dict(zip(_FOLDED, (tp, fp, tn, fn, uy, un, ey, en, n)))
 
 
 def _counts_from_raw(raw: np.ndarray, policy: UnknownPolicy) -> Counts:
@@ -171,7 +177,7 @@ def _ratio_arrays(folded: dict[str, np.ndarray], policy: UnknownPolicy) -> dict[
         "recall": recall,
         "f1": f1,
         "yes_ratio": _div(tp + fp, n),
-        "unknown_rate": _div(uy + un, total),
+        "unknown_rate": _div(uy + un, n),
         "htr": _div(fp, no_labels),
     }
 
@@ -198,7 +204,7 @@ def metrics_from_counts(c: Counts) -> dict[str, float | None]:
     every policy); the others are over ``n`` and the label totals ``n`` holds.
     """
     policy = _check_policy(c.policy)
-    folded = {k: np.int64(getattr(c, k)) for k in ("tp", "fp", "tn", "fn", "unknown_yes", "unknown_no", "errors_yes", "errors_no", "n")}
+    folded = {k: np.int64(getattr(c, k)) for k in _FOLDED}
     arrays = _ratio_arrays(folded, policy)
     out: dict[str, float | None] = {}
     for name in METRIC_NAMES:

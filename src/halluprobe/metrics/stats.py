@@ -178,7 +178,11 @@ def auroc(labels: Sequence[bool] | np.ndarray, scores: Sequence[float] | np.ndar
     return u / (n_pos * n_neg)
 
 
-def expected_calibration_error(labels: Sequence[bool] | np.ndarray, p: Sequence[float] | np.ndarray, n_bins: int = 10) -> float | None:
+def expected_calibration_error(
+    labels: Sequence[bool] | np.ndarray,
+    p: Sequence[float] | np.ndarray,
+    n_bins: int = 10,
+) -> float | None:
     """ECE of probabilities ``p`` for ``labels``: sum over equal-width bins of
     (bin size / N) * |mean label - mean p|. Bin i holds [i/B, (i+1)/B); p = 1 goes in the last.
 

@@ -1,0 +1,356 @@
+"""The seam between a transformers model folder and the forward pass.
+
+:func:`load_processor` returns a :class:`VLMInputs` adapter that renders prompts and turns
+``(prompts, images)`` into a left-padded batch for ``model(**inputs)`` and
+``model.generate(**inputs)``; :func:`load_model` loads the model itself.
+
+Two ways to build inputs, chosen when the folder is loaded:
+
+- ``processor``: the model's own ``AutoProcessor`` (image-token expansion, pixel values and
+  extras are the processor's business). Used whenever it can be constructed.
+- ``grid``: ``AutoImageProcessor`` + ``AutoTokenizer`` + the model config, for processors that
+  transformers 5.x cannot build here. ``Qwen2VLProcessor`` needs a video processor, and every
+  video processor needs torchvision, which this project never installs (it breaks the CPU torch).
+  The image processor returns ``pixel_values`` and ``image_grid_thw``; each image placeholder
+  is expanded to ``prod(grid_thw) // merge_size**2`` copies of the image token (what
+  ``Qwen2VLProcessor.replace_image_token`` does), and ``mm_token_type_ids`` (1 on image tokens,
+  0 elsewhere) is added because transformers 5.x computes multimodal RoPE from it. Positions
+  are left to the model: ``get_rope_index`` skips left padding through ``attention_mask``.
+  Any model whose image processor yields ``image_grid_thw`` and whose config names
+  ``image_token_id`` fits this path.
+
+Known to work (tested here on tiny random-weight models with real tokenizers):
+LLaVA-1.5 (``llava``, processor path) and Qwen2-VL (``qwen2_vl``, grid path). Expected to work
+by the same code, untested: LLaVA-NeXT / LLaVA-1.6 and other models whose ``AutoProcessor``
+builds without torchvision; Qwen2.5-VL (grid path). Models whose processor needs torchvision
+and whose image processor has no ``image_grid_thw`` get a clear error.
+
+Prompts follow DESIGN.md: :meth:`VLMInputs.render_prompt` returns the exact text that, passed
+with the image to :meth:`VLMInputs.encode`, gives the model inputs (before image-token
+expansion). torch and transformers are imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from halluprobe.errors import InputError, RuntimeFailure
+
+if TYPE_CHECKING:
+    import torch
+    from PIL.Image import Image
+
+__all__ = [
+    "IMAGE_MARKER",
+    "LLAVA_TEMPLATE",
+    "DType",
+    "Device",
+    "VLMInputs",
+    "load_model",
+    "load_processor",
+]
+
+logger = logging.getLogger(__name__)
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+Device = Literal["cpu", "cuda", "auto"]
+
+# The generic image marker in prompt formats; replaced by the model's own placeholder.
+IMAGE_MARKER = "<image>"
+# LLaVA-1.5's POPE evaluation prompt (conv_vicuna_v1 without a system line).
+LLAVA_TEMPLATE = "USER: <image>\n{question}\nASSISTANT:"
+
+
+@dataclass
+class VLMInputs:
+    """Prompt rendering and batch encoding for one model folder.
+
+    ``mode`` is ``"processor"`` (the model's ``AutoProcessor``) or ``"grid"`` (image processor
+    + tokenizer, image tokens expanded from ``image_grid_thw``); see the module docstring.
+    """
+
+    tokenizer: Any
+    mode: Literal["processor", "grid"]
+    image_token: str
+    image_token_id: int
+    image_placeholder: str
+    processor: Any = None
+    image_processor: Any = None
+    chat_template: str | None = None
+    model_type: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def render_prompt(self, question: str, template: str | None = None) -> str:
+        """The exact prompt text for ``question``, before image-token expansion.
+
+        ``template``: ``None`` or ``"chat"`` = the model's chat template with one user turn
+        (the image, then the question) and the generation prompt; ``"llava"`` =
+        :data:`LLAVA_TEMPLATE`; any other string must contain ``{question}`` and is filled by
+        plain substitution (other braces are kept as written). In the non-chat forms
+        ``<image>`` stands for the model's image placeholder (``<image>`` for LLaVA,
+        ``<|vision_start|><|image_pad|><|vision_end|>`` for Qwen2-VL); a format without it gets
+        the placeholder and a newline in front, as LLaVA's own code does.
+        """
+        if template is None or template == "chat":
+            return self._render_chat(question)
+        fmt = LLAVA_TEMPLATE if template == "llava" else template
+        if "{question}" not in fmt:
+            raise InputError(f"prompt template must be 'chat', 'llava' or contain '{{question}}': {template!r}")
+        if IMAGE_MARKER not in fmt and self.image_placeholder not in fmt:
+            fmt = IMAGE_MARKER + "\n" + fmt
+        if IMAGE_MARKER != self.image_placeholder:
+            fmt = fmt.replace(IMAGE_MARKER, self.image_placeholder)
+        return fmt.replace("{question}", question)
+
+    def _render_chat(self, question: str) -> str:
+        if not self.chat_template:
+            raise InputError(
+                "this model has no chat template; pass template='llava' or a format containing '{question}'"
+            )
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        owner = self.processor if self.mode == "processor" else self.tokenizer
+        text = owner.apply_chat_template(
+            messages, chat_template=self.chat_template, add_generation_prompt=True, tokenize=False
+        )
+        if not isinstance(text, str):  # some versions return a list for a single conversation
+            text = text[0]
+        return text
+
+    def encode(self, prompts: Sequence[str], images: Sequence[Image]) -> dict[str, torch.Tensor]:
+        """Tokenize ``prompts`` with ``images`` into a left-padded batch of tensors.
+
+        ``images`` are consumed in order, one per image placeholder across the batch (usually
+        one per prompt). Returns ``input_ids``, ``attention_mask``, ``pixel_values`` and the
+        model family's extras (``image_grid_thw``, ``mm_token_type_ids`` for Qwen2-VL).
+        """
+        prompts = list(prompts)
+        images = [im.convert("RGB") if im.mode != "RGB" else im for im in images]
+        if not prompts:
+            raise InputError("encode() needs at least one prompt")
+        n_markers = sum(p.count(self.image_token) for p in prompts)
+        if n_markers != len(images):
+            raise InputError(f"{n_markers} image placeholders ({self.image_token!r}) in the prompts but {len(images)} images")
+        add_special = self._add_special_tokens(prompts)
+        if self.mode == "processor":
+            batch = self.processor(
+                text=prompts,
+                images=images or None,
+                return_tensors="pt",
+                padding=True,
+                padding_side="left",
+                add_special_tokens=add_special,
+            )
+            return dict(batch.items())
+        return self._encode_grid(prompts, images, add_special)
+
+    def _add_special_tokens(self, prompts: list[str]) -> bool:
+        # A chat template that writes BOS itself must not get a second one from the tokenizer.
+        bos = getattr(self.tokenizer, "bos_token", None)
+        starts = [bool(bos) and p.startswith(bos) for p in prompts]
+        if any(starts) and not all(starts):
+            raise InputError("some prompts start with the BOS token and some do not; render them the same way")
+        return not all(starts)
+
+    def _encode_grid(self, prompts: list[str], images: list[Image], add_special: bool) -> dict[str, torch.Tensor]:
+        import torch
+
+        out: dict[str, torch.Tensor] = {}
+        counts: list[int] = []
+        if images:
+            vision = self.image_processor(images=images, return_tensors="pt")
+            grid = vision["image_grid_thw"]
+            merge = int(getattr(self.image_processor, "merge_size", 1) or 1)
+            counts = [int(g.prod().item()) // merge**2 for g in grid]
+            out.update(vision.items())
+        expanded: list[str] = []
+        it = iter(counts)
+        for prompt in prompts:
+            parts = prompt.split(self.image_token)
+            text = parts[0]
+            for part in parts[1:]:
+                text += self.image_token * next(it) + part
+            expanded.append(text)
+        enc = self.tokenizer(
+            expanded,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+            add_special_tokens=add_special,
+        )
+        input_ids = enc["input_ids"]
+        image_mask = input_ids == self.image_token_id
+        if int(image_mask.sum()) != sum(counts):
+            raise RuntimeFailure(
+                f"tokenizer split the image token {self.image_token!r}: {int(image_mask.sum())} image tokens "
+                f"after tokenization, {sum(counts)} expected"
+            )
+        out["input_ids"] = input_ids
+        out["attention_mask"] = enc["attention_mask"]
+        # transformers 5.x builds Qwen2-VL's 3-D rotary positions from this: 0 text, 1 image.
+        out["mm_token_type_ids"] = image_mask.to(input_ids.dtype)
+        return out
+
+
+def _is_local(path_or_id: str) -> bool:
+    return Path(path_or_id).expanduser().is_dir()
+
+
+def _image_token_id(config: Any) -> int | None:
+    for name in ("image_token_id", "image_token_index"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _placeholder(tokenizer: Any, config: Any, image_token: str) -> str:
+    """The image placeholder as a prompt writes it: the image token, wrapped in the model's
+    vision start/end tokens when its config names them (Qwen2-VL)."""
+    start = getattr(config, "vision_start_token_id", None)
+    end = getattr(config, "vision_end_token_id", None)
+    if isinstance(start, int) and isinstance(end, int):
+        return tokenizer.convert_ids_to_tokens(start) + image_token + tokenizer.convert_ids_to_tokens(end)
+    return image_token
+
+
+def _folder_chat_template(path: str) -> str | None:
+    """A processor-level chat template stored beside the weights (chat_template.jinja/.json)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return None
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    js = folder / "chat_template.json"
+    if js.is_file():
+        value = json.loads(js.read_text(encoding="utf-8")).get("chat_template")
+        return value if isinstance(value, str) else None
+    return None
+
+
+def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) -> VLMInputs:
+    """Load the input side of a VLM: its processor, or image processor + tokenizer (see module doc)."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
+
+    path = str(model_path_or_id)
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if _is_local(path):
+        kwargs["local_files_only"] = True
+    config = AutoConfig.from_pretrained(path, **kwargs)
+    model_type = getattr(config, "model_type", None)
+    image_token_id = _image_token_id(config)
+
+    processor = None
+    try:
+        processor = AutoProcessor.from_pretrained(path, **kwargs)
+    except (ImportError, ValueError, TypeError, AttributeError, OSError, KeyError) as exc:
+        # Typically: Qwen2VLProcessor's video processor requires torchvision.
+        logger.info("AutoProcessor unavailable for %s (%s: %s); building inputs from parts", path, type(exc).__name__, exc)
+    if processor is not None and hasattr(processor, "image_processor") and hasattr(processor, "tokenizer"):
+        tokenizer = processor.tokenizer
+        tokenizer.padding_side = "left"
+        image_token = getattr(processor, "image_token", None) or IMAGE_MARKER
+        token_id = getattr(processor, "image_token_id", None)
+        if token_id is None:
+            token_id = tokenizer.convert_tokens_to_ids(image_token)
+        if image_token_id is not None and token_id != image_token_id:
+            raise RuntimeFailure(
+                f"{path}: processor image token {image_token!r} is id {token_id}, the model expects {image_token_id}"
+            )
+        template = getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
+        return VLMInputs(
+            tokenizer=tokenizer,
+            mode="processor",
+            image_token=image_token,
+            image_token_id=int(token_id),
+            image_placeholder=_placeholder(tokenizer, config, image_token),
+            processor=processor,
+            image_processor=processor.image_processor,
+            chat_template=template,
+            model_type=model_type,
+        )
+
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    tokenizer.padding_side = "left"
+    image_processor = AutoImageProcessor.from_pretrained(path, **kwargs)
+    names = list(getattr(image_processor, "model_input_names", []) or [])
+    if image_token_id is None or "image_grid_thw" not in names:
+        raise RuntimeFailure(
+            f"{path}: AutoProcessor could not be built and {type(image_processor).__name__} is not a grid image "
+            f"processor (image_grid_thw) with an image_token_id in the config; model type {model_type!r} "
+            "is not supported without its processor"
+        )
+    if tokenizer.pad_token is None:
+        raise RuntimeFailure(f"{path}: the tokenizer has no pad token; batches cannot be padded")
+    image_token = tokenizer.convert_ids_to_tokens(image_token_id)
+    template = getattr(tokenizer, "chat_template", None) or _folder_chat_template(path)
+    return VLMInputs(
+        tokenizer=tokenizer,
+        mode="grid",
+        image_token=image_token,
+        image_token_id=image_token_id,
+        image_placeholder=_placeholder(tokenizer, config, image_token),
+        image_processor=image_processor,
+        chat_template=template,
+        model_type=model_type,
+    )
+
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DEVICES = ("cpu", "cuda", "auto")
+
+
+def load_model(
+    model_path_or_id: str,
+    *,
+    dtype: DType = "auto",
+    device: Device = "cpu",
+    trust_remote_code: bool = False,
+    load_in_4bit: bool = False,
+) -> Any:
+    """Load a VLM with ``AutoModelForImageTextToText`` (safetensors only), in eval mode.
+
+    A local folder loads with ``local_files_only``. ``device="auto"`` lets accelerate place
+    the layers; ``load_in_4bit`` needs bitsandbytes and a CUDA device.
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    if dtype not in _DTYPES:
+        raise InputError(f"dtype must be one of {', '.join(_DTYPES)}: {dtype!r}")
+    if device not in _DEVICES:
+        raise InputError(f"device must be one of {', '.join(_DEVICES)}: {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeFailure("device='cuda' asked for, but torch sees no CUDA device")
+    path = str(model_path_or_id)
+    kwargs: dict[str, Any] = {
+        "trust_remote_code": trust_remote_code,
+        "dtype": dtype if dtype == "auto" else getattr(torch, dtype),
+        "use_safetensors": True,  # never unpickle weights
+    }
+    if _is_local(path):
+        kwargs["local_files_only"] = True
+    if load_in_4bit:
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError as exc:
+            raise RuntimeFailure("load_in_4bit needs the bitsandbytes package: pip install bitsandbytes") from exc
+        if not torch.cuda.is_available():
+            raise RuntimeFailure("load_in_4bit needs a CUDA device")
+        from transformers import BitsAndBytesConfig
+
+        compute = torch.bfloat16 if dtype in ("auto", "bfloat16") else getattr(torch, dtype)
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=compute)
+        kwargs["device_map"] = "auto" if device == "auto" else {"": 0}
+    elif device == "auto":
+        kwargs["device_map"] = "auto"
+    model = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+    if not load_in_4bit and device != "auto":
+        model = model.to(device)
+    model.eval()
+    return model

@@ -1,0 +1,246 @@
+"""The tiny model builders: real architectures, real tokenizers, seeded weights, real photos.
+
+Fixtures ``llama_tokenizer_dir`` and ``qwen2_tokenizer_dir`` (session, tests/conftest.py) are
+saved REAL vocabularies (LLaMA-2 and Qwen2 from llama.cpp's GGUF files).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from halluprobe.tiny import (  # noqa: E402
+    DEMO_PHOTOS,
+    QWEN2VL_SPECIAL_TOKENS,
+    build_tiny_llava,
+    build_tiny_qwen2vl,
+    demo_photos,
+    mistral_tokenizer_dir,
+)
+
+
+def _load(model_dir: Path) -> Any:
+    from transformers import AutoModelForImageTextToText
+
+    model, info = AutoModelForImageTextToText.from_pretrained(
+        str(model_dir), local_files_only=True, dtype=torch.float32, output_loading_info=True
+    )
+    # every saved tensor is read back and nothing is freshly initialised
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    return model.eval()
+
+
+def _state(model: Any) -> dict[str, Any]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _same_weights(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return demo_photos(tmp_path_factory.mktemp("photos"))
+
+
+@pytest.fixture(scope="module")
+def llava_dir(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path) -> Path:
+    return build_tiny_llava(tmp_path_factory.mktemp("llava"), llama_tokenizer_dir, seed=0)
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory: pytest.TempPathFactory, qwen2_tokenizer_dir: Path) -> Path:
+    return build_tiny_qwen2vl(tmp_path_factory.mktemp("qwen2vl"), qwen2_tokenizer_dir, seed=0)
+
+
+def _image(photos: tuple[Path, Path], name: str) -> Any:
+    from PIL import Image
+
+    with Image.open(photos[0] / name) as im:
+        return im.convert("RGB")
+
+
+# --- LLaVA ------------------------------------------------------------------------------------
+
+
+def test_tiny_llava_layout_follows_llava_1_5(llava_dir: Path) -> None:
+    from transformers import AutoConfig, AutoProcessor
+
+    config = AutoConfig.from_pretrained(llava_dir, local_files_only=True)
+    assert config.model_type == "llava"
+    assert config.image_token_index == 32000
+    assert config.text_config.vocab_size == 32064
+    assert config.text_config.pad_token_id == 32001
+    assert config.vision_config.hidden_size == 64 and config.vision_config.num_hidden_layers == 2
+    assert config.text_config.hidden_size == 64 and config.text_config.num_hidden_layers == 2
+
+    processor = AutoProcessor.from_pretrained(llava_dir, local_files_only=True)
+    assert type(processor).__name__ == "LlavaProcessor"
+    assert type(processor.image_processor).__name__ == "CLIPImageProcessorPil"  # no torchvision
+    tok = processor.tokenizer
+    assert tok.convert_tokens_to_ids(["<image>", "<pad>"]) == [32000, 32001]
+    assert tok.pad_token == "<pad>" and tok.padding_side == "left"
+    # the real LLaMA-2 vocabulary is untouched
+    assert tok.convert_tokens_to_ids(["yes", "▁Yes", "no", "▁No"]) == [3582, 3869, 1217, 1939]
+    ids = tok("USER: <image>\nIs there a cat?").input_ids
+    assert ids[0] == tok.bos_token_id and ids.count(32000) == 1  # <image> is never split
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Is there a cat?"}]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert text == "USER: <image>\nIs there a cat? ASSISTANT:"
+
+
+def test_tiny_llava_processor_expands_image_to_256_tokens(llava_dir: Path, photos: tuple[Path, Path]) -> None:
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(llava_dir, local_files_only=True)
+    enc = processor(images=_image(photos, "chelsea.jpg"), text="USER: <image>\nIs there a cat?", return_tensors="pt")
+    assert enc["pixel_values"].shape == (1, 3, 224, 224)
+    assert int((enc["input_ids"] == 32000).sum()) == (224 // 14) ** 2  # CLS dropped ("default")
+
+
+def test_tiny_llava_seeded_and_round_trips(
+    llava_dir: Path, llama_tokenizer_dir: Path, photos: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(llava_dir, local_files_only=True)
+    inputs = processor(images=_image(photos, "coffee.jpg"), text="USER: <image>\nIs there a cup?\nASSISTANT:", return_tensors="pt")
+    model = _load(llava_dir)
+    assert 4_000_000 < sum(p.numel() for p in model.parameters()) < 5_000_000
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert logits.shape[-1] == 32064 and torch.isfinite(logits).all()
+
+    # save_pretrained -> from_pretrained gives identical logits
+    model.save_pretrained(tmp_path / "resaved")
+    with torch.no_grad():
+        again = _load(tmp_path / "resaved")(**inputs).logits
+    assert torch.equal(logits, again)
+
+    # same seed, same weights; another seed, other weights
+    same = build_tiny_llava(tmp_path / "same", llama_tokenizer_dir, seed=0)
+    other = build_tiny_llava(tmp_path / "other", llama_tokenizer_dir, seed=1)
+    assert _same_weights(_state(model), _state(_load(same)))
+    assert not _same_weights(_state(model), _state(_load(other)))
+
+
+def test_tiny_llava_on_mistral_vocabulary(tmp_path: Path) -> None:
+    from transformers import AutoConfig, AutoProcessor
+
+    model_dir = build_tiny_llava(tmp_path / "m", mistral_tokenizer_dir(tmp_path / "tok"), seed=0, image_size=112)
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    tok = AutoProcessor.from_pretrained(model_dir, local_files_only=True).tokenizer
+    assert config.image_token_index == tok.convert_tokens_to_ids("<image>") == 32000
+    assert tok.convert_tokens_to_ids(["▁Yes", "▁No"]) == [5592, 1770]  # Mistral v1, not LLaMA-2
+    assert config.vision_config.image_size == 112
+
+
+# --- Qwen2-VL ---------------------------------------------------------------------------------
+
+
+def test_tiny_qwen2vl_tokenizer_has_the_vision_tokens(qwen_dir: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(qwen_dir, local_files_only=True)
+    for tid, piece in QWEN2VL_SPECIAL_TOKENS.items():
+        assert tok.convert_tokens_to_ids(piece) == tid, piece
+    assert tok.convert_ids_to_tokens([151652, 151655]) == ["<|vision_start|>", "<|image_pad|>"]
+    # special tokens survive tokenization whole; the text vocabulary is the real Qwen2 one
+    ids = tok("<|vision_start|><|image_pad|><|image_pad|><|vision_end|>Yes").input_ids
+    assert ids == [151652, 151655, 151655, 151653, 9454]
+    assert tok.convert_tokens_to_ids(["Yes", "No", "ĠYes", "ĠNo"]) == [9454, 2753, 7414, 2308]
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    assert tok.decode([151655, 9454], skip_special_tokens=True) == "Yes"
+    assert "<|vision_start|><|image_pad|><|vision_end|>" in tok.chat_template
+
+    config = AutoConfig.from_pretrained(qwen_dir, local_files_only=True)
+    assert (config.image_token_id, config.vision_start_token_id) == (151655, 151652)
+    assert config.text_config.vocab_size == 151936
+
+
+def test_tiny_qwen2vl_image_processor_is_small_and_pil(qwen_dir: Path, photos: tuple[Path, Path]) -> None:
+    from transformers import AutoImageProcessor
+
+    ip = AutoImageProcessor.from_pretrained(qwen_dir, local_files_only=True)
+    assert type(ip).__name__ == "Qwen2VLImageProcessorPil"
+    for name, *_ in DEMO_PHOTOS:
+        grid = ip(images=_image(photos, name), return_tensors="pt")["image_grid_thw"][0]
+        tokens = int(grid.prod()) // ip.merge_size**2
+        assert 4 <= tokens <= 16, (name, grid.tolist())
+
+
+def test_tiny_qwen2vl_seeded_and_round_trips(qwen_dir: Path, qwen2_tokenizer_dir: Path, tmp_path: Path) -> None:
+    model = _load(qwen_dir)
+    n = sum(p.numel() for p in model.parameters())
+    assert 9_000_000 < n < 11_000_000, n
+    ids = torch.tensor([[151644, 872, 198, 9454, 2753]])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    model.save_pretrained(tmp_path / "resaved")
+    with torch.no_grad():
+        assert torch.equal(logits, _load(tmp_path / "resaved")(input_ids=ids).logits)
+    same = build_tiny_qwen2vl(tmp_path / "same", qwen2_tokenizer_dir, seed=0)
+    other = build_tiny_qwen2vl(tmp_path / "other", qwen2_tokenizer_dir, seed=7)
+    assert _same_weights(_state(model), _state(_load(same)))
+    assert not _same_weights(_state(model), _state(_load(other)))
+
+
+def test_builders_are_fast(tmp_path: Path, llama_tokenizer_dir: Path, qwen2_tokenizer_dir: Path) -> None:
+    import transformers  # noqa: F401  (the import itself is not the builders' cost)
+
+    build_tiny_llava(tmp_path / "warm", llama_tokenizer_dir)  # first use imports model modules
+    timings = {}
+    for name, build in [
+        ("llava", lambda: build_tiny_llava(tmp_path / "l", llama_tokenizer_dir)),
+        ("qwen2vl", lambda: build_tiny_qwen2vl(tmp_path / "q", qwen2_tokenizer_dir)),
+        ("mistral", lambda: mistral_tokenizer_dir(tmp_path / "m")),
+        ("photos", lambda: demo_photos(tmp_path / "p")),
+    ]:
+        start = time.perf_counter()
+        build()
+        timings[name] = time.perf_counter() - start
+    # target < 2 s each on these machines; the bound leaves room for a loaded CI box
+    assert all(t < 5.0 for t in timings.values()), timings
+
+
+# --- Mistral tokenizer and photos -------------------------------------------------------------
+
+
+def test_mistral_tokenizer_dir_is_mistral_v1(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    folder = mistral_tokenizer_dir(tmp_path / "mistral")
+    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    assert len(tok) == 32000
+    assert tok.convert_tokens_to_ids(["▁Yes", "▁No", "Yes", "No"]) == [5592, 1770, 5613, 2501]
+    assert tok("Yes").input_ids == [1, 5592]  # BOS, then the word-start piece
+    stamp = (folder / "tokenizer.json").stat().st_mtime_ns
+    assert mistral_tokenizer_dir(folder) == folder  # idempotent: not rebuilt
+    assert (folder / "tokenizer.json").stat().st_mtime_ns == stamp
+
+
+def test_demo_photos_are_real_and_labelled(photos: tuple[Path, Path]) -> None:
+    from PIL import Image
+
+    from halluprobe.benchmarks.coco import COCO_CATEGORY_NAMES
+
+    images_dir, objects_file = photos
+    rows = [json.loads(line) for line in objects_file.read_text().splitlines()]
+    assert [r["image"] for r in rows] == [name for name, *_ in DEMO_PHOTOS]
+    assert {"person", "cat", "cup", "spoon", "motorcycle"} <= {o for r in rows for o in r["objects"]}
+    for row in rows:
+        assert row["objects"] and set(row["objects"]) <= set(COCO_CATEGORY_NAMES)
+        with Image.open(images_dir / row["image"]) as im:
+            assert im.format == "JPEG" and im.mode == "RGB" and min(im.size) >= 300
+            # a photograph, not a flat test card: a wide spread of grey levels
+            assert sum(1 for count in im.convert("L").histogram() if count) > 150
