@@ -177,7 +177,7 @@ def _ratio_arrays(folded: dict[str, np.ndarray], policy: UnknownPolicy) -> dict[
         "recall": recall,
         "f1": f1,
         "yes_ratio": _div(tp + fp, n),
-        "unknown_rate": _div(uy + un, n),
+        "unknown_rate": _div(uy + un, total),
         "htr": _div(fp, no_labels),
     }
 

@@ -3,10 +3,10 @@
 Each rule is a pure function ``str -> Decision``. Three reproduce what other tools do, so that a
 stored run can be re-scored the way each of them would score it; the fourth is halluprobe's own.
 
-- ``pope``: the original POPE ``evaluate.py`` (RUCAIBox/POPE; the same lines are copied verbatim
-  into LLaVA's ``eval_pope.py``, Osprey's ``osprey/eval/pope/evaluate.py`` and LLaVA-RLHF's
-  ``Eval/summarize_eval_pope.py``). It never answers unknown: anything without a negation word
-  is yes.
+- ``pope``: the original POPE ``evaluate.py`` (RUCAIBox/POPE), read in the verbatim copies that
+  downstream repositories carry (Osprey's ``osprey/eval/pope/evaluate.py``, with POPE's own
+  argument defaults; LLaVA-RLHF's ``Eval/summarize_eval_pope.py``). It never answers unknown:
+  anything without a negation word is yes.
 - ``exact``: lmms-eval's ``pope_process_results`` (``lmms_eval/tasks/pope/utils.py``):
   lowercase-and-strip equality.
 - ``yorn``: VLMEvalKit's ``YOrN_Extraction`` (``vlmeval/dataset/utils/yorn.py``) with the VQA

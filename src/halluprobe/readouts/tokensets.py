@@ -85,10 +85,19 @@ def _all_pieces(tokenizer: Any) -> list[str | None]:
 
 
 def _added_tokens(tokenizer: Any) -> dict[int, Any]:
+    """id -> AddedToken; empty where the tokenizer has no such table (e.g. MistralCommonBackend,
+    where ``added_tokens_decoder`` is a method that is not implemented)."""
+    table = getattr(tokenizer, "added_tokens_decoder", None)
+    return dict(table) if isinstance(table, dict) else {}
+
+
+def _special_ids(tokenizer: Any, added: dict[int, Any]) -> set[int]:
+    special = {i for i, t in added.items() if getattr(t, "special", False)}
     try:
-        return dict(getattr(tokenizer, "added_tokens_decoder", {}) or {})
-    except Exception:  # noqa: BLE001 - some remote-code tokenizers raise here; treat as none
-        return {}
+        special.update(int(i) for i in getattr(tokenizer, "all_special_ids", []) or [])
+    except Exception:  # noqa: BLE001 - optional: the added-token flags already cover most
+        pass
+    return special
 
 
 def _piece_decoder(tokenizer: Any) -> Callable[[list[str]], str] | None:
@@ -106,11 +115,12 @@ def _single_token_texts(
 ) -> list[str | None]:
     """Text of each id on its own. Added tokens are literal text, never run through the decoder."""
     decode = _piece_decoder(tokenizer)
-    if decode is None:
-        texts: list[str | None] = list(pieces)
-    else:
+    texts: list[str | None] = list(pieces)
+    if decode is not None:
         try:
             texts = [None if p is None else decode([p]) for p in pieces]
+        except NotImplementedError:  # e.g. MistralCommonBackend: its pieces already are text
+            pass
         except Exception:  # noqa: BLE001 - rare decoders reject odd pieces: go one by one
             texts = [None if p is None else _decode_or_raw(decode, p) for p in pieces]
     for i, token in added.items():
@@ -156,7 +166,7 @@ def derive_token_sets(tokenizer: Any) -> TokenSets:
     pieces = _all_pieces(tokenizer)
     added = _added_tokens(tokenizer)
     texts = _single_token_texts(tokenizer, pieces, added)
-    special = {i for i, t in added.items() if getattr(t, "special", False)}
+    special = _special_ids(tokenizer, added)
 
     yes: list[tuple[int, str]] = []
     no: list[tuple[int, str]] = []
