@@ -17,7 +17,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from halluprobe import tiny  # noqa: E402
-from halluprobe.tiny import DEMO_PHOTOS, QWEN2VL_SPECIAL_TOKENS, build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
+from halluprobe.tiny import (  # noqa: E402
+    DEMO_PHOTOS,
+    QWEN2VL_SPECIAL_TOKENS,
+    build_tiny_llava,
+    build_tiny_qwen2vl,
+    demo_photos,
+)
 
 # Builders should take under 2 s each once transformers is imported; the asserted bound
 # leaves room for a loaded machine.
@@ -33,6 +39,16 @@ def _load(model_dir: Path) -> Any:
     # every saved tensor is read back and nothing is freshly initialised
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     return model.eval()
+
+
+def _in_memory(model_dir: Path, *, seed: int) -> Any:
+    """The folder's architecture initialised in memory after ``torch.manual_seed(seed)``."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return AutoModelForImageTextToText.from_config(config).eval()
 
 
 def _weights(model_dir: Path) -> dict[str, Any]:
@@ -78,7 +94,7 @@ def _image(photos: tuple[Path, Path], name: str) -> Any:
 # --- LLaVA ------------------------------------------------------------------------------------
 
 
-def test_tiny_llava_layout_follows_llava_1_5(llava_dir: Path) -> None:
+def test_tiny_llava_layout_follows_llava_1_5(llava_dir: Path, photos: tuple[Path, Path]) -> None:
     from transformers import AutoConfig, AutoProcessor
 
     config = AutoConfig.from_pretrained(llava_dir, local_files_only=True)
@@ -106,41 +122,32 @@ def test_tiny_llava_layout_follows_llava_1_5(llava_dir: Path) -> None:
     )
     assert text == "USER: <image>\nIs there a cat? ASSISTANT:"
 
-
-def test_tiny_llava_processor_expands_image_to_256_tokens(llava_dir: Path, photos: tuple[Path, Path]) -> None:
-    from transformers import AutoProcessor
-
-    processor = AutoProcessor.from_pretrained(llava_dir, local_files_only=True)
     enc = processor(images=_image(photos, "chelsea.jpg"), text="USER: <image>\nIs there a cat?", return_tensors="pt")
     assert enc["pixel_values"].shape == (1, 3, 224, 224)
     assert int((enc["input_ids"] == 32000).sum()) == (224 // 14) ** 2  # CLS dropped ("default")
 
 
-def test_tiny_llava_seeded_and_round_trips(
+def test_tiny_llava_reloads_to_the_seeded_model(
     llava_dir: Path, llama_tokenizer_dir: Path, photos: tuple[Path, Path], tmp_path: Path
 ) -> None:
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(llava_dir, local_files_only=True)
-    inputs = processor(images=_image(photos, "coffee.jpg"), text="USER: <image>\nIs there a cup?\nASSISTANT:", return_tensors="pt")
+    text = "USER: <image>\nIs there a cup?\nASSISTANT:"
+    inputs = processor(images=_image(photos, "coffee.jpg"), text=text, return_tensors="pt")
     model = _load(llava_dir)
     assert 4_000_000 < sum(p.numel() for p in model.parameters()) < 5_000_000
     with torch.no_grad():
         logits = model(**inputs).logits
+        # the saved folder reloads to exactly the model built in memory after manual_seed(0)
+        assert torch.equal(logits, _in_memory(llava_dir, seed=0)(**inputs).logits)
+        assert not torch.allclose(logits, _in_memory(llava_dir, seed=1)(**inputs).logits)
     assert logits.shape[-1] == 32064 and torch.isfinite(logits).all()
 
-    # save_pretrained -> from_pretrained gives identical logits
-    model.save_pretrained(tmp_path / "resaved")
-    with torch.no_grad():
-        again = _load(tmp_path / "resaved")(**inputs).logits
-    assert torch.equal(logits, again)
-
-    # same seed, same weights; another seed, other weights
+    # same seed, same files
     same, seconds = _timed(lambda: build_tiny_llava(tmp_path / "same", llama_tokenizer_dir, seed=0))
     assert seconds < BUILD_BOUND_S
-    other = build_tiny_llava(tmp_path / "other", llama_tokenizer_dir, seed=1)
     assert _same_weights(_weights(llava_dir), _weights(same))
-    assert not _same_weights(_weights(llava_dir), _weights(other))
 
 
 @pytest.fixture(scope="module")
@@ -196,33 +203,37 @@ def test_tiny_qwen2vl_image_processor_is_small_and_pil(qwen_dir: Path, photos: t
         assert 4 <= tokens <= 16, (name, grid.tolist())
 
 
-def test_tiny_qwen2vl_seeded_and_round_trips(qwen_dir: Path, qwen2_tokenizer_dir: Path, tmp_path: Path) -> None:
+def test_tiny_qwen2vl_reloads_to_the_seeded_model(qwen_dir: Path, qwen2_tokenizer_dir: Path, tmp_path: Path) -> None:
     model = _load(qwen_dir)
     n = sum(p.numel() for p in model.parameters())
     assert 9_000_000 < n < 11_000_000, n
     ids = torch.tensor([[151644, 872, 198, 9454, 2753]])
     with torch.no_grad():
         logits = model(input_ids=ids).logits
-    model.save_pretrained(tmp_path / "resaved")
-    with torch.no_grad():
-        assert torch.equal(logits, _load(tmp_path / "resaved")(input_ids=ids).logits)
+        assert torch.equal(logits, _in_memory(qwen_dir, seed=0)(input_ids=ids).logits)
+        assert not torch.allclose(logits, _in_memory(qwen_dir, seed=1)(input_ids=ids).logits)
+    # tied embeddings: one stored matrix, read by both the input embedding and the head
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
     same, seconds = _timed(lambda: build_tiny_qwen2vl(tmp_path / "same", qwen2_tokenizer_dir, seed=0))
     assert seconds < BUILD_BOUND_S
     assert _same_weights(_weights(qwen_dir), _weights(same))
-    # tied embeddings: one stored matrix, read by both the input embedding and the head
-    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
 
 
 # --- Mistral tokenizer and photos -------------------------------------------------------------
 
 
-def test_mistral_tokenizer_dir_is_mistral_v1(mistral_dir: Path) -> None:
+def test_mistral_tokenizer_dir_is_mistral_v1(mistral_dir: Path, mistral_tokenizer_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(mistral_dir, local_files_only=True)
     assert len(tok) == 32000
     assert tok.convert_tokens_to_ids(["▁Yes", "▁No", "Yes", "No"]) == [5592, 1770, 5613, 2501]
     assert tok("Yes").input_ids == [1, 5592]  # BOS, then the word-start piece
+    # the test-asset copy (checked against SentencePiece itself) encodes the same way
+    reference = AutoTokenizer.from_pretrained(mistral_tokenizer_dir, local_files_only=True)
+    for text in ("USER: <image>\nIs there a cat in the image?\nASSISTANT: No, there is not.", "a  b\nc 12.5%"):
+        assert tok(text).input_ids == reference(text).input_ids
     stamp = (mistral_dir / "tokenizer.json").stat().st_mtime_ns
     assert tiny.mistral_tokenizer_dir(mistral_dir) == mistral_dir  # idempotent: not rebuilt
     assert (mistral_dir / "tokenizer.json").stat().st_mtime_ns == stamp

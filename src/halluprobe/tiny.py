@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -133,7 +134,7 @@ def _seeded_init(seed: int, build: Any) -> Any:
         return build()
 
 
-def _fresh_dir(out_dir: str | Path) -> Path:
+def _ensure_dir(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return out
@@ -164,7 +165,7 @@ def build_tiny_llava(
     )
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-    out = _fresh_dir(out_dir)
+    out = _ensure_dir(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     # Added in LLaVA-1.5's order so a 32000 vocabulary gives <image>=32000, <pad>=32001.
     if "<image>" not in tokenizer.get_vocab():
@@ -233,8 +234,10 @@ def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path) -> int:
 
     The Qwen2 GGUF vocabulary names ids past 151645 ``[PAD151646]`` ...; Qwen2-VL gives some of
     them its vision tokens. The pieces are renamed in ``tokenizer.json`` (ids unchanged), so the
-    text vocabulary stays the real one. Plain JSON editing: loading the 151k-piece tokenizer
-    through transformers twice would cost about 3 s. Returns the vocabulary length.
+    text vocabulary stays the real one. Only the small ``added_tokens`` array is parsed; the
+    11 MB rest is edited as text (renaming whole JSON string literals), because parsing and
+    re-serialising it, or loading it through transformers, costs over a second each time.
+    Returns the vocabulary length.
     """
     src = Path(tokenizer_dir)
     if not (src / "tokenizer.json").is_file():
@@ -243,38 +246,44 @@ def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path) -> int:
 
         AutoTokenizer.from_pretrained(str(src)).save_pretrained(str(out))
         src = out
-    tj = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    text = (src / "tokenizer.json").read_text(encoding="utf-8")
     config_path = src / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
 
-    vocab = tj["model"].get("vocab")
-    vocab = vocab if isinstance(vocab, dict) else {}
-    inverse = {i: p for p, i in vocab.items()}
-    added = {t["id"]: t for t in tj["added_tokens"]}
+    key = re.search(r'"added_tokens"\s*:\s*', text)
+    if key is None:
+        raise ValueError(f"{tokenizer_dir}: tokenizer.json has no added_tokens")
+    added, end = json.JSONDecoder().raw_decode(text, key.end())
+    by_id = {t["id"]: t for t in added}
     decoder = config.get("added_tokens_decoder") or {}
+    rest = text[end:]
     for tid, piece in QWEN2VL_SPECIAL_TOKENS.items():
-        entry = added.get(tid)
+        entry = by_id.get(tid)
         if entry is None:
             raise ValueError(
                 f"{tokenizer_dir}: id {tid} is not an added token; expected a Qwen2 vocabulary "
                 "with 151936 ids (e.g. llama.cpp's ggml-vocab-qwen2.gguf)"
             )
         old = entry["content"]
-        if inverse.get(tid) == old and old != piece:
-            del vocab[old]
-            vocab[piece] = tid
+        if old != piece:
+            # the placeholder may also be a key of model.vocab (GGUF conversions put it there)
+            old_literal = json.dumps(old, ensure_ascii=False)
+            if rest.count(old_literal) > 1:
+                raise ValueError(f"{tokenizer_dir}: {old!r} occurs more than once outside added_tokens")
+            rest = rest.replace(old_literal, json.dumps(piece, ensure_ascii=False))
         entry.update(content=piece, special=True, normalized=False, lstrip=False, rstrip=False)
         if str(tid) in decoder:
             decoder[str(tid)].update(content=piece, special=True, normalized=False)
+    text = text[: key.end()] + json.dumps(added, ensure_ascii=False) + rest
 
     # Qwen2-VL-Instruct's settings: stop on <|im_end|>, pad with <|endoftext|>, no BOS.
     config.update(eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left")
     config.pop("chat_template", None)  # written as chat_template.jinja below
-    (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False), encoding="utf-8")
+    (out / "tokenizer.json").write_text(text, encoding="utf-8")
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
     (out / "chat_template.jinja").write_text(QWEN2VL_CHAT_TEMPLATE, encoding="utf-8")
-    ids = list(inverse) + list(added)
-    return max(ids) + 1
+    # added tokens follow the base vocabulary, so the last one closes the id range
+    return max(by_id) + 1
 
 
 def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: int = 0) -> Path:
@@ -290,7 +299,7 @@ def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: 
     )
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    out = _fresh_dir(out_dir)
+    out = _ensure_dir(out_dir)
     vocab_len = _write_qwen2vl_tokenizer(tokenizer_dir, out)
     ids = {piece: tid for tid, piece in QWEN2VL_SPECIAL_TOKENS.items()}
     patch_size, merge_size, temporal_patch_size = 14, 2, 2
@@ -354,7 +363,7 @@ def mistral_tokenizer_dir(out_dir: str | Path) -> Path:
     import mistral_common
     from transformers import LlamaTokenizer
 
-    out = _fresh_dir(out_dir)
+    out = _ensure_dir(out_dir)
     if (out / "tokenizer.json").is_file() and (out / "tokenizer_config.json").is_file():
         return out
     source = Path(mistral_common.__file__).parent / "data" / "tokenizer.model.v1"
@@ -379,7 +388,7 @@ def demo_photos(out_dir: str | Path) -> tuple[Path, Path]:
     from PIL import Image
     from skimage import data
 
-    out = _fresh_dir(out_dir)
+    out = _ensure_dir(out_dir)
     images_dir = out / "images"
     images_dir.mkdir(exist_ok=True)
     lines = []

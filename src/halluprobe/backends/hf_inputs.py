@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -83,7 +83,6 @@ class VLMInputs:
     image_processor: Any = None
     chat_template: str | None = None
     model_type: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def render_prompt(self, question: str, template: str | None = None) -> str:
         """The exact prompt text for ``question``, before image-token expansion.
@@ -134,7 +133,9 @@ class VLMInputs:
             raise InputError("encode() needs at least one prompt")
         n_markers = sum(p.count(self.image_token) for p in prompts)
         if n_markers != len(images):
-            raise InputError(f"{n_markers} image placeholders ({self.image_token!r}) in the prompts but {len(images)} images")
+            raise InputError(
+                f"{n_markers} image placeholders ({self.image_token!r}) in the prompts but {len(images)} images"
+            )
         add_special = self._add_special_tokens(prompts)
         if self.mode == "processor":
             batch = self.processor(
@@ -233,6 +234,24 @@ def _folder_chat_template(path: str) -> str | None:
     return None
 
 
+def _processor_needs_torchvision(model_type: str | None) -> bool:
+    """True when the model's processor class has a video processor and torchvision is absent.
+
+    Every transformers 5.x video processor requires torchvision. Knowing it up front skips a
+    doomed ``AutoProcessor`` call, which would load the tokenizer (1-2 s for a 150k
+    vocabulary) before failing on the video processor.
+    """
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+    from transformers.utils import is_torchvision_available
+
+    if is_torchvision_available() or model_type is None:
+        return False
+    cls = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(model_type) or "", None)
+    get_attributes = getattr(cls, "get_attributes", None)
+    return callable(get_attributes) and "video_processor" in get_attributes()
+
+
 def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) -> VLMInputs:
     """Load the input side of a VLM: its processor, or image processor + tokenizer (see module doc)."""
     from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
@@ -246,11 +265,13 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
     image_token_id = _image_token_id(config)
 
     processor = None
-    try:
-        processor = AutoProcessor.from_pretrained(path, **kwargs)
-    except (ImportError, ValueError, TypeError, AttributeError, OSError, KeyError) as exc:
-        # Typically: Qwen2VLProcessor's video processor requires torchvision.
-        logger.info("AutoProcessor unavailable for %s (%s: %s); building inputs from parts", path, type(exc).__name__, exc)
+    if _processor_needs_torchvision(model_type):
+        logger.info("%s: the %s processor needs torchvision; building inputs from parts", path, model_type)
+    else:
+        try:
+            processor = AutoProcessor.from_pretrained(path, **kwargs)
+        except (ImportError, ValueError, TypeError, AttributeError, OSError, KeyError) as exc:
+            logger.info("%s: AutoProcessor failed (%s: %s); building inputs from parts", path, type(exc).__name__, exc)
     if processor is not None and hasattr(processor, "image_processor") and hasattr(processor, "tokenizer"):
         tokenizer = processor.tokenizer
         tokenizer.padding_side = "left"
@@ -347,10 +368,8 @@ def load_model(
         compute = torch.bfloat16 if dtype in ("auto", "bfloat16") else getattr(torch, dtype)
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=compute)
         kwargs["device_map"] = "auto" if device == "auto" else {"": 0}
-    elif device == "auto":
-        kwargs["device_map"] = "auto"
+    elif device != "cpu":
+        kwargs["device_map"] = device  # load straight onto the GPU(s), not via host memory
     model = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
-    if not load_in_4bit and device != "auto":
-        model = model.to(device)
     model.eval()
     return model
