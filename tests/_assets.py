@@ -11,9 +11,10 @@ with ``save_pretrained`` and reused. The cache lives in ``$HALLUPROBE_TEST_ASSET
 folder that is renamed into place, so concurrent pytest processes (xdist, parallel CI jobs) and
 killed runs never see a half-built asset.
 
-Measured here (2 cores): first build of everything about 80 s (pip download of the 76.6 MB sdist
-and its metadata step 8-60 s, Qwen2 GGUF conversion 12 s, LLaMA 4 s, Mistral 1 s); cached: one
-stat per asset, and loading a saved tokenizer 0.3 s (LLaMA, Mistral) / 1.1 s (Qwen2).
+Measured here (2 cores, no pip cache): first build of everything about 37 s (pip download of
+the 76.6 MB sdist and its metadata step 7-10 s, Qwen2 GGUF conversion 12-17 s, LLaMA 4 s,
+Mistral v1 / v3 1 s each, plus importing transformers); cached: one stat per asset, and loading a
+saved tokenizer takes 0.2-0.5 s (LLaMA, Mistral) / 1.1-1.4 s (Qwen2).
 """
 
 from __future__ import annotations
@@ -118,7 +119,11 @@ def _build_once(name: str, build: Callable[[Path], dict[str, Any]]) -> Path:
             (tmp / _MARKER).write_text(json.dumps(facts, indent=2, sort_keys=True), encoding="utf-8")
             if final.exists():  # stale (older recipe or interrupted without marker)
                 shutil.rmtree(final)
-            os.replace(tmp, final)
+            try:
+                os.replace(tmp, final)
+            except OSError:
+                if not _ready(final):  # without fcntl another process may have won the rename
+                    raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
@@ -133,10 +138,13 @@ def _sha256(path: Path) -> str:
 
 
 def _build_gguf_vocab(out: Path) -> dict[str, Any]:
-    # pip download only: --no-binary keeps pip from picking a wheel; nothing is built or installed
+    # pip download only: nothing of llama.cpp is built or installed. --no-binary names the one
+    # package: ":all:" also reaches the isolated metadata step, which then builds
+    # scikit-build-core and its own build tools from source (396 s on 2 cores without a pip
+    # cache, against 7 s here).
     download = out / "download"
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
         "--disable-pip-version-check", "-q", "-d", str(download), LLAMA_CPP_SDIST,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -262,7 +270,7 @@ def _build_mistral(version: str) -> Callable[[Path], dict[str, Any]]:
         from transformers import AutoTokenizer, LlamaTokenizer
 
         model = _mistral_model_file(version)
-        with tempfile.TemporaryDirectory(dir=out.parent) as staging:
+        with tempfile.TemporaryDirectory() as staging:
             shutil.copyfile(model, Path(staging) / "tokenizer.model")
             # add_bos_token: as in Mistral's own tokenizer_config.json
             tokenizer = LlamaTokenizer.from_pretrained(staging, add_bos_token=True)

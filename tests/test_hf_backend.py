@@ -219,3 +219,29 @@ def test_qwen2vl_readouts_and_invalid_legacy_ids(tiny_qwen2vl: Path, photos: Pat
         dyn_no = _lse([float(ref[i]) for i in sets.no_ids])
         assert sample.readouts["dynamic"].decision == ("yes" if dyn_yes > dyn_no else "no")
         assert "<|vision_start|>" in sample.prompt
+
+
+def test_out_of_memory_halves_the_batch_and_loses_nothing(tiny_llava: Path, photos: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from halluprobe.records import Request
+
+    backend = HFBackend(str(tiny_llava), batch_size=8, dtype="float32", device="cpu")
+    real_forward = backend._forward
+    sizes: list[int] = []
+
+    def forward_with_small_memory(inputs: dict[str, Any], max_new_tokens: int) -> Any:
+        rows = inputs["input_ids"].shape[0]
+        sizes.append(rows)
+        if rows > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_forward(inputs, max_new_tokens)
+
+    monkeypatch.setattr(backend, "_forward", forward_with_small_memory)
+    image = str(sorted(photos.iterdir())[0])
+    requests = [
+        Request(split="random", question_id=i, image_path=image, prompt=f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:")
+        for i, obj in enumerate(OBJECTS)
+    ]
+    responses = [r for batch in backend.answer(requests, max_new_tokens=0, top_k=3) for r in batch]
+    assert sorted(r.question_id for r in responses) == list(range(len(OBJECTS)))
+    assert not any(r.error for r in responses)
+    assert sizes[:3] == [6, 4, 2] and backend.info()["batch_size"] == 2

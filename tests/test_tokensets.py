@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
-import _assets
-from halluprobe.errors import InputError, RuntimeFailure
-from halluprobe.readouts import tokensets
-from halluprobe.readouts.tokensets import (
+pytest.importorskip("transformers")
+
+import _assets  # noqa: E402
+from halluprobe.errors import InputError, RuntimeFailure  # noqa: E402
+from halluprobe.readouts import tokensets  # noqa: E402
+from halluprobe.readouts.tokensets import (  # noqa: E402
     LEGACY_2TOK_NO,
     LEGACY_2TOK_YES,
     LEGACY_8TOK_NO,
@@ -30,9 +32,7 @@ from halluprobe.readouts.tokensets import (
     normalize_piece,
     tokenizer_fingerprint,
 )
-from halluprobe.records import TokenSets
-
-pytest.importorskip("transformers")
+from halluprobe.records import TokenSets  # noqa: E402
 
 # id -> raw piece, per vocabulary
 LLAMA_YES = {3582: "yes", 3869: "▁Yes", 4874: "▁yes", 8241: "Yes", 21143: "YES", 22483: "▁YES"}

@@ -68,7 +68,9 @@ ConfigOption = Annotated[
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr)
+    stream = sys.stderr if stderr else sys.stdout
+    # piped output (logs, CI, a file to paste from) gets a width that fits the metric table
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
 
 
 def _fail(err: Exception) -> None:
@@ -380,6 +382,8 @@ def tokens_cmd(
     with _errors():
         try:
             tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
+        except (InputError, RuntimeFailure):
+            raise
         except (OSError, ValueError) as err:
             raise InputError(f"cannot load a tokenizer: {err}", path) from None
         info = describe_token_sets(derive_token_sets(tokenizer))

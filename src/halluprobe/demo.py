@@ -57,9 +57,13 @@ def run_demo(out: str | Path, *, progress: Callable[[int, int], None] | None = N
     summary = run_questions(backend, questions, images_dir, rundir, config, header, progress=progress)
 
     result = DemoResult(out=out)
+    by_readout: dict[str, ScoreReport] = {}
     for readout in ("dynamic", "text:strict", "text:pope"):
         report = score_rundir(rundir.path, readout=readout, n_resamples=200, write=readout == "dynamic")
+        by_readout[readout] = report
         result.reports.append((f"demo, readout {readout} (random weights: plumbing, not a real model)", report))
+    offset = sum(1 for s in rundir.read_samples() if s.offset_argmax is not None)
+    pope, strict = by_readout["text:pope"].macro, by_readout["text:strict"].macro
     sets = describe_token_sets(backend.token_sets())
     legacy = "valid" if sets["legacy_valid"] else "INVALID: " + ", ".join(
         f"{i}={p!r}" for i, p in sets["legacy_pieces"].items()
@@ -69,7 +73,18 @@ def run_demo(out: str | Path, *, progress: Callable[[int, int], None] | None = N
             f"{summary.total} questions on {len(index.images)} photos, {summary.errors} errors; run dir {rundir.path}",
             f"derived yes set {sets['yes_pieces']} / no set {sets['no_pieces']} (Mistral v1 vocabulary)",
             f"legacy LLaMA-2 ids on this vocabulary: {legacy}",
+            f"first-token argmax outside both sets: {offset} of {summary.total} (random weights answer gibberish)",
+            f"on that gibberish POPE's text rule says yes {_pct(pope.yes_ratio)} of the time (F1 {_num(pope.f1)}); "
+            f"strict calls {_pct(strict.unknown_rate)} unknown (F1 {_num(strict.f1)})",
             f"rescore any readout: halluprobe score {rundir.path} --readout text:pope",
         ]
     )
     return result
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
