@@ -344,9 +344,9 @@ def load_model(
 
     if dtype not in _DTYPES:
         raise InputError(f"dtype must be one of {', '.join(_DTYPES)}: {dtype!r}")
-    if device not in _DEVICES:
-        raise InputError(f"device must be one of {', '.join(_DEVICES)}: {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
+    if device not in _DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise InputError(f"device must be one of {', '.join(_DEVICES)} or cuda:N: {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeFailure("device='cuda' asked for, but torch sees no CUDA device")
     path = str(model_path_or_id)
     kwargs: dict[str, Any] = {
