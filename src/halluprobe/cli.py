@@ -281,7 +281,8 @@ def run_cmd(
         except (InputError, RuntimeFailure):
             raise
         except OSError as err:
-            raise RuntimeFailure(f"cannot load model {model!r}: {err}") from None
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RuntimeFailure(f"cannot load model {model!r}: {first_line}") from None
         header = make_header(cfg, engine, fingerprints, images)
         with _progress("questions") as progress:
             summary = run_questions(engine, questions, images, rundir, cfg, header, progress=progress)

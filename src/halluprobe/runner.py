@@ -207,7 +207,12 @@ def run_questions(
         if progress:
             progress(summary.skipped + summary.answered, summary.total)
     if summary.skipped + summary.answered == summary.total:
+        stored = rundir.read_samples()  # count over the whole run, resumed parts included
         rundir.mark_complete(
-            {"questions": summary.total, "errors": summary.errors, "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+            {
+                "questions": len(stored),
+                "errors": sum(1 for s in stored if s.error),
+                "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            }
         )
     return summary
