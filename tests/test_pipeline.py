@@ -243,3 +243,19 @@ def test_help_explains_every_verb() -> None:
     assert result.exit_code == 0
     for verb in ("build", "data", "run", "score", "tokens", "demo"):
         assert verb in result.output
+
+
+def test_score_markdown_table_carries_counts_splits_and_ci(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out)).exit_code == 0
+    report = json.loads(runner.invoke(app, ["score", str(out), "--json", "--resamples", "100"]).output)
+    md = runner.invoke(app, ["score", str(out), "--markdown", "--resamples", "100"]).output
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ") and "split" not in line}
+    assert set(rows) == {"random", "adversarial", "pooled", "macro"}
+    m = report["splits"]["adversarial"]
+    cells = [c.strip() for c in rows["adversarial"].split("|")[2:-1]]
+    assert cells[:5] == [str(m["n"]), str(m["tp"]), str(m["fp"]), str(m["tn"]), str(m["fn"])]
+    lo, hi = m["ci"]["f1"]
+    assert cells[10] == f"{m['f1']:.4f} [{lo:.4f}, {hi:.4f}]"
+    assert "unknown=wrong" in md and "100 resamples" in md

@@ -295,6 +295,30 @@ def run_cmd(
 # -- score -------------------------------------------------------------------------------
 
 
+_MD_COLUMNS = ("n", "tp", "fp", "tn", "fn", "unknown", "errors", "accuracy", "precision", "recall", "f1", "yes_ratio", "htr")
+
+
+def _markdown_report(report: Any, title: str) -> str:
+    """A table to paste into a paper or an issue: counts beside every ratio, F1 with its CI."""
+
+    def cell(m: Any, col: str) -> str:
+        value = getattr(m, col)
+        if value is None:
+            return "-"
+        if isinstance(value, int):
+            return str(value)
+        ci = m.ci.get(col) if col == "f1" else None
+        return f"{value:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+
+    lines = [f"**{title}**", "", "| split | " + " | ".join(_MD_COLUMNS) + " |", "|---" * (len(_MD_COLUMNS) + 1) + "|"]
+    for name, m in [*report.splits.items(), ("pooled", report.pooled), ("macro", report.macro)]:
+        lines.append(f"| {name} | " + " | ".join(cell(m, c) for c in _MD_COLUMNS) + " |")
+    boot = report.bootstrap
+    if boot:
+        lines += ["", f"95% CIs: bootstrap over images, {boot.get('n_resamples')} resamples, seed {boot.get('seed')}."]
+    return "\n".join(lines)
+
+
 def _print_report(report: Any, title: str) -> None:
     from rich.table import Table
 
@@ -343,6 +367,7 @@ def score_cmd(
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples (images are resampled).")] = 1000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the score object as JSON.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table to paste into a paper.")] = False,
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.scoring import score_answers_file, score_rundir
@@ -364,6 +389,8 @@ def score_cmd(
             title = f"{rundir}: {readout}, unknown={unknown}"
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
+    elif markdown:
+        typer.echo(_markdown_report(report, title))
     else:
         _print_report(report, title)
 
