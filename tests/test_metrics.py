@@ -110,6 +110,13 @@ def test_f1_is_zero_when_precision_and_recall_are_zero() -> None:
     assert m["f1"] == 0.0
 
 
+def test_f1_is_zero_not_undefined_when_the_model_never_says_yes() -> None:
+    # precision is 0/0, but 2TP / (2TP + FP + FN) = 0 / (0 + 0 + 2): a model that never says yes
+    # (or answers only "unknown") scores F1 0 on a split with yes labels, as papers report it
+    m = metrics_from_counts(count(["yes", "yes", "no"], ["unknown", "no", "no"]))
+    assert m["precision"] is None and m["recall"] == 0.0 and m["f1"] == 0.0
+
+
 def test_errored_sample_is_never_answered() -> None:
     # A correct-looking decision on an errored sample is ignored; under every policy but drop it is wrong.
     for policy in ("wrong", "no", "yes"):

@@ -168,9 +168,9 @@ def _ratio_arrays(folded: dict[str, np.ndarray], policy: UnknownPolicy) -> dict[
     total = n + (uy + un + ey + en if policy == "drop" else 0)
     precision = _div(tp, tp + fp)
     recall = _div(tp, yes_labels)
-    psum = precision + recall
-    # F1 is defined whenever P and R are; P = R = 0 gives 0 (= 2TP / (2TP + FP + FN)).
-    f1 = np.where(psum > 0, 2.0 * precision * recall / np.where(psum > 0, psum, 1.0), np.where(psum == 0, 0.0, np.nan))
+    # F1 = 2TP / (2TP + FP + missed yes labels): equal to 2PR / (P + R) where both exist, and 0
+    # (not undefined) for a model that never says yes on a split that has yes labels.
+    f1 = _div(2 * tp, 2 * tp + fp + (yes_labels - tp))
     return {
         "accuracy": _div(tp + tn, n),
         "precision": precision,
