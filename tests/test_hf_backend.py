@@ -245,3 +245,22 @@ def test_out_of_memory_halves_the_batch_and_loses_nothing(tiny_llava: Path, phot
     assert sorted(r.question_id for r in responses) == list(range(len(OBJECTS)))
     assert not any(r.error for r in responses)
     assert sizes[:3] == [6, 4, 2] and backend.info()["batch_size"] == 2
+
+
+@pytest.mark.slow
+def test_diagnose_fails_random_weights_and_passes_the_steered_head(tiny_llava: Path, steered_llava: Path, photos: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from halluprobe.cli import app
+
+    bench = _questions_file(tmp_path, sorted(p.name for p in photos.iterdir()))
+    args = ["diagnose", "--benchmark", str(bench), "--images", str(photos), "--sample", "12", "--template", "llava",
+            "--device", "cpu", "--dtype", "float32", "--json"]  # fmt: skip
+    random_weights = CliRunner().invoke(app, [*args, "--model", str(tiny_llava)])
+    assert random_weights.exit_code == 1
+    assert json.loads(random_weights.stdout)["offset_rate"] > 0.9
+    assert "outside the yes/no sets" in random_weights.stderr
+    steered = CliRunner().invoke(app, [*args, "--model", str(steered_llava)])
+    assert steered.exit_code == 0, steered.output
+    report = json.loads(steered.stdout)
+    assert report["offset_rate"] == 0.0 and set(dict(report["first_pieces"])) <= {"▁Yes", "▁No"}

@@ -216,6 +216,19 @@ def _limit(questions: list[Any], limit: Optional[int]) -> list[Any]:
     return kept
 
 
+def _load_backend(name: str, model: str, **options: Any) -> Any:
+    """Instantiate a backend; a model that cannot be loaded is one line and exit 1."""
+    from halluprobe.backends.base import load_backend
+
+    try:
+        return load_backend(name, model=model, **options)
+    except (InputError, RuntimeFailure):
+        raise
+    except OSError as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RuntimeFailure(f"cannot load model {model!r}: {first_line}") from None
+
+
 @app.command("run")
 def run_cmd(
     model: Annotated[str, typer.Option(envvar="HALLUPROBE_MODEL", help="Hub id or local folder (scripted backend: script JSON).")],
@@ -240,14 +253,24 @@ def run_cmd(
     dtype: Annotated[str, typer.Option(envvar="HALLUPROBE_DTYPE", help="auto, float32, bfloat16 or float16.")] = "auto",
     load_in_4bit: Annotated[bool, typer.Option(help="Load in 4 bits (needs bitsandbytes).")] = False,
     trust_remote_code: Annotated[bool, typer.Option(help="Allow the model's own code from the hub.")] = False,
+    prefix_cache: Annotated[
+        bool, typer.Option("--prefix-cache/--no-prefix-cache", help="Compute each image's prompt prefix once (hf backend).")
+    ] = True,
     config: ConfigOption = None,
 ) -> None:
     """Run a model on benchmark files; every readout from one pass per question."""
-    from halluprobe.backends.base import load_backend
     from halluprobe.rundir import RunDir
     from halluprobe.runner import RunConfig, make_header, run_questions
 
     rules = tuple(r.strip() for r in text_rules.split(",") if r.strip())
+    engine_options = dict(
+        batch_size=batch_size,
+        dtype=dtype,
+        device=device,
+        load_in_4bit=load_in_4bit,
+        trust_remote_code=trust_remote_code,
+        prefix_cache=prefix_cache,
+    )
     with _errors():
         if not images.is_dir():
             raise InputError("images root is not a directory", images)
@@ -268,21 +291,7 @@ def run_cmd(
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):
             raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)
-        try:
-            engine = load_backend(
-                backend,
-                model=model,
-                batch_size=batch_size,
-                dtype=dtype,
-                device=device,
-                load_in_4bit=load_in_4bit,
-                trust_remote_code=trust_remote_code,
-            )
-        except (InputError, RuntimeFailure):
-            raise
-        except OSError as err:
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise RuntimeFailure(f"cannot load model {model!r}: {first_line}") from None
+        engine = _load_backend(backend, model, **engine_options)
         header = make_header(cfg, engine, fingerprints, images)
         with _progress("questions") as progress:
             summary = run_questions(engine, questions, images, rundir, cfg, header, progress=progress)
@@ -393,6 +402,155 @@ def score_cmd(
         typer.echo(_markdown_report(report, title))
     else:
         _print_report(report, title)
+
+
+# -- diagnose ----------------------------------------------------------------------------
+
+
+@app.command("diagnose")
+def diagnose_cmd(
+    model: Annotated[str, typer.Option(envvar="HALLUPROBE_MODEL", help="Hub id or local folder (scripted backend: script JSON).")],
+    benchmark: Annotated[list[Path], typer.Option(help="Benchmark file (repeatable).")],
+    images: Annotated[Path, typer.Option(envvar="HALLUPROBE_IMAGES", help="Images root.")],
+    sample: Annotated[int, typer.Option(help="Questions to run (a seeded sample over all files).")] = 100,
+    max_offset: Annotated[float, typer.Option(help="Fail (exit 1) above this off-set argmax rate.")] = 0.01,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    backend: Annotated[str, typer.Option(envvar="HALLUPROBE_BACKEND", help="Backend: hf or scripted.")] = "hf",
+    template: Annotated[Optional[str], typer.Option(help="Prompt: 'chat', 'llava', or a format with {question}.")] = None,
+    batch_size: Annotated[int, typer.Option(envvar="HALLUPROBE_BATCH_SIZE", help="Batch size.")] = 8,
+    device: Annotated[str, typer.Option(envvar="HALLUPROBE_DEVICE", help="cpu, cuda, cuda:N or auto.")] = "auto",
+    dtype: Annotated[str, typer.Option(envvar="HALLUPROBE_DTYPE", help="auto, float32, bfloat16 or float16.")] = "auto",
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow the model's own code from the hub.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check a model and template before trusting a logit readout: token sets and off-set argmax rate."""
+    from halluprobe.diagnose import diagnose, sample_questions
+
+    with _errors():
+        if not images.is_dir():
+            raise InputError("images root is not a directory", images)
+        if sample < 1:
+            raise InputError(f"--sample must be at least 1, not {sample}")
+        questions, fingerprints = _read_benchmarks(benchmark)
+        chosen = sample_questions(questions, sample, seed)
+        engine = _load_backend(backend, model, batch_size=batch_size, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+        with _progress("diagnose") as progress:
+            result = diagnose(
+                engine, chosen, images, fingerprints, model=model, backend_name=backend, template=template, progress=progress
+            )
+    rate = result.offset_rate
+    failed = rate is None or rate > max_offset
+    sets = result.token_sets
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "n": result.n,
+                    "errors": result.errors,
+                    "offset_rate": rate,
+                    "max_offset": max_offset,
+                    "ok": not failed,
+                    "offset_pieces": result.offset_pieces.most_common(),
+                    "first_pieces": result.first_pieces.most_common(),
+                    "yes_pieces": sets.yes_pieces if sets else None,
+                    "no_pieces": sets.no_pieces if sets else None,
+                    "legacy_valid": sets.legacy_valid if sets else None,
+                    "prompt": result.prompt_example,
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
+    else:
+        if sets is not None:
+            typer.echo("yes set: " + ", ".join(f"{p!r}={i}" for p, i in zip(sets.yes_pieces, sets.yes_ids)))
+            typer.echo("no set:  " + ", ".join(f"{p!r}={i}" for p, i in zip(sets.no_pieces, sets.no_ids)))
+            typer.echo(f"legacy LLaMA ids: {'valid' if sets.legacy_valid else 'INVALID for this vocabulary'}")
+        typer.echo(f"prompt: {result.prompt_example!r}")
+        typer.echo("first pieces: " + ", ".join(f"{p!r} {c}" for p, c in result.first_pieces.most_common(8)))
+        if rate is not None:
+            typer.echo(f"off-set argmax: {result.offset} of {result.answered} ({100 * rate:.1f}%), {result.errors} errors")
+    if failed:
+        if rate is None:
+            message = f"no question was answered ({result.errors} errors)"
+        else:
+            worst = ", ".join(f"{p!r} ({c})" for p, c in result.offset_pieces.most_common(5))
+            message = (
+                f"the first token's argmax lies outside the yes/no sets on {100 * rate:.1f}% of questions "
+                f"(limit {100 * max_offset:.1f}%): {worst}; logit readouts would read the tail of the "
+                "distribution: fix the template or the token sets"
+            )
+        print(f"error: {message}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+# -- audit and report --------------------------------------------------------------------
+
+
+@app.command("audit")
+def audit_cmd(
+    rundirs: Annotated[list[Path], typer.Argument(help="Run directories (several: compared side by side).")],
+    labels: Annotated[
+        Optional[list[Path]], typer.Option(help="Alternative labels (e.g. RePOPE), matched by split and question_id; repeatable.")
+    ] = None,
+    headline: Annotated[str, typer.Option(help="The readout the others are compared with.")] = "dynamic",
+    unknown: Annotated[str, typer.Option(help="Unknown answers: wrong, no, yes or drop.")] = "wrong",
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples (images are resampled).")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the audit object as JSON.")] = False,
+) -> None:
+    """Audit run dirs: every readout side by side, paired tests, token diagnostic, convergence,
+    hallucination profile, relabelling. Writes RUNDIR/audit.json; reads run dirs only."""
+    from halluprobe.audit import audit_run, compare_runs, summarise_audit, write_audit
+
+    if unknown not in ("wrong", "no", "yes", "drop"):
+        _fail(InputError(f"--unknown must be wrong, no, yes or drop, not {unknown!r}"))
+    audits = []
+    with _errors():
+        for rundir in rundirs:
+            audit = audit_run(
+                rundir, headline=headline, labels=labels or (), policy=unknown, n_resamples=resamples, seed=seed  # type: ignore[arg-type]
+            )
+            write_audit(rundir, audit)
+            audits.append(audit)
+        comparison = (
+            compare_runs(rundirs, readout=headline, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
+            if len(rundirs) > 1
+            else None
+        )
+    if as_json:
+        payload: Any = audits[0] if comparison is None else {"audits": audits, "comparison": comparison}
+        typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        return
+    for rundir, audit in zip(rundirs, audits):
+        typer.echo(f"{rundir}/audit.json")
+        for line in summarise_audit(audit):
+            typer.echo(f"  {line}")
+    if comparison is not None:
+        typer.echo(json.dumps(comparison.get("paired", {}), indent=2))
+
+
+@app.command("report")
+def report_cmd(
+    rundirs: Annotated[list[Path], typer.Argument(help="Run directories (several become a leaderboard).")],
+    out: Annotated[Path, typer.Option(help="HTML file to write; a Markdown twin is written beside it.")] = Path("report.html"),
+    labels: Annotated[Optional[list[Path]], typer.Option(help="Alternative labels files for the relabelling section.")] = None,
+    headline: Annotated[str, typer.Option(help="Headline readout.")] = "dynamic",
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+) -> None:
+    """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots."""
+    from halluprobe.audit import audit_run, compare_runs
+    from halluprobe.report import render_report
+
+    with _errors():
+        audits = [
+            audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in rundirs
+        ]
+        comparison = compare_runs(rundirs, readout=headline, n_resamples=resamples, seed=seed) if len(rundirs) > 1 else None
+        html, md = render_report(rundirs, out, audits=audits, comparison=comparison)
+    typer.echo(str(html))
+    typer.echo(str(md))
 
 
 # -- tokens ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ The script is a JSON file::
     {"present": {"photo.png": ["cat", "cup"]},   # answered yes
      "hallucinate": {"dog": 0.5},               # absent object -> yes with this probability
      "errors": ["broken.png"],                  # these images fail like an unreadable file
+     "offset": {"odd.png": "▁Maybe"},           # first-token argmax outside the yes/no sets
      "delay_s": 0.0,                            # sleep per batch (kill-and-resume tests)
      "seed": 0}
 
@@ -47,6 +48,10 @@ class ScriptedBackend:
         self._errors = set(script.get("errors", []))
         self._seed = int(script.get("seed", 0))
         self._delay_s = float(script.get("delay_s", 0.0))
+        self._offset = dict(script.get("offset", {}))
+        unknown = set(self._offset.values()) - set(SCRIPTED_VOCAB)
+        if unknown:
+            raise InputError(f"offset pieces {sorted(unknown)} are not in the scripted vocabulary {SCRIPTED_VOCAB}", path)
         self._batch_size = batch_size
 
     def info(self) -> dict[str, Any]:
@@ -87,6 +92,10 @@ class ScriptedBackend:
         rest = (1.0 - p_top) / (len(SCRIPTED_VOCAB) - 1)
         probs = {piece: rest for piece in SCRIPTED_VOCAB}
         probs["▁Yes" if says_yes else "▁No"] = p_top
+        if name in self._offset:  # the model's most likely first piece is neither yes nor no
+            probs[self._offset[name]] = p_top + 0.01
+        total = sum(probs.values())
+        probs = {piece: p / total for piece, p in probs.items()}
         logprobs = {i: math.log(probs[p]) for i, p in enumerate(SCRIPTED_VOCAB)}
         ranked = sorted(logprobs.items(), key=lambda kv: (-kv[1], kv[0]))
         return Response(
