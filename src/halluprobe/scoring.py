@@ -6,12 +6,12 @@ path in ``halluprobe.metrics.score``: nothing here computes a metric itself.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
+from halluprobe.jsonl import iter_objects, read_text
 from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.logits import LEGACY_READOUTS
@@ -75,19 +75,8 @@ def read_answers(path: Path) -> list[dict[str, Any]]:
     LLaVA's answer files (``question_id``, ``prompt``, ``text`` = the answer) are read too.
     """
     rows: list[dict[str, Any]] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read answers: {err}", path) from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(f"malformed JSON: {err.msg}", path, number) from None
-        if not isinstance(obj, dict):
-            raise InputError("expected a JSON object", path, number)
+    _, text = read_text(path, "answers file")
+    for number, obj in iter_objects(text, path):
         answer = obj.get("answer", obj.get("text") if "question_id" in obj else None)
         if not isinstance(answer, str):
             raise InputError("missing string key 'answer'", path, number)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from halluprobe.errors import InputError
+from halluprobe.jsonl import iter_objects, read_text, type_name
 
 __all__ = ["ObjectIndex", "ObjectFormat", "read_objects"]
 
@@ -93,15 +94,8 @@ class ObjectIndex:
 def read_objects(path: str | Path) -> ObjectIndex:
     """Read a COCO instances JSON or a POPE-style ``{"image", "objects"}`` JSON Lines file."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read objects file: {e.strerror or e}", p) from e
+    raw, text = read_text(p, "objects file")
     sha = hashlib.sha256(raw).hexdigest()
-    try:
-        text = raw.decode("utf-8-sig")  # tolerate a BOM: some exporters write one
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", p) from e
     if not text.strip():
         raise InputError("empty file", p)
 
@@ -127,7 +121,7 @@ def read_objects(path: str | Path) -> ObjectIndex:
             # one multi-line JSON document that is not COCO: saying so beats "malformed JSON
             # on line 1" from the line reader
             raise InputError(
-                f"a JSON {_type_name(doc)} that is neither a COCO instances file (images, annotations, "
+                f"a JSON {type_name(doc)} that is neither a COCO instances file (images, annotations, "
                 "categories) nor JSON Lines of {\"image\", \"objects\"}",
                 p,
             )
@@ -145,30 +139,18 @@ def _dedup(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
 def _read_jsonl(text: str, path: Path) -> dict[str, tuple[str, ...]]:
     images: dict[str, tuple[str, ...]] = {}
     first_line: dict[str, int] = {}
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", path, lineno) from e
-        if not isinstance(rec, dict):
-            raise InputError(f"expected a JSON object, got {_type_name(rec)}", path, lineno)
+    for lineno, rec in iter_objects(text, path):
         for key in ("image", "objects"):
             if key not in rec:
                 raise InputError(f"missing key {key!r}", path, lineno)
         image, objects = rec["image"], rec["objects"]
         if not isinstance(image, str) or not image:
-            raise InputError(f"'image' must be a non-empty string, got {_type_name(image)}", path, lineno)
+            raise InputError(f"'image' must be a non-empty string, got {type_name(image)}", path, lineno)
         if not isinstance(objects, list):
-            raise InputError(f"'objects' must be a list, got {_type_name(objects)}", path, lineno)
+            raise InputError(f"'objects' must be a list, got {type_name(objects)}", path, lineno)
         for o in objects:
             if not isinstance(o, str) or not o.strip():
                 raise InputError(f"object names must be non-empty strings, got {o!r}", path, lineno)
@@ -181,12 +163,12 @@ def _read_jsonl(text: str, path: Path) -> dict[str, tuple[str, ...]]:
 
 def _int_field(item: Any, key: str, where: str, path: Path) -> int:
     if not isinstance(item, dict):
-        raise InputError(f"{where}: expected an object, got {_type_name(item)}", path)
+        raise InputError(f"{where}: expected an object, got {type_name(item)}", path)
     if key not in item:
         raise InputError(f"{where}: missing key {key!r}", path)
     value = item[key]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{where}: {key!r} must be an integer, got {_type_name(value)}", path)
+        raise InputError(f"{where}: {key!r} must be an integer, got {type_name(value)}", path)
     return value
 
 
@@ -206,7 +188,7 @@ def _read_coco(doc: dict[str, Any], path: Path) -> dict[str, tuple[str, ...]]:
         if key not in doc:
             raise InputError(f"COCO instances file: missing key {key!r}", path)
         if not isinstance(doc[key], list):
-            raise InputError(f"COCO instances file: {key!r} must be a list, got {_type_name(doc[key])}", path)
+            raise InputError(f"COCO instances file: {key!r} must be a list, got {type_name(doc[key])}", path)
 
     categories: dict[int, str] = {}
     for i, cat in enumerate(doc["categories"]):

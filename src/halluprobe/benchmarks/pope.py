@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from halluprobe.benchmarks.objects import ObjectIndex
 from halluprobe.errors import InputError
+from halluprobe.jsonl import iter_objects, read_text, type_name
 from halluprobe.records import SCHEMA_VERSION, Question
 
 __all__ = [
@@ -388,10 +389,6 @@ def split_name(path: str | Path) -> str:
     return m.group(1) if m else p.stem
 
 
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
 def _escapes_root(image: str) -> bool:
     norm = image.replace("\\", "/")
     if norm.startswith("/") or re.match(r"^[A-Za-z]:/", norm):
@@ -408,32 +405,17 @@ def read_questions(path: str | Path, split: str | None = None) -> list[Question]
     """
     p = Path(path)
     split = split if split is not None else split_name(p)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read questions file: {e.strerror or e}", p) from e
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", p) from e
+    _, text = read_text(p, "questions file")
 
     questions: list[Question] = []
     first_line: dict[int, int] = {}
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", p, lineno) from e
-        if not isinstance(rec, dict):
-            raise InputError(f"expected a JSON object, got {_type_name(rec)}", p, lineno)
+    for lineno, rec in iter_objects(text, p):
         for key in _REQUIRED_KEYS:
             if key not in rec:
                 raise InputError(f"missing key {key!r}", p, lineno)
         qid, image, qtext, label = rec["question_id"], rec["image"], rec["text"], rec["label"]
         if isinstance(qid, bool) or not isinstance(qid, int):
-            raise InputError(f"'question_id' must be an integer, got {_type_name(qid)}", p, lineno)
+            raise InputError(f"'question_id' must be an integer, got {type_name(qid)}", p, lineno)
         if not isinstance(image, str) or not image.strip():
             raise InputError(f"'image' must be a non-empty string, got {image!r}", p, lineno)
         if _escapes_root(image):
@@ -441,7 +423,7 @@ def read_questions(path: str | Path, split: str | None = None) -> list[Question]
         if not isinstance(qtext, str) or not qtext.strip():
             raise InputError(f"'text' must be a non-empty string, got {qtext!r}", p, lineno)
         if not isinstance(label, str):
-            raise InputError(f"'label' must be a string, got {_type_name(label)}", p, lineno)
+            raise InputError(f"'label' must be a string, got {type_name(label)}", p, lineno)
         norm_label = label.strip().lower()
         if norm_label not in ("yes", "no"):
             raise InputError(f"unknown label {label!r} (expected yes or no)", p, lineno)
