@@ -251,7 +251,7 @@ def test_errored_rows_in_score() -> None:
     assert (wrong.pooled.n, wrong.pooled.errors, wrong.pooled.unknown) == (3, 1, 0)
     assert wrong.pooled.accuracy == pytest.approx(2 / 3)
     assert wrong.pooled.recall == pytest.approx(1 / 2)
-    assert wrong.pooled.auroc is None  # the errored row has no p_yes
+    assert wrong.pooled.auroc == 1.0  # ranked over the answered rows; the errored one is counted in errors
     drop = score_rows(rows, readout="x", policy="drop", n_resamples=0)
     assert (drop.pooled.n, drop.pooled.errors) == (2, 1)
     assert drop.pooled.accuracy == 1.0

@@ -447,7 +447,8 @@ def _profile(t: _Table, readout: str, top: int) -> dict[str, Any]:
         pair_yes[(positive, obj)] += int(dec[i] == "yes")
     pairs = [
         {"positive": p, "negative": q, "yes": pair_yes[(p, q)], "n": pair_n[(p, q)], "rate": pair_yes[(p, q)] / pair_n[(p, q)]}
-        for p, q in sorted(pair_n, key=lambda k: (-pair_yes[k] / pair_n[k], -pair_yes[k], k))
+        # by yes count first: a pair seen once and answered yes once is not the top finding
+        for p, q in sorted(pair_n, key=lambda k: (-pair_yes[k], -pair_yes[k] / pair_n[k], k))
     ][:top]
     return {
         "readout": readout,

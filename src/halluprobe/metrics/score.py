@@ -86,9 +86,9 @@ def score_rows(
 ) -> ScoreReport:
     """Score ``rows`` (one readout's decisions) into a ScoreReport.
 
-    AUROC and ECE come from ``p_yes``: None for a table where any counted row lacks it (an
-    errored row counts as lacking it, except under ``drop``, which removes errored rows) or has
-    one class only. ``n_resamples=0`` skips the bootstrap (``ci`` stays empty). Raises
+    AUROC and ECE come from ``p_yes`` over the answered rows (an errored row has no score to
+    rank, under every policy; the ``errors`` count says how many are missing): None where an
+    answered row lacks ``p_yes`` (a text readout) or one class only is left. ``n_resamples=0`` skips the bootstrap (``ci`` stays empty). Raises
     ValueError on no rows, a duplicate ``(split, question_id)``, a bad label, decision, policy
     or level.
     """
@@ -143,7 +143,7 @@ def score_rows(
 
     def table_metrics(raw_by_image: np.ndarray, mask: np.ndarray, arrays: dict[str, np.ndarray]) -> Metrics:
         counts = _counts_from_raw(raw_by_image.sum(axis=0), policy)
-        keep = mask & ~errors if policy == "drop" else mask
+        keep = mask & ~errors
         au, ece = _auroc_ece(labels_yes[keep], p_yes[keep])
         return Metrics(
             n=counts.n,

@@ -1,0 +1,336 @@
+"""The Markdown twin of the report: the same sections and tables, figures replaced by their
+numbers (a paper's source, an issue or a pull request can paste it; the HTML has the plots).
+
+It reads the same view model as the HTML template, with the same number formatting, so the
+two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from halluprobe.report.view import (
+    fmt_ci,
+    fmt_count,
+    fmt_delta,
+    fmt_p,
+    fmt_pct,
+    fmt_score,
+    piece,
+)
+
+__all__ = ["markdown_report"]
+
+
+def _esc(text: Any) -> str:
+    """A table cell: pipes escaped, newlines shown as ⏎ (a cell is one line)."""
+    return str(text).replace("|", "\\|").replace("\r", "").replace("\n", " ⏎ ")
+
+
+def _code(text: Any) -> str:
+    body = str(text)
+    fence = "``" if "`" in body else "`"
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{_esc(body)}{pad}{fence}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence[str] | None = None) -> list[str]:
+    align = align or ["l"] + ["r"] * (len(header) - 1)
+    rule = ["---:" if a == "r" else ":---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(_esc(c) if not str(c).startswith("`") else str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _with_ci(m: Mapping[str, Any], name: str) -> str:
+    ci = fmt_ci((m.get("ci") or {}).get(name))
+    return fmt_pct(m.get(name)) + (f" {ci}" if ci else "")
+
+
+def _section(number: int, title: str) -> list[str]:
+    return ["", f"## {number}. {title}", ""]
+
+
+def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") -> str:
+    runs: list[Mapping[str, Any]] = list(view["runs"])
+    multi = len(runs) > 1
+    headline = view["headline"]
+    lines: list[str] = []
+    kind = "leaderboard" if multi else "report"
+    title = f"{len(runs)} runs on POPE" if multi else runs[0]["label"]
+    lines += [f"# halluprobe {kind}: {title}", ""]
+    byline = [f"Headline readout `{headline}`", f"unknown answers counted as **{view['policy']}**"]
+    if view.get("bootstrap_text"):
+        byline.append("95% CIs: " + view["bootstrap_text"])
+    if view.get("version"):
+        byline.append(f"halluprobe {view['version']}")
+    lines.append(" · ".join(byline) + ".")
+    lines += ["", f"Ratios in %, 95% CI in brackets. The figures are in [{html_name}]({html_name})."]
+    number = 0
+
+    board = view.get("leaderboard")
+    if board:
+        number += 1
+        lines += _section(number, "Leaderboard")
+        lines.append(
+            f"Ranked by macro F1 ({board.get('readout')} readout)"
+            + (f", on the {fmt_count(board['common_questions'])} questions every run answered" if board.get("common_questions") else "")
+            + f"; paired columns compare each run with run 1 ({board.get('reference')})."
+        )
+        lines.append("")
+        rows = []
+        for row in board["rows"]:
+            paired = row.get("paired") or {}
+            rows.append(
+                [
+                    row["rank"],
+                    f"{row['run']['index'] + 1}. {row['label']}",
+                    _code(row["run"].get("template")),
+                    _with_ci(row["macro"], "accuracy"),
+                    _with_ci(row["macro"], "f1"),
+                    _with_ci(row["macro"], "yes_ratio"),
+                    _with_ci(row["macro"], "htr"),
+                    (fmt_delta(paired.get("delta_f1")) + " " + fmt_ci(paired.get("delta_f1_ci"), signed=True)).strip() if paired else "–",
+                    f"{fmt_count(paired.get('b'))} / {fmt_count(paired.get('c'))}" if paired else "–",
+                    fmt_p(paired.get("mcnemar_p")) if paired else "–",
+                ]
+            )
+        lines += _table(["#", "run", "template", "acc", "F1", "yes", "HTR", "ΔF1 (pp)", "b / c", "p"], rows)
+
+    number += 1
+    lines += _section(number, "Run")
+    for run in runs:
+        if multi:
+            lines += [f"### {run['index'] + 1}. {run['label']}", ""]
+        tokens = run["tokens"]
+        legacy = "valid" if tokens.get("legacy_valid") else "**invalid** on this vocabulary" + (
+            ": " + ", ".join(f"{i}={piece(p) if p is not None else '—'}" for i, p in tokens["legacy"]) if tokens["legacy"] else ""
+        )
+        rows = [
+            ["Model", f"{_code(run.get('model'))} (backend {run.get('backend')})"],
+            ["Prompt", f"template {_code(run.get('template'))}" + (f": {_code(piece(run['prompt']))}" if run.get("prompt") else "")],
+            ["Tokenizer", f"{_code(str(tokens.get('fingerprint') or '–')[:16])}, {fmt_count(tokens.get('vocab_size'))} ids"],
+            ["Yes set", ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens["yes"]) or "none found"],
+            ["No set", ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens["no"]) or "none found"],
+            ["Legacy ids", legacy],
+            ["Questions", f"{fmt_count(run.get('n'))}, {fmt_count(run.get('errors') or 0)} errors"],
+        ]
+        if run.get("benchmarks"):
+            rows.append(["Benchmarks", ", ".join(f"{s} {_code(str(sha)[:12])}" for s, sha in run["benchmarks"].items())])
+        rows.append(["Software", ", ".join(f"{k} {v}" for k, v in run.get("packages", {}).items()) or "–"])
+        rows.append(["Created", f"{run.get('created_at') or '–'}, {_code(run.get('path'))}"])
+        lines += _table(["", ""], rows, align=["l", "l"])
+        lines.append("")
+
+    number += 1
+    lines += _section(number, "Headline metrics")
+    lines.append(f"Readout `{headline}` per split, pooled, and the macro mean over splits. HTR = FP / (FP + TN).")
+    lines.append("")
+    header = ["split", "n", "TP", "FP", "TN", "FN", "unk", "acc", "prec", "rec", "F1", "yes", "HTR", "AUROC", "ECE"]
+    if view.get("show_errors"):
+        header.insert(7, "err")
+    rows = []
+    for run in runs:
+        for row in run["headline_rows"]:
+            m = row["m"]
+            name = f"**{row['name']}**" if row["kind"] == "macro" else row["name"]
+            cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+            cells += [name, *(fmt_count(m.get(k)) for k in ("n", "tp", "fp", "tn", "fn", "unknown"))]
+            if view.get("show_errors"):
+                cells.append(fmt_count(m.get("errors")))
+            cells += [_with_ci(m, k) for k in ("accuracy", "precision", "recall", "f1", "yes_ratio", "htr")]
+            cells += [fmt_score(m.get("auroc")), fmt_score(m.get("ece"))]
+            rows.append(cells)
+    lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
+
+    number += 1
+    lines += _section(number, "Readout comparison")
+    lines.append(
+        f"Every readout from the same forward pass. ΔF1 against `{headline}` in percentage points with a paired "
+        "image-bootstrap CI; b / c = questions only the headline / only this readout got right; p from McNemar's exact test."
+    )
+    lines.append("")
+    rows = []
+    for run in runs:
+        for r in run["readouts"]:
+            paired = r.get("paired") or {}
+            name = _code(r["name"]) + (" (headline)" if r["headline"] else "") + (" †" if r["forced"] or not r["valid"] else "")
+            cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+            cells += [
+                name,
+                _with_ci(r["m"], "accuracy"),
+                _with_ci(r["m"], "f1"),
+                _with_ci(r["m"], "yes_ratio"),
+                fmt_pct(r["m"].get("unknown_rate")),
+                fmt_score(r["m"].get("auroc")),
+                (fmt_delta(paired.get("delta_f1")) + " " + fmt_ci(paired.get("delta_f1_ci"), signed=True)).strip() if paired else ("ref." if r["headline"] else "–"),
+                f"{fmt_count(paired.get('b'))} / {fmt_count(paired.get('c'))}" if paired else "–",
+                fmt_p(paired.get("mcnemar_p")) if paired else "–",
+                fmt_pct(r.get("agreement")),
+            ]
+            rows.append(cells)
+    header = ["readout", "acc", "F1", "yes", "unk", "AUROC", "ΔF1 (pp)", "b / c", "p", "agree"]
+    lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
+    if view.get("any_forced"):
+        lines += ["", "† Not valid for this vocabulary (the legacy LLaMA-2 ids are not yes/no pieces here): scored only to show what the legacy evaluator would report."]
+
+    number += 1
+    lines += _section(number, "Confusion matrices")
+    lines.append(f"Readout `{headline}`; rows of the HTML figure as columns here.")
+    lines.append("")
+    rows = []
+    for run in runs:
+        for split, c in run["confusion"].items():
+            cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+            cells += [split, *(fmt_count(c.get(k, 0)) for k in ("tp", "fn", "fp", "tn", "unknown"))]
+            rows.append(cells)
+    lines += _table((["run"] if multi else []) + ["split", "TP", "FN", "FP", "TN", "unknown"], rows)
+
+    number += 1
+    lines += _section(number, "Convergence")
+    lines.append("F1 after the first k questions; *stable from* = the k from which it stays within 0.5 points of its final value.")
+    lines.append("")
+    rows = []
+    for run in runs:
+        for name, curve in run["curves"].items():
+            points = [p for p in curve if p[1] is not None]
+            cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+            stable = run["stable_after"].get(name)
+            cells += [
+                _code(name),
+                fmt_pct(points[0][1]) + f" (k = {fmt_count(points[0][0])})" if points else "–",
+                fmt_pct(points[-1][1]) + f" (k = {fmt_count(points[-1][0])})" if points else "–",
+                fmt_count(stable) if stable is not None else "never",
+            ]
+            rows.append(cells)
+    lines += _table((["run"] if multi else []) + ["readout", "first point", "final", "stable from k"], rows)
+
+    number += 1
+    lines += _section(number, "Distribution of p(yes)")
+    rows = []
+    for run in runs:
+        for name, by_label in run["p_yes"].items():
+            for label in ("yes", "no"):
+                values = [v for v in (by_label or {}).get(label, []) if isinstance(v, (int, float))]
+                if not values:
+                    continue
+                values.sort()
+                above = sum(v > 0.5 for v in values) / len(values)
+                cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+                cells += [_code(name), label, fmt_count(len(values)), fmt_score(values[len(values) // 2]), fmt_pct(above)]
+                rows.append(cells)
+    if rows:
+        lines += _table((["run"] if multi else []) + ["readout", "label", "n", "median p(yes)", "p(yes) > 0.5 (%)"], rows)
+    else:
+        lines.append("No logit readout stored p(yes).")
+
+    number += 1
+    lines += _section(number, "Calibration")
+    rows = []
+    for run in runs:
+        for name, cal in run["calibration"].items():
+            for b in cal.get("bins", []):
+                if not b.get("count"):
+                    continue
+                cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+                cells += [_code(name), f"{b.get('lo', 0):.1f}–{b.get('hi', 0):.1f}", fmt_count(b.get("count")), fmt_score(b.get("mean_p")), fmt_score(b.get("frac_yes"))]
+                rows.append(cells)
+    if rows:
+        eces = [
+            f"{_code(name)} {fmt_score(cal.get('ece'))}" + (f" ({run['label']})" if multi else "")
+            for run in runs
+            for name, cal in run["calibration"].items()
+        ]
+        lines.append("ECE: " + ", ".join(eces) + ".")
+        lines.append("")
+        lines += _table((["run"] if multi else []) + ["readout", "p(yes) bin", "n", "mean p(yes)", "fraction labelled yes"], rows)
+    else:
+        lines.append("No logit readout stored p(yes).")
+
+    number += 1
+    lines += _section(number, "Hallucination profile")
+    for run in runs:
+        if multi:
+            lines += [f"### {run['index'] + 1}. {run['label']}", ""]
+        objects = run["profile_objects"][:15]
+        if objects:
+            lines.append("Objects most often answered yes when absent:")
+            lines.append("")
+            lines += _table(["object", "yes / n", "rate"], [[o.get("object"), f"{fmt_count(o.get('yes'))} / {fmt_count(o.get('n'))}", fmt_pct(o.get("rate"))] for o in objects])
+            lines.append("")
+        pairs = run["profile_pairs"][:12]
+        if pairs:
+            lines.append("Adversarial pairs (present object, absent object asked about):")
+            lines.append("")
+            lines += _table(
+                ["present", "asked (absent)", "yes / n", "rate"],
+                [[p.get("positive"), p.get("negative"), f"{fmt_count(p.get('yes'))} / {fmt_count(p.get('n'))}", fmt_pct(p.get("rate"))] for p in pairs],
+                align=["l", "l", "r", "r"],
+            )
+            lines.append("")
+        if not objects and not pairs:
+            lines += ["No label-no question was answered yes.", ""]
+
+    number += 1
+    lines += _section(number, "Token diagnostic")
+    for run in runs:
+        if multi:
+            lines += [f"### {run['index'] + 1}. {run['label']}", ""]
+        t = run["tokens"]
+        offset = ", ".join(f"{_code(piece(p[0]))} {fmt_count(p[1])}" for p in t["offset_pieces"][:6])
+        lines.append(f"- First-token argmax outside both sets: **{fmt_pct(t.get('offset_rate'))}%** of questions" + (f" ({offset})." if offset else "."))
+        lines.append("")
+        if t.get("greedy"):
+            lines.append("Logit readouts against the greedy first token, where its argmax is a yes or no piece:")
+            lines.append("")
+            lines += _table(
+                ["readout", "in a set", "agree", "disagree", "outside"],
+                [[_code(name), *(fmt_count(g.get(k)) for k in ("in_set", "agree", "disagree", "offset"))] for name, g in t["greedy"].items()],
+            )
+            lines.append("")
+        if t.get("text_dynamic"):
+            lines.append("Text rules against `dynamic` (both decided and differ, or one side unknown):")
+            lines.append("")
+            lines += _table(
+                ["rule", "differ", "text unknown", "dynamic unknown", "both unknown"],
+                [
+                    [_code(f"text:{rule}"), *(fmt_count(d.get(k)) for k in ("differ", "text_unknown", "dynamic_unknown", "both_unknown"))]
+                    for rule, d in t["text_dynamic"].items()
+                ],
+            )
+            lines.append("")
+        if t["first_pieces"]:
+            lines += _table(
+                ["first-token argmax", "questions", "share (%)"],
+                [[_code(piece(p[0])), fmt_count(p[1]), fmt_pct(p[2]) if len(p) > 2 else "–"] for p in t["first_pieces"][:10]],
+            )
+            lines.append("")
+        names = [r["name"] for r in run["readouts"]]
+        if len(names) > 1 and run.get("agreement"):
+            lines.append("Agreement between readouts (% of questions with the same decision):")
+            lines.append("")
+            lines += _table([""] + [_code(n) for n in names], [[_code(a)] + [fmt_pct(run["agreement"].get(a, {}).get(b)) for b in names] for a in names])
+            lines.append("")
+    if any(run["relabel"] for run in runs):
+        number += 1
+        lines += _section(number, "Labels")
+        lines.append(f"The stored answers scored against other label files; headline `{headline}`, macro, shifts in percentage points.")
+        lines.append("")
+        rows = []
+        for run in runs:
+            for r in run["relabel"]:
+                cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+                cells += [
+                    _code(r["name"]),
+                    *(fmt_count(r.get(k)) for k in ("matched", "removed", "flipped")),
+                    f"{fmt_count(r.get('to_yes'))} / {fmt_count(r.get('to_no'))}",
+                    fmt_count(r.get("added")),
+                    _with_ci(r["before"], "f1"),
+                    _with_ci(r["after"], "f1"),
+                    *(fmt_delta(r["shift"].get(k)) for k in ("f1", "accuracy", "yes_ratio")),
+                ]
+                rows.append(cells)
+        header = ["label file", "matched", "removed", "flipped", "to yes / to no", "added", "F1 before", "F1 after", "ΔF1", "Δacc", "Δyes"]
+        lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
+    return "\n".join(lines).rstrip() + "\n"
