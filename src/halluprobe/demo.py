@@ -63,6 +63,12 @@ def run_demo(out: str | Path, *, progress: Callable[[int, int], None] | None = N
         by_readout[readout] = report
         result.reports.append((f"demo, readout {readout} (random weights: plumbing, not a real model)", report))
     offset = sum(1 for s in rundir.read_samples() if s.offset_argmax is not None)
+    from halluprobe.audit import audit_run, write_audit
+    from halluprobe.report import render_report
+
+    audit = audit_run(rundir.path, n_resamples=200)
+    write_audit(rundir.path, audit)
+    html, _ = render_report([rundir.path], out / "report.html", audits=[audit])
     pope, strict = by_readout["text:pope"].macro, by_readout["text:strict"].macro
     sets = describe_token_sets(backend.token_sets())
     legacy = "valid" if sets["legacy_valid"] else "INVALID: " + ", ".join(
@@ -77,6 +83,7 @@ def run_demo(out: str | Path, *, progress: Callable[[int, int], None] | None = N
             f"on that gibberish POPE's text rule says yes {_pct(pope.yes_ratio)} of the time (F1 {_num(pope.f1)}); "
             f"strict calls {_pct(strict.unknown_rate)} unknown (F1 {_num(strict.f1)})",
             f"rescore any readout: halluprobe score {rundir.path} --readout text:pope",
+            f"audit: {rundir.path / 'audit.json'}; report: {html} (and {html.with_suffix('.md')})",
         ]
     )
     return result
