@@ -1,20 +1,40 @@
 """transformers backend: any model that AutoProcessor + AutoModelForImageTextToText load.
 
-Every readout comes from one ``generate`` call per batch: the raw logits of the first generated
-step give the first-token log-probabilities (all logit readouts), and the greedy continuation
-gives the text for the text rules. With no text rule asked, one forward pass is run instead.
+Two engines give the same numbers (tests hold them within 1e-4 in fp32):
+
+- **prefix cache** (default): questions are grouped by image. For each image the image is
+  preprocessed once, the prompt tokens that all its questions share (the image tokens and the
+  template text around them, found as the longest common token prefix) run once, and their
+  KV cache is reused for the questions' own suffixes, in batches of ``batch_size``. Identical
+  prompts about one image are computed once. Only one image's cache is held at a time.
+- **plain** (``prefix_cache=False``): each batch of full prompts, left-padded, runs from scratch.
+
+Either way every readout comes from one pass per batch: ``generate(output_logits=True)`` gives
+the raw logits of the first generated step (all logit readouts) and the greedy continuation
+(the text rules), stopping at '.', newline or EOS; with no text rule asked, one forward pass.
+The fast path calls the same ``generate`` with the expanded cache, explicit positions and the
+prefix ids in front, so decoding settings, stop rules and padding behave exactly as in the
+plain path. See docs/design/prefix-cache.md.
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
 from halluprobe.records import Request, Response, TokenLogprob, TokenSets
+
+if TYPE_CHECKING:
+    import torch
+
+    from halluprobe.backends.hf_inputs import SharedPrefix
 
 __all__ = ["HFBackend", "STOP_STRINGS"]
 
@@ -30,6 +50,17 @@ def _is_oom(err: BaseException) -> bool:
     return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
 
 
+@dataclass
+class _Prefix:
+    """One image's shared prefix after its forward pass (device tensors)."""
+
+    cache: Any  # DynamicCache with batch 1
+    input_ids: torch.Tensor  # [1, P]
+    next_position: int  # position of the first suffix token (on every rotary axis)
+    mrope: bool  # positions are [3, B, L] (Qwen2-VL multimodal rotary)
+    seconds: float  # time spent reading the image and running the prefix
+
+
 class HFBackend:
     def __init__(
         self,
@@ -40,12 +71,14 @@ class HFBackend:
         device: str = "auto",
         load_in_4bit: bool = False,
         trust_remote_code: bool = False,
+        prefix_cache: bool = True,
         **_: Any,
     ) -> None:
         from halluprobe.backends.hf_inputs import load_model, load_processor
 
         self._model_id = model
         self._batch_size = max(1, batch_size)
+        self._prefix_cache = prefix_cache
         self._inputs = load_processor(model, trust_remote_code=trust_remote_code)
         self._model = load_model(
             model, dtype=dtype, device=device, trust_remote_code=trust_remote_code, load_in_4bit=load_in_4bit
@@ -56,6 +89,14 @@ class HFBackend:
         self._candidates = [i for i in candidate_ids(self._sets) if i < n_logits]
         self._pieces = self._tokenizer.convert_ids_to_tokens(list(range(len(self._tokenizer))))
         self._stopping: Any = None  # built on first use: it preprocesses the whole vocabulary
+        # A forward pass needs the last position's logits only: skip the [batch, seq, vocab] rest.
+        params = inspect.signature(self._model.forward).parameters
+        self._keep_last: dict[str, Any] = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        pad = self._tokenizer.pad_token_id
+        if pad is None:
+            pad = getattr(self._model.generation_config, "pad_token_id", None)
+        self._pad_id = int(pad) if isinstance(pad, int) else 0
+        self._fallback_logged = False
 
     # -- Backend protocol ----------------------------------------------------------------
 
@@ -68,6 +109,7 @@ class HFBackend:
             "dtype": str(self._model.dtype).removeprefix("torch."),
             "device": str(self._model.device),
             "batch_size": self._batch_size,
+            "prefix_cache": self._prefix_cache,
         }
 
     def token_sets(self) -> TokenSets:
@@ -77,9 +119,18 @@ class HFBackend:
         return self._inputs.render_prompt(question, template)
 
     def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
-        # Questions about one image sit together: each image is read once per batch.
+        # Questions about one image sit together (across splits): each image is read once.
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
         pending = [requests[i] for i in order]
+        if not self._prefix_cache:
+            yield from self._answer_plain(pending, max_new_tokens, top_k)
+            return
+        for _, group in itertools.groupby(pending, key=lambda r: r.image_path):
+            yield from self._answer_image(list(group), max_new_tokens, top_k)
+
+    # -- plain engine: full prompts, left-padded batches ---------------------------------------
+
+    def _answer_plain(self, pending: Sequence[Request], max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
         start = 0
         while start < len(pending):
             batch = pending[start : start + self._batch_size]
@@ -88,49 +139,16 @@ class HFBackend:
             except RuntimeError as err:
                 if not _is_oom(err) or self._batch_size == 1:
                     raise
-                self._batch_size = max(1, self._batch_size // 2)
-                log.warning("out of memory: batch size halved to %d", self._batch_size)
-                self._empty_cache()
+                self._halve_batch()
                 continue
             start += len(batch)
 
-    # -- internals -----------------------------------------------------------------------
-
-    def _empty_cache(self) -> None:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-    def _load_images(self, batch: Sequence[Request]) -> tuple[list[Any], dict[int, str]]:
-        from PIL import Image
-
-        images: list[Any] = []
-        errors: dict[int, str] = {}
-        cache: dict[str, Any] = {}
-        for i, request in enumerate(batch):
-            path = request.image_path
-            if path not in cache:
-                try:
-                    with Image.open(path) as img:
-                        cache[path] = img.convert("RGB")
-                except Exception as err:  # any unreadable image is a per-sample error
-                    cache[path] = f"cannot read image {path}: {type(err).__name__}: {err}"
-            if isinstance(cache[path], str):
-                errors[i] = cache[path]
-            else:
-                images.append(cache[path])
-        return images, errors
-
     def _answer_batch(self, batch: Sequence[Request], max_new_tokens: int, top_k: int) -> list[Response]:
-        import torch
-
         started = time.perf_counter()
         images, errors = self._load_images(batch)
         ok = [r for i, r in enumerate(batch) if i not in errors]
         results: dict[tuple[str, int], Response] = {
-            batch[i].key: Response(split=batch[i].split, question_id=batch[i].question_id, error=msg)
-            for i, msg in errors.items()
+            batch[i].key: _error(batch[i], msg) for i, msg in errors.items()
         }
         if ok:
             try:
@@ -142,26 +160,228 @@ class HFBackend:
                     raise
                 log.exception("batch failed")
                 for r in ok:
-                    results[r.key] = Response(split=r.split, question_id=r.question_id, error=f"{type(err).__name__}: {err}")
+                    results[r.key] = _error(r, f"{type(err).__name__}: {err}")
             else:
-                logprobs = torch.log_softmax(first_logits.float(), dim=-1).cpu()
-                elapsed = (time.perf_counter() - started) / len(batch)
-                cand = torch.tensor(self._candidates, dtype=torch.long)
-                for row, r in enumerate(ok):
-                    top = torch.topk(logprobs[row], k=min(top_k, logprobs.shape[-1]))
-                    values = logprobs[row, cand].tolist()
-                    results[r.key] = Response(
-                        split=r.split,
-                        question_id=r.question_id,
-                        first_token=[
-                            TokenLogprob(id=int(i), piece=self._piece(int(i)), logprob=float(v))
-                            for v, i in zip(top.values.tolist(), top.indices.tolist())
-                        ],
-                        candidates={str(i): float(v) for i, v in zip(self._candidates, values)},
-                        text=texts[row] if texts is not None else None,
-                        latency_s=elapsed,
-                    )
+                latency = (time.perf_counter() - started) / len(batch)
+                rows = [[r] for r in ok]
+                results.update(self._responses(rows, first_logits, texts, latency, top_k))
         return [results[r.key] for r in batch]
+
+    # -- prefix-cache engine: one image at a time -----------------------------------------------
+
+    def _answer_image(self, group: list[Request], max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
+        """Answer every request about one image: the shared prefix once, then suffix batches."""
+        started = time.perf_counter()
+        image = self._load_image(group[0].image_path)
+        if isinstance(image, str):
+            yield [_error(r, image) for r in group]
+            return
+        # Identical prompts about one image are one computation (POPE's splits repeat questions).
+        by_prompt: dict[str, list[Request]] = {}
+        for r in group:
+            by_prompt.setdefault(r.prompt, []).append(r)
+        prompts = list(by_prompt)
+        try:
+            shared = self._inputs.encode_shared(prompts, image)
+            prefix = self._run_prefix(shared, started) if shared is not None else None
+        except Exception as err:
+            if _is_oom(err):
+                raise
+            log.exception("image %s failed", group[0].image_path)
+            yield [_error(r, f"{type(err).__name__}: {err}") for r in group]
+            return
+        del image
+        if shared is None or prefix is None:
+            if not self._fallback_logged:
+                log.info("prompts share no image prefix; answering them with full prompts")
+                self._fallback_logged = True
+            yield from self._answer_plain(group, max_new_tokens, top_k)
+            return
+        start = 0
+        while start < len(prompts):
+            chunk = prompts[start : start + self._batch_size]
+            batch_started = time.perf_counter()
+            rows = [by_prompt[p] for p in chunk]
+            inputs: dict[str, Any] | None = None
+            try:
+                suffixes = shared.suffixes[start : start + len(chunk)]
+                inputs = self._suffix_inputs(prefix, suffixes, max_new_tokens)
+                first_logits, texts = self._forward(inputs, max_new_tokens)
+            except Exception as err:
+                if _is_oom(err) and self._batch_size > 1:
+                    inputs = None  # drop the expanded cache before retrying smaller
+                    self._halve_batch()
+                    continue
+                if _is_oom(err):
+                    raise
+                log.exception("batch failed")
+                yield [_error(r, f"{type(err).__name__}: {err}") for row in rows for r in row]
+            else:
+                inputs = None  # the expanded cache: free it before the next batch builds its own
+                n = sum(len(row) for row in rows)
+                # latency: this batch's own time plus its share of the image's prefix pass
+                share = prefix.seconds * len(chunk) / len(prompts)
+                latency = (time.perf_counter() - batch_started + share) / n
+                responses = self._responses(rows, first_logits, texts, latency, top_k)
+                yield [responses[r.key] for row in rows for r in row]
+            start += len(chunk)
+
+    def _run_prefix(self, shared: SharedPrefix, started: float) -> _Prefix:
+        import torch
+
+        device = self._model.device
+        inputs = {k: v.to(device) if hasattr(v, "to") else v for k, v in shared.prefix.items()}
+        with torch.inference_mode():
+            out = self._model(**inputs, use_cache=True, **self._keep_last)
+        next_position, mrope = self._next_position(inputs)
+        return _Prefix(
+            cache=out.past_key_values,
+            input_ids=inputs["input_ids"],
+            next_position=next_position,
+            mrope=mrope,
+            seconds=time.perf_counter() - started,
+        )
+
+    def _next_position(self, prefix: dict[str, Any]) -> tuple[int, bool]:
+        """Position of the first token after the prefix, and whether positions are 3-D.
+
+        Text after the image continues from the largest prefix position + 1 on all three
+        multimodal rotary axes (what ``get_rope_index`` gives text tokens); 1-D models count on.
+        """
+        get_rope_index = getattr(getattr(self._model, "model", None), "get_rope_index", None)
+        if get_rope_index is None or "mm_token_type_ids" not in prefix:
+            return int(prefix["input_ids"].shape[1]), False
+        params = inspect.signature(get_rope_index).parameters
+        positions, _ = get_rope_index(**{k: v for k, v in prefix.items() if k in params})
+        return int(positions.max()) + 1, True
+
+    def _suffix_inputs(self, prefix: _Prefix, suffixes: list[list[int]], max_new_tokens: int) -> dict[str, Any]:
+        """Model inputs for a batch of suffixes after the cached prefix.
+
+        Suffixes are left-padded, so the pads sit between prefix and suffix: every row's last
+        token is the last column (read its logits there; generation appends after it). The
+        mask is [prefix ones | suffix mask] and positions are explicit, counting real tokens
+        only, so a row's numbers do not depend on its neighbours' lengths. ``generate`` gets the
+        prefix ids in front (it slices off what the cache covers); a plain forward gets the
+        suffix only.
+        """
+        import torch
+
+        device = self._model.device
+        rows, width = len(suffixes), max(len(s) for s in suffixes)
+        ids = torch.full((rows, width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((rows, width), dtype=torch.long)
+        for row, suffix in enumerate(suffixes):
+            ids[row, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            mask[row, width - len(suffix) :] = 1
+        positions = prefix.next_position + (mask.cumsum(-1) - 1).clamp(min=0)
+        if prefix.mrope:
+            positions = positions.unsqueeze(0).expand(3, rows, width)
+        prefix_len = prefix.input_ids.shape[1]
+        attention = torch.cat([torch.ones((rows, prefix_len), dtype=torch.long), mask], dim=-1)
+        ids = ids.to(device)
+        if max_new_tokens > 0:
+            ids = torch.cat([prefix.input_ids.expand(rows, -1), ids], dim=-1)
+        with torch.inference_mode():
+            cache = self._expand_cache(prefix.cache, rows)
+        return {
+            "input_ids": ids,
+            "attention_mask": attention.to(device),
+            "position_ids": positions.to(device),
+            "past_key_values": cache,
+        }
+
+    def _expand_cache(self, cache: Any, rows: int) -> Any:
+        """A fresh DynamicCache holding ``rows`` copies of the batch-1 prefix cache.
+
+        Built anew for every batch: the forward pass appends to it, and the prefix must stay
+        as it is for the image's next batch.
+        """
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        expanded = DynamicCache(config=self._model.config)
+        if len(expanded.layers) == len(cache.layers) and all(type(layer) is DynamicLayer for layer in expanded.layers):
+            # Broadcast views, not copies: the forward pass's own append (torch.cat) makes the
+            # one copy per row that it needs anyway, and never writes into the prefix.
+            for mine, theirs in zip(expanded.layers, cache.layers):
+                mine.lazy_initialization(theirs.keys, theirs.values)
+                mine.keys = theirs.keys.expand(rows, -1, -1, -1)
+                mine.values = theirs.values.expand(rows, -1, -1, -1)
+            return expanded
+        # sliding-window and other layer kinds: the public constructor (copies once more)
+        data = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers]
+        return DynamicCache(data, config=self._model.config)
+
+    # -- shared -------------------------------------------------------------------------------
+
+    def _halve_batch(self) -> None:
+        self._batch_size = max(1, self._batch_size // 2)
+        log.warning("out of memory: batch size halved to %d", self._batch_size)
+        self._empty_cache()
+
+    def _empty_cache(self) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def _load_image(self, path: str) -> Any:
+        """The RGB image, or an error message (an unreadable image is a per-sample error)."""
+        from PIL import Image
+
+        try:
+            with Image.open(path) as img:
+                return img.convert("RGB")
+        except Exception as err:
+            return f"cannot read image {path}: {type(err).__name__}: {err}"
+
+    def _load_images(self, batch: Sequence[Request]) -> tuple[list[Any], dict[int, str]]:
+        images: list[Any] = []
+        errors: dict[int, str] = {}
+        cache: dict[str, Any] = {}
+        for i, request in enumerate(batch):
+            path = request.image_path
+            if path not in cache:
+                cache[path] = self._load_image(path)
+            if isinstance(cache[path], str):
+                errors[i] = cache[path]
+            else:
+                images.append(cache[path])
+        return images, errors
+
+    def _responses(
+        self,
+        rows: Sequence[Sequence[Request]],
+        first_logits: Any,
+        texts: list[str] | None,
+        latency: float,
+        top_k: int,
+    ) -> dict[tuple[str, int], Response]:
+        """Responses from a batch's first-step logits: row ``i`` answers every request in ``rows[i]``."""
+        import torch
+
+        logprobs = torch.log_softmax(first_logits.float(), dim=-1).cpu()
+        cand = torch.tensor(self._candidates, dtype=torch.long)
+        top = torch.topk(logprobs, k=min(top_k, logprobs.shape[-1]), dim=-1)
+        values = logprobs[:, cand].tolist()
+        out: dict[tuple[str, int], Response] = {}
+        for row, requests in enumerate(rows):
+            first_token = [
+                TokenLogprob(id=int(i), piece=self._piece(int(i)), logprob=float(v))
+                for v, i in zip(top.values[row].tolist(), top.indices[row].tolist())
+            ]
+            candidates = {str(i): float(v) for i, v in zip(self._candidates, values[row])}
+            for r in requests:
+                out[r.key] = Response(
+                    split=r.split,
+                    question_id=r.question_id,
+                    first_token=first_token,
+                    candidates=candidates,
+                    text=texts[row] if texts is not None else None,
+                    latency_s=latency,
+                )
+        return out
 
     def _piece(self, token_id: int) -> str:
         return self._pieces[token_id] if token_id < len(self._pieces) else f"<id {token_id}>"
@@ -176,12 +396,16 @@ class HFBackend:
         return self._stopping
 
     def _forward(self, inputs: dict[str, Any], max_new_tokens: int) -> tuple[Any, list[str] | None]:
-        """Raw first-step logits [batch, vocab] and, when asked, the greedy continuations."""
+        """Raw first-step logits [batch, vocab] and, when asked, the greedy continuations.
+
+        ``inputs`` is a full encoded batch, or (prefix cache) suffix inputs with
+        ``past_key_values``; ``input_ids`` then starts with the cached prefix when generating.
+        """
         import torch
 
         with torch.inference_mode():
             if max_new_tokens <= 0:
-                out = self._model(**inputs, use_cache=False)
+                out = self._model(**inputs, use_cache="past_key_values" in inputs, **self._keep_last)
                 return out.logits[:, -1, :], None
             generated = self._model.generate(
                 **inputs,
@@ -197,3 +421,7 @@ class HFBackend:
         new_tokens = generated.sequences[:, prompt_len:]
         texts = self._tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         return generated.logits[0], texts
+
+
+def _error(request: Request, message: str) -> Response:
+    return Response(split=request.split, question_id=request.question_id, error=message)

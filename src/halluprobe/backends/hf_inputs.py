@@ -25,6 +25,11 @@ by the same code, untested: LLaVA-NeXT / LLaVA-1.6 and other models whose ``Auto
 builds without torchvision; Qwen2.5-VL (grid path). Models whose processor needs torchvision
 and whose image processor has no ``image_grid_thw`` get a clear error.
 
+:meth:`VLMInputs.encode_shared` serves the prefix-cache engine: the prompts about one image,
+encoded with the image preprocessed once and split at their longest common token prefix
+(:class:`SharedPrefix`); the prefix plus a prompt's suffix are exactly :meth:`VLMInputs.encode`'s
+ids for that prompt.
+
 Prompts follow DESIGN.md: :meth:`VLMInputs.render_prompt` returns the exact text that, passed
 with the image to :meth:`VLMInputs.encode`, gives the model inputs (before image-token
 expansion). torch and transformers are imported inside functions only.
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +56,7 @@ __all__ = [
     "LLAVA_TEMPLATE",
     "DType",
     "Device",
+    "SharedPrefix",
     "VLMInputs",
     "load_model",
     "load_processor",
@@ -64,6 +71,29 @@ Device = Literal["cpu", "cuda", "auto"]
 IMAGE_MARKER = "<image>"
 # LLaVA-1.5's POPE evaluation prompt (conv_vicuna_v1 without a system line).
 LLAVA_TEMPLATE = "USER: <image>\n{question}\nASSISTANT:"
+
+# Per-token tensors of an encoding (shape [batch, seq]): what a prefix slice cuts.
+_TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+
+
+@dataclass
+class SharedPrefix:
+    """Several prompts about one image, split into the tokens they share and their own tails.
+
+    ``prefix`` holds the model inputs of the shared part (``input_ids`` and the other per-token
+    tensors cut to ``[1, prefix_len]``, plus ``pixel_values`` and the family's image extras),
+    ready for one forward pass. ``suffixes[i]`` are the remaining token ids of prompt ``i``
+    (never empty: the last token must be computed to read its logits). Concatenating
+    ``prefix["input_ids"][0]`` and ``suffixes[i]`` gives exactly the ids :meth:`VLMInputs.encode`
+    gives prompt ``i`` alone.
+    """
+
+    prefix: dict[str, torch.Tensor]
+    suffixes: list[list[int]]
+
+    @property
+    def prefix_len(self) -> int:
+        return int(self.prefix["input_ids"].shape[1])
 
 
 @dataclass
@@ -148,6 +178,40 @@ class VLMInputs:
             )
             return dict(batch.items())
         return self._encode_grid(prompts, images, add_special)
+
+    def encode_shared(self, prompts: Sequence[str], image: Image) -> SharedPrefix | None:
+        """Encode prompts that all show ``image`` once: the image is preprocessed once, and the
+        longest common token prefix (which holds every image token) is returned apart from each
+        prompt's tail. See :class:`SharedPrefix`.
+
+        The split is found on token ids, not on text, so chat templates and tokenizers that
+        merge characters across the question boundary are handled. Returns ``None`` when the
+        prompts cannot share a prefix: a prompt without exactly one image placeholder, an image
+        token after the shared part (the image follows the question), or a tokenizer that does
+        not reproduce the processor's ids; the caller then encodes each prompt in full.
+        """
+        prompts = list(prompts)
+        if not prompts:
+            raise InputError("encode_shared() needs at least one prompt")
+        if any(p.count(self.image_token) != 1 for p in prompts):
+            return None
+        # The first prompt goes through the full path: pixel values, extras and the
+        # reference ids that the cheaper tokenizer-only encoding below must reproduce.
+        first = self.encode(prompts[:1], [image])
+        ids0 = first["input_ids"][0].tolist()
+        n_image = ids0.count(self.image_token_id)
+        expanded = [p.replace(self.image_token, self.image_token * n_image) for p in prompts]
+        encoded = self.tokenizer(expanded, add_special_tokens=self._add_special_tokens(prompts))
+        token_lists = [list(t) for t in encoded["input_ids"]]
+        if token_lists[0] != ids0:
+            logger.info("tokenizer ids differ from the processor's; no shared prefix")
+            return None
+        # at least one token of each prompt stays in its suffix: its logits are the readout
+        n = min(len(os.path.commonprefix(token_lists)), min(len(t) for t in token_lists) - 1)
+        if any(self.image_token_id in t[n:] for t in token_lists):
+            return None
+        prefix = {k: (v[:, :n] if k in _TOKEN_KEYS else v) for k, v in first.items()}
+        return SharedPrefix(prefix=prefix, suffixes=[t[n:] for t in token_lists])
 
     def _add_special_tokens(self, prompts: list[str]) -> bool:
         # A chat template that writes BOS itself must not get a second one from the tokenizer.
