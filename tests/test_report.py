@@ -209,13 +209,16 @@ def test_headline_table_carries_counts_and_cis(single: tuple[str, str, Path], au
 
 
 def test_readout_comparison_shows_deltas_and_p_values(single: tuple[str, str, Path], audits: list[dict[str, Any]]) -> None:
-    html, _, _ = single
+    html, markdown, _ = single
     table = _section(html, "readouts")
     audit = audits[0]
     for name in audit["readouts"]:
         assert f"<code>{name}</code>" in table
     exact = audit["paired"]["text:exact"]  # "Yes." is no exact match: every answer unknown
     assert exact["c"] > 0 and exact["mcnemar_p"] < 0.001
+    # c counts questions only the headline got right: both captions must say so
+    assert "b / c = questions only this readout / only the headline got right" in table
+    assert "b / c = questions only this readout / only the headline got right" in markdown
     assert f"{fmt_count(exact['b'])} / {fmt_count(exact['c'])}" in table and "&lt;0.001" in table
     assert "\u2212" in table  # a negative delta, with a real minus sign
     # invalid legacy ids on this vocabulary: shown, flagged, never the headline

@@ -1,8 +1,14 @@
-"""The offline demo: real photos from scikit-image, POPE built from them, a tiny random-weight
-LLaVA (real transformers classes, the real Mistral v1 vocabulary), every readout, scored.
+"""The offline demo: synthetic scenes, POPE built from them, a tiny trained VLM, every readout.
 
-Random weights show the plumbing and the token-set check, not a model's hallucinations: a
-trained tiny model replaces this in a later version.
+``run_demo`` generates held-out scenes (:mod:`halluprobe.benchmarks.synthetic`, a seed the demo
+model never saw), builds the three POPE splits from their COCO annotations, runs the demo model
+shipped in the package (``halluprobe/demo_model``: a LLaVA trained on such scenes by
+``tools/train_demo_model.py``) with every readout, then scores, audits and writes the report.
+
+The model really answers: it looks at the image, and when unsure it leans on what usually goes
+with the scene, so POPE's adversarial negatives fool it more than random ones. Its vocabulary is
+Mistral v1, where the legacy LLaMA-2 ids are other words: the run marks them invalid, and the
+audit shows what a forced legacy readout would have scored.
 """
 
 from __future__ import annotations
@@ -10,10 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from halluprobe.records import ScoreReport
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DEMO_IMAGES", "DEMO_MODEL_DIR", "DEMO_SEED", "DemoResult", "run_demo"]
+
+# The model shipped with the package (weights, tokenizer, processor, training record).
+DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
+# Scenes of this seed were never used in training (training.json: data_seed 1, eval_seed 2).
+DEMO_SEED = 7
+DEMO_IMAGES = 120
+_N_RESAMPLES = 300  # bootstrap resamples: enough for a demo's CIs, and fast
 
 
 @dataclass
@@ -21,76 +35,127 @@ class DemoResult:
     out: Path
     reports: list[tuple[str, ScoreReport]] = field(default_factory=list)
     summary: str = ""
+    run_dir: Path | None = None
+    report_html: Path | None = None
+    # readout -> split -> F1 (macro under "macro"); legacy readouts forced, for the summary
+    f1: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    seconds: float = 0.0
 
 
-def run_demo(out: str | Path, *, progress: Callable[[int, int], None] | None = None) -> DemoResult:
+def run_demo(
+    out: str | Path,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    n_images: int = DEMO_IMAGES,
+    seed: int = DEMO_SEED,
+    model_dir: str | Path | None = None,
+    n_resamples: int = _N_RESAMPLES,
+) -> DemoResult:
+    """Generate scenes, build POPE, run the demo model, score, audit and report into ``out``."""
+    import time
+
+    from halluprobe.audit import audit_run, write_audit
     from halluprobe.backends.hf import HFBackend
     from halluprobe.benchmarks.objects import read_objects
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
+    from halluprobe.benchmarks.synthetic import write_synthetic
+    from halluprobe.errors import RuntimeFailure
     from halluprobe.readouts.tokensets import describe_token_sets
+    from halluprobe.report import render_report
     from halluprobe.rundir import RunDir, sha256_file
     from halluprobe.runner import RunConfig, make_header, run_questions
     from halluprobe.scoring import score_rundir
-    from halluprobe.tiny import build_tiny_llava, demo_photos, mistral_tokenizer_dir
 
+    started = time.perf_counter()
     out = Path(out)
+    model = Path(model_dir) if model_dir is not None else DEMO_MODEL_DIR
+    if not (model / "model.safetensors").is_file():
+        raise RuntimeFailure(f"the demo model is missing from {model} (reinstall halluprobe, or run tools/train_demo_model.py)")
     out.mkdir(parents=True, exist_ok=True)
-    images_dir, objects_file = demo_photos(out / "photos")
-    index = read_objects(objects_file)
-    build = build_pope(index, name="demo", n_images=len(index.images), per_image=1, seed=0)
-    paths = write_pope(build, out / "benchmark", overwrite=True)
-    split_files = [p for p in paths if "_pope_" in p.name]
 
-    model_dir = out / "model"
-    if not (model_dir / "config.json").exists():
-        build_tiny_llava(model_dir, mistral_tokenizer_dir(out / "tokenizer"), seed=0)
+    scenes = write_synthetic(out / "scenes", n_images=n_images, seed=seed, overwrite=True)
+    index = read_objects(scenes.annotations)
+    build = build_pope(index, name="synthetic", n_images=n_images, per_image=3, seed=0)
+    split_files = [p for p in write_pope(build, out / "benchmark", overwrite=True) if "_pope_" in p.name]
 
     questions, fingerprints = [], {}
     for path in split_files:
         split = split_name(path)
         questions.extend(read_questions(path, split=split))
         fingerprints[split] = (path.resolve(), sha256_file(path))
-    config = RunConfig(model=str(model_dir), backend="hf", template="llava", overwrite=True)
-    backend = HFBackend(str(model_dir), batch_size=8, dtype="float32", device="cpu")
-    header = make_header(config, backend, fingerprints, images_dir)
+    config = RunConfig(model=str(model), backend="hf", template="llava", overwrite=True)
+    backend = HFBackend(str(model), batch_size=16, dtype="float32", device="cpu")
+    header = make_header(config, backend, fingerprints, scenes.images_dir)
     rundir = RunDir(out / "run")
-    summary = run_questions(backend, questions, images_dir, rundir, config, header, progress=progress)
+    summary = run_questions(backend, questions, scenes.images_dir, rundir, config, header, progress=progress)
 
-    result = DemoResult(out=out)
-    by_readout: dict[str, ScoreReport] = {}
-    for readout in ("dynamic", "text:strict", "text:pope"):
-        report = score_rundir(rundir.path, readout=readout, n_resamples=200, write=readout == "dynamic")
-        by_readout[readout] = report
-        result.reports.append((f"demo, readout {readout} (random weights: plumbing, not a real model)", report))
-    offset = sum(1 for s in rundir.read_samples() if s.offset_argmax is not None)
-    from halluprobe.audit import audit_run, write_audit
-    from halluprobe.report import render_report
-
-    audit = audit_run(rundir.path, n_resamples=200)
+    result = DemoResult(out=out, run_dir=rundir.path)
+    headline = score_rundir(rundir.path, readout="dynamic", n_resamples=n_resamples)
+    result.reports.append(("demo model on held-out synthetic scenes, readout dynamic", headline))
+    audit = audit_run(rundir.path, n_resamples=n_resamples)
     write_audit(rundir.path, audit)
-    html, _ = render_report([rundir.path], out / "report.html", audits=[audit])
-    pope, strict = by_readout["text:pope"].macro, by_readout["text:strict"].macro
+    html, md = render_report([rundir.path], out / "report.html", audits=[audit])
+    result.report_html = html
+    for name, entry in audit["readouts"].items():
+        row: dict[str, float | None] = {s: m["f1"] for s, m in entry["splits"].items()}
+        row["macro"] = entry["macro"]["f1"]
+        result.f1[name] = row
+
     sets = describe_token_sets(backend.token_sets())
-    legacy = "valid" if sets["legacy_valid"] else "INVALID: " + ", ".join(
-        f"{i}={p!r}" for i, p in sets["legacy_pieces"].items()
-    )
+    result.seconds = time.perf_counter() - started
     result.summary = "\n".join(
-        [
-            f"{summary.total} questions on {len(index.images)} photos, {summary.errors} errors; run dir {rundir.path}",
-            f"derived yes set {sets['yes_pieces']} / no set {sets['no_pieces']} (Mistral v1 vocabulary)",
-            f"legacy LLaMA-2 ids on this vocabulary: {legacy}",
-            f"first-token argmax outside both sets: {offset} of {summary.total} (random weights answer gibberish)",
-            f"on that gibberish POPE's text rule says yes {_pct(pope.yes_ratio)} of the time (F1 {_num(pope.f1)}); "
-            f"strict calls {_pct(strict.unknown_rate)} unknown (F1 {_num(strict.f1)})",
-            f"rescore any readout: halluprobe score {rundir.path} --readout text:pope",
-            f"audit: {rundir.path / 'audit.json'}; report: {html} (and {html.with_suffix('.md')})",
-        ]
+        _summary_lines(result, audit, sets, n_questions=summary.total, n_errors=summary.errors, n_images=n_images, md=md)
     )
     return result
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
+def _summary_lines(
+    result: DemoResult, audit: dict[str, Any], sets: dict[str, Any], *, n_questions: int, n_errors: int, n_images: int, md: Path
+) -> list[str]:
+    f1 = result.f1
+    dyn = audit["readouts"]["dynamic"]["splits"]
+    fp = {s: f"{m['fp']}/{m['fp'] + m['tn']}" for s, m in dyn.items()}
+    lines = [
+        f"{n_questions} questions about {n_images} synthetic scenes the model never saw, {n_errors} errors; "
+        f"run dir {result.run_dir}",
+        (
+            f"F1 by split (dynamic readout): random {_num(f1['dynamic'].get('random'))}, "
+            f"popular {_num(f1['dynamic'].get('popular'))}, adversarial {_num(f1['dynamic'].get('adversarial'))}; "
+            f"'yes' to absent objects: random {fp.get('random')}, popular {fp.get('popular')}, "
+            f"adversarial {fp.get('adversarial')}"
+        ),
+    ]
+    profile = audit["hallucination_profile"]
+    pairs = [p for p in profile["adversarial_pairs"] if p["yes"]][:3]
+    if pairs:
+        lines.append(
+            "objects that go with the scene fool it: "
+            + ", ".join(f"{p['negative']} beside a {p['positive']} {p['yes']}/{p['n']}" for p in pairs)
+        )
+    lines.append(f"token sets from its tokenizer (Mistral v1): yes {sets['yes_pieces']}, no {sets['no_pieces']}")
+    if not sets["legacy_valid"]:
+        pieces = ", ".join(f"{i}={p!r}" for i, p in list(sets["legacy_pieces"].items())[:4])
+        forced = f1.get("legacy_2tok", {}).get("macro")
+        lines.append(
+            f"legacy LLaMA-2 ids on this vocabulary: INVALID ({pieces}, ...); "
+            f"forced, legacy_2tok would report macro F1 {_num(forced)} instead of {_num(f1['dynamic'].get('macro'))}"
+        )
+    else:
+        lines.append("legacy LLaMA-2 ids on this vocabulary: valid")
+    text = []
+    for name, entry in audit["readouts"].items():
+        if name.startswith("text:"):
+            unknown = entry["macro"]["unknown_rate"]
+            calls = f" ({100 * unknown:.0f}% unknown)" if unknown else ""
+            text.append(f"{name.removeprefix('text:')} {_num(entry['macro']['f1'])}{calls}")
+    if text:
+        lines.append("text rules on its greedy answers, macro F1: " + ", ".join(text))
+    rate = audit.get("offset_rate")
+    if rate is not None:
+        lines.append(f"first-token argmax outside the yes/no sets: {100 * rate:.1f}% of answers")
+    lines.append(f"rescore any readout: halluprobe score {result.run_dir} --readout text:pope")
+    lines.append(f"audit: {result.run_dir / 'audit.json'}; report: {result.report_html} (and {md})")
+    return lines
 
 
 def _num(value: float | None) -> str:

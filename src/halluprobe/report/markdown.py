@@ -148,7 +148,7 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines += _section(number, "Readout comparison")
     lines.append(
         f"Every readout from the same forward pass. ΔF1 against `{headline}` in percentage points with a paired "
-        "image-bootstrap CI; b / c = questions only the headline / only this readout got right; p from McNemar's exact test."
+        "image-bootstrap CI; b / c = questions only this readout / only the headline got right; p from McNemar's exact test."
     )
     lines.append("")
     rows = []
