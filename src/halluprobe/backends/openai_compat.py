@@ -15,8 +15,9 @@ responses in batches and persists them as they come.
 Retries: 429 (``Retry-After`` honoured), 5xx, timeouts, dropped connections and unparseable
 JSON are retried with exponential backoff and jitter, at most ``max_retries`` times, on
 another endpoint when there is one; other 4xx and well-formed answers without logprobs are
-final and recorded in ``Response.error``. When a request exhausts its retries while other
-requests have failed too and nothing has succeeded since, the service is down: the run stops with RuntimeFailure (the
+final and recorded in ``Response.error``. When a request exhausts its retries and nothing has
+succeeded since its first failure (or other requests have failed since the last success), the
+service is down: the run stops with RuntimeFailure (the
 answered samples are already saved, ``--resume`` finishes the run) instead of recording
 thousands of errors. Every attempt's outcome is counted: :meth:`OpenAIBackend.request_stats`,
 written by the runner to ``RUNDIR/requests.json``.
@@ -130,6 +131,7 @@ class _State:
     images: dict[str, _Image | str] = field(default_factory=dict)
     shared: dict[str, asyncio.Future[_Result | None]] = field(default_factory=dict)
     failing: set[str] = field(default_factory=set)  # requests with a retriable failure since the last success
+    last_success: float = -math.inf  # time.monotonic() of the last successful attempt
     successes: int = 0
     fatal: int = 0
     in_flight: int = 0
@@ -531,6 +533,7 @@ class OpenAIBackend:
 
     async def _post_with_retries(self, body: dict[str, Any], request: Request, state: _State) -> _Attempt:
         me = f"{request.split}/{request.question_id}"
+        first_failure = math.inf
         avoid: _Endpoint | None = None
         attempt = _Attempt("connection", message="not sent")
         for number in range(self._max_retries + 1):
@@ -540,6 +543,7 @@ class OpenAIBackend:
             state.per_endpoint[endpoint.base] += 1
             if attempt.outcome == "ok":
                 state.failing.clear()
+                state.last_success = time.monotonic()
                 state.successes += 1
                 return attempt
             if attempt.outcome not in _RETRIABLE:
@@ -550,6 +554,7 @@ class OpenAIBackend:
                     )
                 return attempt
             state.failing.add(me)
+            first_failure = min(first_failure, time.monotonic())
             if attempt.outcome in ("connection", "timeout"):
                 endpoint.down_until = time.monotonic() + min(5.0, self._backoff_max_s)
             avoid = endpoint if len(state.endpoints) > 1 else None
@@ -560,7 +565,9 @@ class OpenAIBackend:
             await asyncio.sleep(delay)
         state.stats["gave_up"] += 1
         tries = self._max_retries + 1
-        if state.failing - {me}:  # others failed too, and nothing succeeded since: not this request's fault
+        # nothing succeeded since this request began failing, or others failed too since the last
+        # success: the service is down, not this request; its answer is left to --resume
+        if state.last_success < first_failure or state.failing - {me}:
             raise _ServiceDown(
                 f"every endpoint keeps failing ({attempt.message}; {tries} attempts, no success since): "
                 "stopping the run; answered samples are saved, rerun with --resume once the server is back"
