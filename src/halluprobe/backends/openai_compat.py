@@ -37,6 +37,7 @@ import datetime as _dt
 import email.utils
 import hashlib
 import io
+import itertools
 import json
 import logging
 import math
@@ -129,7 +130,6 @@ class _State:
     per_endpoint: collections.Counter[str] = field(default_factory=collections.Counter)
     affinity: dict[str, _Endpoint] = field(default_factory=dict)
     images: dict[str, _Image | str] = field(default_factory=dict)
-    shared: dict[str, asyncio.Future[_Result | None]] = field(default_factory=dict)
     failing: set[str] = field(default_factory=set)  # requests with a retriable failure since the last success
     last_success: float = -math.inf  # time.monotonic() of the last successful attempt
     successes: int = 0
@@ -378,15 +378,19 @@ class OpenAIBackend:
                     max_new_tokens=max_new_tokens,
                     top_k=top_k,
                 )
-                todo = collections.deque(pending)
+                # identical requests (same image and prompt: POPE's splits repeat questions) are one
+                # unit of work, sent once; a worker never waits on another worker's request
+                todo = collections.deque(
+                    list(group) for _, group in itertools.groupby(pending, key=lambda r: (r.image_path, r.prompt))
+                )
 
                 async def work() -> None:
                     nonlocal delivered
                     while todo:
-                        request = todo.popleft()
-                        response = await self._answer_one(request, state)  # type: ignore[arg-type]
-                        out.put(("response", response))
-                        delivered += 1
+                        group = todo.popleft()
+                        for response in await self._answer_group(group, state):  # type: ignore[arg-type]
+                            out.put(("response", response))
+                            delivered += 1
 
                 workers = [asyncio.create_task(work()) for _ in range(min(self._concurrency, len(pending)))]
                 try:
@@ -422,29 +426,38 @@ class OpenAIBackend:
             "max_in_flight": state.max_in_flight,
         }
 
-    async def _answer_one(self, request: Request, state: _State) -> Response:
+    async def _answer_group(self, group: Sequence[Request], state: _State) -> list[Response]:
+        """Identical requests (same image and prompt): one fetch, one response each."""
         started = time.perf_counter()
+        request = group[0]
         try:
             image = self._image(request.image_path, state)
             if isinstance(image, str):
                 result = _Result(error=image)
             else:
-                result = await self._shared_fetch(request, image, state)
+                body = self._body(request.prompt, image.url, state.max_new_tokens)
+                key = cache_key(self._model, self._body(request.prompt, f"sha256:{image.sha256}", state.max_new_tokens))
+                result = await self._fetch(key, body, request, state)
         except (_ServiceDown, asyncio.CancelledError):
             raise
         except Exception as err:  # noqa: BLE001 - one request's surprise is that sample's error
             log.exception("request %s/%s failed", request.split, request.question_id)
             result = _Result(error=f"{type(err).__name__}: {err}")
-        state.stats["errors" if result.error else "ok"] += 1
-        return Response(
-            split=request.split,
-            question_id=request.question_id,
-            first_token=list(result.first_token),
-            candidates=dict(result.candidates),
-            text=result.text,
-            latency_s=time.perf_counter() - started,
-            error=result.error,
-        )
+        state.stats["deduplicated"] += len(group) - 1
+        state.stats["errors" if result.error else "ok"] += len(group)
+        latency = time.perf_counter() - started
+        return [
+            Response(
+                split=r.split,
+                question_id=r.question_id,
+                first_token=list(result.first_token),
+                candidates=dict(result.candidates),
+                text=result.text,
+                latency_s=latency,
+                error=result.error,
+            )
+            for r in group
+        ]
 
     def _image(self, path: str, state: _State) -> _Image | str:
         """The image's sha256 and URL (data or file), or an error message; a few kept (requests come by image)."""
@@ -486,30 +499,6 @@ class OpenAIBackend:
             "top_logprobs": self._top_logprobs,
             "stop": list(STOP_STRINGS),
         }
-
-    async def _shared_fetch(self, request: Request, image: _Image, state: _State) -> _Result:
-        """Identical bodies within the run are sent once; the others wait for that answer."""
-        body = self._body(request.prompt, image.url, state.max_new_tokens)
-        key = cache_key(self._model, self._body(request.prompt, f"sha256:{image.sha256}", state.max_new_tokens))
-        shared = state.shared.get(key)
-        if shared is not None:
-            result = await asyncio.shield(shared)
-            if result is not None:
-                state.stats["deduplicated"] += 1
-                return result
-        future: asyncio.Future[_Result | None] = asyncio.get_running_loop().create_future()
-        state.shared[key] = future
-        while len(state.shared) > 4 * self._concurrency:
-            state.shared.pop(next(iter(state.shared)))
-        try:
-            result = await self._fetch(key, body, request, state)
-        except BaseException:
-            state.shared.pop(key, None)
-            if not future.done():
-                future.set_result(None)  # waiters fetch for themselves
-            raise
-        future.set_result(result)
-        return result
 
     async def _fetch(self, key: str, body: dict[str, Any], request: Request, state: _State) -> _Result:
         if state.cache is not None:
