@@ -235,6 +235,10 @@ class OpenAIBackend:
         cache_dir: str | Path | None = None,
         **_: Any,
     ) -> None:
+        try:
+            import httpx  # noqa: F401 - lazy: checked here so a missing extra is one clear line
+        except ImportError:
+            raise RuntimeFailure("the openai backend needs httpx: pip install 'halluprobe[serve]'") from None
         if isinstance(endpoints, str):
             endpoints = [endpoints]
         if not endpoints:
