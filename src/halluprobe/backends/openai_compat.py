@@ -44,6 +44,7 @@ import math
 import os
 import queue
 import random
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -120,7 +121,6 @@ class _Endpoint:
 class _State:
     """Per-answer() state, owned by the event-loop thread."""
 
-    client: Any
     cache: ResponseCache | None
     endpoints: list[_Endpoint]
     max_new_tokens: int
@@ -171,6 +171,19 @@ def _chat_url(endpoint: str) -> tuple[str, str]:
     if "/" not in rest:  # bare host:port
         url += "/v1"
     return url, url + "/chat/completions"
+
+
+def _tls_context() -> ssl.SSLContext:
+    """What httpx verifies against by default: $SSL_CERT_FILE / $SSL_CERT_DIR, else certifi's bundle."""
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    if not cafile and not capath:
+        try:
+            import certifi
+
+            cafile = certifi.where()
+        except ImportError:
+            pass
+    return ssl.create_default_context(cafile=cafile or None, capath=capath or None)
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -369,45 +382,45 @@ class OpenAIBackend:
         import httpx  # lazy: only this backend needs it
 
         started, wall = _dt.datetime.now(_dt.timezone.utc), time.perf_counter()
-        limits = httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=self._concurrency)
         cache = None if self._no_cache else ResponseCache(self._cache_dir)
         delivered = 0
-        state: _State | None = None
+        state = _State(
+            cache=cache,
+            endpoints=[_Endpoint(base=b, url=u) for b, u in self._endpoints],
+            max_new_tokens=max_new_tokens,
+            top_k=top_k,
+        )
+        # identical requests (same image and prompt: POPE's splits repeat questions) are one unit
+        # of work, sent once; a worker never waits on another worker's request
+        todo = collections.deque(
+            list(group) for _, group in itertools.groupby(pending, key=lambda r: (r.image_path, r.prompt))
+        )
+        # One client per worker, one keep-alive connection per endpoint each: httpcore's shared
+        # pool scans every connection for every request (quadratic: 64 in flight ran 3x slower
+        # than 16 through one client; see docs/design/openai-backend.md).
+        n_endpoints = len(self._endpoints)
+        limits = httpx.Limits(max_connections=n_endpoints, max_keepalive_connections=n_endpoints)
+        tls = _tls_context()  # built once: each client would build its own (about 25 ms each)
+
+        async def work() -> None:
+            nonlocal delivered
+            async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(self._timeout_s), verify=tls) as client:
+                while todo:
+                    group = todo.popleft()
+                    for response in await self._answer_group(group, client, state):
+                        out.put(("response", response))
+                        delivered += 1
+
+        workers = [asyncio.create_task(work()) for _ in range(min(self._concurrency, len(todo)))]
         try:
-            async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(self._timeout_s)) as client:
-                state = _State(
-                    client=client,
-                    cache=cache,
-                    endpoints=[_Endpoint(base=b, url=u) for b, u in self._endpoints],
-                    max_new_tokens=max_new_tokens,
-                    top_k=top_k,
-                )
-                # identical requests (same image and prompt: POPE's splits repeat questions) are one
-                # unit of work, sent once; a worker never waits on another worker's request
-                todo = collections.deque(
-                    list(group) for _, group in itertools.groupby(pending, key=lambda r: (r.image_path, r.prompt))
-                )
-
-                async def work() -> None:
-                    nonlocal delivered
-                    while todo:
-                        group = todo.popleft()
-                        for response in await self._answer_group(group, state):  # type: ignore[arg-type]
-                            out.put(("response", response))
-                            delivered += 1
-
-                workers = [asyncio.create_task(work()) for _ in range(min(self._concurrency, len(pending)))]
-                try:
-                    await asyncio.gather(*workers)
-                finally:
-                    for w in workers:
-                        w.cancel()
-                    await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*workers)
         finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
             if cache is not None:
                 cache.close()
-            if state is not None:
-                self._sessions.append(self._session_stats(state, len(pending), delivered, started, wall))
+            self._sessions.append(self._session_stats(state, len(pending), delivered, started, wall))
 
     def _session_stats(self, state: _State, n: int, delivered: int, started: _dt.datetime, wall: float) -> dict[str, Any]:
         attempts = {name: state.attempts.get(name, 0) for name in OUTCOMES}
@@ -430,7 +443,7 @@ class OpenAIBackend:
             "max_in_flight": state.max_in_flight,
         }
 
-    async def _answer_group(self, group: Sequence[Request], state: _State) -> list[Response]:
+    async def _answer_group(self, group: Sequence[Request], client: httpx.AsyncClient, state: _State) -> list[Response]:
         """Identical requests (same image and prompt): one fetch, one response each."""
         started = time.perf_counter()
         request = group[0]
@@ -441,7 +454,7 @@ class OpenAIBackend:
             else:
                 body = self._body(request.prompt, image.url, state.max_new_tokens)
                 key = cache_key(self._model, self._body(request.prompt, f"sha256:{image.sha256}", state.max_new_tokens))
-                result = await self._fetch(key, body, request, state)
+                result = await self._fetch(key, body, request, client, state)
         except (_ServiceDown, asyncio.CancelledError):
             raise
         except Exception as err:  # noqa: BLE001 - one request's surprise is that sample's error
@@ -504,7 +517,9 @@ class OpenAIBackend:
             "stop": list(STOP_STRINGS),
         }
 
-    async def _fetch(self, key: str, body: dict[str, Any], request: Request, state: _State) -> _Result:
+    async def _fetch(
+        self, key: str, body: dict[str, Any], request: Request, client: httpx.AsyncClient, state: _State
+    ) -> _Result:
         if state.cache is not None:
             raw = state.cache.get(key)
             if raw is not None:
@@ -517,21 +532,23 @@ class OpenAIBackend:
                     state.successes += 1
                     return result
         state.stats["sent"] += 1
-        attempt = await self._post_with_retries(body, request, state)
+        attempt = await self._post_with_retries(body, request, client, state)
         if attempt.outcome == "ok" and attempt.result is not None:
             if state.cache is not None and attempt.raw is not None:
                 state.cache.put(key, self._model, attempt.raw)
             return attempt.result
         return _Result(error=attempt.message)
 
-    async def _post_with_retries(self, body: dict[str, Any], request: Request, state: _State) -> _Attempt:
+    async def _post_with_retries(
+        self, body: dict[str, Any], request: Request, client: httpx.AsyncClient, state: _State
+    ) -> _Attempt:
         me = f"{request.split}/{request.question_id}"
         first_failure = math.inf
         avoid: _Endpoint | None = None
         attempt = _Attempt("connection", message="not sent")
         for number in range(self._max_retries + 1):
             endpoint = self._pick(request.image_path, state, avoid)
-            attempt = await self._attempt(endpoint, body, state)
+            attempt = await self._attempt(client, endpoint, body, state)
             state.attempts[attempt.outcome] += 1
             state.per_endpoint[endpoint.base] += 1
             if attempt.outcome == "ok":
@@ -590,7 +607,7 @@ class OpenAIBackend:
             state.affinity.pop(next(iter(state.affinity)))
         return best
 
-    async def _attempt(self, endpoint: _Endpoint, body: dict[str, Any], state: _State) -> _Attempt:
+    async def _attempt(self, client: httpx.AsyncClient, endpoint: _Endpoint, body: dict[str, Any], state: _State) -> _Attempt:
         import httpx
 
         endpoint.in_flight += 1
@@ -598,7 +615,7 @@ class OpenAIBackend:
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
         try:
             response = await asyncio.wait_for(
-                state.client.post(endpoint.url, json=body, headers=self._headers), timeout=self._timeout_s
+                client.post(endpoint.url, json=body, headers=self._headers), timeout=self._timeout_s
             )
         except (asyncio.TimeoutError, httpx.TimeoutException):
             return _Attempt("timeout", message=f"no answer from {endpoint.base} within {self._timeout_s:g}s")
