@@ -457,3 +457,50 @@ def test_retry_after_and_endpoint_urls() -> None:
     assert _chat_url("https://api.x/v1/chat/completions")[1] == "https://api.x/v1/chat/completions"
     with pytest.raises(InputError):
         _chat_url("h:8000")
+
+
+# -- lifecycle: a consumer that stops early, a writer killed mid-way --------------------------------
+
+
+def test_closing_the_answer_stream_cancels_what_is_in_flight(tmp_path: Path) -> None:
+    from halluprobe.backends.openai_compat import OpenAIBackend
+    from halluprobe.records import Request
+
+    world = _world(tmp_path, n_images=4)
+    requests = [
+        Request(split="random", question_id=i * 10 + j, image_path=str(world["images"] / f"img{i}.png"), prompt=f"Is there a thing{j} in the image?")
+        for i in range(4)
+        for j in range(10)
+    ]
+    with FakeChatServer(latency_s=0.2) as server:
+        backend = OpenAIBackend("tiny-vlm", endpoints=[server.url], concurrency=4, no_cache=True, flush_s=0.05)
+        stream = backend.answer(requests, max_new_tokens=8, top_k=5)
+        first = next(stream)
+        stream.close()
+        assert first and not any(r.error for r in first)
+        assert not any(t.name == "halluprobe-openai" and t.is_alive() for t in threading.enumerate())
+        assert server.requests < len(requests)
+    stats = backend.request_stats()
+    assert stats["requests"] == 40 and stats["not_answered"] > 0 and stats["max_in_flight"] == 4
+
+
+def test_cache_survives_a_killed_writer(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from halluprobe.backends.response_cache import ResponseCache
+
+    code = (
+        "import os, sys; sys.path.insert(0, 'src');"
+        "from pathlib import Path; from halluprobe.backends.response_cache import ResponseCache;"
+        f"c = ResponseCache(Path({str(tmp_path)!r}));"
+        "[c.put(f'k{i}', 'm', '{\"i\": %d}' % i) for i in range(50)];"
+        "os.kill(os.getpid(), 9)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == -9
+    cache = ResponseCache(tmp_path)
+    try:
+        assert [cache.get(f"k{i}") for i in (0, 49)] == ['{"i": 0}', '{"i": 49}'] and cache.get("k50") is None
+    finally:
+        cache.close()

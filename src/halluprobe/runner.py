@@ -246,8 +246,9 @@ def run_questions(
             if progress:
                 progress(summary.skipped + summary.answered, summary.total)
     finally:  # a failed or interrupted run still records what its requests did
-        if isinstance(backend, RequestStatsSource) and requests:
-            rundir.add_request_stats(backend.request_stats())
+        stats = backend.request_stats() if isinstance(backend, RequestStatsSource) and requests else None
+        if stats:
+            rundir.add_request_stats(stats)
     if summary.skipped + summary.answered == summary.total:
         stored = rundir.read_samples()  # count over the whole run, resumed parts included
         rundir.mark_complete(
