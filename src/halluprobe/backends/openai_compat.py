@@ -303,7 +303,8 @@ class OpenAIBackend:
         }
 
     def token_sets(self) -> TokenSets:
-        return piece_token_sets(f"openai:{self._model}")
+        # top_logprobs decides which pieces the dynamic readout sees: part of the run's fingerprint
+        return piece_token_sets(f"openai:{self._model}:top_logprobs={self._top_logprobs}")
 
     def render_prompt(self, question: str, template: str | None) -> str:
         """The user message's text; the server applies the model's chat template around it."""
