@@ -504,3 +504,16 @@ def test_cache_survives_a_killed_writer(tmp_path: Path) -> None:
         assert [cache.get(f"k{i}") for i in (0, 49)] == ['{"i": 0}', '{"i": 49}'] and cache.get("k50") is None
     finally:
         cache.close()
+
+
+def test_file_urls_name_the_image_on_a_shared_file_system(tmp_path: Path) -> None:
+    world = _world(tmp_path, n_images=2)
+    out = tmp_path / "run"
+    with FakeChatServer() as server:
+        result = _invoke(_args(world, out, [server.url], "--image-url-mode", "file", "--no-cache"))
+    assert result.exit_code == 0, result.output
+    _check_answers(world, out)
+    urls = {b["messages"][0]["content"][0]["image_url"]["url"] for b in server.bodies}
+    assert urls == {(world["images"] / f"img{i}.png").resolve().as_uri() for i in range(2)}
+    bad = _invoke(_args(world, tmp_path / "bad", [server.url], "--image-url-mode", "ftp"))
+    assert bad.exit_code == 2 and "--image-url-mode" in bad.output
