@@ -405,6 +405,9 @@ def test_shards_merge_into_the_one_piece_run(tmp_path: Path) -> None:
         _assert_close(a.model_dump(), b.model_dump())  # rows come in another order: float sums may differ in the last bit
     audit = _invoke(["audit", str(merged), "--resamples", "50"])
     assert audit.exit_code == 0, audit.output
+    report = _invoke(["report", str(merged), "--out", str(tmp_path / "report.html"), "--resamples", "50"])
+    assert report.exit_code == 0, report.output
+    assert "derived per sample from the pieces the server returned" in (tmp_path / "report.md").read_text()
 
     # refusals: each one line, exit 2, nothing written
     missing = _invoke(["merge", str(parts[0]), str(parts[1]), "--out", str(tmp_path / "m2")])
