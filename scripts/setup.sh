@@ -2,13 +2,28 @@
 # Installs halluprobe with everything the demo and the tests need, on the CPU.
 # torch first and pinned: an unpinned torch (or a package that pulls one) brings the CUDA
 # build, several GB. Never torchvision: its registry wheels break `import transformers` here.
+#
+#   bash scripts/setup.sh                  # the demo, the tests, the openai backend (fast)
+#   bash scripts/setup.sh --server-tests   # also llama-cpp-python's server, compiled from
+#                                          # source (10-15 min on 2 cores), for the real
+#                                          # llama.cpp test in tests/test_openai_llamacpp.py
 set -euo pipefail
+SERVER_TESTS=0
+for arg in "$@"; do
+  case "$arg" in
+    --server-tests) SERVER_TESTS=1 ;;
+    *) echo "usage: bash scripts/setup.sh [--server-tests]" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
   "$PY" -m pip install --quiet "torch==2.13.0"
 fi
-"$PY" -m pip install --quiet -e ".[hf,report,dev]"
+"$PY" -m pip install --quiet -e ".[hf,report,dev,serve]"
+if [ "$SERVER_TESTS" = 1 ]; then
+  "$PY" -m pip install --quiet "llama-cpp-python[server]==0.3.36"
+fi
 command -v pyenv >/dev/null && pyenv rehash || true
 if "$PY" -c "import torchvision" 2>/dev/null; then
   echo "warning: torchvision is installed; with the CPU torch it can break transformers" >&2

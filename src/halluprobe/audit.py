@@ -66,6 +66,7 @@ from halluprobe.metrics.stats import (
     stable_after,
 )
 from halluprobe.readouts.logits import LEGACY_READOUTS, LOGIT_READOUTS
+from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import Question, QuestionKey, RunHeader, Sample, ScoreReport
 from halluprobe.rundir import RunDir
 
@@ -349,11 +350,9 @@ def _greedy(t: _Table) -> dict[str, dict[str, int]]:
     sets = t.header.token_sets
     if sets is None:
         return {}
-    yes, no = set(sets.yes_ids), set(sets.no_ids)
-    greedy = []
-    for s in t.samples:
-        top = s.first_token[0].id if (s.error is None and s.first_token) else None
-        greedy.append("yes" if top in yes else "no" if top in no else None)
+    greedy = [
+        greedy_answer(s.first_token[0], sets) if (s.error is None and s.first_token) else None for s in t.samples
+    ]
     out: dict[str, dict[str, int]] = {}
     for r in t.readouts:
         if r not in LOGIT_READOUTS:

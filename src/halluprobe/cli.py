@@ -205,15 +205,23 @@ def _read_benchmarks(files: list[Path]) -> tuple[list[Any], dict[str, tuple[Path
 
 
 def _limit(questions: list[Any], limit: Optional[int]) -> list[Any]:
-    if limit is None:
-        return questions
-    kept: list[Any] = []
-    per_split: dict[str, int] = {}
-    for q in questions:
-        if per_split.get(q.split, 0) < limit:
-            per_split[q.split] = per_split.get(q.split, 0) + 1
-            kept.append(q)
-    return kept
+    from halluprobe.runner import limit_questions
+
+    return limit_questions(questions, limit)
+
+
+def _backend_options(pairs: Optional[list[str]]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs for rare backend options; a value is read as JSON when it parses."""
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--backend-option must be KEY=VALUE, not {pair!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
 
 
 def _load_backend(name: str, model: str, **options: Any) -> Any:
@@ -235,7 +243,7 @@ def run_cmd(
     benchmark: Annotated[list[Path], typer.Option(help="Benchmark file (repeatable); *_pope_{split}.json gives split {split}.")],
     images: Annotated[Path, typer.Option(envvar="HALLUPROBE_IMAGES", help="Images root the benchmark's image paths are relative to.")],
     out: Annotated[Path, typer.Option(help="Run directory to write.")],
-    backend: Annotated[str, typer.Option(envvar="HALLUPROBE_BACKEND", help="Backend: hf or scripted.")] = "hf",
+    backend: Annotated[str, typer.Option(envvar="HALLUPROBE_BACKEND", help="Backend: hf, openai or scripted.")] = "hf",
     template: Annotated[
         Optional[str], typer.Option(help="Prompt: 'chat' (the processor's chat template), 'llava', or a format with {question}.")
     ] = None,
@@ -256,14 +264,33 @@ def run_cmd(
     prefix_cache: Annotated[
         bool, typer.Option("--prefix-cache/--no-prefix-cache", help="Compute each image's prompt prefix once (hf backend).")
     ] = True,
+    endpoint: Annotated[
+        Optional[list[str]],
+        typer.Option(envvar="HALLUPROBE_ENDPOINT", help="openai backend: server URL such as http://127.0.0.1:8000/v1 (repeatable: load-balanced)."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(envvar="HALLUPROBE_CONCURRENCY", help="openai backend: requests in flight.")] = 32,
+    api_key_env: Annotated[
+        Optional[str], typer.Option(help="openai backend: NAME of the environment variable holding the API key (never stored).")
+    ] = None,
+    image_url_mode: Annotated[
+        str, typer.Option(help="openai backend: send images as 'data' URLs, or as 'file' URLs (server shares the file system).")
+    ] = "data",
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="openai backend: bypass the response cache.")] = False,
+    backend_option: Annotated[
+        Optional[list[str]], typer.Option(help="Rare backend option KEY=VALUE (repeatable), e.g. timeout_s=300, max_retries=10.")
+    ] = None,
+    shard: Annotated[
+        Optional[str], typer.Option(help="Answer only shard I of N (I/N, 0 <= I < N; by image); `halluprobe merge` joins them.")
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Run a model on benchmark files; every readout from one pass per question."""
     from halluprobe.rundir import RunDir
     from halluprobe.runner import RunConfig, make_header, run_questions
+    from halluprobe.shards import parse_shard, select_shard
 
     rules = tuple(r.strip() for r in text_rules.split(",") if r.strip())
-    engine_options = dict(
+    engine_options: dict[str, Any] = dict(
         batch_size=batch_size,
         dtype=dtype,
         device=device,
@@ -272,10 +299,22 @@ def run_cmd(
         prefix_cache=prefix_cache,
     )
     with _errors():
+        part = parse_shard(shard) if shard is not None else None
+        if backend == "openai":
+            engine_options.update(
+                endpoints=endpoint or [],
+                concurrency=concurrency,
+                api_key_env=api_key_env,
+                image_url_mode=image_url_mode,
+                no_cache=no_cache,
+            )
+        elif endpoint:
+            raise InputError(f"--endpoint is for --backend openai, not {backend!r}")
+        engine_options.update(_backend_options(backend_option))
         if not images.is_dir():
             raise InputError("images root is not a directory", images)
         questions, fingerprints = _read_benchmarks(benchmark)
-        questions = _limit(questions, limit)
+        questions = select_shard(_limit(questions, limit), part)
         cfg = RunConfig(
             model=model,
             backend=backend,
@@ -287,6 +326,7 @@ def run_cmd(
             resume=resume,
             force=force,
             overwrite=overwrite,
+            shard=str(part) if part else None,
         )
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):
@@ -299,6 +339,23 @@ def run_cmd(
         f"{out}: {summary.answered} answered, {summary.skipped} already done, {summary.errors} errors "
         f"(of {summary.total})"
     )
+
+
+# -- merge -------------------------------------------------------------------------------
+
+
+@app.command("merge")
+def merge_cmd(
+    rundirs: Annotated[list[Path], typer.Argument(help="Run directories of the shards (`halluprobe run --shard I/N`).")],
+    out: Annotated[Path, typer.Option(help="Run directory to write.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing run dir at --out.")] = False,
+) -> None:
+    """Merge shard run dirs into one: same header fingerprint, every question exactly once."""
+    from halluprobe.shards import merge_rundirs
+
+    with _errors():
+        summary = merge_rundirs(rundirs, out, overwrite=overwrite)
+    typer.echo(f"{summary.out}: {summary.questions} questions from {summary.shards} run dirs, {summary.errors} errors")
 
 
 # -- score -------------------------------------------------------------------------------

@@ -80,7 +80,8 @@ class Response(_Frozen):
     split: str
     question_id: int
     first_token: list[TokenLogprob] = Field(default_factory=list)
-    # log-probability of every id in every readout's token set, keyed by str(id) (JSON keys)
+    # log-probability of every id in every readout's token set, keyed by str(id) (JSON keys);
+    # for a backend with TokenSets.keyed_by == "piece": every returned piece, keyed by the piece
     candidates: dict[str, float] = Field(default_factory=dict)
     text: str | None = None
     latency_s: float = 0.0
@@ -133,6 +134,10 @@ class TokenSets(_Frozen):
     legacy_pieces: dict[str, str | None] = Field(default_factory=dict)
     vocab_size: int
     tokenizer_fingerprint: str
+    # "id": candidates are keyed by str(token id) and the sets list ids (a local tokenizer);
+    # "piece": the backend reports token strings only (an OpenAI-compatible server): candidates
+    # are keyed by the returned piece and the sets are derived from those pieces per sample.
+    keyed_by: Literal["id", "piece"] = "id"
 
 
 class RunHeader(_Frozen):
@@ -154,6 +159,9 @@ class RunHeader(_Frozen):
     benchmark_paths: dict[str, str]
     images_root: str
     limit: int | None = None
+    # "I/N" when this run answers one shard of the questions (not part of the fingerprint:
+    # shards of one run share it, and `halluprobe merge` checks that)
+    shard: str | None = None
     seed: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from halluprobe.errors import InputError
 from halluprobe.records import QuestionKey, RunHeader, Sample
 
-__all__ = ["RunDir", "fingerprint_of", "sha256_file"]
+__all__ = ["RunDir", "fingerprint_of", "sha256_file", "sum_counts"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,8 @@ HEADER = "run.json"
 SAMPLES = "samples.jsonl"
 COMPLETE = "complete.json"
 METRICS = "metrics.json"
+# request counts of a server backend, one entry per `run` invocation (written at its end)
+REQUESTS = "requests.json"
 
 
 def sha256_file(path: str | Path) -> str:
@@ -66,6 +68,10 @@ class RunDir:
     def metrics_path(self) -> Path:
         return self.path / METRICS
 
+    @property
+    def requests_path(self) -> Path:
+        return self.path / REQUESTS
+
     def exists(self) -> bool:
         return self.header_path.exists()
 
@@ -90,7 +96,7 @@ class RunDir:
                     "run directory already holds a run; pass --resume to continue it or --overwrite to replace it",
                     self.header_path,
                 )
-            for name in (HEADER, SAMPLES, COMPLETE, METRICS):
+            for name in (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS):
                 (self.path / name).unlink(missing_ok=True)
         self.path.mkdir(parents=True, exist_ok=True)
         tmp = self.header_path.with_suffix(".json.tmp")
@@ -107,6 +113,28 @@ class RunDir:
             fh.write(lines)
             fh.flush()
             os.fsync(fh.fileno())
+
+    def read_request_stats(self) -> dict[str, Any]:
+        """``requests.json``: ``{"schema_version", "sessions": [...], "total": {...}}`` (empty if absent)."""
+        if not self.requests_path.exists():
+            return {"schema_version": 1, "sessions": [], "total": {}}
+        try:
+            data = json.loads(self.requests_path.read_text())
+        except json.JSONDecodeError as err:
+            raise InputError(f"invalid request stats: {err}", self.requests_path) from None
+        return data if isinstance(data, dict) else {"schema_version": 1, "sessions": [], "total": {}}
+
+    def add_request_stats(self, stats: dict[str, Any]) -> None:
+        """Append one session's request counts and recompute the totals (atomic replace)."""
+        data = self.read_request_stats()
+        sessions = [*data.get("sessions", []), stats]
+        self.write_request_stats(sessions)
+
+    def write_request_stats(self, sessions: list[dict[str, Any]]) -> None:
+        payload = {"schema_version": 1, "sessions": sessions, "total": sum_counts(sessions)}
+        tmp = self.requests_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.requests_path)
 
     def mark_complete(self, counts: dict[str, Any]) -> None:
         self.complete_path.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
@@ -156,6 +184,20 @@ class RunDir:
             seen.add(sample.key)
             samples.append(sample)
         return samples
+
+
+def sum_counts(sessions: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Add up the integer counts of several sessions, nested dicts included (floats too)."""
+    total: dict[str, Any] = {}
+    for session in sessions:
+        for key, value in session.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
+                continue
+            if isinstance(value, dict):
+                total[key] = sum_counts([total.get(key, {}), value])
+            else:
+                total[key] = total.get(key, 0) + value
+    return total
 
 
 def _first_error(err: ValidationError) -> str:

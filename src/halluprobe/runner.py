@@ -9,11 +9,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from halluprobe.backends.base import Backend
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES, parse_text
+from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import (
     Question,
     QuestionKey,
@@ -26,7 +28,16 @@ from halluprobe.records import (
 )
 from halluprobe.rundir import RunDir, fingerprint_of
 
-__all__ = ["RunConfig", "RunSummary", "run_questions", "make_sample", "resolve_image", "make_header"]
+__all__ = [
+    "RunConfig",
+    "RunSummary",
+    "run_questions",
+    "make_sample",
+    "resolve_image",
+    "make_header",
+    "limit_questions",
+    "RequestStatsSource",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +56,28 @@ class RunConfig:
     resume: bool = False
     force: bool = False
     overwrite: bool = False
+    shard: str | None = None  # "I/N": recorded in the header, not part of the fingerprint
+
+
+@runtime_checkable
+class RequestStatsSource(Protocol):
+    """A backend that counts its requests (a server backend): written to ``requests.json``."""
+
+    def request_stats(self) -> dict[str, Any]:
+        ...
+
+
+def limit_questions(questions: Sequence[Question], limit: int | None) -> list[Question]:
+    """The first ``limit`` questions of each split, in file order (all of them when None)."""
+    if limit is None:
+        return list(questions)
+    kept: list[Question] = []
+    per_split: dict[str, int] = {}
+    for q in questions:
+        if per_split.get(q.split, 0) < limit:
+            per_split[q.split] = per_split.get(q.split, 0) + 1
+            kept.append(q)
+    return kept
 
 
 @dataclass
@@ -71,11 +104,7 @@ def _offset_argmax(response: Response, sets: TokenSets | None) -> str | None:
     if sets is None or not response.first_token:
         return None
     top = response.first_token[0]
-    if top.id is not None and (top.id in sets.yes_ids or top.id in sets.no_ids):
-        return None
-    if top.id is None and (top.piece in sets.yes_pieces or top.piece in sets.no_pieces):
-        return None
-    return top.piece
+    return None if greedy_answer(top, sets) is not None else top.piece
 
 
 def make_sample(
@@ -158,6 +187,7 @@ def make_header(
         benchmark_paths={split: str(path) for split, (path, _) in benchmarks.items()},
         images_root=str(images_root),
         limit=config.limit,
+        shard=config.shard,
         packages=_package_versions(),
     )
 
@@ -175,6 +205,14 @@ def run_questions(
     for rule in config.text_rules:
         if rule not in TEXT_RULES:
             raise InputError(f"unknown text rule {rule!r}; known: {', '.join(TEXT_RULES)}")
+    if config.resume and rundir.exists() and not config.force:
+        old_shard = rundir.read_header().shard
+        if old_shard != header.shard:
+            raise InputError(
+                f"refusing to resume: the run dir holds shard {old_shard or 'none (all questions)'}, "
+                f"not {header.shard or 'none (all questions)'}",
+                rundir.header_path,
+            )
     done = rundir.start(header, resume=config.resume, force=config.force, overwrite=config.overwrite)
     todo = [q for q in questions if q.key not in done]
     summary = RunSummary(skipped=len(questions) - len(todo), total=len(questions))
@@ -197,15 +235,20 @@ def run_questions(
     max_new = config.max_new_tokens if config.text_rules else 0
     if progress:
         progress(summary.skipped, summary.total)
-    for batch in backend.answer(requests, max_new_tokens=max_new, top_k=config.top_k):
-        samples = [make_sample(by_key[r.key], prompt_of[r.key], r, sets, config.text_rules) for r in batch]
-        rundir.append(samples)
-        summary.answered += len(samples)
-        summary.errors += sum(1 for s in samples if s.error)
-        for s in samples:
-            summary.by_split[s.split] = summary.by_split.get(s.split, 0) + 1
-        if progress:
-            progress(summary.skipped + summary.answered, summary.total)
+    try:
+        for batch in backend.answer(requests, max_new_tokens=max_new, top_k=config.top_k):
+            samples = [make_sample(by_key[r.key], prompt_of[r.key], r, sets, config.text_rules) for r in batch]
+            rundir.append(samples)
+            summary.answered += len(samples)
+            summary.errors += sum(1 for s in samples if s.error)
+            for s in samples:
+                summary.by_split[s.split] = summary.by_split.get(s.split, 0) + 1
+            if progress:
+                progress(summary.skipped + summary.answered, summary.total)
+    finally:  # a failed or interrupted run still records what its requests did
+        stats = backend.request_stats() if isinstance(backend, RequestStatsSource) and requests else None
+        if stats:
+            rundir.add_request_stats(stats)
     if summary.skipped + summary.answered == summary.total:
         stored = rundir.read_samples()  # count over the whole run, resumed parts included
         rundir.mark_complete(

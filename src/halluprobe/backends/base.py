@@ -19,6 +19,7 @@ __all__ = ["Backend", "BACKENDS", "load_backend"]
 # One name, one place: a new backend is one module plus one line here.
 BACKENDS: dict[str, str] = {
     "hf": "halluprobe.backends.hf:HFBackend",
+    "openai": "halluprobe.backends.openai_compat:OpenAIBackend",
     "scripted": "halluprobe.backends.scripted:ScriptedBackend",
 }
 

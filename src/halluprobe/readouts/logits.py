@@ -3,6 +3,13 @@
 Every readout is computed from the same forward pass: the backend stores the first-token
 log-probability of every id in every readout's token set (``Response.candidates``), and the
 readouts below only read that table.
+
+A backend without ids (an OpenAI-compatible server, ``TokenSets.keyed_by == "piece"``) stores
+the top-K pieces it was given, keyed by piece; ``dynamic`` then derives the yes / no sets from
+those pieces with the same rule (:func:`halluprobe.readouts.tokensets.classify_piece`). A set
+with no piece among the top K has a mass below the K-th log-probability that the server did
+not report: it counts as empty (score None, so ``p_yes`` is 0 or 1), and both empty is unknown.
+The legacy readouts read ids and are unknown (and marked invalid) there.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from halluprobe.readouts.tokensets import (
     LEGACY_2TOK_YES,
     LEGACY_8TOK_NO,
     LEGACY_8TOK_YES,
+    classify_piece,
 )
 from halluprobe.records import ReadoutResult, TokenSets
 
@@ -81,8 +89,22 @@ def read_legacy_8tok(candidates: Candidates, sets: TokenSets) -> ReadoutResult:
     return decide(max(yes), max(no))
 
 
+def _read_pieces(candidates: Candidates) -> ReadoutResult:
+    yes = [float(v) for piece, v in candidates.items() if classify_piece(piece) == "yes"]
+    no = [float(v) for piece, v in candidates.items() if classify_piece(piece) == "no"]
+    if not yes and not no:
+        return _unknown()
+    result = decide(_logsumexp(yes) if yes else -math.inf, _logsumexp(no) if no else -math.inf)
+    # an unreported set's mass is unknown, not -inf: None (JSON null) in memory as on disk
+    return result.model_copy(
+        update={"yes_score": result.yes_score if yes else None, "no_score": result.no_score if no else None}
+    )
+
+
 def read_dynamic(candidates: Candidates, sets: TokenSets) -> ReadoutResult:
     """Log-sum-exp over the model's own yes set vs its no set."""
+    if sets.keyed_by == "piece":
+        return _read_pieces(candidates)
     yes, no = _scores(candidates, sets.yes_ids), _scores(candidates, sets.no_ids)
     if not yes or not no:
         return _unknown()
@@ -101,5 +123,7 @@ LEGACY_READOUTS = frozenset({"legacy_2tok", "legacy_8tok"})
 
 def candidate_ids(sets: TokenSets) -> list[int]:
     """Every id any logit readout reads, restricted to the tokenizer's vocabulary."""
+    if sets.keyed_by == "piece":
+        return []
     ids = set(sets.yes_ids) | set(sets.no_ids) | set(LEGACY_8TOK_YES) | set(LEGACY_8TOK_NO)
     return sorted(i for i in ids if 0 <= i < sets.vocab_size)

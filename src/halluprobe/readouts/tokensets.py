@@ -26,10 +26,10 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from halluprobe.errors import InputError, RuntimeFailure
-from halluprobe.records import TokenSets
+from halluprobe.records import TokenLogprob, TokenSets
 
 __all__ = [
     "LEGACY_2TOK_YES",
@@ -38,7 +38,10 @@ __all__ = [
     "LEGACY_8TOK_NO",
     "LEGACY_IDS",
     "normalize_piece",
+    "classify_piece",
     "derive_token_sets",
+    "piece_token_sets",
+    "greedy_answer",
     "describe_token_sets",
     "tokenizer_fingerprint",
     "load_tokenizer",
@@ -76,6 +79,49 @@ def normalize_piece(piece: str) -> str:
     a real letter: :func:`derive_token_sets` decodes byte-level pieces first.
     """
     return piece.strip(_EDGE_CHARS).casefold()
+
+
+def classify_piece(text: str) -> Literal["yes", "no"] | None:
+    """The derivation rule for one token's text: ``"yes"``, ``"no"``, or None (neither).
+
+    The one place the rule lives: :func:`derive_token_sets` applies it to every id of a
+    vocabulary, and servers that report token strings instead of ids (``keyed_by="piece"``)
+    apply it to each returned piece.
+    """
+    norm = normalize_piece(text)
+    if norm == "yes" or norm == "no":
+        return norm  # type: ignore[return-value]
+    return None
+
+
+def piece_token_sets(source: str) -> TokenSets:
+    """Token sets for a backend without a vocabulary (an OpenAI-compatible server).
+
+    Such a server reports the first token's top alternatives as strings, never ids, so the
+    sets cannot be listed in advance: they are derived per sample from the returned pieces by
+    :func:`classify_piece` (``keyed_by="piece"``). The legacy LLaMA-2 id readouts cannot be read
+    and are marked invalid.
+    """
+    return TokenSets(
+        yes_ids=[],
+        no_ids=[],
+        yes_pieces=[],
+        no_pieces=[],
+        legacy_valid=False,
+        legacy_pieces={},
+        vocab_size=0,
+        tokenizer_fingerprint=f"pieces:{source}",
+        keyed_by="piece",
+    )
+
+
+def greedy_answer(token: TokenLogprob, sets: TokenSets) -> Literal["yes", "no"] | None:
+    """Which set the (greedy) first token belongs to: by id, or by its piece when the run has no ids."""
+    if sets.keyed_by == "piece":
+        return classify_piece(token.piece)
+    if token.id is not None:
+        return "yes" if token.id in sets.yes_ids else "no" if token.id in sets.no_ids else None
+    return "yes" if token.piece in sets.yes_pieces else "no" if token.piece in sets.no_pieces else None
 
 
 def _all_pieces(tokenizer: Any) -> list[str | None]:
@@ -173,9 +219,9 @@ def derive_token_sets(tokenizer: Any) -> TokenSets:
     for i, text in enumerate(texts):
         if text is None:
             continue
-        norm = normalize_piece(text)
-        if (norm == "yes" or norm == "no") and i not in special:
-            (yes if norm == "yes" else no).append((i, str(pieces[i])))
+        answer = classify_piece(text)
+        if answer is not None and i not in special:
+            (yes if answer == "yes" else no).append((i, str(pieces[i])))
 
     legacy_pieces: dict[str, str | None] = {}
     legacy_valid = True
@@ -215,6 +261,7 @@ def describe_token_sets(sets: TokenSets) -> dict[str, Any]:
         },
         "vocab_size": int(sets.vocab_size),
         "tokenizer_fingerprint": sets.tokenizer_fingerprint,
+        "keyed_by": sets.keyed_by,
     }
     return out
 

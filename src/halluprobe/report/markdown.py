@@ -22,6 +22,9 @@ from halluprobe.report.view import (
 
 __all__ = ["markdown_report"]
 
+# the openai backend's runs: the server reports token strings, so the sets are derived per sample
+_PER_SAMPLE = "derived per sample from the pieces the server returned (no ids)"
+
 
 def _esc(text: Any) -> str:
     """A table cell: pipes escaped, newlines shown as ⏎ (a cell is one line)."""
@@ -111,8 +114,8 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
             ["Model", f"{_code(run.get('model'))} (backend {run.get('backend')})"],
             ["Prompt", f"template {_code(run.get('template'))}" + (f": {_code(piece(run['prompt']))}" if run.get("prompt") else "")],
             ["Tokenizer", f"{_code(str(tokens.get('fingerprint') or '–')[:16])}, {fmt_count(tokens.get('vocab_size'))} ids"],
-            ["Yes set", ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens["yes"]) or "none found"],
-            ["No set", ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens["no"]) or "none found"],
+            ["Yes set", _PER_SAMPLE if tokens.get("by_piece") else ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens["yes"]) or "none found"],
+            ["No set", _PER_SAMPLE if tokens.get("by_piece") else ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens["no"]) or "none found"],
             ["Legacy ids", legacy],
             ["Questions", f"{fmt_count(run.get('n'))}, {fmt_count(run.get('errors') or 0)} errors"],
         ]

@@ -197,6 +197,8 @@ def _token_view(audit: Mapping[str, Any], header: Mapping[str, Any]) -> dict[str
     return {
         "yes": yes,
         "no": no,
+        # a server backend reports pieces, not ids: its sets are derived per sample (no list to show)
+        "by_piece": sets.get("keyed_by") == "piece",
         "legacy_valid": sets.get("legacy_valid"),
         "legacy": sorted(legacy.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0),
         "vocab_size": sets.get("vocab_size"),
