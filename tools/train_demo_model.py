@@ -626,6 +626,7 @@ def training_md(record: dict[str, Any]) -> str:
     )
     size = sum(record["files"].values())
     prompt = recipe["prompt"].replace("\n", "\\n")  # shown on one line
+    note = f" {record['timing_note']}" if record.get("timing_note") else ""
     return f"""# halluprobe demo model
 
 A tiny LLaVA (`LlavaForConditionalGeneration`: CLIP vision tower, two-layer projector, LLaMA
@@ -651,7 +652,7 @@ negatives fool it more than random ones. It is not a general-purpose model.
 `python tools/train_demo_model.py` (seed {cfg['seed']}, {record['threads']} CPU threads,
 deterministic algorithms) took {record['training_seconds']:.0f} s here
 ({record['machine']['processor']}, torch {record['packages']['torch']}, transformers
-{record['packages']['transformers']}).
+{record['packages']['transformers']}).{note}
 
 1. Vision stage ({cfg['vision_steps']} steps x {cfg['vision_batch']} scenes, lr {cfg['vision_lr']}): the
    tower and the projector learn which classes each image patch shows (a linear head on every
