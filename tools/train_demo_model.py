@@ -277,9 +277,8 @@ class Batcher:
         return {"ids": ids_t, "positions": pos_t, "mask": mask[:, None], "gather": gather, "target": target}
 
 
-def forward_packed(model: Any, batcher: Batcher, pixels: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
-    """Logits at ``batch["gather"]`` positions of packed sequences (see :meth:`Batcher.packed`),
-    and the projected image features."""
+def _image_features(model: Any, pixels: Any) -> Any:
+    """Projected image features ``[images, image tokens, hidden]``, as LLaVA's forward computes them."""
     import torch
 
     cfg = model.config
@@ -288,14 +287,24 @@ def forward_packed(model: Any, batcher: Batcher, pixels: Any, batch: dict[str, A
         vision_feature_layer=cfg.vision_feature_layer,
         vision_feature_select_strategy=cfg.vision_feature_select_strategy,
     ).pooler_output
-    feats = torch.stack(list(feats)) if isinstance(feats, (list, tuple)) else feats
-    ids = batch["ids"]
+    return torch.stack(list(feats)) if isinstance(feats, (list, tuple)) else feats
+
+
+def _text_forward(model: Any, batcher: Batcher, ids: Any, feats: Any, mask: Any, positions: Any) -> Any:
+    """Last hidden states with ``feats`` (one row per sequence) scattered into the image tokens."""
     embeds = model.model.get_input_embeddings()(ids)
     image_mask = (ids == batcher.image_token_id).unsqueeze(-1).expand_as(embeds)
     embeds = embeds.masked_scatter(image_mask, feats.reshape(-1, feats.shape[-1]).to(embeds.dtype))
-    out = model.model.language_model(inputs_embeds=embeds, attention_mask=batch["mask"], position_ids=batch["positions"])
+    return model.model.language_model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions).last_hidden_state
+
+
+def forward_packed(model: Any, batcher: Batcher, pixels: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
+    """Logits at ``batch["gather"]`` positions of packed sequences (see :meth:`Batcher.packed`),
+    and the projected image features."""
+    feats = _image_features(model, pixels)
+    hidden = _text_forward(model, batcher, batch["ids"], feats, batch["mask"], batch["positions"])
     g = batch["gather"]
-    return model.lm_head(out.last_hidden_state[g[:, 0], g[:, 1]]), feats
+    return model.lm_head(hidden[g[:, 0], g[:, 1]]), feats
 
 
 def forward_last(model: Any, batcher: Batcher, pixels: Any, image_of_row: Any, ids: Any, mask: Any, positions: Any, keep: int) -> Any:
@@ -305,18 +314,9 @@ def forward_last(model: Any, batcher: Batcher, pixels: Any, image_of_row: Any, i
     into the image-token embeddings), with the vision features shared by the rows that show the
     same image; checked against the full forward at start-up.
     """
-    cfg = model.config
-    feats = model.model.get_image_features(
-        pixel_values=pixels,
-        vision_feature_layer=cfg.vision_feature_layer,
-        vision_feature_select_strategy=cfg.vision_feature_select_strategy,
-    ).pooler_output
-    feats = feats if not isinstance(feats, (list, tuple)) else __import__("torch").stack(list(feats))
-    embeds = model.model.get_input_embeddings()(ids)
-    image_mask = (ids == batcher.image_token_id).unsqueeze(-1).expand_as(embeds)
-    embeds = embeds.masked_scatter(image_mask, feats[image_of_row].reshape(-1, feats.shape[-1]).to(embeds.dtype))
-    out = model.model.language_model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions)
-    return model.lm_head(out.last_hidden_state[:, -keep:])
+    feats = _image_features(model, pixels)
+    hidden = _text_forward(model, batcher, ids, feats[image_of_row], mask, positions)
+    return model.lm_head(hidden[:, -keep:])
 
 
 def sample_questions(rng: np.random.Generator, scene: Any, n: int, hard_fraction: float, classes: list[str]) -> list[tuple[str, bool]]:
@@ -406,19 +406,13 @@ def pretrain_vision(model: Any, batcher: Batcher, cfg: TrainConfig, classes: lis
     params = list(model.model.vision_tower.parameters()) + list(model.model.multi_modal_projector.parameters()) + list(head.parameters())
     optim = torch.optim.AdamW(params, lr=cfg.vision_lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay, fused=True)
     column = {name: i for i, name in enumerate(classes)}
-    mcfg = model.config
     started = time.perf_counter()
     running = 0.0
     for step in range(cfg.vision_steps):
         first = step * cfg.vision_batch
         scenes = [generate_scene(cfg.data_seed, first + i, size=cfg.image_size) for i in range(cfg.vision_batch)]
         target = torch.from_numpy(np.stack([patch_targets(s, column, cfg.patch_size) for s in scenes]))
-        feats = model.model.get_image_features(
-            pixel_values=batcher.pixels(np.stack([s.image for s in scenes])),
-            vision_feature_layer=mcfg.vision_feature_layer,
-            vision_feature_select_strategy=mcfg.vision_feature_select_strategy,
-        ).pooler_output
-        feats = torch.stack(list(feats)) if isinstance(feats, (list, tuple)) else feats
+        feats = _image_features(model, batcher.pixels(np.stack([s.image for s in scenes])))
         loss = torch.nn.functional.binary_cross_entropy_with_logits(head(feats), target)
         for group in optim.param_groups:
             group["lr"] = cfg.vision_lr * min(1.0, (step + 1) / 50) * (0.5 * (1 + math.cos(math.pi * step / cfg.vision_steps)))
@@ -435,12 +429,7 @@ def pretrain_vision(model: Any, batcher: Batcher, cfg: TrainConfig, classes: lis
     # held-out check: a class is "seen" when any patch's logit is positive
     with torch.no_grad():
         scenes = [generate_scene(cfg.eval_seed, i, size=cfg.image_size) for i in range(200)]
-        feats = model.model.get_image_features(
-            pixel_values=batcher.pixels(np.stack([s.image for s in scenes])),
-            vision_feature_layer=mcfg.vision_feature_layer,
-            vision_feature_select_strategy=mcfg.vision_feature_select_strategy,
-        ).pooler_output
-        feats = torch.stack(list(feats)) if isinstance(feats, (list, tuple)) else feats
+        feats = _image_features(model, batcher.pixels(np.stack([s.image for s in scenes])))
         seen = (head(feats).amax(1) > 0).numpy()
         truth = np.stack([patch_targets(s, column, cfg.patch_size).max(0) for s in scenes]) > 0
         tp, fp, fn = int((seen & truth).sum()), int((seen & ~truth).sum()), int((~seen & truth).sum())
