@@ -208,3 +208,79 @@ def test_real_llamacpp_server_gives_piece_keyed_readouts(
     again = CliRunner().invoke(app, args(tmp_path / "again"))
     assert again.exit_code == 0, again.output
     assert RunDir(tmp_path / "again").read_request_stats()["total"]["cache_hits"] == 6
+
+
+def test_real_server_logprobs_are_stored_as_reported_and_shards_merge_to_the_same_scores(
+    llama_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    import httpx
+
+    from halluprobe.scoring import score_rundir
+
+    monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    images = tmp_path / "images"
+    images.mkdir()
+    lines = []
+    objects = ["cat", "dog", "umbrella", "traffic light"]
+    for i in range(4):
+        Image.new("RGB", (16, 16), (50 * i, 80, 120)).save(images / f"img{i}.png")
+        for j, obj in enumerate(objects):
+            lines.append(json.dumps({"question_id": i * 4 + j + 1, "image": f"img{i}.png", "text": f"Is there a {obj} in the image?", "label": "yes" if (i + j) % 2 else "no"}))
+    bench = tmp_path / "toy_pope_adversarial.json"
+    bench.write_text("\n".join(lines) + "\n")
+
+    def run(target: Path, *extra: str) -> None:
+        result = CliRunner().invoke(app, [
+            "run", "--backend", "openai", "--model", "tiny", "--endpoint", llama_server, "--benchmark", str(bench),
+            "--images", str(images), "--out", str(target), "--concurrency", "3", "--max-new-tokens", "3", *extra,
+        ])  # fmt: skip
+        assert result.exit_code == 0, result.output
+
+    run(tmp_path / "whole")
+    # what the server itself reports for one question, asked directly with the same message
+    data = base64.b64encode((images / "img2.png").read_bytes()).decode("ascii")
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+            {"type": "text", "text": "Is there a traffic light in the image?"},
+        ]}],
+        "temperature": 0, "max_tokens": 1, "logprobs": True, "top_logprobs": 20,
+    }  # fmt: skip
+    reported = httpx.post(f"{llama_server}/chat/completions", json=body, timeout=60).json()
+    tops = reported["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    sample = next(s for s in RunDir(tmp_path / "whole").read_samples() if s.question_id == 12)
+    stored = {t.piece: t.logprob for t in sample.first_token}
+    assert len(tops) >= 3
+    for top in tops[: len(stored)]:
+        assert stored[top["token"]] == pytest.approx(top["logprob"], abs=1e-5), top
+
+    # two shards on the same server (no cache: they really ask), merged: the same scores
+    for k in range(2):
+        run(tmp_path / f"part{k}", "--shard", f"{k}/2", "--no-cache")
+    merged = CliRunner().invoke(app, ["merge", str(tmp_path / "part0"), str(tmp_path / "part1"), "--out", str(tmp_path / "merged")])
+    assert merged.exit_code == 0, merged.output
+    parts = [len(RunDir(tmp_path / f"part{k}").read_samples()) for k in range(2)]
+    assert sum(parts) == 16 and min(parts) > 0
+    for readout in ("dynamic", "text:strict"):
+        whole = score_rundir(tmp_path / "whole", readout=readout, n_resamples=50, write=False)
+        joined = score_rundir(tmp_path / "merged", readout=readout, n_resamples=50, write=False)
+        a, b = joined.model_dump(), whole.model_dump()
+        for split in ("adversarial",):
+            for key in ("tp", "fp", "tn", "fn", "unknown", "n"):
+                assert a["splits"][split][key] == b["splits"][split][key], (readout, key)
+        # the sample order differs, so sums may differ in the last bits
+        assert _flatten(a) == pytest.approx(_flatten(b), rel=1e-9, abs=1e-12), readout
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, float]:
+    """Every number in a nested dict/list, keyed by its path."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flatten(item, f"{prefix}/{key}").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for i, item in enumerate(value) for k, v in _flatten(item, f"{prefix}/{i}").items()}
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return {}
+    return {prefix: float(value)}
