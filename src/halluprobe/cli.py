@@ -665,6 +665,39 @@ def demo_cmd(
     typer.echo(result.summary)
     typer.echo(f"demo done in {result.seconds:.0f} s")
 
+# -- probe (Auto-Probe, issue 7) ---------------------------------------------------------
+
+probe_app = typer.Typer(help="Auto-Probe: questions from objects the model itself hallucinates.", no_args_is_help=True)
+app.add_typer(probe_app, name="probe")
+
+
+def _probe_backend(backend: str, model: str, backend_option: Optional[list[str]]) -> Any:
+    options = _backend_options(backend_option)
+    if backend == "hf":  # descriptions run to EOS or max_new_tokens, not to the first '.'
+        options.setdefault("stop_strings", [])
+    return _load_backend(backend, model, **options)
+
+
+@probe_app.command("induce")
+def probe_induce(
+    images: Annotated[Path, typer.Option(help="Folder of images to describe.")],
+    model: Annotated[str, typer.Option(help="Model under test: local folder or id (scripted: the script file).")],
+    prompts: Annotated[Path, typer.Option(help="Prompt-set TOML file (system, prompts, epochs, json_mode...).")],
+    out: Annotated[Path, typer.Option(help="Descriptions JSON Lines file (append-only; resumed).")],
+    backend: Annotated[str, typer.Option(help="hf | openai | scripted.")] = "hf",
+    backend_option: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE backend option (repeatable).")] = None,
+) -> None:
+    """Describe every image with hallucination-inducing prompts; descriptions go to a JSONL file."""
+    from halluprobe.benchmarks.autoprobe.induction import induce, list_images, load_prompt_set
+
+    with _errors():
+        prompt_set = load_prompt_set(prompts)
+        list_images(images)  # bad input before the model loads
+        engine = _probe_backend(backend, model, backend_option)
+        with _progress("descriptions") as progress:
+            result = induce(engine, images, prompt_set, out, backend_name=backend, model=model, progress=progress)
+    typer.echo(f"{result.written} description(s) written to {result.path} ({result.skipped} already there, {result.errors} error(s))")
+
 
 def main() -> None:
     app()
