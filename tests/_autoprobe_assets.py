@@ -21,7 +21,7 @@ from typing import Any
 
 import _assets
 
-__all__ = ["OPEN_CLIP_WHEEL", "clip_tokenizer_dir", "build_tiny_owlv2"]
+__all__ = ["OPEN_CLIP_WHEEL", "clip_tokenizer_dir", "build_tiny_owlv2", "tiny_owlv2_dir"]
 
 OPEN_CLIP_WHEEL = "open-clip-torch==3.3.0"
 _VOCAB_MEMBER = "open_clip/bpe_simple_vocab_16e6.txt.gz"
@@ -115,3 +115,13 @@ def build_tiny_owlv2(out_dir: Path, tokenizer_dir: Path, *, seed: int = 0, image
     model.save_pretrained(str(out_dir))
     processor.save_pretrained(str(out_dir))
     return out_dir
+
+
+def tiny_owlv2_dir() -> Path:
+    """The tiny OWLv2 folder (seed 0, 64-pixel input), built once into the test-asset cache."""
+
+    def build(out: Path) -> dict[str, Any]:
+        build_tiny_owlv2(out, clip_tokenizer_dir())
+        return {"source": "random weights, seed 0", "tokenizer": "clip-bpe-tokenizer"}
+
+    return _assets._build_once("tiny-owlv2", build)

@@ -97,6 +97,12 @@ def test_clean_mentions_records_every_fate(wn: Any) -> None:
     assert out["two wine glasses"].name == "wine glass"
 
 
+def test_a_lone_synonym_of_a_coco_name_takes_the_coco_name(wn: Any) -> None:
+    from halluprobe.benchmarks.autoprobe.cleaning import clean_mentions
+
+    assert [c.name for c in clean_mentions(["sofa", "necktie", "automobile", "lamp"], wn)] == ["couch", "tie", "car", "lamp"]
+
+
 def test_synonyms_without_a_coco_name_take_the_most_mentioned(wn: Any) -> None:
     from halluprobe.benchmarks.autoprobe.cleaning import clean_mentions
 

@@ -14,10 +14,10 @@ pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def owl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def owl_dir() -> Path:
     import _autoprobe_assets
 
-    return _autoprobe_assets.build_tiny_owlv2(tmp_path_factory.mktemp("owl") / "tiny-owlv2", _autoprobe_assets.clip_tokenizer_dir())
+    return _autoprobe_assets.tiny_owlv2_dir()
 
 
 @pytest.fixture(scope="module")

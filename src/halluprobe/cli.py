@@ -699,6 +699,57 @@ def probe_induce(
     typer.echo(f"{result.written} description(s) written to {result.path} ({result.skipped} already there, {result.errors} error(s))")
 
 
+@probe_app.command("build")
+def probe_build(
+    images: Annotated[Path, typer.Option(help="Folder of images.")],
+    model: Annotated[str, typer.Option(help="Model under test: local folder or id (scripted: the script file).")],
+    detector: Annotated[str, typer.Option(help="OWLv2 / OWL-ViT detector: local folder or hub id.")],
+    out: Annotated[Path, typer.Option(help="Output folder (descriptions are resumed; the rest is rewritten).")],
+    prompts: Annotated[Optional[Path], typer.Option(help="Prompt-set TOML file (default: one detailed-description prompt).")] = None,
+    backend: Annotated[str, typer.Option(help="Backend of the model under test: hf | openai | scripted.")] = "hf",
+    extractor: Annotated[str, typer.Option(help="'spacy' (offline noun chunks) or 'llm:BACKEND:MODEL'.")] = "spacy",
+    attribait: Annotated[str, typer.Option(help="Who writes AttriBait questions: 'model' (the model under test), 'llm:BACKEND:MODEL' or 'none'.")] = "model",
+    t_high: Annotated[float, typer.Option(help="Detector score at or above which an object is present.")] = 0.3,
+    t_low: Annotated[float, typer.Option(help="Detector score below which an object is hallucinated.")] = 0.1,
+    max_retries: Annotated[int, typer.Option(help="Re-asks of a model whose JSON answer is invalid.")] = 2,
+    backend_option: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE option of the model-under-test backend (repeatable).")] = None,
+) -> None:
+    """Induce, extract, clean, detect, and write existence + AttriBait questions with a manifest."""
+    from halluprobe.benchmarks.autoprobe.build import ProbeBuildConfig, build_probe, parse_llm_spec
+    from halluprobe.benchmarks.autoprobe.detector import OwlDetector
+    from halluprobe.benchmarks.autoprobe.induction import PromptSet, list_images, load_prompt_set
+
+    with _errors():
+        prompt_set = load_prompt_set(prompts) if prompts is not None else PromptSet(name="default", prompts=[_DEFAULT_PROBE_PROMPT])
+        list_images(images)
+        extractor_spec = None if extractor == "spacy" else parse_llm_spec(extractor)
+        attribait_spec = None if attribait in ("none", "model") else parse_llm_spec(attribait)
+        if not 0.0 <= t_low <= t_high <= 1.0:
+            raise InputError(f"thresholds must satisfy 0 <= --t-low <= --t-high <= 1, got {t_low} and {t_high}")
+        config = ProbeBuildConfig(images=images, out=out, prompt_set=prompt_set, backend=backend, model=model,
+                                  extractor=extractor, attribait=attribait, detector=detector, t_high=t_high,
+                                  t_low=t_low, max_retries=max_retries)  # fmt: skip
+        engine = _probe_backend(backend, model, backend_option)
+        extractor_engine = _probe_backend(*extractor_spec, None) if extractor_spec else None
+        attribait_engine = _probe_backend(*attribait_spec, None) if attribait_spec else None
+        try:
+            owl = OwlDetector(detector, local_files_only=Path(detector).exists())
+        except OSError as err:
+            raise RuntimeFailure(f"cannot load detector {detector!r}: {str(err).strip().splitlines()[0]}") from None
+        with _progress("descriptions") as progress:
+            result = build_probe(config, model_backend=engine, detector=owl, extractor_backend=extractor_engine,
+                                 attribait_backend=attribait_engine, progress=progress)  # fmt: skip
+    counts = result.counts
+    typer.echo(
+        f"{counts['existence_questions']} existence question(s) ({counts['present']} present, {counts['hallucinated']} hallucinated), "
+        f"{counts['attribait_questions']} AttriBait question(s); {counts['dropped_cleaning']} object(s) dropped by cleaning, "
+        f"{counts['dropped_uncertain']} uncertain; manifest: {out / 'manifest.json'}"
+    )
+
+
+_DEFAULT_PROBE_PROMPT = "Describe this image in detail, including every object you can see, even small or partly hidden ones."
+
+
 def main() -> None:
     app()
 

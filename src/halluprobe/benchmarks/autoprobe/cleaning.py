@@ -13,9 +13,12 @@ Steps, in order (one :class:`CleaningStep` per step that looked at a mention):
    Looked up as the whole name ("dining_table"), joined ("wineglass"), then its head ("glass").
    Any-sense would keep "atmosphere" (its fifth sense is the air around the Earth); first-sense
    only would drop "table" (its first sense is a table of data). COCO category names are kept
-   without the check. The deciding sense is recorded.
+   without the check. The deciding sense is recorded. Words for parts of space
+   (:data:`SPATIAL_WORDS`: "front" from "in front of", "top", "background") leave here too:
+   WordNet files some of them under physical_entity through "side" or "surface".
 4. ``synonym``: names whose deciding senses are the same synset ("sofa", "couch": ``sofa.n.01``)
-   or that a short alias table maps to a COCO name ("motorbike" -> "motorcycle") form one group;
+   or that a short alias table maps to a COCO name ("motorbike" -> "motorcycle") form one group,
+   and every COCO name's own deciding sense joins the groups (a lone "sofa" becomes "couch");
    its representative is the COCO name in the group, else the most mentioned name (ties: the
    shorter, then alphabetical). Merging is over all mentions given at once, so call
    :func:`clean_mentions` once per benchmark, not per image.
@@ -35,6 +38,7 @@ from halluprobe.benchmarks.coco import COCO_CATEGORY_NAMES
 
 __all__ = [
     "COCO_ALIASES",
+    "SPATIAL_WORDS",
     "CleaningStep",
     "CleanedObject",
     "normalize_mention",
@@ -64,6 +68,12 @@ _DETERMINERS = frozenset(
 )
 _NON_WORD = re.compile(r"[^a-z0-9 \-]+")
 _PHYSICAL = "physical_entity.n.01"
+# parts of space, not objects ("in front of", "on top of", "in the background"): WordNet files
+# some of them (front.n.01, top.n.01) under physical_entity through "side" / "surface"
+SPATIAL_WORDS = frozenset(
+    "front back top bottom side middle center centre left right background foreground distance rest "
+    "edge corner surroundings area part".split()
+)
 _SENSES_CONSIDERED = 2
 
 
@@ -185,6 +195,10 @@ def clean_mentions(mentions: Sequence[str], wn: Any | None = None) -> list[Clean
         singular, why = singularize(name, wn)
         steps.append(CleaningStep(step="singular", before=name, after=singular, reason=why))
         sense, why = physical_sense(singular, wn)
+        if singular in SPATIAL_WORDS:
+            steps.append(CleaningStep(step="abstract", before=singular, after=None, reason="a word for a part of space, not an object"))
+            staged.append((mention, None, None, steps))
+            continue
         if singular in COCO_CATEGORY_NAMES or singular in COCO_ALIASES:
             kind = "a COCO category name" if singular in COCO_CATEGORY_NAMES else "an alias of a COCO category name"
             steps.append(CleaningStep(step="abstract", before=singular, after=singular, reason=kind))
@@ -204,7 +218,12 @@ def clean_mentions(mentions: Sequence[str], wn: Any | None = None) -> list[Clean
             x = parent[x]
         return x
 
+    # every COCO name's deciding sense seeds a group, so a lone "sofa" still becomes "couch"
     by_sense: dict[str, str] = {}
+    for coco in COCO_CATEGORY_NAMES:
+        coco_sense, _ = physical_sense(coco, wn)
+        if coco_sense is not None:
+            by_sense.setdefault(coco_sense, coco)
     for _, name, sense, _ in staged:
         if name is None:
             continue
