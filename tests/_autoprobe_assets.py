@@ -21,7 +21,7 @@ from typing import Any
 
 import _assets
 
-__all__ = ["OPEN_CLIP_WHEEL", "clip_tokenizer_dir", "build_tiny_owlv2", "tiny_owlv2_dir"]
+__all__ = ["OPEN_CLIP_WHEEL", "clip_tokenizer_dir", "build_tiny_owlv2", "tiny_owlv2_dir", "tiny_llava_dir"]
 
 OPEN_CLIP_WHEEL = "open-clip-torch==3.3.0"
 _VOCAB_MEMBER = "open_clip/bpe_simple_vocab_16e6.txt.gz"
@@ -125,3 +125,14 @@ def tiny_owlv2_dir() -> Path:
         return {"source": "random weights, seed 0", "tokenizer": "clip-bpe-tokenizer"}
 
     return _assets._build_once("tiny-owlv2", build)
+
+
+def tiny_llava_dir() -> Path:
+    """A tiny random-weight LLaVA (seed 0, 56-pixel images) on the LLaMA-2 tokenizer, built once."""
+    from halluprobe.tiny import build_tiny_llava
+
+    def build(out: Path) -> dict[str, Any]:
+        build_tiny_llava(out, _assets.llama_tokenizer_dir(), seed=0, image_size=56)
+        return {"source": "halluprobe.tiny.build_tiny_llava, seed 0, image_size 56"}
+
+    return _assets._build_once("tiny-llava-56", build)

@@ -118,3 +118,35 @@ def test_empty_image_folder_is_exit_2(tmp_path: Path) -> None:
     args[args.index("--images") + 1] = str(empty)
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "no images" in result.output
+
+
+def test_induce_with_the_hf_backend_on_a_tiny_llava(tmp_path: Path) -> None:
+    """The real generation path: a random-weight LLaVA, descriptions not cut at the first '.'."""
+    pytest.importorskip("torch")
+    pytest.importorskip("skimage")
+    from halluprobe.backends.hf import STOP_STRINGS, HFBackend
+    import _autoprobe_assets
+
+    from halluprobe.tiny import demo_photos
+
+    model_dir = _autoprobe_assets.tiny_llava_dir()
+    demo, _ = demo_photos(tmp_path / "demo")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (demo / "coffee.jpg").rename(photos / "coffee.jpg")
+    (tmp_path / "prompts.toml").write_text('prompts = ["Describe the image."]\nmax_new_tokens = 12\n')
+    out = tmp_path / "descriptions.jsonl"
+    result = runner.invoke(app, ["probe", "induce", "--images", str(photos), "--backend", "hf", "--model", str(model_dir),
+                                 "--prompts", str(tmp_path / "prompts.toml"), "--out", str(out),
+                                 "--backend-option", "device=cpu"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = _lines(out)
+    assert len(lines) == 1
+    for line in lines:
+        assert line["error"] is None and line["text"]
+        assert line["rendered"] == "USER: <image>\nDescribe the image. ASSISTANT:"
+    # the option the CLI passes: no stop strings (EOS or max_new_tokens end a description)
+    backend = HFBackend(str(model_dir), device="cpu", stop_strings=())
+    assert backend.info()["stop_strings"] == [] and len(backend._stopping_criteria()) == 0
+    default = HFBackend(str(model_dir), device="cpu")
+    assert "stop_strings" not in default.info() and tuple(default._stop_strings) == STOP_STRINGS
