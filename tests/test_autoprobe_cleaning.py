@@ -15,9 +15,10 @@ pytest.importorskip("inflect", reason="the probe extra (inflect) is not installe
 
 
 @pytest.fixture(scope="module")
-def wn(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def wn() -> Any:
+    # the user cache, as the library uses it: one reader per process for every test module
     try:
-        return wordnet_module.load_wordnet(cache=tmp_path_factory.mktemp("wncache"))
+        return wordnet_module.load_wordnet()
     except RuntimeFailure as err:
         pytest.skip(f"WordNet unavailable ({err}); scripts/setup.sh installs wordnet-base and wordnet-sense-index")
 
@@ -27,8 +28,13 @@ def test_loader_names_the_debian_packages_when_files_are_missing(tmp_path: Path)
         wordnet_module.wordnet_data_dir(source=tmp_path, cache=tmp_path / "cache")
 
 
-def test_loader_writes_the_45_lexnames(wn: Any) -> None:
+def test_loader_writes_the_45_lexnames(wn: Any, tmp_path: Path) -> None:
     assert len(wordnet_module.LEXNAMES) == 45
+    root = wordnet_module.wordnet_data_dir(cache=tmp_path)
+    corpus = root / "corpora" / "wordnet"
+    lines = (corpus / "lexnames").read_text().splitlines()
+    assert lines[3] == "03\tnoun.Tops\t1" and lines[44] == "44\tadj.ppl\t3"
+    assert all((corpus / name).is_file() and not (corpus / name).is_symlink() for name in wordnet_module.REQUIRED_FILES)
     assert wn.synset("umbrella.n.01").lexname() == "noun.artifact"
     assert wn.synset("cat.n.01").lexname() == "noun.animal"
 
