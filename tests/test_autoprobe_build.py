@@ -140,3 +140,26 @@ def test_bad_extractor_spec_is_exit_2(setup: tuple[Path, Path, Path], tmp_path: 
     result = runner.invoke(app, ["probe", "build", "--images", str(images), "--backend", "scripted", "--model", str(script),
                                  "--extractor", "gpt", "--detector", str(owl), "--out", str(tmp_path / "o")])  # fmt: skip
     assert result.exit_code == 2 and "llm:BACKEND:MODEL" in result.output
+
+
+def test_choice_evaluation_and_consistency_after_a_build(setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """probe build, run on the existence file, then probe choice on the AttriBait file."""
+    images, script, owl = setup
+    out = tmp_path / "probe"
+    # t_high above every score: everything the detector scored is hallucinated (AttriBait for all)
+    manifest = _build(images, script, owl, out, "--t-high", "1.0", "--t-low", "1.0", "--attribait", "model")
+    hallucinated = manifest["counts"]["hallucinated"]
+    assert hallucinated == manifest["counts"]["existence_questions"] - manifest["counts"]["present"]
+    run = runner.invoke(app, ["run", "--backend", "scripted", "--model", str(script), "--benchmark",
+                              str(out / "autoprobe_pope_existence.jsonl"), "--images", str(images), "--out", str(tmp_path / "run")])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    result = runner.invoke(app, ["probe", "choice", "--questions", str(out / "autoprobe_attribait.jsonl"), "--images", str(images),
+                                 "--backend", "scripted", "--model", str(script), "--out", str(tmp_path / "choice.jsonl"),
+                                 "--existence-run", str(tmp_path / "run")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    n = manifest["counts"]["attribait_questions"]
+    assert report["metrics"]["logit"]["n"] == n == len((tmp_path / "choice.jsonl").read_text().splitlines())
+    # the scripted model answers yes/no pieces only: no letter is ever scored, so all unknown
+    assert report["metrics"]["logit"]["unknown"] == n and report["letter_ids"] is None
+    assert report["consistency"]["pairs"] == n
