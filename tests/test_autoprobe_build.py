@@ -132,7 +132,7 @@ def test_probe_build_end_to_end(setup: tuple[Path, Path, Path], tmp_path: Path) 
     assert run.exit_code == 0, run.output
     score = runner.invoke(app, ["score", str(tmp_path / "run"), "--json"])
     assert score.exit_code == 0, score.output
-    assert json.loads(score.output)["splits"]["existence"]["n"] == len(questions)
+    assert json.loads(score.stdout)["splits"]["existence"]["n"] == len(questions)
 
 
 def test_bad_extractor_spec_is_exit_2(setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_choice_evaluation_and_consistency_after_a_build(setup: tuple[Path, Path
                                  "--backend", "scripted", "--model", str(script), "--out", str(tmp_path / "choice.jsonl"),
                                  "--existence-run", str(tmp_path / "run")])  # fmt: skip
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     n = manifest["counts"]["attribait_questions"]
     assert report["metrics"]["logit"]["n"] == n == len((tmp_path / "choice.jsonl").read_text().splitlines())
     # the scripted model answers yes/no pieces only: no letter is ever scored, so all unknown

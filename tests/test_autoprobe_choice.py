@@ -101,3 +101,33 @@ def test_metrics_and_consistency_table() -> None:
     assert table["table"]["no"] == {"D": 1, "attribute": 1, "other": 0, "unknown": 0, "error": 0}
     assert table["table"]["yes"]["other"] == 1 and table["table"]["unknown"]["unknown"] == 1
     assert table["inconsistent"] == 1
+
+
+def test_probe_choice_through_the_hf_backend(tmp_path: Path) -> None:
+    """A tiny LLaVA answers an AttriBait question; with the whole vocabulary as top-k every
+    letter is scored from the model's own tokenizer ids."""
+    pytest.importorskip("torch")
+    pytest.importorskip("skimage")
+    import _autoprobe_assets
+    from typer.testing import CliRunner
+
+    from halluprobe.benchmarks.autoprobe.questions import AttriBaitDraft, attribait_question, write_choice_questions
+    from halluprobe.cli import app
+    from halluprobe.tiny import demo_photos
+
+    model_dir = _autoprobe_assets.tiny_llava_dir()
+    photos, _ = demo_photos(tmp_path / "demo")
+    q = attribait_question(0, "coffee.jpg", "umbrella", AttriBaitDraft(question="What colour is the umbrella?", options=("Red", "Blue")))
+    path = write_choice_questions(tmp_path / "autoprobe_attribait.jsonl", [q])
+    result = CliRunner().invoke(app, ["probe", "choice", "--questions", str(path), "--images", str(photos), "--backend", "hf",
+                                      "--model", str(model_dir), "--out", str(tmp_path / "choice.jsonl"), "--top-k", "32064",
+                                      "--backend-option", "device=cpu"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert all(report["letter_ids"][letter] for letter in "ABCD")
+    (sample,) = [json.loads(line) for line in (tmp_path / "choice.jsonl").read_text().splitlines()]
+    scores = sample["letter_scores"]
+    assert all(isinstance(scores[letter], float) for letter in "ABCD")
+    assert sample["decisions"]["logit"] == max(scores, key=lambda k: scores[k])
+    assert sample["prompt"].startswith("USER: <image>\nWhat colour is the umbrella?\nA. Red\n")
+    assert report["metrics"]["logit"]["n"] == 1
