@@ -150,3 +150,11 @@ def test_induce_with_the_hf_backend_on_a_tiny_llava(tmp_path: Path) -> None:
     assert backend.info()["stop_strings"] == [] and len(backend._stopping_criteria()) == 0
     default = HFBackend(str(model_dir), device="cpu")
     assert "stop_strings" not in default.info() and tuple(default._stop_strings) == STOP_STRINGS
+
+
+def test_the_documented_example_prompt_set_loads() -> None:
+    from halluprobe.benchmarks.autoprobe.induction import load_prompt_set
+
+    example = Path(__file__).resolve().parents[1] / "docs" / "autoprobe-prompts.example.toml"
+    prompt_set = load_prompt_set(example)
+    assert prompt_set.name == "inducing-v1" and len(prompt_set.prompts) == 3 and prompt_set.system
