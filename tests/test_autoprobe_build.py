@@ -163,3 +163,12 @@ def test_choice_evaluation_and_consistency_after_a_build(setup: tuple[Path, Path
     # the scripted model answers yes/no pieces only: no letter is ever scored, so all unknown
     assert report["metrics"]["logit"]["unknown"] == n and report["letter_ids"] is None
     assert report["consistency"]["pairs"] == n
+
+
+def test_bad_thresholds_are_exit_2_before_any_model_loads(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(b"x")
+    result = runner.invoke(app, ["probe", "build", "--images", str(images), "--backend", "scripted", "--model", str(tmp_path / "missing.json"),
+                                 "--detector", str(tmp_path / "no-detector"), "--out", str(tmp_path / "o"), "--t-high", "0.1", "--t-low", "0.5"])  # fmt: skip
+    assert result.exit_code == 2 and "t_low <= t_high" in result.output

@@ -716,7 +716,7 @@ def probe_build(
 ) -> None:
     """Induce, extract, clean, detect, and write existence + AttriBait questions with a manifest."""
     from halluprobe.benchmarks.autoprobe.build import ProbeBuildConfig, build_probe, parse_llm_spec
-    from halluprobe.benchmarks.autoprobe.detector import OwlDetector
+    from halluprobe.benchmarks.autoprobe.detector import OwlDetector, check_thresholds
     from halluprobe.benchmarks.autoprobe.induction import PromptSet, list_images, load_prompt_set
 
     with _errors():
@@ -724,8 +724,7 @@ def probe_build(
         list_images(images)
         extractor_spec = None if extractor == "spacy" else parse_llm_spec(extractor)
         attribait_spec = None if attribait in ("none", "model") else parse_llm_spec(attribait)
-        if not 0.0 <= t_low <= t_high <= 1.0:
-            raise InputError(f"thresholds must satisfy 0 <= --t-low <= --t-high <= 1, got {t_low} and {t_high}")
+        check_thresholds(t_high=t_high, t_low=t_low)
         config = ProbeBuildConfig(images=images, out=out, prompt_set=prompt_set, backend=backend, model=model,
                                   extractor=extractor, attribait=attribait, detector=detector, t_high=t_high,
                                   t_low=t_low, max_retries=max_retries)  # fmt: skip

@@ -29,7 +29,7 @@ from typing import Any
 
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.cleaning import CleanedObject, clean_mentions
-from halluprobe.benchmarks.autoprobe.detector import Detector, Verdict, judge
+from halluprobe.benchmarks.autoprobe.detector import Detector, Verdict, check_thresholds, judge
 from halluprobe.benchmarks.autoprobe.extraction import EXTRACTION_PROMPT, Extraction, llm_extract, spacy_extract
 from halluprobe.benchmarks.autoprobe.induction import PromptSet, induce, read_descriptions
 from halluprobe.benchmarks.autoprobe.questions import (
@@ -150,8 +150,7 @@ def build_probe(
             raise InputError(f"extractor {config.extractor!r} needs a backend")
     if config.attribait not in ("none", "model"):
         parse_llm_spec(config.attribait)
-    if not 0.0 <= config.t_low <= config.t_high <= 1.0:
-        raise InputError(f"thresholds must satisfy 0 <= t_low <= t_high <= 1, got t_low={config.t_low}, t_high={config.t_high}")
+    check_thresholds(t_high=config.t_high, t_low=config.t_low)
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
 

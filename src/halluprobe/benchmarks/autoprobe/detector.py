@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from halluprobe.errors import InputError
 
-__all__ = ["Fate", "Detection", "Verdict", "Detector", "judge", "query_forms", "OwlDetector"]
+__all__ = ["Fate", "Detection", "Verdict", "Detector", "check_thresholds", "judge", "query_forms", "OwlDetector"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +71,15 @@ class Detector(Protocol):
         ...
 
 
-def judge(detection: Detection, *, t_high: float, t_low: float) -> Verdict:
-    """Apply the dual threshold to one detection (see the module docstring)."""
+def check_thresholds(*, t_high: float, t_low: float) -> None:
+    """InputError unless 0 <= t_low <= t_high <= 1."""
     if not 0.0 <= t_low <= t_high <= 1.0:
         raise InputError(f"thresholds must satisfy 0 <= t_low <= t_high <= 1, got t_low={t_low}, t_high={t_high}")
+
+
+def judge(detection: Detection, *, t_high: float, t_low: float) -> Verdict:
+    """Apply the dual threshold to one detection (see the module docstring)."""
+    check_thresholds(t_high=t_high, t_low=t_low)
     if detection.score >= t_high:
         fate: Fate = "present"
     elif detection.score < t_low:
