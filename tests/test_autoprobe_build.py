@@ -172,3 +172,27 @@ def test_bad_thresholds_are_exit_2_before_any_model_loads(tmp_path: Path) -> Non
     result = runner.invoke(app, ["probe", "build", "--images", str(images), "--backend", "scripted", "--model", str(tmp_path / "missing.json"),
                                  "--detector", str(tmp_path / "no-detector"), "--out", str(tmp_path / "o"), "--t-high", "0.1", "--t-low", "0.5"])  # fmt: skip
     assert result.exit_code == 2 and "t_low <= t_high" in result.output
+
+
+def test_build_with_a_model_extractor_records_invalid_json(setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    images, script, owl = setup
+    extractor = tmp_path / "extractor.json"
+    extractor.write_text(json.dumps({"generate": [
+        {"match": "Description: A cup", "text": '{"objects": ["cup", "saucer", "mood"]}'},
+        {"match": "Description: A tabby", "text": "cat, sofa"},  # never valid: recorded, not dropped silently
+        {"match": "Description: An astronaut", "text": '```json\n{"objects": ["astronaut", "flags"]}\n```'},
+    ]}))  # fmt: skip
+    out = tmp_path / "probe"
+    result = runner.invoke(app, ["probe", "build", "--images", str(images), "--backend", "scripted", "--model", str(script),
+                                 "--extractor", f"llm:scripted:{extractor}", "--attribait", "none", "--detector", str(owl),
+                                 "--out", str(out), "--max-retries", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["extractor"]["spec"] == f"llm:scripted:{extractor}" and "JSON object" in manifest["extractor"]["prompt"]
+    (error,) = manifest["extraction_errors"]
+    assert error["description"].startswith("chelsea.jpg#") and error["raw"] == ["cat, sofa", "cat, sofa"]
+    assert error["error"] == "attempt 2: no JSON object found"
+    names = {(o["image"], o["object"]) for o in manifest["objects"]}
+    assert names == {("coffee.jpg", "cup"), ("coffee.jpg", "saucer"), ("coffee.jpg", None),
+                     ("astronaut.jpg", "astronaut"), ("astronaut.jpg", "flag")}  # fmt: skip
+    assert manifest["counts"]["extraction_errors"] == 1 and manifest["counts"]["attribait_questions"] == 0
