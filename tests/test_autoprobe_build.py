@@ -133,6 +133,10 @@ def test_probe_build_end_to_end(setup: tuple[Path, Path, Path], tmp_path: Path) 
     score = runner.invoke(app, ["score", str(tmp_path / "run"), "--json"])
     assert score.exit_code == 0, score.output
     assert json.loads(score.stdout)["splits"]["existence"]["n"] == len(questions)
+    assert runner.invoke(app, ["audit", str(tmp_path / "run")]).exit_code == 0
+    pytest.importorskip("matplotlib")
+    report = runner.invoke(app, ["report", str(tmp_path / "run"), "--out", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output
 
 
 def test_bad_extractor_spec_is_exit_2(setup: tuple[Path, Path, Path], tmp_path: Path) -> None:

@@ -665,6 +665,7 @@ def demo_cmd(
     typer.echo(result.summary)
     typer.echo(f"demo done in {result.seconds:.0f} s")
 
+
 # -- probe (Auto-Probe, issue 7) ---------------------------------------------------------
 
 probe_app = typer.Typer(help="Auto-Probe: questions from objects the model itself hallucinates.", no_args_is_help=True)
