@@ -664,6 +664,126 @@ def demo_cmd(
     typer.echo(f"demo done in {result.seconds:.0f} s")
 
 
+# -- probe (Auto-Probe, issue 7) ---------------------------------------------------------
+
+probe_app = typer.Typer(help="Auto-Probe: questions from objects the model itself hallucinates.", no_args_is_help=True)
+app.add_typer(probe_app, name="probe")
+
+
+def _probe_backend(backend: str, model: str, backend_option: Optional[list[str]]) -> Any:
+    options = _backend_options(backend_option)
+    if backend == "hf":  # descriptions run to EOS or max_new_tokens, not to the first '.'
+        options.setdefault("stop_strings", [])
+    return _load_backend(backend, model, **options)
+
+
+@probe_app.command("induce")
+def probe_induce(
+    images: Annotated[Path, typer.Option(help="Folder of images to describe.")],
+    model: Annotated[str, typer.Option(help="Model under test: local folder or id (scripted: the script file).")],
+    prompts: Annotated[Path, typer.Option(help="Prompt-set TOML file (system, prompts, epochs, json_mode...).")],
+    out: Annotated[Path, typer.Option(help="Descriptions JSON Lines file (append-only; resumed).")],
+    backend: Annotated[str, typer.Option(help="hf | openai | scripted.")] = "hf",
+    backend_option: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE backend option (repeatable).")] = None,
+) -> None:
+    """Describe every image with hallucination-inducing prompts; descriptions go to a JSONL file."""
+    from halluprobe.benchmarks.autoprobe.induction import induce, list_images, load_prompt_set
+
+    with _errors():
+        prompt_set = load_prompt_set(prompts)
+        list_images(images)  # bad input before the model loads
+        engine = _probe_backend(backend, model, backend_option)
+        with _progress("descriptions") as progress:
+            result = induce(engine, images, prompt_set, out, backend_name=backend, model=model, progress=progress)
+    typer.echo(f"{result.written} description(s) written to {result.path} ({result.skipped} already there, {result.errors} error(s))")
+
+
+@probe_app.command("build")
+def probe_build(
+    images: Annotated[Path, typer.Option(help="Folder of images.")],
+    model: Annotated[str, typer.Option(help="Model under test: local folder or id (scripted: the script file).")],
+    detector: Annotated[str, typer.Option(help="OWLv2 / OWL-ViT detector: local folder or hub id.")],
+    out: Annotated[Path, typer.Option(help="Output folder (descriptions are resumed; the rest is rewritten).")],
+    prompts: Annotated[Optional[Path], typer.Option(help="Prompt-set TOML file (default: one detailed-description prompt).")] = None,
+    backend: Annotated[str, typer.Option(help="Backend of the model under test: hf | openai | scripted.")] = "hf",
+    extractor: Annotated[str, typer.Option(help="'spacy' (offline noun chunks) or 'llm:BACKEND:MODEL'.")] = "spacy",
+    attribait: Annotated[str, typer.Option(help="Who writes AttriBait questions: 'model' (the model under test), 'llm:BACKEND:MODEL' or 'none'.")] = "model",
+    t_high: Annotated[float, typer.Option(help="Detector score at or above which an object is present.")] = 0.3,
+    t_low: Annotated[float, typer.Option(help="Detector score below which an object is hallucinated.")] = 0.1,
+    max_retries: Annotated[int, typer.Option(help="Re-asks of a model whose JSON answer is invalid.")] = 2,
+    backend_option: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE option of the model-under-test backend (repeatable).")] = None,
+) -> None:
+    """Induce, extract, clean, detect, and write existence + AttriBait questions with a manifest."""
+    from halluprobe.benchmarks.autoprobe.build import ProbeBuildConfig, build_probe, parse_llm_spec
+    from halluprobe.benchmarks.autoprobe.detector import OwlDetector, check_thresholds
+    from halluprobe.benchmarks.autoprobe.induction import PromptSet, list_images, load_prompt_set
+
+    with _errors():
+        prompt_set = load_prompt_set(prompts) if prompts is not None else PromptSet(name="default", prompts=[_DEFAULT_PROBE_PROMPT])
+        list_images(images)
+        extractor_spec = None if extractor == "spacy" else parse_llm_spec(extractor)
+        attribait_spec = None if attribait in ("none", "model") else parse_llm_spec(attribait)
+        check_thresholds(t_high=t_high, t_low=t_low)
+        config = ProbeBuildConfig(images=images, out=out, prompt_set=prompt_set, backend=backend, model=model,
+                                  extractor=extractor, attribait=attribait, detector=detector, t_high=t_high,
+                                  t_low=t_low, max_retries=max_retries)  # fmt: skip
+        engine = _probe_backend(backend, model, backend_option)
+        extractor_engine = _probe_backend(*extractor_spec, None) if extractor_spec else None
+        attribait_engine = _probe_backend(*attribait_spec, None) if attribait_spec else None
+        try:
+            owl = OwlDetector(detector, local_files_only=Path(detector).exists())
+        except OSError as err:
+            raise RuntimeFailure(f"cannot load detector {detector!r}: {str(err).strip().splitlines()[0]}") from None
+        with _progress("descriptions") as progress:
+            result = build_probe(config, model_backend=engine, detector=owl, extractor_backend=extractor_engine,
+                                 attribait_backend=attribait_engine, progress=progress)  # fmt: skip
+    counts = result.counts
+    typer.echo(
+        f"{counts['existence_questions']} existence question(s) ({counts['present']} present, {counts['hallucinated']} hallucinated), "
+        f"{counts['attribait_questions']} AttriBait question(s); {counts['dropped_cleaning']} object(s) dropped by cleaning, "
+        f"{counts['dropped_uncertain']} uncertain; manifest: {out / 'manifest.json'}"
+    )
+
+
+@probe_app.command("choice")
+def probe_choice(
+    questions: Annotated[Path, typer.Option(help="AttriBait multiple-choice file (autoprobe_attribait.jsonl).")],
+    images: Annotated[Path, typer.Option(help="Images root the questions' image names are relative to.")],
+    model: Annotated[str, typer.Option(help="Model under test: local folder or id (scripted: the script file).")],
+    out: Annotated[Path, typer.Option(help="JSON Lines file of answered questions (rewritten).")],
+    backend: Annotated[str, typer.Option(help="hf | openai | scripted.")] = "hf",
+    template: Annotated[Optional[str], typer.Option(help="Prompt template for render_prompt (default: the model's chat template).")] = None,
+    top_k: Annotated[int, typer.Option(help="First-token alternatives read for the letter scores.")] = 50,
+    existence_run: Annotated[Optional[Path], typer.Option(help="Run dir of the existence questions: adds the consistency table.")] = None,
+    backend_option: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE backend option (repeatable).")] = None,
+) -> None:
+    """Answer AttriBait questions: letter logit and text readouts, accuracy, and the consistency table."""
+    from halluprobe.benchmarks.autoprobe.choice import choice_metrics, consistency_table, evaluate_choices
+    from halluprobe.benchmarks.autoprobe.questions import read_choice_questions
+    from halluprobe.readouts.tokensets import derive_letter_sets, load_tokenizer
+    from halluprobe.rundir import RunDir
+
+    with _errors():
+        choice_questions = read_choice_questions(questions)
+        if not images.is_dir():
+            raise InputError("images root is not a directory", images)
+        existence = RunDir(existence_run).read_samples() if existence_run is not None else None
+        engine = _load_backend(backend, model, **_backend_options(backend_option))
+        sets = engine.token_sets()
+        # ids from the model's own tokenizer; a backend reporting pieces (or none) classifies pieces
+        letter_ids = derive_letter_sets(load_tokenizer(model)) if backend == "hf" and sets is not None and sets.keyed_by == "id" else None
+        samples = evaluate_choices(engine, choice_questions, images, letter_ids=letter_ids, template=template, top_k=top_k)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(s.model_dump_json() + "\n" for s in samples), encoding="utf-8")
+        result: dict[str, Any] = {"metrics": choice_metrics(samples), "letter_ids": letter_ids}
+        if existence is not None:
+            result["consistency"] = consistency_table(existence, samples)
+    typer.echo(json.dumps(result, indent=2))
+
+
+_DEFAULT_PROBE_PROMPT = "Describe this image in detail, including every object you can see, even small or partly hidden ones."
+
+
 def main() -> None:
     app()
 

@@ -72,6 +72,7 @@ class HFBackend:
         load_in_4bit: bool = False,
         trust_remote_code: bool = False,
         prefix_cache: bool = True,
+        stop_strings: Sequence[str] | None = None,
         **_: Any,
     ) -> None:
         from halluprobe.backends.hf_inputs import load_model, load_processor
@@ -88,6 +89,8 @@ class HFBackend:
         n_logits = self._model.get_output_embeddings().weight.shape[0]
         self._candidates = [i for i in candidate_ids(self._sets) if i < n_logits]
         self._pieces = self._tokenizer.convert_ids_to_tokens(list(range(len(self._tokenizer))))
+        # None: STOP_STRINGS (yes/no answers); () stops at EOS or max_new_tokens only (descriptions)
+        self._stop_strings = tuple(STOP_STRINGS if stop_strings is None else stop_strings)
         self._stopping: Any = None  # built on first use: it preprocesses the whole vocabulary
         # A forward pass needs the last position's logits only: skip the [batch, seq, vocab] rest.
         params = inspect.signature(self._model.forward).parameters
@@ -110,6 +113,8 @@ class HFBackend:
             "device": str(self._model.device),
             "batch_size": self._batch_size,
             "prefix_cache": self._prefix_cache,
+            # only when not the default, so run headers (and their fingerprints) stay as they were
+            **({"stop_strings": list(self._stop_strings)} if self._stop_strings != STOP_STRINGS else {}),
         }
 
     def token_sets(self) -> TokenSets:
@@ -392,7 +397,8 @@ class HFBackend:
         if self._stopping is None:
             from transformers import StoppingCriteriaList, StopStringCriteria
 
-            self._stopping = StoppingCriteriaList([StopStringCriteria(self._tokenizer, list(STOP_STRINGS))])
+            criteria = [StopStringCriteria(self._tokenizer, list(self._stop_strings))] if self._stop_strings else []
+            self._stopping = StoppingCriteriaList(criteria)
         return self._stopping
 
     def _forward(self, inputs: dict[str, Any], max_new_tokens: int) -> tuple[Any, list[str] | None]:

@@ -7,7 +7,13 @@ The script is a JSON file::
      "errors": ["broken.png"],                  # these images fail like an unreadable file
      "offset": {"odd.png": "▁Maybe"},           # first-token argmax outside the yes/no sets
      "delay_s": 0.0,                            # sleep per batch (kill-and-resume tests)
-     "seed": 0}
+     "seed": 0,
+     "generate": [{"match": "Describe", "image": "photo.png", "text": "A cat on a sofa."}]}
+
+``generate`` scripts free-text generation (Auto-Probe's descriptions and JSON extraction): the
+first rule whose ``match`` regex is found in the prompt (and whose optional ``image`` is the
+request's image name) gives the response text, cut to ``max_new_tokens`` words. Prompts no rule
+matches are answered as yes/no questions.
 
 The object is read from the prompt ("Is there a/an X in the image?"). Answers come with
 first-token log-probabilities over a small SentencePiece-like vocabulary, so every readout
@@ -52,6 +58,9 @@ class ScriptedBackend:
         unknown = set(self._offset.values()) - set(SCRIPTED_VOCAB)
         if unknown:
             raise InputError(f"offset pieces {sorted(unknown)} are not in the scripted vocabulary {SCRIPTED_VOCAB}", path)
+        self._generate = [
+            (re.compile(rule["match"]), rule.get("image"), str(rule["text"])) for rule in script.get("generate", [])
+        ]
         self._batch_size = batch_size
 
     def info(self) -> dict[str, Any]:
@@ -84,6 +93,14 @@ class ScriptedBackend:
         name = Path(request.image_path).name
         if name in self._errors or not Path(request.image_path).exists():
             return Response(split=request.split, question_id=request.question_id, error=f"cannot read image {request.image_path}")
+        for pattern, image, text in self._generate:
+            if max_new_tokens > 0 and pattern.search(request.prompt) and image in (None, name):
+                return Response(
+                    split=request.split,
+                    question_id=request.question_id,
+                    text=" ".join(text.split(" ")[:max_new_tokens]),
+                    latency_s=time.perf_counter() - start,
+                )
         match = _OBJECT.search(request.prompt)
         obj = match.group(1).lower() if match else ""
         present = obj in self._present.get(name, set())

@@ -37,8 +37,11 @@ __all__ = [
     "LEGACY_8TOK_YES",
     "LEGACY_8TOK_NO",
     "LEGACY_IDS",
+    "strip_piece",
     "normalize_piece",
     "classify_piece",
+    "classify_letter",
+    "derive_letter_sets",
     "derive_token_sets",
     "piece_token_sets",
     "greedy_answer",
@@ -71,6 +74,11 @@ _MARKERS = "\u2581\u0120"  # ▁ (SentencePiece), Ġ (byte-level BPE)
 _EDGE_CHARS = _WHITESPACE + _MARKERS
 
 
+def strip_piece(piece: str) -> str:
+    """Strip whitespace and the markers ``▁`` / ``Ġ`` from both ends (no case folding)."""
+    return piece.strip(_EDGE_CHARS)
+
+
 def normalize_piece(piece: str) -> str:
     """Strip whitespace and the markers ``▁`` / ``Ġ`` from both ends, then case fold.
 
@@ -78,7 +86,7 @@ def normalize_piece(piece: str) -> str:
     ``Ċ`` (byte-level newline) is NOT removed here, because in a SentencePiece vocabulary it is
     a real letter: :func:`derive_token_sets` decodes byte-level pieces first.
     """
-    return piece.strip(_EDGE_CHARS).casefold()
+    return strip_piece(piece).casefold()
 
 
 def classify_piece(text: str) -> Literal["yes", "no"] | None:
@@ -92,6 +100,16 @@ def classify_piece(text: str) -> Literal["yes", "no"] | None:
     if norm == "yes" or norm == "no":
         return norm  # type: ignore[return-value]
     return None
+
+
+def classify_letter(text: str, letters: Sequence[str] = ("A", "B", "C", "D")) -> str | None:
+    """The option-letter rule for one token's text: the letter, or None.
+
+    The same edge stripping as :func:`classify_piece`, but case-sensitive: a lower-case ``a`` is
+    also the article, so it is not read as option A.
+    """
+    stripped = strip_piece(text)
+    return stripped if stripped in letters else None
 
 
 def piece_token_sets(source: str) -> TokenSets:
@@ -203,25 +221,40 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return _fingerprint(_all_pieces(tokenizer), _added_tokens(tokenizer))
 
 
+def _classify_vocabulary(
+    tokenizer: Any, classify: Callable[[str], str | None]
+) -> tuple[list[str | None], dict[int, Any], list[str | None], dict[str, list[tuple[int, str]]]]:
+    """Pieces, added tokens, single-token texts, and class -> [(id, piece)] for every
+    non-special id whose single-token text ``classify`` maps to a class."""
+    pieces = _all_pieces(tokenizer)
+    added = _added_tokens(tokenizer)
+    texts = _single_token_texts(tokenizer, pieces, added)
+    special = _special_ids(tokenizer, added)
+    classes: dict[str, list[tuple[int, str]]] = {}
+    for i, text in enumerate(texts):
+        if text is None or i in special:
+            continue
+        label = classify(text)
+        if label is not None:
+            classes.setdefault(label, []).append((i, str(pieces[i])))
+    return pieces, added, texts, classes
+
+
+def derive_letter_sets(tokenizer: Any, letters: Sequence[str] = ("A", "B", "C", "D")) -> dict[str, list[int]]:
+    """Option letter -> the ids whose single-token text is that letter (:func:`classify_letter`),
+    from the same vocabulary walk as :func:`derive_token_sets`."""
+    _, _, _, classes = _classify_vocabulary(tokenizer, lambda text: classify_letter(text, letters))
+    return {letter: [i for i, _ in classes.get(letter, [])] for letter in letters}
+
+
 def derive_token_sets(tokenizer: Any) -> TokenSets:
     """Yes/no sets of this tokenizer, the legacy-id check, vocabulary size and fingerprint.
 
     ``tokenizer`` is any transformers tokenizer (fast or slow). About 0.3 s on Qwen2's 152k ids:
     pieces come from one bulk ``convert_ids_to_tokens`` call, texts from the Rust decoder.
     """
-    pieces = _all_pieces(tokenizer)
-    added = _added_tokens(tokenizer)
-    texts = _single_token_texts(tokenizer, pieces, added)
-    special = _special_ids(tokenizer, added)
-
-    yes: list[tuple[int, str]] = []
-    no: list[tuple[int, str]] = []
-    for i, text in enumerate(texts):
-        if text is None:
-            continue
-        answer = classify_piece(text)
-        if answer is not None and i not in special:
-            (yes if answer == "yes" else no).append((i, str(pieces[i])))
+    pieces, added, texts, classes = _classify_vocabulary(tokenizer, classify_piece)
+    yes, no = classes.get("yes", []), classes.get("no", [])
 
     legacy_pieces: dict[str, str | None] = {}
     legacy_valid = True

@@ -1,0 +1,200 @@
+"""Evaluation of AttriBait multiple-choice questions, and the existence/AttriBait consistency table.
+
+Two readouts per question, from one generation:
+
+- ``logit``: the first token's log-probabilities over the option letters A-D. A letter's score
+  is the logsumexp over the ids whose single-token text is that letter
+  (:func:`halluprobe.readouts.tokensets.derive_letter_sets`, the same vocabulary walk and edge
+  stripping as the yes/no sets, case-sensitive), read from the response's top-k first-token
+  alternatives: a letter none of whose ids is in the top-k has no score (``None``). For a
+  backend that reports pieces instead of ids, each returned piece is classified by
+  :func:`~halluprobe.readouts.tokensets.classify_letter`. The decision is the best-scoring
+  letter; none scored -> unknown.
+- ``text``: :func:`parse_choice` of the greedy continuation: a leading option letter ("D",
+  "D.", "(D)", "Answer: D"), else the one option whose text the answer contains; else unknown.
+
+The right answer of every AttriBait question is D (the object is not in the image); choosing A
+or B means the model answered an attribute of an object it should not see.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from halluprobe.backends.base import Backend
+from halluprobe.benchmarks.autoprobe.questions import LETTERS, ChoiceQuestion, Letter
+from halluprobe.readouts.tokensets import classify_letter
+from halluprobe.records import SCHEMA_VERSION, Request, Sample, TokenLogprob
+
+__all__ = [
+    "ChoiceSample",
+    "letter_scores",
+    "logit_choice",
+    "parse_choice",
+    "evaluate_choices",
+    "choice_metrics",
+    "consistency_table",
+]
+
+# "D", "D.", "(D)", "D) ...", "Answer: D", "The answer is D." (a bare "A " is the article)
+_LEADING_LETTER = re.compile(r"^\s*(?:the\s+)?(?:answer|option)?\s*(?:is)?\s*[:\-]?\s*\(?([ABCD])(?:[.):,]|\s*$)", re.IGNORECASE)
+
+
+class ChoiceSample(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    question_id: int
+    image: str
+    object: str
+    label: Letter
+    prompt: str
+    letter_scores: dict[str, float | None] = Field(default_factory=dict)
+    decisions: dict[str, Letter | None] = Field(default_factory=dict)  # readout -> letter (None: unknown)
+    text: str | None = None
+    error: str | None = None
+
+
+def _logsumexp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def letter_scores(first_token: Sequence[TokenLogprob], letter_ids: dict[str, list[int]] | None) -> dict[str, float | None]:
+    """Letter -> logsumexp of its ids' log-probabilities among ``first_token`` (None: absent).
+
+    ``letter_ids`` None: classify each returned piece instead (backends without ids).
+    """
+    found: dict[str, list[float]] = {letter: [] for letter in LETTERS}
+    id_to_letter = {i: letter for letter, ids in (letter_ids or {}).items() for i in ids}
+    for token in first_token:
+        if letter_ids is None:
+            letter = classify_letter(token.piece, LETTERS)
+        else:
+            letter = id_to_letter.get(token.id) if token.id is not None else None
+        if letter is not None:
+            found[letter].append(token.logprob)
+    return {letter: (_logsumexp(values) if values else None) for letter, values in found.items()}
+
+
+def logit_choice(scores: dict[str, float | None]) -> Letter | None:
+    scored = [(value, letter) for letter, value in scores.items() if value is not None]
+    if not scored:
+        return None
+    return max(scored, key=lambda vl: (vl[0], -ord(vl[1][0])))[1]  # type: ignore[return-value]
+
+
+def parse_choice(text: str | None, options: dict[Letter, str]) -> Letter | None:
+    """The option a free-text answer picks: a leading letter, else the one option text it contains."""
+    if not text or not text.strip():
+        return None
+    match = _LEADING_LETTER.match(text)
+    if match and (match.group(1).isupper() or text.strip()[:1] == "("):
+        return match.group(1).upper()  # type: ignore[return-value]
+    lowered = text.casefold()
+    hits = [letter for letter, option in options.items() if option.casefold().rstrip(".") in lowered]
+    return hits[0] if len(hits) == 1 else None
+
+
+def evaluate_choices(
+    backend: Backend,
+    questions: Sequence[ChoiceQuestion],
+    images: Path,
+    *,
+    letter_ids: dict[str, list[int]] | None,
+    template: str | None = None,
+    top_k: int = 50,
+    max_new_tokens: int = 16,
+) -> list[ChoiceSample]:
+    """Ask every question once (greedy, first-token top-k kept); both readouts per sample."""
+    requests = [
+        Request(split=q.split, question_id=q.question_id, image_path=str(images / q.image), prompt=backend.render_prompt(q.text, template))
+        for q in questions
+    ]
+    by_id = {q.question_id: q for q in questions}
+    prompts = {r.question_id: r.prompt for r in requests}
+    samples: list[ChoiceSample] = []
+    for batch in backend.answer(requests, max_new_tokens=max_new_tokens, top_k=top_k):
+        for response in batch:
+            q = by_id[response.question_id]
+            scores = letter_scores(response.first_token, letter_ids) if response.error is None else {}
+            decisions: dict[str, Letter | None] = {}
+            if response.error is None:
+                decisions = {"logit": logit_choice(scores), "text": parse_choice(response.text, q.options)}
+            samples.append(
+                ChoiceSample(question_id=q.question_id, image=q.image, object=q.object, label=q.label,
+                             prompt=prompts[q.question_id], letter_scores=scores, decisions=decisions,
+                             text=response.text, error=response.error)  # fmt: skip
+            )
+    return sorted(samples, key=lambda s: s.question_id)
+
+
+def choice_metrics(samples: Sequence[ChoiceSample]) -> dict[str, dict[str, Any]]:
+    """Per readout: n, errors, unknown, correct, accuracy, and how often each letter was chosen.
+
+    ``attribute_rate`` = share of answered-or-not questions where the model picked A or B: it
+    described an attribute of an object that is not there. Errors count in n and are never correct.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for readout in ("logit", "text"):
+        chosen = {letter: 0 for letter in LETTERS}
+        unknown = errors = correct = 0
+        for s in samples:
+            if s.error is not None:
+                errors += 1
+                continue
+            decision = s.decisions.get(readout)
+            if decision is None:
+                unknown += 1
+                continue
+            chosen[decision] += 1
+            correct += decision == s.label
+        n = len(samples)
+        out[readout] = {
+            "n": n, "errors": errors, "unknown": unknown, "correct": correct, "chosen": chosen,
+            "accuracy": correct / n if n else None,
+            "attribute_rate": (chosen["A"] + chosen["B"]) / n if n else None,
+        }  # fmt: skip
+    return out
+
+
+def consistency_table(
+    existence: Sequence[Sample], choices: Sequence[ChoiceSample], *, existence_readout: str = "dynamic", choice_readout: str = "logit"
+) -> dict[str, Any]:
+    """For each hallucinated object asked both ways: existence answer (yes/no/unknown) x AttriBait
+    answer (D = "not there", attribute = A or B, other = C, unknown).
+
+    An object answered "no" to existence but given an attribute in AttriBait is inconsistent:
+    the bait worked where the plain question did not.
+    """
+    existence_by_object: dict[tuple[str, str], str] = {}
+    for s in existence:
+        if s.label != "no" or s.object is None:
+            continue
+        result = s.readouts.get(existence_readout)
+        existence_by_object[(s.image, s.object)] = "error" if s.error else (result.decision if result else "unknown")
+    rows = ("yes", "no", "unknown", "error")
+    cols = ("D", "attribute", "other", "unknown", "error")
+    table = {r: {c: 0 for c in cols} for r in rows}
+    pairs = 0
+    for c in choices:
+        row = existence_by_object.get((c.image, c.object))
+        if row is None:
+            continue
+        pairs += 1
+        decision = c.decisions.get(choice_readout)
+        col = "error" if c.error else "unknown" if decision is None else "D" if decision == "D" else "other" if decision == "C" else "attribute"
+        table[row][col] += 1
+    return {
+        "existence_readout": existence_readout,
+        "choice_readout": choice_readout,
+        "pairs": pairs,
+        "table": table,
+        "inconsistent": table["no"]["attribute"] + table["no"]["other"],
+    }
