@@ -37,6 +37,7 @@ def test_parse_shapes() -> None:
     assert parse_tuple(["Dog"]) == EntityTuple(entity="dog")
     assert parse_tuple(["attribute", "dog", "brown"]) == AttributeTuple(entity="dog", attribute="brown")
     assert parse_tuple("man |  holding | Cup") == RelationTuple(subject="man", relation="holding", object="cup")
+    assert parse_tuple("(dog, brown)") == AttributeTuple(entity="dog", attribute="brown")
     assert parse_tuple({"kind": "entity", "entity": "cat", "count": 3}).count == 3
     for bad in (["a", "b", "c", "d"], [], ["a", ""], 7, {"kind": "thing", "entity": "x"}, ["a", 3]):
         with pytest.raises(ValueError):

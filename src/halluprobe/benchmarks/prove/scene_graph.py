@@ -101,7 +101,7 @@ def _normalized(t: EntityTuple | AttributeTuple | RelationTuple) -> EntityTuple 
 
 
 def parse_tuple(raw: Any) -> EntityTuple | AttributeTuple | RelationTuple:
-    """A typed, normalised tuple from a record, a dict, a list/tuple of 1-3 strings, or ``"a | b | c"``.
+    """A typed, normalised tuple from a record, a dict, a list of 1-3 strings, ``"a | b | c"`` or ``"(a, b, c)"``.
 
     Lists: ``[e]`` entity, ``[e, a]`` attribute, ``[s, r, o]`` relation; a leading kind word
     (``["entity", e]``, ``["attribute", e, a]``, ``["relation", s, r, o]``) is accepted too.
@@ -116,7 +116,11 @@ def parse_tuple(raw: Any) -> EntityTuple | AttributeTuple | RelationTuple:
             first = str(err).splitlines()
             raise ValueError(f"invalid tuple {raw!r}: {first[-1].strip() if first else err}") from None
     if isinstance(raw, str):
-        raw = [part for part in raw.split("|")]
+        text = raw.strip()
+        if text.startswith("(") and text.endswith(")"):
+            raw = text[1:-1].split(",")
+        else:
+            raw = text.split("|")
     if not isinstance(raw, (list, tuple)) or not all(isinstance(x, str) for x in raw):
         raise ValueError(f"a tuple must be a list of strings, a dict or 'a | b | c', not {raw!r}")
     parts = [normalize(x) for x in raw]
