@@ -642,6 +642,106 @@ def tokens_cmd(
         typer.echo("  " + ", ".join(f"{i}={p!r}" for i, p in info["legacy_pieces"].items()))
 
 
+# -- prove (PROVE: open questions scored on scene graphs) ---------------------------------
+
+prove_app = typer.Typer(help="PROVE: open questions, scored programmatically on scene graphs.", no_args_is_help=True)
+app.add_typer(prove_app, name="prove")
+
+
+@prove_app.command("questions")
+def prove_questions_cmd(
+    data: Annotated[Path, typer.Option(help="PROVE file (JSON array or JSON Lines).")],
+    out: Annotated[Path, typer.Option(help="Benchmark JSON Lines for `halluprobe run --open-ended`.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
+) -> None:
+    """Write PROVE's questions as benchmark lines (question_id = record index) for `halluprobe run`.
+
+    The yes/no label of those lines is a placeholder ("yes"): score such a run with
+    `halluprobe prove score`, never with `halluprobe score`.
+    """
+    from halluprobe.benchmarks.prove.data import read_prove
+
+    with _errors():
+        items = read_prove(data)
+        if out.exists() and not overwrite:
+            raise InputError("exists; pass --overwrite to replace it", out)
+        lines = [
+            json.dumps(
+                {"question_id": i, "image": it.image, "text": it.question, "label": "yes", "kind": "open", "prove_id": it.question_id},
+                ensure_ascii=False,
+            )
+            for i, it in enumerate(items)
+        ]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    typer.echo(f"{out}: {len(items)} open questions")
+
+
+@prove_app.command("score")
+def prove_score_cmd(
+    data: Annotated[Path, typer.Option(help="PROVE file (JSON array or JSON Lines).")],
+    responses: Annotated[Path, typer.Option(help="Run directory, or a JSON / JSON Lines file of {question_id, response}.")],
+    out: Annotated[Path, typer.Option(help="Directory for scores.jsonl and summary.json.")],
+    embedder: Annotated[str, typer.Option(help="SentenceTransformer name or path (default: the bundled all-MiniLM-L6-v2).")] = "all-MiniLM-L6-v2",
+    match_threshold: Annotated[float, typer.Option(help="tscore: a response tuple below this text similarity may be confirmed visually.")] = 0.7,
+    entail_backend: Annotated[Optional[str], typer.Option(help="Visual entailment backend (hf, openai, scripted); off when not given.")] = None,
+    entail_model: Annotated[Optional[str], typer.Option(help="Model of the entailment backend.")] = None,
+    entail_threshold: Annotated[float, typer.Option(help="p_yes (dynamic readout) at or above which a tuple counts as seen.")] = 0.5,
+    images: Annotated[Optional[Path], typer.Option(help="Images root (visual entailment only).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the tuple-extraction cache.")] = False,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples (by image) for the CIs.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """hscore and tscore of free-form responses; tuples by the spaCy extractor unless given."""
+    from halluprobe.benchmarks.prove.data import read_prove
+    from halluprobe.benchmarks.prove.evaluate import read_responses, score_responses, write_scores
+    from halluprobe.benchmarks.prove.extraction import SpacyExtractor, TupleCache
+    from halluprobe.benchmarks.prove.scoring import BackendEntailment, SentenceEmbedder, summarize
+
+    with _errors():
+        items = read_prove(data)
+        answers = read_responses(responses, items)
+        entail = None
+        if entail_backend is not None:
+            if entail_model is None or images is None:
+                raise InputError("--entail-backend needs --entail-model and --images")
+            entail = BackendEntailment(_load_backend(entail_backend, entail_model), images)
+        scores = score_responses(
+            items,
+            answers,
+            SentenceEmbedder(embedder),
+            SpacyExtractor(),
+            cache=None if no_cache else TupleCache(),
+            entailment=entail,
+            match_threshold=match_threshold,
+            entail_threshold=entail_threshold,
+        )
+        settings = {
+            "embedder": embedder,
+            "extractor": SpacyExtractor().identity,
+            "match_threshold": match_threshold,
+            "entailment": None if entail is None else {"backend": entail_backend, "model": entail_model, "threshold": entail_threshold},
+            "data": str(data),
+            "responses": str(responses),
+        }
+        summary = summarize(scores, n_resamples=bootstrap, seed=seed, settings=settings)
+        write_scores(out, scores, summary, overwrite=overwrite)
+    if as_json:
+        typer.echo(summary.model_dump_json(indent=2))
+        return
+
+    def fmt(v: Optional[float], ci: Any) -> str:
+        return "n/a" if v is None else f"{100 * v:.2f}" + ("" if ci is None else f" [{100 * ci[0]:.2f}, {100 * ci[1]:.2f}]")
+
+    typer.echo(f"hscore {fmt(summary.hscore, summary.ci.get('hscore'))} (n={summary.n_hscore})")
+    typer.echo(f"tscore {fmt(summary.tscore, summary.ci.get('tscore'))} (n={summary.n_tscore})")
+    typer.echo(f"errors {summary.errors} of {summary.n}; correlation(h, t) pearson {summary.correlation.get('pearson')}")
+    typer.echo(f"{out}: scores.jsonl, summary.json")
+
+
+
 # -- demo --------------------------------------------------------------------------------
 
 

