@@ -20,7 +20,9 @@ PY=${PYTHON:-python3}
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
   "$PY" -m pip install --quiet "torch==2.13.0"
 fi
-"$PY" -m pip install --quiet -e ".[hf,report,dev,serve]"
+"$PY" -m pip install --quiet -e ".[hf,report,dev,serve,prove]"
+# the prove extra (sentence-transformers) must keep the pinned CPU torch
+"$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 'torch changed to ' + torch.__version__)"
 if [ "$SERVER_TESTS" = 1 ]; then
   "$PY" -m pip install --quiet "llama-cpp-python[server]==0.3.36"
 fi
