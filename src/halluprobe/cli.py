@@ -250,7 +250,10 @@ def run_cmd(
     text_rules: Annotated[
         str, typer.Option(help="Comma-separated text rules read from the greedy continuation ('' for none: logits only).")
     ] = "pope,exact,yorn,strict",
-    max_new_tokens: Annotated[int, typer.Option(help="Greedy continuation length for the text rules.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Greedy continuation length for the text rules (open-ended: the answer's cap).")] = 8,
+    open_ended: Annotated[
+        bool, typer.Option("--open-ended", help="Open questions (PROVE): full greedy answers, no stop at '.', no yes/no readouts.")
+    ] = False,
     top_k: Annotated[int, typer.Option(help="First-token alternatives stored per sample.")] = 10,
     batch_size: Annotated[int, typer.Option(envvar="HALLUPROBE_BATCH_SIZE", help="Batch size (halved on out-of-memory).")] = 8,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N questions of each split.")] = None,
@@ -310,6 +313,10 @@ def run_cmd(
             )
         elif endpoint:
             raise InputError(f"--endpoint is for --backend openai, not {backend!r}")
+        if open_ended:
+            if backend == "openai":
+                raise InputError("--open-ended is not supported by the openai backend yet (it sends yes/no stop strings)")
+            engine_options["open_ended"] = True
         engine_options.update(_backend_options(backend_option))
         if not images.is_dir():
             raise InputError("images root is not a directory", images)
@@ -327,6 +334,7 @@ def run_cmd(
             force=force,
             overwrite=overwrite,
             shard=str(part) if part else None,
+            open_ended=open_ended,
         )
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):

@@ -72,6 +72,7 @@ class HFBackend:
         load_in_4bit: bool = False,
         trust_remote_code: bool = False,
         prefix_cache: bool = True,
+        open_ended: bool = False,
         **_: Any,
     ) -> None:
         from halluprobe.backends.hf_inputs import load_model, load_processor
@@ -79,6 +80,7 @@ class HFBackend:
         self._model_id = model
         self._batch_size = max(1, batch_size)
         self._prefix_cache = prefix_cache
+        self._open_ended = open_ended  # free-form answers (PROVE): EOS or max_new_tokens end them
         self._inputs = load_processor(model, trust_remote_code=trust_remote_code)
         self._model = load_model(
             model, dtype=dtype, device=device, trust_remote_code=trust_remote_code, load_in_4bit=load_in_4bit
@@ -110,6 +112,7 @@ class HFBackend:
             "device": str(self._model.device),
             "batch_size": self._batch_size,
             "prefix_cache": self._prefix_cache,
+            **({"open_ended": True} if self._open_ended else {}),
         }
 
     def token_sets(self) -> TokenSets:
@@ -388,7 +391,10 @@ class HFBackend:
 
     def _stopping_criteria(self) -> Any:
         """Stop at '.', newline (or EOS). Built once: passing ``stop_strings`` to every
-        ``generate`` call would redo a ~0.3 s pass over the vocabulary per batch."""
+        ``generate`` call would redo a ~0.3 s pass over the vocabulary per batch.
+        None for open-ended answers: only EOS or ``max_new_tokens`` end them."""
+        if self._open_ended:
+            return None
         if self._stopping is None:
             from transformers import StoppingCriteriaList, StopStringCriteria
 
