@@ -152,3 +152,29 @@ def test_summary_means_cis_and_correlation() -> None:
     assert lo is not None and hi is not None and lo <= summary.hscore <= hi
     assert summary.correlation["pearson"] is not None and -1.0 <= summary.correlation["pearson"] <= 1.0
     assert summary == summarize(scores, n_resamples=200, seed=1)  # seeded
+
+
+def test_worked_example(minilm: SentenceEmbedder) -> None:
+    """The example of docs/design/prove.md, with the real MiniLM and the spaCy extractor."""
+    pytest.importorskip("spacy")
+    from halluprobe.benchmarks.prove.extraction import SpacyExtractor
+
+    item = ProveItem(
+        question_id="ex1",
+        image="living_room.jpg",
+        question="What is the dog lying on?",
+        answer="The dog is lying on a red sofa.",
+        image_tuples=[parse_tuple(t) for t in (["dog"], ["sofa"], ["lamp"], ["dog", "brown"], ["sofa", "red"], ["lamp", "tall"], ["dog", "lying on", "sofa"], ["lamp", "next to", "sofa"])],
+        qa_diff_tuples=[parse_tuple(t) for t in (["sofa", "red"], ["dog", "lying on", "sofa"])],
+    )
+    response = "The brown dog is sleeping on a blue couch."
+    [extraction] = SpacyExtractor().extract([response])
+    s = score_question(item, response, extraction.tuples, minilm)
+    assert [m.sentence for m in s.response_matches] == [
+        "There is a dog.", "The dog is brown.", "The dog is sleeping on the couch.", "There is a couch.", "The couch is blue.",
+    ]  # fmt: skip
+    assert [(m.match_sentence, round(m.similarity, 4)) for m in s.answer_matches] == [
+        ("There is a couch.", 0.6723), ("The dog is sleeping on the couch.", 0.7352),
+    ]  # fmt: skip
+    assert [round(m.similarity, 4) for m in s.response_matches] == [1.0, 1.0, 0.7352, 0.84, 0.6623]
+    assert round(s.hscore or 0, 4) == 0.7037 and round(s.tscore or 0, 4) == 0.8475
