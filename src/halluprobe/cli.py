@@ -750,6 +750,51 @@ def prove_score_cmd(
 
 
 
+@prove_app.command("build")
+def prove_build_cmd(
+    captions: Annotated[Path, typer.Option(help='Captions and scene graphs: JSON / JSON Lines of {"image", "caption", "tuples"}.')],
+    model: Annotated[str, typer.Option(help="The question-writing model (scripted backend: script JSON).")],
+    images: Annotated[Path, typer.Option(help="Images root the captions' image paths are relative to.")],
+    out: Annotated[Path, typer.Option(help="Directory for prove.jsonl, dropped.jsonl and build.json.")],
+    backend: Annotated[str, typer.Option(help="Backend: hf, openai or scripted.")] = "hf",
+    template: Annotated[Optional[str], typer.Option(help="Prompt template (as for run).")] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Length cap of the model's answer.")] = 1024,
+    dup_threshold: Annotated[float, typer.Option(help="Drop a question this similar (cosine) to one kept for the same image.")] = 0.9,
+    embedder: Annotated[str, typer.Option(help="SentenceTransformer for near-duplicate questions.")] = "all-MiniLM-L6-v2",
+    overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
+) -> None:
+    """PROVE construction: LM question/answer pairs kept only when their sandboxed program returns the answer."""
+    from halluprobe.benchmarks.prove.build import build_prove, read_captions
+    from halluprobe.benchmarks.prove.extraction import SpacyExtractor
+    from halluprobe.benchmarks.prove.scoring import SentenceEmbedder
+
+    with _errors():
+        records = read_captions(captions)
+        files = [out / "prove.jsonl", out / "dropped.jsonl", out / "build.json"]
+        for f in files:
+            if f.exists() and not overwrite:
+                raise InputError("exists; pass --overwrite to replace it", f)
+        if backend == "openai":
+            raise InputError("prove build needs free-form answers: the openai backend does not give them yet")
+        engine = _load_backend(backend, model, open_ended=True)
+        result = build_prove(
+            records, engine, images_root=images, embedder=SentenceEmbedder(embedder), extractor=SpacyExtractor(),
+            template=template, max_new_tokens=max_new_tokens, dup_threshold=dup_threshold,
+        )  # fmt: skip
+        out.mkdir(parents=True, exist_ok=True)
+        files[0].write_text(
+            "".join(json.dumps({**it.model_dump(exclude={"metadata"}), **it.metadata}, ensure_ascii=False) + "\n" for it in result.items),
+            encoding="utf-8",
+        )
+        files[1].write_text("".join(d.model_dump_json() + "\n" for d in result.dropped), encoding="utf-8")
+        files[2].write_text(
+            json.dumps({"counts": result.counts(), "model": model, "backend": backend, "dup_threshold": dup_threshold, "embedder": embedder}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+    typer.echo(" ".join(f"{k}={v}" for k, v in result.counts().items()))
+    typer.echo(f"{out}: prove.jsonl, dropped.jsonl, build.json")
+
+
 # -- demo --------------------------------------------------------------------------------
 
 

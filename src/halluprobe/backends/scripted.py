@@ -7,6 +7,7 @@ The script is a JSON file::
      "errors": ["broken.png"],                  # these images fail like an unreadable file
      "offset": {"odd.png": "▁Maybe"},           # first-token argmax outside the yes/no sets
      "delay_s": 0.0,                            # sleep per batch (kill-and-resume tests)
+     "texts": {"Caption: A dog": "[...]"},      # free text: the first key found in the prompt
      "seed": 0}
 
 The object is read from the prompt ("Is there a/an X in the image?"). Answers come with
@@ -52,6 +53,7 @@ class ScriptedBackend:
         unknown = set(self._offset.values()) - set(SCRIPTED_VOCAB)
         if unknown:
             raise InputError(f"offset pieces {sorted(unknown)} are not in the scripted vocabulary {SCRIPTED_VOCAB}", path)
+        self._texts = {str(k): str(v) for k, v in script.get("texts", {}).items()}
         self._batch_size = batch_size
 
     def info(self) -> dict[str, Any]:
@@ -103,9 +105,13 @@ class ScriptedBackend:
             question_id=request.question_id,
             first_token=[TokenLogprob(id=i, piece=SCRIPTED_VOCAB[i], logprob=lp) for i, lp in ranked[:5]],
             candidates={str(i): lp for i, lp in logprobs.items() if i in (1, 2, 3, 4, 5, 6)},
-            text=("Yes." if says_yes else "No.") if max_new_tokens > 0 else None,
+            text=self._text(request.prompt, says_yes) if max_new_tokens > 0 else None,
             latency_s=time.perf_counter() - start,
         )
+
+    def _text(self, prompt: str, says_yes: bool) -> str:
+        """The scripted free text whose key occurs in the prompt, else the yes/no answer."""
+        return next((text for key, text in self._texts.items() if key in prompt), "Yes." if says_yes else "No.")
 
     def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
         for start in range(0, len(requests), self._batch_size):
