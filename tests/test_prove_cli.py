@@ -95,3 +95,41 @@ def test_prove_questions_cli(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(x["question_id"], x["prove_id"], x["kind"]) for x in lines] == [(0, "a", "open"), (1, "b", "open"), (2, "c", "open")]
     assert runner.invoke(app, ["prove", "questions", "--data", str(data), "--out", str(out)]).exit_code == 2
+
+
+def test_questions_run_score_through_a_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prove questions -> run --open-ended (scripted free text) -> prove score --responses RUNDIR."""
+    monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    data = _data(tmp_path)
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("one.png", "two.png"):
+        Image.new("RGB", (16, 16), "white").save(images / name)
+    questions = tmp_path / "prove_open.jsonl"
+    assert runner.invoke(app, ["prove", "questions", "--data", str(data), "--out", str(questions)]).exit_code == 0
+    script = tmp_path / "script.json"
+    texts = {"lying on": "The dog is lying on a red sofa.", "colour": "The dog is brown.", "stands": "A tall lamp."}
+    script.write_text(json.dumps({"texts": texts, "errors": ["two.png"]}))
+    run = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        ["run", "--backend", "scripted", "--model", str(script), "--benchmark", str(questions), "--images", str(images), "--out", str(run), "--open-ended", "--max-new-tokens", "64"],
+    )
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "scored"
+    result = runner.invoke(app, ["prove", "score", "--data", str(data), "--responses", str(run), "--out", str(out), "--json", "--bootstrap", "20"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert [r["response"] for r in rows[:2]] == ["The dog is lying on a red sofa.", "The dog is brown."]
+    assert rows[0]["hscore"] > 0.9 and rows[1]["hscore"] == pytest.approx(1.0) and rows[1]["tscore"] == pytest.approx(1.0)
+    assert rows[2]["error"] is not None and "cannot read image" in rows[2]["error"]  # a failed sample stays an error
+    summary = json.loads(result.output[result.output.index("{"):])
+    assert summary["errors"] == 1 and summary["n_hscore"] == 2
+    # a responses run whose images do not match the PROVE records is refused
+    (tmp_path / "x").mkdir()
+    other = _data(tmp_path / "x")
+    records = json.loads(other.read_text())
+    records[0]["image"] = "elsewhere.png"
+    other.write_text(json.dumps(records))
+    bad = runner.invoke(app, ["prove", "score", "--data", str(other), "--responses", str(run), "--out", str(tmp_path / "o2")])
+    assert bad.exit_code == 2 and "PROVE record 0 is about 'elsewhere.png'" in bad.output

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from halluprobe.benchmarks.prove.data import ProveItem
-from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
+from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, RelationTuple, parse_tuple
 from halluprobe.benchmarks.prove.scoring import (
     BackendEntailment,
     SentenceEmbedder,

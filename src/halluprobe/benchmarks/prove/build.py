@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from halluprobe.benchmarks.prove.data import ProveItem
 from halluprobe.benchmarks.prove.extraction import Extractor
 from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
-from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph, parse_tuple
+from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
 
