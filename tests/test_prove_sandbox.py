@@ -72,6 +72,9 @@ def test_wall_timeout() -> None:
 def test_memory_bomb() -> None:
     r = run_program("x = [0] * (10 ** 10)", GRAPH, FAST)
     assert r.outcome == "memory_limit" and r.reason == "memory limit exceeded"
+    growing = "x = []\nwhile True:\n    x.append('a' * 10 ** 6)"  # a megabyte at a time
+    r = run_program(growing, GRAPH, SandboxLimits(cpu_s=10, wall_s=30.0, memory_bytes=512 << 20))
+    assert r.outcome == "memory_limit"
 
 
 def test_huge_output() -> None:
