@@ -133,3 +133,27 @@ def test_questions_run_score_through_a_run_directory(tmp_path: Path, monkeypatch
     other.write_text(json.dumps(records))
     bad = runner.invoke(app, ["prove", "score", "--data", str(other), "--responses", str(run), "--out", str(tmp_path / "o2")])
     assert bad.exit_code == 2 and "PROVE record 0 is about 'elsewhere.png'" in bad.output
+
+
+def test_prove_score_with_the_lm_extractor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--extractor lm: a (scripted) model writes the tuples; invalid output is a recorded error."""
+    monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    data = _data(tmp_path)
+    responses = tmp_path / "responses.json"
+    responses.write_text(json.dumps([{"question_id": "a", "response": "A red sofa."}, {"question_id": "b", "response": "It is brown."}]))
+    blank = tmp_path / "blank.png"
+    Image.new("RGB", (8, 8), "white").save(blank)
+    script = tmp_path / "extractor.json"
+    script.write_text(json.dumps({"texts": {"Text: A red sofa.": '[["sofa"], ["sofa", "red"]]', "Text: It is brown.": "brown dog"}}))
+    out = tmp_path / "scored"
+    lm = ["--extractor", "lm", "--extractor-backend", "scripted", "--extractor-model", str(script), "--extractor-image", str(blank)]
+    result = runner.invoke(app, ["prove", "score", "--data", str(data), "--responses", str(responses), "--out", str(out), *lm, "--bootstrap", "20"])
+    assert result.exit_code == 0, result.output
+    a, b, _ = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert [m["sentence"] for m in a["response_matches"]] == ["There is a sofa.", "The sofa is red."]
+    assert a["answer_matches"][0]["similarity"] == pytest.approx(1.0)  # "sofa red" recalled exactly
+    assert b["error"].startswith("tuple extraction failed: invalid LM output: not one JSON array")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["extractor"].startswith("lm:scripted:")
+    missing = runner.invoke(app, ["prove", "score", "--data", str(data), "--responses", str(responses), "--out", str(tmp_path / "o"), "--extractor", "lm"])
+    assert missing.exit_code == 2 and "--extractor lm needs --extractor-model and --extractor-image" in missing.output

@@ -696,21 +696,37 @@ def prove_score_cmd(
     entail_model: Annotated[Optional[str], typer.Option(help="Model of the entailment backend.")] = None,
     entail_threshold: Annotated[float, typer.Option(help="p_yes (dynamic readout) at or above which a tuple counts as seen.")] = 0.5,
     images: Annotated[Optional[Path], typer.Option(help="Images root (visual entailment only).")] = None,
+    extractor: Annotated[str, typer.Option(help="Response tuples: 'spacy' (offline rules) or 'lm' (a model through a backend).")] = "spacy",
+    extractor_backend: Annotated[str, typer.Option(help="--extractor lm: backend (hf, scripted).")] = "hf",
+    extractor_model: Annotated[Optional[str], typer.Option(help="--extractor lm: model (scripted: script JSON).")] = None,
+    extractor_image: Annotated[Optional[Path], typer.Option(help="--extractor lm: image shown to a VLM with the text prompt.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the tuple-extraction cache.")] = False,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples (by image) for the CIs.")] = 1000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """hscore and tscore of free-form responses; tuples by the spaCy extractor unless given."""
+    """hscore and tscore of free-form responses; response tuples from the file, else extracted."""
     from halluprobe.benchmarks.prove.data import read_prove
     from halluprobe.benchmarks.prove.evaluate import read_responses, score_responses, write_scores
-    from halluprobe.benchmarks.prove.extraction import SpacyExtractor, TupleCache
+    from halluprobe.benchmarks.prove.extraction import LMExtractor, SpacyExtractor, TupleCache
     from halluprobe.benchmarks.prove.scoring import BackendEntailment, SentenceEmbedder, summarize
 
     with _errors():
         items = read_prove(data)
         answers = read_responses(responses, items)
+        tuple_extractor: Any
+        if extractor == "spacy":
+            tuple_extractor = SpacyExtractor()
+        elif extractor == "lm":
+            if extractor_model is None or extractor_image is None:
+                raise InputError("--extractor lm needs --extractor-model and --extractor-image")
+            if extractor_backend == "openai":
+                raise InputError("--extractor lm needs free-form answers: the openai backend does not give them yet")
+            engine = _load_backend(extractor_backend, extractor_model, open_ended=True)
+            tuple_extractor = LMExtractor(engine, image_path=str(extractor_image), backend_name=extractor_backend)
+        else:
+            raise InputError(f"--extractor must be 'spacy' or 'lm', not {extractor!r}")
         entail = None
         if entail_backend is not None:
             if entail_model is None or images is None:
@@ -720,7 +736,7 @@ def prove_score_cmd(
             items,
             answers,
             SentenceEmbedder(embedder),
-            SpacyExtractor(),
+            tuple_extractor,
             cache=None if no_cache else TupleCache(),
             entailment=entail,
             match_threshold=match_threshold,
@@ -728,7 +744,7 @@ def prove_score_cmd(
         )
         settings = {
             "embedder": embedder,
-            "extractor": SpacyExtractor().identity,
+            "extractor": tuple_extractor.identity,
             "match_threshold": match_threshold,
             "entailment": None if entail is None else {"backend": entail_backend, "model": entail_model, "threshold": entail_threshold},
             "data": str(data),
