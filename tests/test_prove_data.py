@@ -50,6 +50,8 @@ def test_reads_json_and_jsonl(tmp_path: Path) -> None:
         ({**RECORD, "image_tuples": [["a", "b", "c", "d"]]}, "question q1: image_tuples[0]: a tuple has 1"),
         ({**RECORD, "qa_diff_tuples": 5}, "question q1: qa_diff_tuples must be a list of tuples, not int"),
         ({**RECORD, "question": ""}, "question q1: question must be a non-empty string"),
+        ({**RECORD, "image": {"bytes": "..."}}, "question q1: image (or image_url) must be a non-empty string"),
+        ({k: v for k, v in RECORD.items() if k != "image"}, "question q1: missing key(s) image"),
         ([1, 2], "a record must be a JSON object"),
     ],
 )
@@ -62,6 +64,12 @@ def test_one_line_errors_name_file_and_record(tmp_path: Path, record: object, me
     jsonl = _write(tmp_path / "bad.jsonl", [RECORD | {"question_id": "q0"}, record], jsonl=True)
     with pytest.raises(InputError, match=rf"^{jsonl}:2: "):
         read_prove(jsonl)
+
+
+def test_mirror_image_url(tmp_path: Path) -> None:
+    mirror = {**RECORD, "image": {"bytes": None, "path": None}, "image_url": "https://example.org/dog.jpg"}
+    [item] = read_prove(_write(tmp_path / "m.json", [mirror]))
+    assert item.image == "https://example.org/dog.jpg" and "image_url" not in item.metadata and "image" not in item.metadata
 
 
 def test_file_level_errors(tmp_path: Path) -> None:

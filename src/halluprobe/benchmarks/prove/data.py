@@ -4,7 +4,8 @@ Accepted format (the fields of the released ``prove.json`` and of its public mir
 array of records, or JSON Lines, one record each::
 
     {"question_id": "q1",            # optional: also "qid" or "id"; else the record's index
-     "image": "docci/test_01.jpg",   # path (relative to an images root) or URL
+     "image": "docci/test_01.jpg",   # path (relative to an images root) or URL; when it is
+                                     # not a string (the parquet mirror's picture), image_url
      "caption": "A brown dog ...",   # optional: the detailed caption the graph came from
      "question": "What is the dog lying on?",
      "answer": "The dog is lying on a red sofa.",
@@ -41,7 +42,7 @@ PROVE_BASE_URL = "https://huggingface.co/datasets/Salesforce/PROVE/resolve/main/
 PROVE_FILES: dict[str, str] = {}
 
 _ID_KEYS = ("question_id", "qid", "id")
-_REQUIRED = ("image", "question", "answer", "image_tuples", "qa_diff_tuples")
+_REQUIRED = ("question", "answer", "image_tuples", "qa_diff_tuples")
 
 AnyTuple = EntityTuple | AttributeTuple | RelationTuple
 
@@ -86,9 +87,15 @@ def _item(raw: Any, index: int) -> ProveItem:
         raise ValueError(f"a record must be a JSON object, not {type(raw).__name__}")
     qid = next((raw[k] for k in _ID_KEYS if k in raw), index)
     missing = [k for k in _REQUIRED if k not in raw]
+    if "image" not in raw and "image_url" not in raw:
+        missing.insert(0, "image")
     if missing:
         raise ValueError(f"question {qid}: missing key(s) {', '.join(missing)}")
-    for key in ("image", "question", "answer"):
+    # the parquet mirror's "image" is the picture itself (bytes): its image_url names it instead
+    image = raw["image"] if isinstance(raw.get("image"), str) else raw.get("image_url")
+    if not isinstance(image, str) or not image.strip():
+        raise ValueError(f"question {qid}: image (or image_url) must be a non-empty string")
+    for key in ("question", "answer"):
         if not isinstance(raw[key], str) or not raw[key].strip():
             raise ValueError(f"question {qid}: {key} must be a non-empty string")
     caption = raw.get("caption")
@@ -99,10 +106,10 @@ def _item(raw: Any, index: int) -> ProveItem:
         diff = _tuples(raw["qa_diff_tuples"], "qa_diff_tuples")
     except ValueError as err:
         raise ValueError(f"question {qid}: {err}") from None
-    known = set(_ID_KEYS) | set(_REQUIRED) | {"caption"}
+    known = set(_ID_KEYS) | set(_REQUIRED) | {"caption", "image"} | ({"image_url"} if image == raw.get("image_url") else set())
     return ProveItem(
         question_id=str(qid),
-        image=raw["image"],
+        image=image,
         caption=caption,
         question=raw["question"],
         answer=raw["answer"],
