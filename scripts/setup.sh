@@ -20,7 +20,7 @@ PY=${PYTHON:-python3}
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
   "$PY" -m pip install --quiet "torch==2.13.0"
 fi
-"$PY" -m pip install --quiet -e ".[hf,report,dev,serve,probe]"
+"$PY" -m pip install --quiet -e ".[hf,report,dev,serve,probe,prove]"
 # WordNet 3.0 for Auto-Probe's cleaning (halluprobe probe): Debian packages, installed only when
 # missing and only as root; if apt fails, the WordNet tests skip and say why.
 if [ ! -f /usr/share/wordnet/data.noun ] || [ ! -f /usr/share/wordnet/index.sense ]; then
@@ -31,6 +31,8 @@ if [ ! -f /usr/share/wordnet/data.noun ] || [ ! -f /usr/share/wordnet/index.sens
     echo "warning: install the Debian packages wordnet-base and wordnet-sense-index for halluprobe probe (WordNet tests skip without them)" >&2
   fi
 fi
+# the prove extra (sentence-transformers) must keep the pinned CPU torch
+"$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 'torch changed to ' + torch.__version__)"
 if [ "$SERVER_TESTS" = 1 ]; then
   "$PY" -m pip install --quiet "llama-cpp-python[server]==0.3.36"
 fi

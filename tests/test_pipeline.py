@@ -259,3 +259,14 @@ def test_score_markdown_table_carries_counts_splits_and_ci(tmp_path: Path) -> No
     lo, hi = m["ci"]["f1"]
     assert cells[10] == f"{m['f1']:.4f} [{lo:.4f}, {hi:.4f}]"
     assert "unknown=wrong" in md and "100 resamples" in md
+
+
+def test_scripted_backend_refuses_unknown_script_keys(tmp_path: Path) -> None:
+    """A misspelt key would otherwise script nothing, silently."""
+    from halluprobe.backends.scripted import ScriptedBackend
+    from halluprobe.errors import InputError
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"present": {}, "texts": {"a": "b"}}))
+    with pytest.raises(InputError, match=r"unknown scripted backend keys \['texts'\]"):
+        ScriptedBackend(str(script))

@@ -250,7 +250,10 @@ def run_cmd(
     text_rules: Annotated[
         str, typer.Option(help="Comma-separated text rules read from the greedy continuation ('' for none: logits only).")
     ] = "pope,exact,yorn,strict",
-    max_new_tokens: Annotated[int, typer.Option(help="Greedy continuation length for the text rules.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Greedy continuation length for the text rules (open-ended: the answer's cap).")] = 8,
+    open_ended: Annotated[
+        bool, typer.Option("--open-ended", help="Open questions (PROVE): full greedy answers, no stop at '.', no yes/no readouts.")
+    ] = False,
     top_k: Annotated[int, typer.Option(help="First-token alternatives stored per sample.")] = 10,
     batch_size: Annotated[int, typer.Option(envvar="HALLUPROBE_BATCH_SIZE", help="Batch size (halved on out-of-memory).")] = 8,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N questions of each split.")] = None,
@@ -310,6 +313,10 @@ def run_cmd(
             )
         elif endpoint:
             raise InputError(f"--endpoint is for --backend openai, not {backend!r}")
+        if open_ended:
+            if backend == "openai":
+                raise InputError("--open-ended is not supported by the openai backend yet (it sends yes/no stop strings)")
+            engine_options["stop_strings"] = []  # only EOS or --max-new-tokens end an answer
         engine_options.update(_backend_options(backend_option))
         if not images.is_dir():
             raise InputError("images root is not a directory", images)
@@ -327,6 +334,7 @@ def run_cmd(
             force=force,
             overwrite=overwrite,
             shard=str(part) if part else None,
+            open_ended=open_ended,
         )
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):
@@ -640,6 +648,167 @@ def tokens_cmd(
     typer.echo(f"legacy LLaMA ids (3582/1217 and the 8-token set): {verdict}")
     if not info["legacy_valid"]:
         typer.echo("  " + ", ".join(f"{i}={p!r}" for i, p in info["legacy_pieces"].items()))
+
+
+# -- prove (PROVE: open questions scored on scene graphs) ---------------------------------
+
+prove_app = typer.Typer(help="PROVE: open questions, scored programmatically on scene graphs.", no_args_is_help=True)
+app.add_typer(prove_app, name="prove")
+
+
+@prove_app.command("questions")
+def prove_questions_cmd(
+    data: Annotated[Path, typer.Option(help="PROVE file (JSON array or JSON Lines).")],
+    out: Annotated[Path, typer.Option(help="Benchmark JSON Lines for `halluprobe run --open-ended`.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
+) -> None:
+    """Write PROVE's questions as benchmark lines (question_id = record index) for `halluprobe run`.
+
+    The yes/no label of those lines is a placeholder ("yes"): score such a run with
+    `halluprobe prove score`, never with `halluprobe score`.
+    """
+    from halluprobe.benchmarks.prove.data import read_prove
+
+    with _errors():
+        items = read_prove(data)
+        if out.exists() and not overwrite:
+            raise InputError("exists; pass --overwrite to replace it", out)
+        lines = [
+            json.dumps(
+                {"question_id": i, "image": it.image, "text": it.question, "label": "yes", "kind": "open", "prove_id": it.question_id},
+                ensure_ascii=False,
+            )
+            for i, it in enumerate(items)
+        ]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    typer.echo(f"{out}: {len(items)} open questions")
+
+
+@prove_app.command("score")
+def prove_score_cmd(
+    data: Annotated[Path, typer.Option(help="PROVE file (JSON array or JSON Lines).")],
+    responses: Annotated[Path, typer.Option(help="Run directory, or a JSON / JSON Lines file of {question_id, response}.")],
+    out: Annotated[Path, typer.Option(help="Directory for scores.jsonl and summary.json.")],
+    embedder: Annotated[str, typer.Option(help="SentenceTransformer name or path (default: the bundled all-MiniLM-L6-v2).")] = "all-MiniLM-L6-v2",
+    match_threshold: Annotated[float, typer.Option(help="tscore: a response tuple below this text similarity may be confirmed visually.")] = 0.7,
+    entail_backend: Annotated[Optional[str], typer.Option(help="Visual entailment backend (hf, openai, scripted); off when not given.")] = None,
+    entail_model: Annotated[Optional[str], typer.Option(help="Model of the entailment backend.")] = None,
+    entail_threshold: Annotated[float, typer.Option(help="p_yes (dynamic readout) at or above which a tuple counts as seen.")] = 0.5,
+    images: Annotated[Optional[Path], typer.Option(help="Images root (visual entailment only).")] = None,
+    extractor: Annotated[str, typer.Option(help="Response tuples: 'spacy' (offline rules) or 'lm' (a model through a backend).")] = "spacy",
+    extractor_backend: Annotated[str, typer.Option(help="--extractor lm: backend (hf, scripted).")] = "hf",
+    extractor_model: Annotated[Optional[str], typer.Option(help="--extractor lm: model (scripted: script JSON).")] = None,
+    extractor_image: Annotated[Optional[Path], typer.Option(help="--extractor lm: image shown to a VLM with the text prompt.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the tuple-extraction cache.")] = False,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples (by image) for the CIs.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """hscore and tscore of free-form responses; response tuples from the file, else extracted."""
+    from halluprobe.benchmarks.prove.data import read_prove
+    from halluprobe.benchmarks.prove.evaluate import read_responses, score_responses, write_scores
+    from halluprobe.benchmarks.prove.extraction import LMExtractor, SpacyExtractor, TupleCache
+    from halluprobe.benchmarks.prove.scoring import BackendEntailment, SentenceEmbedder, summarize
+
+    with _errors():
+        items = read_prove(data)
+        answers = read_responses(responses, items)
+        tuple_extractor: Any
+        if extractor == "spacy":
+            tuple_extractor = SpacyExtractor()
+        elif extractor == "lm":
+            if extractor_model is None or extractor_image is None:
+                raise InputError("--extractor lm needs --extractor-model and --extractor-image")
+            if extractor_backend == "openai":
+                raise InputError("--extractor lm needs free-form answers: the openai backend does not give them yet")
+            engine = _load_backend(extractor_backend, extractor_model, stop_strings=[])
+            tuple_extractor = LMExtractor(engine, image_path=str(extractor_image), backend_name=extractor_backend)
+        else:
+            raise InputError(f"--extractor must be 'spacy' or 'lm', not {extractor!r}")
+        entail = None
+        if entail_backend is not None:
+            if entail_model is None or images is None:
+                raise InputError("--entail-backend needs --entail-model and --images")
+            entail = BackendEntailment(_load_backend(entail_backend, entail_model), images)
+        scores = score_responses(
+            items,
+            answers,
+            SentenceEmbedder(embedder),
+            tuple_extractor,
+            cache=None if no_cache else TupleCache(),
+            entailment=entail,
+            match_threshold=match_threshold,
+            entail_threshold=entail_threshold,
+        )
+        settings = {
+            "embedder": embedder,
+            "extractor": tuple_extractor.identity,
+            "match_threshold": match_threshold,
+            "entailment": None if entail is None else {"backend": entail_backend, "model": entail_model, "threshold": entail_threshold},
+            "data": str(data),
+            "responses": str(responses),
+        }
+        summary = summarize(scores, n_resamples=bootstrap, seed=seed, settings=settings)
+        write_scores(out, scores, summary, overwrite=overwrite)
+    if as_json:
+        typer.echo(summary.model_dump_json(indent=2))
+        return
+
+    def fmt(v: Optional[float], ci: Any) -> str:
+        return "n/a" if v is None else f"{100 * v:.2f}" + ("" if ci is None else f" [{100 * ci[0]:.2f}, {100 * ci[1]:.2f}]")
+
+    typer.echo(f"hscore {fmt(summary.hscore, summary.ci.get('hscore'))} (n={summary.n_hscore})")
+    typer.echo(f"tscore {fmt(summary.tscore, summary.ci.get('tscore'))} (n={summary.n_tscore})")
+    typer.echo(f"errors {summary.errors} of {summary.n}; correlation(h, t) pearson {summary.correlation.get('pearson')}")
+    typer.echo(f"{out}: scores.jsonl, summary.json")
+
+
+
+@prove_app.command("build")
+def prove_build_cmd(
+    captions: Annotated[Path, typer.Option(help='Captions and scene graphs: JSON / JSON Lines of {"image", "caption", "tuples"}.')],
+    model: Annotated[str, typer.Option(help="The question-writing model (scripted backend: script JSON).")],
+    images: Annotated[Path, typer.Option(help="Images root the captions' image paths are relative to.")],
+    out: Annotated[Path, typer.Option(help="Directory for prove.jsonl, dropped.jsonl and build.json.")],
+    backend: Annotated[str, typer.Option(help="Backend: hf, openai or scripted.")] = "hf",
+    template: Annotated[Optional[str], typer.Option(help="Prompt template (as for run).")] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Length cap of the model's answer.")] = 1024,
+    dup_threshold: Annotated[float, typer.Option(help="Drop a question this similar (cosine) to one kept for the same image.")] = 0.9,
+    embedder: Annotated[str, typer.Option(help="SentenceTransformer for near-duplicate questions.")] = "all-MiniLM-L6-v2",
+    overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
+) -> None:
+    """PROVE construction: LM question/answer pairs kept only when their sandboxed program returns the answer."""
+    from halluprobe.benchmarks.prove.build import build_prove, read_captions
+    from halluprobe.benchmarks.prove.extraction import SpacyExtractor
+    from halluprobe.benchmarks.prove.scoring import SentenceEmbedder
+
+    with _errors():
+        records = read_captions(captions)
+        files = [out / "prove.jsonl", out / "dropped.jsonl", out / "build.json"]
+        for f in files:
+            if f.exists() and not overwrite:
+                raise InputError("exists; pass --overwrite to replace it", f)
+        if backend == "openai":
+            raise InputError("prove build needs free-form answers: the openai backend does not give them yet")
+        engine = _load_backend(backend, model, stop_strings=[])
+        result = build_prove(
+            records, engine, images_root=images, embedder=SentenceEmbedder(embedder), extractor=SpacyExtractor(),
+            template=template, max_new_tokens=max_new_tokens, dup_threshold=dup_threshold,
+        )  # fmt: skip
+        out.mkdir(parents=True, exist_ok=True)
+        files[0].write_text(
+            "".join(json.dumps({**it.model_dump(exclude={"metadata"}), **it.metadata}, ensure_ascii=False) + "\n" for it in result.items),
+            encoding="utf-8",
+        )
+        files[1].write_text("".join(d.model_dump_json() + "\n" for d in result.dropped), encoding="utf-8")
+        files[2].write_text(
+            json.dumps({"counts": result.counts(), "model": model, "backend": backend, "dup_threshold": dup_threshold, "embedder": embedder}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+    typer.echo(" ".join(f"{k}={v}" for k, v in result.counts().items()))
+    typer.echo(f"{out}: prove.jsonl, dropped.jsonl, build.json")
 
 
 # -- demo --------------------------------------------------------------------------------

@@ -162,6 +162,8 @@ class RunHeader(_Frozen):
     # "I/N" when this run answers one shard of the questions (not part of the fingerprint:
     # shards of one run share it, and `halluprobe merge` checks that)
     shard: str | None = None
+    # free-form answers to open questions (PROVE): no stop at '.', no logit or text readouts
+    open_ended: bool = False
     seed: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
 

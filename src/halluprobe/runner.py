@@ -57,6 +57,9 @@ class RunConfig:
     force: bool = False
     overwrite: bool = False
     shard: str | None = None  # "I/N": recorded in the header, not part of the fingerprint
+    # Open questions (PROVE): full greedy answers of up to max_new_tokens, no yes/no readouts.
+    # The backend must be built for it too (hf: open_ended=True, which drops the '.' stop).
+    open_ended: bool = False
 
 
 @runtime_checkable
@@ -169,6 +172,8 @@ def make_header(
             "max_new_tokens": config.max_new_tokens,
             "tokenizer": sets.tokenizer_fingerprint if sets else None,
             "benchmarks": {split: sha for split, (_, sha) in sorted(benchmarks.items())},
+            # only when set, so the fingerprints of existing yes/no runs do not change
+            **({"open_ended": True} if config.open_ended else {}),
         }
     )
     return RunHeader(
@@ -179,8 +184,8 @@ def make_header(
         backend_info=info,
         model=config.model,
         template=template,
-        readouts=list(LOGIT_READOUTS) + [f"text:{r}" for r in config.text_rules],
-        text_rules=list(config.text_rules),
+        readouts=[] if config.open_ended else list(LOGIT_READOUTS) + [f"text:{r}" for r in config.text_rules],
+        text_rules=[] if config.open_ended else list(config.text_rules),
         max_new_tokens=config.max_new_tokens,
         token_sets=sets,
         benchmarks={split: sha for split, (_, sha) in benchmarks.items()},
@@ -188,6 +193,7 @@ def make_header(
         images_root=str(images_root),
         limit=config.limit,
         shard=config.shard,
+        open_ended=config.open_ended,
         packages=_package_versions(),
     )
 
@@ -231,13 +237,14 @@ def run_questions(
         )
     prompt_of = {r.key: r.prompt for r in requests}
 
-    sets = header.token_sets
-    max_new = config.max_new_tokens if config.text_rules else 0
+    sets = None if config.open_ended else header.token_sets
+    rules: tuple[str, ...] = () if config.open_ended else config.text_rules
+    max_new = config.max_new_tokens if (rules or config.open_ended) else 0
     if progress:
         progress(summary.skipped, summary.total)
     try:
         for batch in backend.answer(requests, max_new_tokens=max_new, top_k=config.top_k):
-            samples = [make_sample(by_key[r.key], prompt_of[r.key], r, sets, config.text_rules) for r in batch]
+            samples = [make_sample(by_key[r.key], prompt_of[r.key], r, sets, rules) for r in batch]
             rundir.append(samples)
             summary.answered += len(samples)
             summary.errors += sum(1 for s in samples if s.error)

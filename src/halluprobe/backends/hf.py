@@ -392,8 +392,10 @@ class HFBackend:
         return self._pieces[token_id] if token_id < len(self._pieces) else f"<id {token_id}>"
 
     def _stopping_criteria(self) -> Any:
-        """Stop at '.', newline (or EOS). Built once: passing ``stop_strings`` to every
-        ``generate`` call would redo a ~0.3 s pass over the vocabulary per batch."""
+        """Stop at the stop strings ('.', newline by default) or EOS. Built once: passing
+        ``stop_strings`` to every ``generate`` call would redo a ~0.3 s pass over the vocabulary
+        per batch. With no stop strings (descriptions, open-ended answers) only EOS or
+        ``max_new_tokens`` end a continuation."""
         if self._stopping is None:
             from transformers import StoppingCriteriaList, StopStringCriteria
 

@@ -38,6 +38,7 @@ from halluprobe.records import Request, Response, TokenLogprob, TokenSets
 __all__ = ["ScriptedBackend", "SCRIPTED_VOCAB"]
 
 SCRIPTED_VOCAB: tuple[str, ...] = ("<unk>", "▁Yes", "▁No", "Yes", "No", "▁yes", "▁no", "▁Maybe", ".", "▁There")
+_SCRIPT_KEYS = frozenset({"present", "hallucinate", "errors", "offset", "delay_s", "seed", "generate"})
 _OBJECT = re.compile(r"is there an? (.+?) in the (?:image|picture|photo)", re.IGNORECASE)
 
 
@@ -49,6 +50,9 @@ class ScriptedBackend:
         except (OSError, json.JSONDecodeError) as err:
             raise InputError(f"cannot read scripted backend script: {err}", path) from None
         self._path = path
+        unknown_keys = set(script) - _SCRIPT_KEYS
+        if unknown_keys:  # a misspelt key would silently script nothing
+            raise InputError(f"unknown scripted backend keys {sorted(unknown_keys)}; known: {sorted(_SCRIPT_KEYS)}", path)
         self._present = {k: {o.lower() for o in v} for k, v in script.get("present", {}).items()}
         self._hallucinate = {k.lower(): float(v) for k, v in script.get("hallucinate", {}).items()}
         self._errors = set(script.get("errors", []))

@@ -1,0 +1,239 @@
+"""Build a PROVE-style benchmark: LM question/answer pairs, each verified by a sandboxed program.
+
+Input: one record per image, ``{"image", "caption", "tuples"}`` (JSON array or JSON Lines), where
+``tuples`` is the image's scene graph (any shape :func:`~.scene_graph.parse_tuple` reads).
+
+For each image a language model (any halluprobe backend, greedy; hf needs ``stop_strings=()``)
+answers :data:`QA_PROMPT` with a JSON array of ``{"question", "answer", "program"}``; the program
+defines ``verify(graph)`` over the SceneGraph API and returns the answer. A pair is **kept** when
+
+1. the model's output parses strictly (else every pair of that image is dropped: ``invalid_output``);
+2. its program passes the sandbox and returns normally (``program_refused`` / ``program_failed``);
+3. the returned value equals the stated answer (``answer_mismatch``; see :func:`same_answer`);
+4. its question is not a near-duplicate (cosine of question embeddings >= ``dup_threshold``) of a
+   pair already kept for the same image (``near_duplicate``).
+
+Kept pairs become PROVE records (:class:`~.data.ProveItem`: ``qa_diff_tuples`` = the answer's
+extracted tuples minus the question's); every dropped pair is recorded with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from halluprobe.benchmarks.prove.data import ProveItem
+from halluprobe.benchmarks.prove.extraction import Extractor
+from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
+from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
+from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
+from halluprobe.errors import InputError
+
+__all__ = ["QA_PROMPT", "CaptionRecord", "Dropped", "BuildResult", "read_captions", "parse_qa_output", "same_answer", "build_prove"]
+
+log = logging.getLogger(__name__)
+
+QA_PROMPT = """You write questions about an image from its detailed caption and scene graph, and a Python program that verifies each answer on the graph.
+The program defines verify(graph) and may call only these graph methods: {api}. No imports, no names starting with an underscore.
+Answer with one JSON array and nothing else; each element is {{"question": ..., "answer": ..., "program": ...}}.
+
+Caption: A brown dog lies on a red sofa.
+Scene graph: [["dog"], ["sofa"], ["dog", "brown"], ["sofa", "red"], ["dog", "lying on", "sofa"]]
+Pairs: [{{"question": "What colour is the sofa the dog lies on?", "answer": "red", "program": "def verify(graph):\\n    return graph.attributes_of('sofa')[0]"}}]
+
+Caption: {caption}
+Scene graph: {tuples}
+Pairs:"""
+
+DropReason = Literal["invalid_output", "program_refused", "program_failed", "answer_mismatch", "near_duplicate", "backend_error"]
+
+
+class CaptionRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str
+    caption: str
+    tuples: list[Any]
+
+
+class Dropped(BaseModel):
+    """One pair (or one image's whole output) not kept, and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str
+    reason: DropReason
+    detail: str
+    question: str | None = None
+    answer: str | None = None
+    program: str | None = None
+    raw: str | None = None
+
+
+@dataclass
+class BuildResult:
+    items: list[ProveItem] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {"kept": len(self.items)}
+        for d in self.dropped:
+            out[d.reason] = out.get(d.reason, 0) + 1
+        return out
+
+
+def read_captions(path: str | Path) -> list[CaptionRecord]:
+    """Caption records; one-line errors naming the file and the record."""
+    from halluprobe.jsonl import iter_objects, read_text
+
+    path = Path(path)
+    _, text = read_text(path, "captions")
+    if text.lstrip().startswith("["):
+        try:
+            rows: list[tuple[int | None, str, Any]] = [(None, f"record {i}: ", r) for i, r in enumerate(json.loads(text))]
+        except json.JSONDecodeError as err:
+            raise InputError(f"malformed JSON: {err.msg}", path, err.lineno) from None
+    else:
+        rows = [(line, "", obj) for line, obj in iter_objects(text, path)]
+    out = []
+    for line, where, raw in rows:
+        try:
+            rec = CaptionRecord.model_validate(raw)
+            SceneGraph(rec.tuples)
+        except Exception as err:  # pydantic ValidationError or a bad tuple: one line
+            msg = str(err).strip().splitlines()
+            raise InputError(f"{where}{msg[0] if len(msg) == 1 else ' '.join(m.strip() for m in msg[:3])}", path, line) from None
+        out.append(rec)
+    if not out:
+        raise InputError("no caption records", path)
+    return out
+
+
+def parse_qa_output(raw: str) -> list[dict[str, str]]:
+    """Strict parse of the model's pairs; ValueError with a one-line reason."""
+    try:
+        data = json.loads(raw.strip())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not one JSON array ({err.msg} at column {err.colno})") from None
+    if not isinstance(data, list):
+        raise ValueError(f"a JSON {type(data).__name__}, not an array")
+    pairs = []
+    for i, el in enumerate(data):
+        if not isinstance(el, dict) or set(el) != {"question", "answer", "program"} or not all(isinstance(v, str) and v.strip() for v in el.values()):
+            raise ValueError(f"element {i} is not {{question, answer, program}} with non-empty strings")
+        pairs.append({k: str(v) for k, v in el.items()})
+    return pairs
+
+
+def _norm(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(sorted(_norm(v) for v in value))
+    text = " ".join(str(value).lower().split()).rstrip(".")
+    return text
+
+
+def same_answer(result: Any, answer: str) -> bool:
+    """Equal after normalisation: case, spaces, a final period; True/False as yes/no; 2.0 as 2;
+    a list as its sorted elements joined by ", " (so ["red", "blue"] equals "blue, red")."""
+    return _norm(result) == _norm(answer)
+
+
+def build_prove(
+    records: Sequence[CaptionRecord],
+    backend: Any,
+    *,
+    images_root: Path,
+    embedder: Embedder,
+    extractor: Extractor,
+    template: str | None = None,
+    max_new_tokens: int = 1024,
+    dup_threshold: float = 0.9,
+    limits: SandboxLimits | None = None,
+) -> BuildResult:
+    """Ask, verify, deduplicate; see the module docstring."""
+    from halluprobe.records import Request
+    from halluprobe.runner import resolve_image
+
+    result = BuildResult()
+    requests = [
+        Request(
+            split="prove-build",
+            question_id=i,
+            image_path=str(resolve_image(rec.image, images_root)),
+            prompt=backend.render_prompt(
+                QA_PROMPT.format(api=", ".join(SANDBOX_API), caption=rec.caption, tuples=json.dumps([list(t.model_dump(exclude={"kind", "count"}).values()) for t in SceneGraph(rec.tuples).tuples()])),
+                template,
+            ),
+        )
+        for i, rec in enumerate(records)
+    ]
+    answers: dict[int, Any] = {}
+    for batch in backend.answer(requests, max_new_tokens=max_new_tokens, top_k=1):
+        for r in batch:
+            answers[r.question_id] = r
+    candidates: list[tuple[CaptionRecord, SceneGraph, dict[str, str]]] = []
+    for i, rec in enumerate(records):
+        r = answers.get(i)
+        if r is None or r.error is not None or r.text is None:
+            detail = "no answer" if r is None else (r.error or "no text")
+            result.dropped.append(Dropped(image=rec.image, reason="backend_error", detail=detail))
+            continue
+        try:
+            pairs = parse_qa_output(r.text)
+        except ValueError as err:
+            result.dropped.append(Dropped(image=rec.image, reason="invalid_output", detail=f"invalid LM output: {err}", raw=r.text))
+            continue
+        graph = SceneGraph(rec.tuples)
+        for pair in pairs:
+            run = run_program(pair["program"], graph, limits)
+            common = {"image": rec.image, "question": pair["question"], "answer": pair["answer"], "program": pair["program"]}
+            if run.outcome == "refused":
+                result.dropped.append(Dropped(reason="program_refused", detail=run.reason or "", **common))
+            elif not run.ok:
+                result.dropped.append(Dropped(reason="program_failed", detail=f"{run.outcome}: {run.reason}", **common))
+            elif not same_answer(run.result, pair["answer"]):
+                detail = f"program returned {json.dumps(run.result)[:200]}, not the stated answer {pair['answer']!r}"
+                result.dropped.append(Dropped(reason="answer_mismatch", detail=detail, **common))
+            else:
+                candidates.append((rec, graph, pair))
+    kept: dict[str, list[tuple[str, Any]]] = {}  # image -> [(question id, embedding)]
+    vectors = embedder.encode([p["question"] for _, _, p in candidates]) if candidates else []
+    texts = [t for _, _, p in candidates for t in (p["answer"], p["question"])]
+    extracted = extractor.extract(texts) if texts else []
+    for n, ((rec, graph, pair), vec) in enumerate(zip(candidates, vectors)):
+        near = [(qid, float(vec @ other)) for qid, other in kept.get(rec.image, [])]
+        dup = max(near, key=lambda x: x[1], default=None)
+        if dup is not None and dup[1] >= dup_threshold:
+            result.dropped.append(
+                Dropped(image=rec.image, reason="near_duplicate", detail=f"near-duplicate of {dup[0]} (cos {dup[1]:.3f} >= {dup_threshold})",
+                        question=pair["question"], answer=pair["answer"], program=pair["program"])  # fmt: skip
+            )
+            continue
+        qid = f"{rec.image}#{len(kept.get(rec.image, []))}"
+        answer_x, question_x = extracted[2 * n], extracted[2 * n + 1]
+        diff = exclude_question_tuples(answer_x.tuples, question_x.tuples)
+        result.items.append(
+            ProveItem(
+                question_id=qid,
+                image=rec.image,
+                caption=rec.caption,
+                question=pair["question"],
+                answer=pair["answer"],
+                image_tuples=graph.tuples(),
+                qa_diff_tuples=diff,
+                metadata={"program": pair["program"], "extractor": extractor.identity},
+            )
+        )
+        kept.setdefault(rec.image, []).append((qid, vec))
+    log.info("prove build: %s", result.counts())
+    return result

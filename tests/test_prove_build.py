@@ -1,0 +1,78 @@
+"""`halluprobe prove build` end to end with scripted model outputs (sandbox, answer check, dedup)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from halluprobe.benchmarks.prove.build import parse_qa_output, same_answer
+from halluprobe.benchmarks.prove.data import read_prove
+from halluprobe.benchmarks.prove.scene_graph import tuple_key
+from halluprobe.cli import app
+
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("spacy")
+
+CAT = [["cat"], ["chair"], ["cat", "black"], ["chair", "wooden"], ["cat", "sitting on", "chair"]]
+
+
+def _pair(question: str, answer: str, program: str) -> dict[str, str]:
+    return {"question": question, "answer": answer, "program": program}
+
+
+PAIRS = [
+    _pair("What is the chair made of?", "The chair is wooden.", "def verify(graph):\n    return 'The chair is ' + graph.attributes_of('chair')[0] + '.'"),
+    _pair("What is the chair made from?", "wooden", "result = graph.attributes_of('chair')[0]"),  # near-duplicate
+    _pair("How many cats are there?", "2", "result = graph.count('cat')"),  # returns 1
+    _pair("Is there a dog?", "no", "import os\nresult = False"),  # refused
+    _pair("What is under the cat?", "chair", "result = graph.relations_of('cat')[5]"),  # IndexError
+    _pair("Where is the cat sitting?", "The cat is sitting on the chair.",
+          "def verify(graph):\n    rel = graph.relations_between('cat', 'chair')[0]\n    return 'The cat is ' + rel + ' the chair.'"),
+]  # fmt: skip
+
+
+def test_same_answer_and_strict_parse() -> None:
+    assert same_answer(True, "Yes") and same_answer(2.0, "2") and same_answer(["red", "blue"], "blue, red")
+    assert same_answer("The sofa is red", "the sofa is red.") and not same_answer(1, "2")
+    with pytest.raises(ValueError, match="not one JSON array"):
+        parse_qa_output("Sure: []")
+    with pytest.raises(ValueError, match="element 0 is not"):
+        parse_qa_output('[{"question": "q", "answer": "a"}]')
+
+
+def test_build_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("cat.png", "bird.png"):
+        Image.new("RGB", (16, 16), "white").save(images / name)
+    captions = tmp_path / "captions.jsonl"
+    captions.write_text(
+        json.dumps({"image": "cat.png", "caption": "A black cat sits on a wooden chair.", "tuples": CAT}) + "\n"
+        + json.dumps({"image": "bird.png", "caption": "A white bird on a branch.", "tuples": [["bird"], ["bird", "white"]]}) + "\n"
+    )  # fmt: skip
+    script = tmp_path / "script.json"
+    rules = [{"match": "Caption: A black cat", "text": json.dumps(PAIRS)}, {"match": "Caption: A white bird", "text": "Here are the pairs: none"}]
+    script.write_text(json.dumps({"generate": rules}))
+    out = tmp_path / "built"
+    args = ["prove", "build", "--captions", str(captions), "--model", str(script), "--backend", "scripted", "--images", str(images), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    build = json.loads((out / "build.json").read_text())
+    assert build["counts"] == {
+        "kept": 2, "near_duplicate": 1, "answer_mismatch": 1, "program_refused": 1, "program_failed": 1, "invalid_output": 1,
+    }  # fmt: skip
+    dropped = {d["reason"]: d for d in map(json.loads, (out / "dropped.jsonl").read_text().splitlines())}
+    assert dropped["answer_mismatch"]["detail"] == "program returned 1, not the stated answer '2'"
+    assert dropped["program_refused"]["detail"] == "line 1: Import is not allowed"
+    assert dropped["program_failed"]["detail"].startswith("error: IndexError")
+    assert dropped["near_duplicate"]["detail"].startswith("near-duplicate of cat.png#0 (cos ")
+    assert dropped["invalid_output"]["raw"] == "Here are the pairs: none" and dropped["invalid_output"]["image"] == "bird.png"
+    items = read_prove(out / "prove.jsonl")  # the built file is a PROVE file
+    assert [i.question for i in items] == ["What is the chair made of?", "Where is the cat sitting?"]
+    assert [tuple_key(t) for t in items[0].qa_diff_tuples] == [("attribute", "chair", "wooden")]  # "chair" was in the question
+    assert items[0].metadata["program"].startswith("def verify(graph):")
+    assert CliRunner().invoke(app, args).exit_code == 2  # no silent overwrite

@@ -1,0 +1,91 @@
+"""PROVE sandbox: programs over a SceneGraph run; escapes are refused or killed with a clear reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from halluprobe.benchmarks.prove.sandbox import SandboxLimits, SandboxRefused, check_program, run_program
+from halluprobe.benchmarks.prove.scene_graph import SceneGraph
+
+GRAPH = SceneGraph([["dog"], ["dog", "brown"], ["dog", "on", "sofa"], {"kind": "entity", "entity": "cat", "count": 2}])
+FAST = SandboxLimits(cpu_s=1, wall_s=10.0, memory_bytes=512 << 20, output_bytes=4096)
+
+
+def test_verify_function_and_result_variable() -> None:
+    r = run_program("def verify(graph):\n    print('checking')\n    return graph.count('cat')\n", GRAPH, FAST)
+    assert r.ok and r.result == 2 and r.stdout == "checking\n"
+    r = run_program("result = sorted(graph.attributes_of('dog') + graph.relations_between('dog', 'sofa'))", GRAPH, FAST)
+    assert r.ok and r.result == ["brown", "on"]
+    r = run_program("result = [e.upper() for e in graph.entities() if graph.has_entity(e)]", GRAPH, FAST)
+    assert r.result == ["DOG", "SOFA", "CAT"]
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ("import os", "Import is not allowed"),
+        ("from os import system", "ImportFrom is not allowed"),
+        ("__import__('os').system('true')", "starts with an underscore"),
+        ("result = ().__class__.__mro__[1].__subclasses__()", "'__class__' starts with an underscore"),
+        ("result = (x for x in []).gi_frame.f_globals", "'gi_frame' is not on the allow-list"),
+        ("result = '{0.entities}'.format(graph)", "'format' is not on the allow-list"),
+        ("open('pwned.txt', 'w').write('x')", "'open' is not allowed"),
+        ("eval('1+1')", "'eval' is not allowed"),
+        ("exec('x=1')", "'exec' is not allowed"),
+        ("result = getattr(graph, 'entities')", "'getattr' is not allowed"),
+        ("result = compile('1', 'f', 'eval')", "'compile' is not allowed"),
+        ("result = globals()", "'globals' is not allowed"),
+        ("result = vars()", "'vars' is not allowed"),
+        ("class A:\n    pass", "ClassDef is not allowed"),
+        ("with x as y:\n    pass", "With is not allowed"),
+        ("def f():\n    global x", "Global is not allowed"),
+        ("result = (", "syntax error"),
+    ],
+)
+def test_static_refusals(source: str, reason: str) -> None:
+    with pytest.raises(SandboxRefused, match=reason.replace("(", r"\(").replace("[", r"\[")):
+        check_program(source)
+    r = run_program(source, GRAPH, FAST)
+    assert r.outcome == "refused" and reason in (r.reason or "")
+
+
+def test_file_creation_has_no_effect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "pwned.txt"
+    r = run_program(f"open({str(target)!r}, 'w').write('x')\nresult = 1", GRAPH, FAST)
+    assert r.outcome == "refused"
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_infinite_loop_hits_cpu_limit() -> None:
+    r = run_program("while True:\n    pass", GRAPH, FAST)
+    assert r.outcome == "cpu_limit" and "CPU limit" in (r.reason or "")
+
+
+def test_wall_timeout() -> None:
+    r = run_program("while True:\n    pass", GRAPH, SandboxLimits(cpu_s=30, wall_s=1.0))
+    assert r.outcome == "timeout" and "wall timeout" in (r.reason or "")
+
+
+def test_memory_bomb() -> None:
+    r = run_program("x = [0] * (10 ** 10)", GRAPH, FAST)
+    assert r.outcome == "memory_limit" and r.reason == "memory limit exceeded"
+    growing = "x = []\nwhile True:\n    x.append('a' * 10 ** 6)"  # a megabyte at a time
+    r = run_program(growing, GRAPH, SandboxLimits(cpu_s=10, wall_s=30.0, memory_bytes=512 << 20))
+    assert r.outcome == "memory_limit"
+
+
+def test_huge_output() -> None:
+    r = run_program("while True:\n    print('a' * 1000)", GRAPH, FAST)
+    assert r.outcome == "output_limit" and "printed output exceeds 4096 bytes" in (r.reason or "")
+    r = run_program("result = 'a' * 100000", GRAPH, FAST)
+    assert r.outcome == "output_limit" and "result exceeds" in (r.reason or "")
+
+
+def test_runtime_error_and_missing_result() -> None:
+    r = run_program("result = 1 / 0", GRAPH, FAST)
+    assert r.outcome == "error" and r.reason == "ZeroDivisionError: division by zero"
+    r = run_program("x = 1", GRAPH, FAST)
+    assert r.outcome == "error" and "neither defines verify(graph) nor assigns result" in (r.reason or "")
