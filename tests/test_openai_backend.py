@@ -520,3 +520,16 @@ def test_file_urls_name_the_image_on_a_shared_file_system(tmp_path: Path) -> Non
     assert urls == {(world["images"] / f"img{i}.png").resolve().as_uri() for i in range(2)}
     bad = _invoke(_args(world, tmp_path / "bad", [server.url], "--image-url-mode", "ftp"))
     assert bad.exit_code == 2 and "--image-url-mode" in bad.output
+
+
+def test_open_ended_run_sends_no_stop_strings_and_keeps_the_text(tmp_path: Path) -> None:
+    world = _world(tmp_path, n_images=2)
+    out = tmp_path / "open"
+    with FakeChatServer() as server:
+        result = _invoke(_args(world, out, [server.url], "--open-ended"))
+        assert result.exit_code == 0, result.output
+        assert server.bodies and all("stop" not in body for body in server.bodies)
+    header = RunDir(out).read_header()
+    assert header.open_ended and header.readouts == [] and header.backend_info["stop"] == []
+    samples = RunDir(out).read_samples()
+    assert len(samples) == 2 * 2 * 6 and all(s.readouts == {} and s.text and s.error is None for s in samples)

@@ -82,5 +82,3 @@ def test_open_ended_run_generates_past_the_period(dotty_llava: Path, bench: tupl
     # an open-ended run is not a yes/no run: resuming it as one is refused (fingerprint differs)
     refused = CliRunner().invoke(app, [*args, "--template", "llava", "--resume", "--max-new-tokens", "12", "--dtype", "float32", "--device", "cpu"])
     assert refused.exit_code == 2 and "differ from the existing run" in refused.output
-    openai = CliRunner().invoke(app, [*args, "--backend", "openai", "--endpoint", "http://127.0.0.1:9/v1", "--open-ended", "--overwrite"])
-    assert openai.exit_code == 2 and "--open-ended is not supported by the openai backend" in openai.output

@@ -314,8 +314,6 @@ def run_cmd(
         elif endpoint:
             raise InputError(f"--endpoint is for --backend openai, not {backend!r}")
         if open_ended:
-            if backend == "openai":
-                raise InputError("--open-ended is not supported by the openai backend yet (it sends yes/no stop strings)")
             engine_options["stop_strings"] = []  # only EOS or --max-new-tokens end an answer
         engine_options.update(_backend_options(backend_option))
         if not images.is_dir():
@@ -721,8 +719,6 @@ def prove_score_cmd(
         elif extractor == "lm":
             if extractor_model is None or extractor_image is None:
                 raise InputError("--extractor lm needs --extractor-model and --extractor-image")
-            if extractor_backend == "openai":
-                raise InputError("--extractor lm needs free-form answers: the openai backend does not give them yet")
             engine = _load_backend(extractor_backend, extractor_model, stop_strings=[])
             tuple_extractor = LMExtractor(engine, image_path=str(extractor_image), backend_name=extractor_backend)
         else:
@@ -790,8 +786,6 @@ def prove_build_cmd(
         for f in files:
             if f.exists() and not overwrite:
                 raise InputError("exists; pass --overwrite to replace it", f)
-        if backend == "openai":
-            raise InputError("prove build needs free-form answers: the openai backend does not give them yet")
         engine = _load_backend(backend, model, stop_strings=[])
         result = build_prove(
             records, engine, images_root=images, embedder=SentenceEmbedder(embedder), extractor=SpacyExtractor(),
@@ -841,8 +835,7 @@ app.add_typer(probe_app, name="probe")
 
 def _probe_backend(backend: str, model: str, backend_option: Optional[list[str]]) -> Any:
     options = _backend_options(backend_option)
-    if backend == "hf":  # descriptions run to EOS or max_new_tokens, not to the first '.'
-        options.setdefault("stop_strings", [])
+    options.setdefault("stop_strings", [])  # descriptions run to EOS or max_new_tokens, not to the first '.'
     return _load_backend(backend, model, **options)
 
 

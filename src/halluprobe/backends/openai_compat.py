@@ -246,6 +246,7 @@ class OpenAIBackend:
         max_retry_after_s: float = 300.0,
         flush_s: float = 1.0,
         cache_dir: str | Path | None = None,
+        stop_strings: Sequence[str] | None = None,
         **_: Any,
     ) -> None:
         try:
@@ -276,6 +277,8 @@ class OpenAIBackend:
         self._flush_s = float(flush_s)
         self._cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._api_key_env = api_key_env
+        # None: STOP_STRINGS (yes/no answers); () sends no stop (descriptions, open-ended answers)
+        self._stop_strings = tuple(STOP_STRINGS if stop_strings is None else stop_strings)
         self._headers = {"Content-Type": "application/json"}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -299,7 +302,7 @@ class OpenAIBackend:
             "max_retries": self._max_retries,
             "cache": None if self._no_cache else str((self._cache_dir or cache_dir()) / "responses.sqlite"),
             "api_key_env": self._api_key_env,  # the variable's name, never its value
-            "stop": list(STOP_STRINGS),
+            "stop": list(self._stop_strings),
         }
 
     def token_sets(self) -> TokenSets:
@@ -515,7 +518,7 @@ class OpenAIBackend:
             "max_tokens": max(1, max_new_tokens),
             "logprobs": True,
             "top_logprobs": self._top_logprobs,
-            "stop": list(STOP_STRINGS),
+            **({"stop": list(self._stop_strings)} if self._stop_strings else {}),
         }
 
     async def _fetch(
