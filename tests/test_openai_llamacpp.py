@@ -166,31 +166,38 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         log.close()
 
 
+def _toy_benchmark(root: Path, split: str, n_images: int, objects: list[str]) -> tuple[Path, Path]:
+    """Plain images and one POPE-format split: every object asked of every image, labels alternating."""
+    images = root / "images"
+    images.mkdir()
+    lines = []
+    for i in range(n_images):
+        Image.new("RGB", (16, 16), (50 * i, 80, 120)).save(images / f"img{i}.png")
+        for j, obj in enumerate(objects):
+            article = "an" if obj[0] in "aeiou" else "a"
+            label = "yes" if (i + j) % 2 else "no"
+            text = f"Is there {article} {obj} in the image?"
+            lines.append(json.dumps({"question_id": i * len(objects) + j + 1, "image": f"img{i}.png", "text": text, "label": label}))
+    bench = root / f"toy_pope_{split}.json"
+    bench.write_text("\n".join(lines) + "\n")
+    return bench, images
+
+
+def _run(server: str, bench: Path, images: Path, out: Path, *extra: str) -> None:
+    result = CliRunner().invoke(app, [
+        "run", "--backend", "openai", "--model", "tiny", "--endpoint", server, "--benchmark", str(bench),
+        "--images", str(images), "--out", str(out), "--max-new-tokens", "3", *extra,
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+
 def test_real_llamacpp_server_gives_piece_keyed_readouts(
     llama_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "cache"))
-    images = tmp_path / "images"
-    images.mkdir()
-    lines = []
-    for i in range(2):
-        Image.new("RGB", (16, 16), (40 * i, 80, 120)).save(images / f"img{i}.png")
-        for j, (obj, label) in enumerate([("cat", "yes"), ("dog", "no"), ("umbrella", "no")]):
-            article = "an" if obj[0] in "aeiou" else "a"
-            lines.append(json.dumps({"question_id": i * 3 + j + 1, "image": f"img{i}.png", "text": f"Is there {article} {obj} in the image?", "label": label}))
-    bench = tmp_path / "toy_pope_random.json"
-    bench.write_text("\n".join(lines) + "\n")
+    bench, images = _toy_benchmark(tmp_path, "random", 2, ["cat", "dog", "umbrella"])
     out = tmp_path / "run"
-
-    def args(target: Path) -> list[str]:
-        return [
-            "run", "--backend", "openai", "--model", "tiny", "--endpoint", llama_server,
-            "--benchmark", str(bench), "--images", str(images), "--out", str(target),
-            "--concurrency", "2", "--max-new-tokens", "3",
-        ]  # fmt: skip
-
-    result = CliRunner().invoke(app, args(out))
-    assert result.exit_code == 0, result.output
+    _run(llama_server, bench, images, out, "--concurrency", "2")
     samples = RunDir(out).read_samples()
     assert len(samples) == 6 and not any(s.error for s in samples)
     for s in samples:
@@ -205,8 +212,7 @@ def test_real_llamacpp_server_gives_piece_keyed_readouts(
     stats = RunDir(out).read_request_stats()["total"]
     assert stats["attempts"]["ok"] == 6 and stats["errors"] == 0
     # a second run is served from the cache: the server is not asked again
-    again = CliRunner().invoke(app, args(tmp_path / "again"))
-    assert again.exit_code == 0, again.output
+    _run(llama_server, bench, images, tmp_path / "again", "--concurrency", "2")
     assert RunDir(tmp_path / "again").read_request_stats()["total"]["cache_hits"] == 6
 
 
@@ -220,23 +226,10 @@ def test_real_server_logprobs_are_stored_as_reported_and_shards_merge_to_the_sam
     from halluprobe.scoring import score_rundir
 
     monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "cache"))
-    images = tmp_path / "images"
-    images.mkdir()
-    lines = []
-    objects = ["cat", "dog", "umbrella", "traffic light"]
-    for i in range(4):
-        Image.new("RGB", (16, 16), (50 * i, 80, 120)).save(images / f"img{i}.png")
-        for j, obj in enumerate(objects):
-            lines.append(json.dumps({"question_id": i * 4 + j + 1, "image": f"img{i}.png", "text": f"Is there a {obj} in the image?", "label": "yes" if (i + j) % 2 else "no"}))
-    bench = tmp_path / "toy_pope_adversarial.json"
-    bench.write_text("\n".join(lines) + "\n")
+    bench, images = _toy_benchmark(tmp_path, "adversarial", 4, ["cat", "dog", "umbrella", "traffic light"])
 
     def run(target: Path, *extra: str) -> None:
-        result = CliRunner().invoke(app, [
-            "run", "--backend", "openai", "--model", "tiny", "--endpoint", llama_server, "--benchmark", str(bench),
-            "--images", str(images), "--out", str(target), "--concurrency", "3", "--max-new-tokens", "3", *extra,
-        ])  # fmt: skip
-        assert result.exit_code == 0, result.output
+        _run(llama_server, bench, images, target, "--concurrency", "3", *extra)
 
     run(tmp_path / "whole")
     # what the server itself reports for one question, asked directly with the same message
