@@ -135,6 +135,16 @@ def test_questions_run_score_through_a_run_directory(tmp_path: Path, monkeypatch
     other.write_text(json.dumps(records))
     bad = runner.invoke(app, ["prove", "score", "--data", str(other), "--responses", str(run), "--out", str(tmp_path / "o2")])
     assert bad.exit_code == 2 and "PROVE record 0 is about 'elsewhere.png'" in bad.output
+    # PROVE asks several questions per image: the same images with the questions reordered are
+    # refused too (records a and b are both about one.png)
+    (tmp_path / "y").mkdir()
+    swapped = _data(tmp_path / "y")
+    records = json.loads(swapped.read_text())
+    records[0], records[1] = records[1], records[0]
+    swapped.write_text(json.dumps(records))
+    bad = runner.invoke(app, ["prove", "score", "--data", str(swapped), "--responses", str(run), "--out", str(tmp_path / "o3")])
+    assert bad.exit_code == 2, bad.output
+    assert bad.output.count("\n") == 1 and "sample 0 did not ask PROVE record 0's question 'What colour is the dog?'" in bad.output
 
 
 def test_prove_score_with_the_lm_extractor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

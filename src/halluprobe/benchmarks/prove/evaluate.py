@@ -3,8 +3,9 @@
 Responses come from either
 
 - a **run directory** of ``halluprobe run`` over the questions that ``halluprobe prove
-  questions`` wrote: sample ``question_id`` N is the PROVE file's record N (0-based), and the
-  sample's image must be that record's image; the response is the sample's ``text``; or
+  questions`` wrote: sample ``question_id`` N is the PROVE file's record N (0-based), the
+  sample's image must be that record's image and its prompt must contain that record's question
+  (else exit 2: the run answered other questions); the response is the sample's ``text``; or
 - a **file** (JSON array or JSON Lines) of ``{"question_id", "response"}`` objects, optionally
   with ``"response_tuples"`` (then no extraction runs for that response).
 
@@ -48,15 +49,31 @@ class ProveResponse:
 
 
 def _from_rundir(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]:
+    """Samples matched to PROVE records by question identity, never by position alone.
+
+    ``halluprobe prove questions`` numbers its lines by record index, so sample ``question_id``
+    N names record N; the sample must also be about that record's image and its prompt must hold
+    that record's question (PROVE asks several questions per image, so the image alone does not
+    identify one). A run over a reordered or different questions file is refused.
+    """
     from halluprobe.rundir import RunDir
 
+    rundir = RunDir(path)
     out: dict[str, ProveResponse] = {}
-    for s in RunDir(path).read_samples():
+    for s in rundir.read_samples():
         if not 0 <= s.question_id < len(items):
-            raise InputError(f"sample question_id {s.question_id} is not a record index of the PROVE file ({len(items)} records)", path)
+            raise InputError(f"sample question_id {s.question_id} is not a record index of the PROVE file ({len(items)} records)", rundir.samples_path)
         item = items[s.question_id]
         if s.image != item.image:
-            raise InputError(f"sample {s.question_id} is about {s.image!r}, but PROVE record {s.question_id} is about {item.image!r}", path)
+            raise InputError(f"sample {s.question_id} is about {s.image!r}, but PROVE record {s.question_id} is about {item.image!r}", rundir.samples_path)
+        if item.question not in s.prompt:
+            raise InputError(
+                f"sample {s.question_id} did not ask PROVE record {s.question_id}'s question {item.question!r} "
+                "(the run's questions file does not match the PROVE file)",
+                rundir.samples_path,
+            )
+        if item.question_id in out:
+            raise InputError(f"PROVE record {s.question_id} is answered twice (again by split {s.split!r})", rundir.samples_path)
         out[item.question_id] = ProveResponse(text=s.text, error=s.error or (None if s.text is not None else "the sample has no text"))
     return out
 
