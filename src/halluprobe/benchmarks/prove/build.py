@@ -90,28 +90,18 @@ class BuildResult:
 
 def read_captions(path: str | Path) -> list[CaptionRecord]:
     """Caption records; one-line errors naming the file and the record."""
-    from halluprobe.jsonl import iter_objects, read_text
+    from halluprobe.jsonl import read_records
 
     path = Path(path)
-    _, text = read_text(path, "captions")
-    if text.lstrip().startswith("["):
-        try:
-            rows: list[tuple[int | None, str, Any]] = [(None, f"record {i}: ", r) for i, r in enumerate(json.loads(text))]
-        except json.JSONDecodeError as err:
-            raise InputError(f"malformed JSON: {err.msg}", path, err.lineno) from None
-    else:
-        rows = [(line, "", obj) for line, obj in iter_objects(text, path)]
     out = []
-    for line, where, raw in rows:
+    for row in read_records(path, "captions"):
         try:
-            rec = CaptionRecord.model_validate(raw)
+            rec = CaptionRecord.model_validate(row.value)
             SceneGraph(rec.tuples)
         except Exception as err:  # pydantic ValidationError or a bad tuple: one line
             msg = str(err).strip().splitlines()
-            raise InputError(f"{where}{msg[0] if len(msg) == 1 else ' '.join(m.strip() for m in msg[:3])}", path, line) from None
+            raise InputError(f"{row.where}{msg[0] if len(msg) == 1 else ' '.join(m.strip() for m in msg[:3])}", path, row.line) from None
         out.append(rec)
-    if not out:
-        raise InputError("no caption records", path)
     return out
 
 

@@ -121,42 +121,20 @@ def _item(raw: Any, index: int) -> ProveItem:
 
 def read_prove(path: str | Path) -> list[ProveItem]:
     """Read and validate a PROVE file (JSON array or JSON Lines); question ids must be unique."""
+    from halluprobe.jsonl import read_records
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror or err}", path) from None
-    if not text.strip():
-        raise InputError("empty file", path)
-    rows: list[tuple[int | None, int, Any]] = []  # (line, index, raw)
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(f"malformed JSON: {err.msg}", path, err.lineno) from None
-        rows = [(None, i, r) for i, r in enumerate(data)]
-    else:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((lineno, len(rows), json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise InputError(f"malformed JSON line: {err.msg}", path, lineno) from None
     items: list[ProveItem] = []
     seen: set[str] = set()
-    for line, index, raw in rows:
-        where = "" if line is not None else f"record {index}: "
+    for rec in read_records(path, "PROVE"):
         try:
-            item = _item(raw, index)
+            item = _item(rec.value, rec.index)
         except ValueError as err:
-            raise InputError(f"{where}{err}", path, line) from None
+            raise InputError(f"{rec.where}{err}", path, rec.line) from None
         if item.question_id in seen:
-            raise InputError(f"{where}duplicate question id {item.question_id!r}", path, line)
+            raise InputError(f"{rec.where}duplicate question id {item.question_id!r}", path, rec.line)
         seen.add(item.question_id)
         items.append(item)
-    if not items:
-        raise InputError("no records", path)
     return items
 
 

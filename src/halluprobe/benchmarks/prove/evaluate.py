@@ -6,7 +6,7 @@ Responses come from either
   questions`` wrote: sample ``question_id`` N is the PROVE file's record N (0-based), the
   sample's image must be that record's image and its prompt must contain that record's question
   (else exit 2: the run answered other questions); the response is the sample's ``text``; or
-- a **file** (JSON array or JSON Lines) of ``{"question_id", "response"}`` objects, optionally
+- a **file** (JSON array or JSON Lines, read by :func:`halluprobe.jsonl.read_records`) of ``{"question_id", "response"}`` objects, optionally
   with ``"response_tuples"`` (then no extraction runs for that response).
 
 Outputs in ``out_dir``: ``scores.jsonl`` (one :class:`~.scoring.QuestionScore` per question, in
@@ -16,11 +16,9 @@ the data file's order: which tuple matched what, at which similarity, with which
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from halluprobe.benchmarks.prove.data import ProveItem
 from halluprobe.benchmarks.prove.extraction import Extractor, TupleCache, extract_all
@@ -79,21 +77,13 @@ def _from_rundir(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]
 
 
 def _from_file(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]:
-    from halluprobe.jsonl import iter_objects, read_text
+    from halluprobe.jsonl import read_records
 
-    _, text = read_text(path, "responses")
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(f"malformed JSON: {err.msg}", path, err.lineno) from None
-        rows: list[tuple[int | None, str, Any]] = [(None, f"record {i}: ", r) for i, r in enumerate(data)]
-    else:
-        rows = [(line, "", obj) for line, obj in iter_objects(text, path)]
     known = {it.question_id for it in items}
     out: dict[str, ProveResponse] = {}
-    for line, where, obj in rows:
-        if not isinstance(obj, dict) or "question_id" not in obj or "response" not in obj:
+    for rec in read_records(path, "responses"):
+        obj, where, line = rec.value, rec.where, rec.line
+        if "question_id" not in obj or "response" not in obj:
             raise InputError(f'{where}a response is {{"question_id", "response"[, "response_tuples"]}}', path, line)
         qid = str(obj["question_id"])
         if qid not in known:
