@@ -660,26 +660,25 @@ def prove_questions_cmd(
     out: Annotated[Path, typer.Option(help="Benchmark JSON Lines for `halluprobe run --open-ended`.")],
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
 ) -> None:
-    """Write PROVE's questions as benchmark lines (question_id = record index) for `halluprobe run`.
+    """Write PROVE's questions as benchmark lines (question_id = record index) for `halluprobe run --open-ended`.
 
-    The yes/no label of those lines is a placeholder ("yes"): score such a run with
-    `halluprobe prove score`, never with `halluprobe score`.
+    Each line is an open question ("kind": "open", "prove_id": the PROVE question id); its yes/no
+    label is a placeholder that nothing scores: a run over these lines must be --open-ended, and
+    `halluprobe score` / `audit` refuse such a run. Score it with `halluprobe prove score`.
     """
+    from halluprobe.benchmarks.pope import write_questions
     from halluprobe.benchmarks.prove.data import read_prove
+    from halluprobe.records import Question
 
     with _errors():
         items = read_prove(data)
         if out.exists() and not overwrite:
             raise InputError("exists; pass --overwrite to replace it", out)
-        lines = [
-            json.dumps(
-                {"question_id": i, "image": it.image, "text": it.question, "label": "yes", "kind": "open", "prove_id": it.question_id},
-                ensure_ascii=False,
-            )
+        questions = [
+            Question(split="prove", question_id=i, image=it.image, text=it.question, label="yes", metadata={"kind": "open", "prove_id": it.question_id})
             for i, it in enumerate(items)
         ]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_questions(out, questions)
     typer.echo(f"{out}: {len(items)} open questions")
 
 
