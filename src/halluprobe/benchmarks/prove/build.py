@@ -11,7 +11,10 @@ defines ``verify(graph)`` over the SceneGraph API and returns the answer. A pair
 2. its program passes the sandbox and returns normally (``program_refused`` / ``program_failed``);
 3. the returned value equals the stated answer (``answer_mismatch``; see :func:`same_answer`);
 4. its question is not a near-duplicate (cosine of question embeddings >= ``dup_threshold``) of a
-   pair already kept for the same image (``near_duplicate``).
+   pair already kept for the same image (``near_duplicate``);
+5. tuple extraction of its answer and question succeeds and the answer has tuples beyond the
+   question's (``extraction_failed``: else the item's ``qa_diff_tuples`` would be empty and its
+   hscore never defined).
 
 Kept pairs become PROVE records (:class:`~.data.ProveItem`: ``qa_diff_tuples`` = the answer's
 extracted tuples minus the question's); every dropped pair is recorded with its reason.
@@ -51,7 +54,9 @@ Caption: {caption}
 Scene graph: {tuples}
 Pairs:"""
 
-DropReason = Literal["invalid_output", "program_refused", "program_failed", "answer_mismatch", "near_duplicate", "backend_error"]
+DropReason = Literal[
+    "invalid_output", "program_refused", "program_failed", "answer_mismatch", "near_duplicate", "extraction_failed", "backend_error"
+]
 
 
 class CaptionRecord(BaseModel):
@@ -209,9 +214,19 @@ def build_prove(
                         question=pair["question"], answer=pair["answer"], program=pair["program"])  # fmt: skip
             )
             continue
-        qid = f"{rec.image}#{len(kept.get(rec.image, []))}"
         answer_x, question_x = extracted[2 * n], extracted[2 * n + 1]
-        diff = exclude_question_tuples(answer_x.tuples, question_x.tuples)
+        diff = [] if answer_x.error or question_x.error else exclude_question_tuples(answer_x.tuples, question_x.tuples)
+        if not diff:
+            # no tuples to recall: the item's hscore would always be undefined
+            if answer_x.error or question_x.error:
+                detail = "; ".join(f"{what}: {x.error}" for what, x in (("answer", answer_x), ("question", question_x)) if x.error)
+            else:
+                detail = f"the answer has no tuples beyond the question's ({len(answer_x.tuples)} extracted from the answer)"
+            result.dropped.append(
+                Dropped(image=rec.image, reason="extraction_failed", detail=detail, question=pair["question"], answer=pair["answer"], program=pair["program"])
+            )
+            continue
+        qid = f"{rec.image}#{len(kept.get(rec.image, []))}"
         result.items.append(
             ProveItem(
                 question_id=qid,
