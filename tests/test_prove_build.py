@@ -74,7 +74,12 @@ def test_build_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert dropped["program_failed"]["detail"].startswith("error: IndexError")
     assert dropped["near_duplicate"]["detail"].startswith("near-duplicate of cat.png#0 (cos ")
     assert dropped["invalid_output"]["raw"] == "Here are the pairs: none" and dropped["invalid_output"]["image"] == "bird.png"
+    # every persisted file carries schema_version (read_prove checks it and does not keep it)
+    assert build["schema_version"] == 1 and build["model"] == str(script)
+    assert all(d["schema_version"] == 1 for d in map(json.loads, (out / "dropped.jsonl").read_text().splitlines()))
+    assert all(json.loads(line)["schema_version"] == 1 for line in (out / "prove.jsonl").read_text().splitlines())
     items = read_prove(out / "prove.jsonl")  # the built file is a PROVE file
+    assert all("schema_version" not in i.metadata for i in items)
     assert [i.question for i in items] == ["What is the chair made of?", "Where is the cat sitting?"]
     assert [tuple_key(t) for t in items[0].qa_diff_tuples] == [("attribute", "chair", "wooden")]  # "chair" was in the question
     assert items[0].metadata["program"].startswith("def verify(graph):")
@@ -134,3 +139,29 @@ def test_failed_or_empty_extraction_drops_the_pair(tmp_path: Path) -> None:
     assert failed[0].detail == "answer: invalid LM output: not one JSON array"
     assert failed[1].detail.startswith("the answer has no tuples beyond the question's")
     assert result.counts() == {"kept": 1, "extraction_failed": 2}
+
+
+def test_build_files_are_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails leaves no half-written file under the final name, and is one line."""
+    import os
+
+    from halluprobe.benchmarks.prove.build import BuildResult, Dropped, write_build
+    from halluprobe.errors import InputError
+
+    result = BuildResult(dropped=[Dropped(image="a.png", reason="invalid_output", detail="x")])
+    real_replace = os.replace
+
+    def fail_on_dropped(src: str, dst: str) -> None:
+        if str(dst).endswith("dropped.jsonl"):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", fail_on_dropped)
+    with pytest.raises(InputError, match=r"dropped.jsonl: cannot write: No space left on device$"):
+        write_build(tmp_path / "out", result, {"model": "m"})
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["prove.jsonl"]  # no dropped.jsonl, no temp file
+    monkeypatch.setattr(os, "replace", real_replace)
+    with pytest.raises(InputError, match="prove.jsonl: exists; pass --overwrite"):
+        write_build(tmp_path / "out", result, {"model": "m"})
+    write_build(tmp_path / "out", result, {"model": "m"}, overwrite=True)
+    assert json.loads((tmp_path / "out" / "build.json").read_text())["counts"] == {"kept": 0, "invalid_output": 1}

@@ -78,6 +78,8 @@ def test_file_level_errors(tmp_path: Path) -> None:
         read_prove(tmp_path / "empty.json")
     with pytest.raises(InputError, match="duplicate question id 'q1'"):
         read_prove(_write(tmp_path / "dup.json", [RECORD, RECORD]))
+    with pytest.raises(InputError, match=r"record 0: question q1: unsupported schema_version 99"):
+        read_prove(_write(tmp_path / "future.json", [{**RECORD, "schema_version": 99}]))
     (tmp_path / "broken.jsonl").write_text(json.dumps(RECORD) + "\n{oops\n")
     with pytest.raises(InputError, match=r"broken.jsonl:2: malformed JSON"):
         read_prove(tmp_path / "broken.jsonl")

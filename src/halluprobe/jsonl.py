@@ -1,4 +1,5 @@
-"""Reading JSON Lines (or JSON array) input with one-line errors that name file and line (exit code 2)."""
+"""Reading JSON Lines (or JSON array) input with one-line errors that name file and line (exit code 2),
+and writing a file atomically."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["read_text", "iter_objects", "type_name", "JsonRecord", "read_records"]
+__all__ = ["read_text", "iter_objects", "type_name", "JsonRecord", "read_records", "write_atomic"]
 
 
 def type_name(value: Any) -> str:
@@ -80,3 +81,15 @@ def read_records(path: Path, what: str) -> list[JsonRecord]:
     if not records:
         raise InputError(f"empty file: no {what} records", path)
     return records
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write then rename, so a crash never leaves a half-written file under the final name; an
+    OSError is one line naming the file. The writer is ``benchmarks/pope.py``'s (one place)."""
+    from halluprobe.benchmarks.pope import _write_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, data)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", path) from e

@@ -37,8 +37,21 @@ from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
+from halluprobe.records import SCHEMA_VERSION
 
-__all__ = ["QA_PROMPT", "CaptionRecord", "Dropped", "BuildResult", "read_captions", "parse_qa_output", "same_answer", "build_prove"]
+__all__ = [
+    "QA_PROMPT",
+    "CaptionRecord",
+    "Dropped",
+    "BuildResult",
+    "read_captions",
+    "parse_qa_output",
+    "same_answer",
+    "build_prove",
+    "BUILD_FILES",
+    "build_outputs",
+    "write_build",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +85,7 @@ class Dropped(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    schema_version: int = SCHEMA_VERSION
     image: str
     reason: DropReason
     detail: str
@@ -242,3 +256,34 @@ def build_prove(
         kept.setdefault(rec.image, []).append((qid, vec))
     log.info("prove build: %s", result.counts())
     return result
+
+
+# written in this order: build.json last, so its presence means the set is complete
+BUILD_FILES = ("prove.jsonl", "dropped.jsonl", "build.json")
+
+
+def build_outputs(out_dir: str | Path, *, overwrite: bool = False) -> list[Path]:
+    """The output files of :func:`write_build`; InputError when one exists and not ``overwrite``."""
+    files = [Path(out_dir) / name for name in BUILD_FILES]
+    for f in files:
+        if f.exists() and not overwrite:
+            raise InputError("exists; pass --overwrite to replace it", f)
+    return files
+
+
+def write_build(out_dir: str | Path, result: BuildResult, settings: dict[str, Any], *, overwrite: bool = False) -> list[Path]:
+    """``prove.jsonl`` (a PROVE file: :func:`~.data.read_prove` reads it), ``dropped.jsonl`` and
+    ``build.json`` (counts and ``settings``), each carrying ``schema_version``, each written
+    atomically. Refuses, before writing anything, when one exists and not ``overwrite``."""
+    from halluprobe.jsonl import write_atomic
+
+    files = build_outputs(out_dir, overwrite=overwrite)
+    items = "".join(
+        json.dumps({"schema_version": SCHEMA_VERSION, **it.model_dump(exclude={"metadata"}), **it.metadata}, ensure_ascii=False) + "\n"
+        for it in result.items
+    )
+    dropped = "".join(d.model_dump_json() + "\n" for d in result.dropped)
+    build = json.dumps({"schema_version": SCHEMA_VERSION, "counts": result.counts(), **settings}, indent=2, ensure_ascii=False) + "\n"
+    for f, text in zip(files, (items, dropped, build)):
+        write_atomic(f, text.encode("utf-8"))
+    return files

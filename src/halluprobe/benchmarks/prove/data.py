@@ -16,7 +16,8 @@ Each tuple list is a JSON array, or a string holding one (the mirrors store them
 of tuples that :func:`~halluprobe.benchmarks.prove.scene_graph.parse_tuple` reads: ``[e]``,
 ``[e, a]``, ``[s, r, o]``, typed dicts, ``"a | b | c"`` or ``"(a, b, c)"``. Every problem is an
 :class:`~halluprobe.errors.InputError` of one line naming the file, the line (JSON Lines) or the
-record index, and the question id when known. Unknown keys go to ``metadata``.
+record index, and the question id when known. Unknown keys go to ``metadata``. A
+``schema_version`` (written by ``halluprobe prove build``) is checked, not kept.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, SceneGraph, parse_tuple
 from halluprobe.errors import InputError
+from halluprobe.records import SCHEMA_VERSION
 
 __all__ = ["ProveItem", "PROVE_FILES", "PROVE_BASE_URL", "read_prove", "fetch_prove"]
 
@@ -106,7 +108,10 @@ def _item(raw: Any, index: int) -> ProveItem:
         diff = _tuples(raw["qa_diff_tuples"], "qa_diff_tuples")
     except ValueError as err:
         raise ValueError(f"question {qid}: {err}") from None
-    known = set(_ID_KEYS) | set(_REQUIRED) | {"caption", "image"} | ({"image_url"} if image == raw.get("image_url") else set())
+    version = raw.get("schema_version", SCHEMA_VERSION)  # `prove build` writes it; the released file has none
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
+        raise ValueError(f"question {qid}: unsupported schema_version {version!r} (this halluprobe reads 1..{SCHEMA_VERSION})")
+    known = set(_ID_KEYS) | set(_REQUIRED) | {"caption", "image", "schema_version"} | ({"image_url"} if image == raw.get("image_url") else set())
     return ProveItem(
         question_id=str(qid),
         image=image,
