@@ -64,7 +64,7 @@ def _from_rundir(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]
         item = items[s.question_id]
         if s.image != item.image:
             raise InputError(f"sample {s.question_id} is about {s.image!r}, but PROVE record {s.question_id} is about {item.image!r}", rundir.samples_path)
-        if item.question not in s.prompt:
+        if item.question.strip() not in s.prompt:
             raise InputError(
                 f"sample {s.question_id} did not ask PROVE record {s.question_id}'s question {item.question!r} "
                 "(the run's questions file does not match the PROVE file)",
