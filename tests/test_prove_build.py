@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.prove.build import parse_qa_output, same_answer
+from halluprobe.benchmarks.prove.build import CaptionRecord, build_prove, parse_qa_output, same_answer
+from halluprobe.benchmarks.prove.extraction import Extraction
 from halluprobe.benchmarks.prove.data import read_prove
-from halluprobe.benchmarks.prove.scene_graph import tuple_key
+from halluprobe.benchmarks.prove.scene_graph import parse_tuple, tuple_key
 from halluprobe.cli import app
 
 pytest.importorskip("sentence_transformers")
@@ -71,8 +74,94 @@ def test_build_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert dropped["program_failed"]["detail"].startswith("error: IndexError")
     assert dropped["near_duplicate"]["detail"].startswith("near-duplicate of cat.png#0 (cos ")
     assert dropped["invalid_output"]["raw"] == "Here are the pairs: none" and dropped["invalid_output"]["image"] == "bird.png"
+    # every persisted file carries schema_version (read_prove checks it and does not keep it)
+    assert build["schema_version"] == 1 and build["model"] == str(script)
+    assert all(d["schema_version"] == 1 for d in map(json.loads, (out / "dropped.jsonl").read_text().splitlines()))
+    assert all(json.loads(line)["schema_version"] == 1 for line in (out / "prove.jsonl").read_text().splitlines())
     items = read_prove(out / "prove.jsonl")  # the built file is a PROVE file
+    assert all("schema_version" not in i.metadata for i in items)
     assert [i.question for i in items] == ["What is the chair made of?", "Where is the cat sitting?"]
     assert [tuple_key(t) for t in items[0].qa_diff_tuples] == [("attribute", "chair", "wooden")]  # "chair" was in the question
     assert items[0].metadata["program"].startswith("def verify(graph):")
     assert CliRunner().invoke(app, args).exit_code == 2  # no silent overwrite
+
+
+class _Orthogonal:
+    """Embedder whose questions are never near-duplicates (one unit axis each)."""
+
+    name = "orthogonal"
+
+    def encode(self, sentences: Sequence[str]) -> np.ndarray:
+        return np.eye(len(sentences), max(len(sentences), 1))
+
+
+class _Extractor:
+    """Tuples per text from a table: a failed extraction, an answer with nothing beyond its question."""
+
+    identity = "table"
+
+    def __init__(self, table: dict[str, Extraction]) -> None:
+        self.table = table
+
+    def extract(self, texts: Sequence[str]) -> list[Extraction]:
+        return [self.table.get(t, Extraction()) for t in texts]
+
+
+def test_failed_or_empty_extraction_drops_the_pair(tmp_path: Path) -> None:
+    from halluprobe.backends.scripted import ScriptedBackend
+
+    Image.new("RGB", (8, 8), "white").save(tmp_path / "cat.png")
+    pairs = [
+        _pair("Is the chair wooden?", "yes", "result = True"),  # answer extraction fails
+        _pair("What is the cat on?", "A chair.", "result = 'a chair'"),  # answer's tuples all in the question
+        _pair("What colour is the cat?", "Black.", "result = 'black'"),  # kept
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"generate": [{"match": "Caption:", "text": json.dumps(pairs)}]}))
+    cat, chair = ["cat"], ["chair"]
+    table = {
+        "yes": Extraction(error="invalid LM output: not one JSON array"),
+        "A chair.": Extraction(tuples=[parse_tuple(chair)]),
+        "What is the cat on?": Extraction(tuples=[parse_tuple(cat), parse_tuple(chair)]),
+        "Black.": Extraction(tuples=[parse_tuple(["cat", "black"])]),
+    }
+    result = build_prove(
+        [CaptionRecord(image="cat.png", caption="A black cat on a chair.", tuples=CAT)],
+        ScriptedBackend(str(script)),
+        images_root=tmp_path,
+        embedder=_Orthogonal(),
+        extractor=_Extractor(table),
+    )
+    assert [i.question for i in result.items] == ["What colour is the cat?"]
+    assert all(i.qa_diff_tuples for i in result.items)
+    failed = [d for d in result.dropped if d.reason == "extraction_failed"]
+    assert [d.question for d in failed] == ["Is the chair wooden?", "What is the cat on?"]
+    assert failed[0].detail == "answer: invalid LM output: not one JSON array"
+    assert failed[1].detail.startswith("the answer has no tuples beyond the question's")
+    assert result.counts() == {"kept": 1, "extraction_failed": 2}
+
+
+def test_build_files_are_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails leaves no half-written file under the final name, and is one line."""
+    import os
+
+    from halluprobe.benchmarks.prove.build import BuildResult, Dropped, write_build
+    from halluprobe.errors import InputError
+
+    result = BuildResult(dropped=[Dropped(image="a.png", reason="invalid_output", detail="x")])
+    real_replace = os.replace
+
+    def fail_on_dropped(src: str, dst: str) -> None:
+        if str(dst).endswith("dropped.jsonl"):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", fail_on_dropped)
+    with pytest.raises(InputError, match=r"dropped.jsonl: cannot write: No space left on device$"):
+        write_build(tmp_path / "out", result, {"model": "m"})
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["prove.jsonl"]  # no dropped.jsonl, no temp file
+    monkeypatch.setattr(os, "replace", real_replace)
+    with pytest.raises(InputError, match="prove.jsonl: exists; pass --overwrite"):
+        write_build(tmp_path / "out", result, {"model": "m"})
+    write_build(tmp_path / "out", result, {"model": "m"}, overwrite=True)
+    assert json.loads((tmp_path / "out" / "build.json").read_text())["counts"] == {"kept": 0, "invalid_output": 1}

@@ -95,6 +95,14 @@ def test_prove_questions_cli(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(x["question_id"], x["prove_id"], x["kind"]) for x in lines] == [(0, "a", "open"), (1, "b", "open"), (2, "c", "open")]
+    # written by pope.write_questions: the POPE line keys (object included), then the metadata keys
+    assert list(lines[0]) == ["question_id", "image", "text", "label", "object", "kind", "prove_id"] and lines[0]["object"] is None
+    # the placeholder label is never scored as yes/no, not even as a third-party labels file
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"question_id": i, "answer": "yes"}) + "\n" for i in range(3)))
+    scored = runner.invoke(app, ["score", "--answers", str(answers), "--labels", str(out)])
+    assert scored.exit_code == 2 and scored.output.count("\n") == 1
+    assert f"{out}: question 0 is an open question (kind 'open'; its label is a placeholder)" in scored.output
     assert runner.invoke(app, ["prove", "questions", "--data", str(data), "--out", str(out)]).exit_code == 2
 
 
@@ -118,6 +126,15 @@ def test_questions_run_score_through_a_run_directory(tmp_path: Path, monkeypatch
         ["run", "--backend", "scripted", "--model", str(script), "--benchmark", str(questions), "--images", str(images), "--out", str(run), "--open-ended", "--max-new-tokens", "64"],
     )
     assert result.exit_code == 0, result.output
+    # no yes/no metric from the placeholder labels: score and audit refuse the open-ended run ...
+    for verb in (["score", str(run)], ["audit", str(run)]):
+        refused = runner.invoke(app, verb)
+        assert refused.exit_code == 2 and refused.output.count("\n") == 1, (verb, refused.output)
+        assert f"{run / 'run.json'}: an open-ended run (free-form answers; its labels are placeholders) has no yes/no metrics" in refused.output
+    # ... and a yes/no run over open questions is refused before it starts
+    yes_no = runner.invoke(app, ["run", "--backend", "scripted", "--model", str(script), "--benchmark", str(questions), "--images", str(images), "--out", str(tmp_path / "yn")])
+    assert yes_no.exit_code == 2 and "question 0 (split 'prove_open') is an open question (kind 'open')" in yes_no.output
+    assert not (tmp_path / "yn").exists()
     out = tmp_path / "scored"
     result = runner.invoke(app, ["prove", "score", "--data", str(data), "--responses", str(run), "--out", str(out), "--json", "--bootstrap", "20"])
     assert result.exit_code == 0, result.output
@@ -135,6 +152,16 @@ def test_questions_run_score_through_a_run_directory(tmp_path: Path, monkeypatch
     other.write_text(json.dumps(records))
     bad = runner.invoke(app, ["prove", "score", "--data", str(other), "--responses", str(run), "--out", str(tmp_path / "o2")])
     assert bad.exit_code == 2 and "PROVE record 0 is about 'elsewhere.png'" in bad.output
+    # PROVE asks several questions per image: the same images with the questions reordered are
+    # refused too (records a and b are both about one.png)
+    (tmp_path / "y").mkdir()
+    swapped = _data(tmp_path / "y")
+    records = json.loads(swapped.read_text())
+    records[0], records[1] = records[1], records[0]
+    swapped.write_text(json.dumps(records))
+    bad = runner.invoke(app, ["prove", "score", "--data", str(swapped), "--responses", str(run), "--out", str(tmp_path / "o3")])
+    assert bad.exit_code == 2, bad.output
+    assert bad.output.count("\n") == 1 and "sample 0 did not ask PROVE record 0's question 'What colour is the dog?'" in bad.output
 
 
 def test_prove_score_with_the_lm_extractor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,7 +52,7 @@ def test_reads_json_and_jsonl(tmp_path: Path) -> None:
         ({**RECORD, "question": ""}, "question q1: question must be a non-empty string"),
         ({**RECORD, "image": {"bytes": "..."}}, "question q1: image (or image_url) must be a non-empty string"),
         ({k: v for k, v in RECORD.items() if k != "image"}, "question q1: missing key(s) image"),
-        ([1, 2], "a record must be a JSON object"),
+        ([1, 2], "expected a JSON object, got list"),
     ],
 )
 def test_one_line_errors_name_file_and_record(tmp_path: Path, record: object, message: str) -> None:
@@ -78,9 +78,47 @@ def test_file_level_errors(tmp_path: Path) -> None:
         read_prove(tmp_path / "empty.json")
     with pytest.raises(InputError, match="duplicate question id 'q1'"):
         read_prove(_write(tmp_path / "dup.json", [RECORD, RECORD]))
+    with pytest.raises(InputError, match=r"record 0: question q1: unsupported schema_version 99"):
+        read_prove(_write(tmp_path / "future.json", [{**RECORD, "schema_version": 99}]))
     (tmp_path / "broken.jsonl").write_text(json.dumps(RECORD) + "\n{oops\n")
-    with pytest.raises(InputError, match=r"broken.jsonl:2: malformed JSON line"):
+    with pytest.raises(InputError, match=r"broken.jsonl:2: malformed JSON"):
         read_prove(tmp_path / "broken.jsonl")
+
+
+def _read_captions(path: Path) -> object:
+    from halluprobe.benchmarks.prove.build import read_captions
+
+    return read_captions(path)
+
+
+def _read_responses(path: Path) -> object:
+    from halluprobe.benchmarks.prove.evaluate import read_responses
+
+    return read_responses(path, [read_prove(_write(path.with_name("items.json"), [RECORD]))[0]])
+
+
+READERS = {
+    "prove": (read_prove, RECORD),
+    "captions": (_read_captions, {"image": "img/dog.jpg", "caption": "A dog\u2028on a sofa.", "tuples": [["dog"]]}),
+    "responses": (_read_responses, {"question_id": "q1", "response": "A red sofa."}),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_json_lines_readers_share_one_reader(tmp_path: Path, reader: str) -> None:
+    """PROVE file, captions and responses: one JSON-array-or-JSON-Lines reader (jsonl.read_records)."""
+    read, record = READERS[reader]
+    # U+2028 / U+2029 inside a JSON string are not line breaks of JSON Lines (str.splitlines says they are)
+    sep = {**record, ("answer" if reader == "prove" else "caption" if reader == "captions" else "response"): "a red\u2028sofa\u2029."}
+    path = tmp_path / "sep.jsonl"
+    path.write_text(json.dumps(sep, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert "\u2028" in path.read_text(encoding="utf-8")
+    assert len(read(path)) == 1  # type: ignore[arg-type]
+    # a file that is not UTF-8 is one line naming it, not a UnicodeDecodeError
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(json.dumps(sep, ensure_ascii=False).replace("a red", "caf\u00e9 red").encode("latin-1", errors="replace"))
+    with pytest.raises(InputError, match=rf"^{latin}: not UTF-8 text \(byte \d+\)$"):
+        read(latin)
 
 
 def test_fetch_from_file_url_is_verified_and_cached(tmp_path: Path) -> None:

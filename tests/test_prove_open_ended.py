@@ -14,6 +14,7 @@ from typer.testing import CliRunner  # noqa: E402
 from halluprobe.backends.hf import HFBackend  # noqa: E402
 from halluprobe.benchmarks.pope import read_questions  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
+from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
@@ -61,7 +62,11 @@ def test_yes_no_mode_still_stops_at_the_period(dotty_llava: Path, bench: tuple[P
     backend = HFBackend(str(dotty_llava), batch_size=2, dtype="float32", device="cpu")
     config = RunConfig(model=str(dotty_llava), template="llava", max_new_tokens=8, overwrite=True)
     header = make_header(config, backend, {"random": (path, sha256_file(path))}, images)
-    run_questions(backend, read_questions(path, split="random"), images, RunDir(tmp_path / "run"), config, header)
+    open_questions = read_questions(path, split="random")
+    with pytest.raises(InputError, match="is an open question"):  # their labels are placeholders: never a yes/no run
+        run_questions(backend, open_questions, images, RunDir(tmp_path / "run"), config, header)
+    questions = [q.model_copy(update={"metadata": {}}) for q in open_questions]  # the same texts as yes/no questions
+    run_questions(backend, questions, images, RunDir(tmp_path / "run"), config, header)
     samples = RunDir(tmp_path / "run").read_samples()
     assert [s.text for s in samples] == [".", "."]
     assert "dynamic" in samples[0].readouts and not RunDir(tmp_path / "run").read_header().open_ended
@@ -79,6 +84,14 @@ def test_open_ended_run_generates_past_the_period(dotty_llava: Path, bench: tupl
     assert all(s.readouts == {} and s.error is None for s in samples)
     header = rundir.read_header()
     assert header.open_ended and header.readouts == [] and header.backend_info.get("stop_strings") == []
-    # an open-ended run is not a yes/no run: resuming it as one is refused (fingerprint differs)
+    # an open-ended run is not a yes/no run: resuming it as one is refused, over its open questions
+    # (their labels are placeholders) ...
+    refused = CliRunner().invoke(app, [*args, "--template", "llava", "--resume", "--max-new-tokens", "12", "--dtype", "float32", "--device", "cpu"])
+    assert refused.exit_code == 2 and "is an open question (kind 'open')" in refused.output
+    # ... and over the same texts as yes/no questions (fingerprint differs)
+    plain = tmp_path / "plain" / path.name
+    plain.parent.mkdir()
+    plain.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "kind"}) + "\n" for line in path.read_text().splitlines()))
+    args[args.index(str(path))] = str(plain)
     refused = CliRunner().invoke(app, [*args, "--template", "llava", "--resume", "--max-new-tokens", "12", "--dtype", "float32", "--device", "cpu"])
     assert refused.exit_code == 2 and "differ from the existing run" in refused.output

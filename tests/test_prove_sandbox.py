@@ -51,12 +51,31 @@ def test_static_refusals(source: str, reason: str) -> None:
     assert r.outcome == "refused" and reason in (r.reason or "")
 
 
-def test_file_creation_has_no_effect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_file_creation_is_refused_statically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     target = tmp_path / "pwned.txt"
     r = run_program(f"open({str(target)!r}, 'w').write('x')\nresult = 1", GRAPH, FAST)
     assert r.outcome == "refused"
     assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["relative", "outside", "existing"])
+def test_process_fence_stops_file_writes_the_static_check_missed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """The second fence alone: with the static check off and ``open`` handed to the program, a write
+    fails and no file appears (or is truncated) outside the child's temporary folder."""
+    from halluprobe.benchmarks.prove import sandbox
+
+    monkeypatch.setattr(sandbox, "check_program", lambda source: None)
+    monkeypatch.setattr(sandbox, "ALLOWED_BUILTINS", (*sandbox.ALLOWED_BUILTINS, "open"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    monkeypatch.chdir(outside)  # the parent's working directory: a relative path must not land here
+    existing = outside / "precious.txt"
+    existing.write_text("keep me")
+    target = {"relative": "pwned.txt", "outside": str(outside / "pwned.txt"), "existing": str(existing)}[where]
+    r = sandbox.run_program(f"f = open({target!r}, 'w')\nf.write('x')\nf.close()\nresult = 1", GRAPH, FAST)
+    assert r.outcome == "error" and "OSError" in (r.reason or ""), r
+    assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"] and existing.read_text() == "keep me"
 
 
 def test_infinite_loop_hits_cpu_limit() -> None:

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.benchmarks.pope import read_questions, split_name
+from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
 from halluprobe.errors import InputError
 from halluprobe.metrics.binary import (
     _N_RAW,
@@ -127,7 +127,7 @@ class _Table:
 
 def _load(path: str | Path) -> _Table:
     rundir = RunDir(path)
-    header = rundir.read_header()
+    header = rundir.read_yes_no_header()
     samples = rundir.read_samples()
     if not samples:
         raise InputError("the run has no samples yet", rundir.samples_path)
@@ -604,6 +604,7 @@ def audit_run(
         if split not in t.splits:
             raise InputError(f"labels split {split!r} is not in the run (its splits: {', '.join(t.splits)})", file)
         questions = read_questions(file, split=split)
+        refuse_open_questions(questions, file)
         label_files.append((split, file, name, {q.question_id: q for q in questions}))
 
     log.info("auditing %s: %d samples, %d readouts", path, t.n, len(t.readouts))

@@ -660,26 +660,25 @@ def prove_questions_cmd(
     out: Annotated[Path, typer.Option(help="Benchmark JSON Lines for `halluprobe run --open-ended`.")],
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
 ) -> None:
-    """Write PROVE's questions as benchmark lines (question_id = record index) for `halluprobe run`.
+    """Write PROVE's questions as benchmark lines (question_id = record index) for `halluprobe run --open-ended`.
 
-    The yes/no label of those lines is a placeholder ("yes"): score such a run with
-    `halluprobe prove score`, never with `halluprobe score`.
+    Each line is an open question ("kind": "open", "prove_id": the PROVE question id); its yes/no
+    label is a placeholder that nothing scores: a run over these lines must be --open-ended, and
+    `halluprobe score` / `audit` refuse such a run. Score it with `halluprobe prove score`.
     """
+    from halluprobe.benchmarks.pope import write_questions
     from halluprobe.benchmarks.prove.data import read_prove
+    from halluprobe.records import Question
 
     with _errors():
         items = read_prove(data)
         if out.exists() and not overwrite:
             raise InputError("exists; pass --overwrite to replace it", out)
-        lines = [
-            json.dumps(
-                {"question_id": i, "image": it.image, "text": it.question, "label": "yes", "kind": "open", "prove_id": it.question_id},
-                ensure_ascii=False,
-            )
+        questions = [
+            Question(split="prove", question_id=i, image=it.image, text=it.question, label="yes", metadata={"kind": "open", "prove_id": it.question_id})
             for i, it in enumerate(items)
         ]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_questions(out, questions)
     typer.echo(f"{out}: {len(items)} open questions")
 
 
@@ -776,31 +775,20 @@ def prove_build_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
 ) -> None:
     """PROVE construction: LM question/answer pairs kept only when their sandboxed program returns the answer."""
-    from halluprobe.benchmarks.prove.build import build_prove, read_captions
+    from halluprobe.benchmarks.prove.build import build_outputs, build_prove, read_captions, write_build
     from halluprobe.benchmarks.prove.extraction import SpacyExtractor
     from halluprobe.benchmarks.prove.scoring import SentenceEmbedder
 
     with _errors():
         records = read_captions(captions)
-        files = [out / "prove.jsonl", out / "dropped.jsonl", out / "build.json"]
-        for f in files:
-            if f.exists() and not overwrite:
-                raise InputError("exists; pass --overwrite to replace it", f)
+        build_outputs(out, overwrite=overwrite)  # refused before the model runs (write_build checks again)
         engine = _load_backend(backend, model, stop_strings=[])
         result = build_prove(
             records, engine, images_root=images, embedder=SentenceEmbedder(embedder), extractor=SpacyExtractor(),
             template=template, max_new_tokens=max_new_tokens, dup_threshold=dup_threshold,
         )  # fmt: skip
-        out.mkdir(parents=True, exist_ok=True)
-        files[0].write_text(
-            "".join(json.dumps({**it.model_dump(exclude={"metadata"}), **it.metadata}, ensure_ascii=False) + "\n" for it in result.items),
-            encoding="utf-8",
-        )
-        files[1].write_text("".join(d.model_dump_json() + "\n" for d in result.dropped), encoding="utf-8")
-        files[2].write_text(
-            json.dumps({"counts": result.counts(), "model": model, "backend": backend, "dup_threshold": dup_threshold, "embedder": embedder}, indent=2) + "\n",
-            encoding="utf-8",
-        )
+        settings = {"model": model, "backend": backend, "dup_threshold": dup_threshold, "embedder": embedder}
+        write_build(out, result, settings, overwrite=overwrite)
     typer.echo(" ".join(f"{k}={v}" for k, v in result.counts().items()))
     typer.echo(f"{out}: prove.jsonl, dropped.jsonl, build.json")
 

@@ -1,15 +1,16 @@
-"""Reading JSON Lines input with one-line errors that name file and line (exit code 2)."""
+"""Reading JSON Lines (or JSON array) input with one-line errors that name file and line (exit code 2),
+and writing a file atomically."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["read_text", "iter_objects", "type_name"]
+__all__ = ["read_text", "iter_objects", "type_name", "JsonRecord", "read_records", "write_atomic"]
 
 
 def type_name(value: Any) -> str:
@@ -41,3 +42,54 @@ def iter_objects(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not isinstance(rec, dict):
             raise InputError(f"expected a JSON object, got {type_name(rec)}", path, lineno)
         yield lineno, rec
+
+
+class JsonRecord(NamedTuple):
+    """One object of :func:`read_records`, with where it came from for error messages."""
+
+    line: int | None  # 1-based line in JSON Lines; None in a JSON array (its records have no line of their own)
+    index: int  # 0-based position among the file's records
+    value: dict[str, Any]
+
+    @property
+    def where(self) -> str:
+        """Prefix naming the record where there is no line number to name it: ``"record 3: "``."""
+        return "" if self.line is not None else f"record {self.index}: "
+
+
+def read_records(path: Path, what: str) -> list[JsonRecord]:
+    """The objects of a file that is a JSON array or JSON Lines (told apart by a leading ``[``).
+
+    UTF-8 (a BOM tolerated); JSON Lines split on ``\\n`` only (a U+2028 inside a JSON string is
+    not a line break); every problem (unreadable, not UTF-8, empty, malformed JSON, a
+    non-object record, no records) is one :class:`InputError` naming the file and the line or record.
+    """
+    _, text = read_text(path, what)
+    if not text.lstrip().startswith("["):
+        records = [JsonRecord(line, i, obj) for i, (line, obj) in enumerate(iter_objects(text, path))]
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from e
+        if not isinstance(data, list):
+            raise InputError(f"expected a JSON array, got {type_name(data)}", path)
+        for i, rec in enumerate(data):
+            if not isinstance(rec, dict):
+                raise InputError(f"record {i}: expected a JSON object, got {type_name(rec)}", path)
+        records = [JsonRecord(None, i, rec) for i, rec in enumerate(data)]
+    if not records:
+        raise InputError(f"empty file: no {what} records", path)
+    return records
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write then rename, so a crash never leaves a half-written file under the final name; an
+    OSError is one line naming the file. The writer is ``benchmarks/pope.py``'s (one place)."""
+    from halluprobe.benchmarks.pope import _write_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, data)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", path) from e

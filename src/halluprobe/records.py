@@ -54,6 +54,13 @@ class Question(_Frozen):
     def key(self) -> QuestionKey:
         return (self.split, self.question_id)
 
+    @property
+    def is_open(self) -> bool:
+        """An open question (``"kind": "open"``, as ``halluprobe prove questions`` writes): it is
+        answered in free form (``run --open-ended``) and its yes/no ``label`` is a placeholder that
+        no yes/no metric may read."""
+        return self.metadata.get("kind") == "open"
+
 
 class Request(_Frozen):
     """What a backend sees: a rendered prompt and an image path, nothing of the benchmark."""

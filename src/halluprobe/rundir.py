@@ -114,6 +114,18 @@ class RunDir:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def read_yes_no_header(self) -> RunHeader:
+        """The header of a run whose samples carry yes/no labels and readouts; an open-ended run
+        (free-form answers to open questions, placeholder labels) is refused: exit 2, one line."""
+        header = self.read_header()
+        if header.open_ended:
+            raise InputError(
+                "an open-ended run (free-form answers; its labels are placeholders) has no yes/no metrics: "
+                "score it with `halluprobe prove score --responses RUNDIR`",
+                self.header_path,
+            )
+        return header
+
     def read_request_stats(self) -> dict[str, Any]:
         """``requests.json``: ``{"schema_version", "sessions": [...], "total": {...}}`` (empty if absent)."""
         if not self.requests_path.exists():

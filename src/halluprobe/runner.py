@@ -211,6 +211,15 @@ def run_questions(
     for rule in config.text_rules:
         if rule not in TEXT_RULES:
             raise InputError(f"unknown text rule {rule!r}; known: {', '.join(TEXT_RULES)}")
+    if not config.open_ended:
+        # an open question's label is a placeholder: a yes/no run over it would score nonsense
+        q_open = next((q for q in questions if q.is_open), None)
+        if q_open is not None:
+            raise InputError(
+                f"question {q_open.question_id} (split {q_open.split!r}) is an open question (kind 'open'): "
+                "answer open questions with `halluprobe run --open-ended`",
+                header.benchmark_paths.get(q_open.split),
+            )
     if config.resume and rundir.exists() and not config.force:
         old_shard = rundir.read_header().shard
         if old_shard != header.shard:

@@ -36,7 +36,7 @@ def score_rundir(
 ) -> ScoreReport:
     """Recompute metrics from what ``run`` stored; writes ``RUNDIR/metrics.json``."""
     rundir = RunDir(path)
-    header = rundir.read_header()
+    header = rundir.read_yes_no_header()
     if readout not in header.readouts:
         raise InputError(f"readout {readout!r} is not in this run; it has: {', '.join(header.readouts)}", rundir.header_path)
     sets = header.token_sets
@@ -104,12 +104,13 @@ def score_answers_file(
     Paired by ``question_id`` when every answer has one, else by order after checking that the
     question texts match.
     """
-    from halluprobe.benchmarks.pope import read_questions, split_name
+    from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
 
     if rule not in TEXT_RULES:
         raise InputError(f"unknown text rule {rule!r}; known: {', '.join(TEXT_RULES)}")
     answers_path, labels_path = Path(answers_path), Path(labels_path)
     labels = read_questions(labels_path, split=split_name(labels_path))
+    refuse_open_questions(labels, labels_path)
     answers = read_answers(answers_path)
     by_id = {q.question_id: q for q in labels}
     pairs = []

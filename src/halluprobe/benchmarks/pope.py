@@ -54,6 +54,7 @@ __all__ = [
     "read_questions",
     "write_questions",
     "split_name",
+    "refuse_open_questions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -452,6 +453,18 @@ def read_questions(path: str | Path, split: str | None = None) -> list[Question]
         raise InputError("empty file: no questions", p)
     logger.debug("read %d questions (%s) from %s", len(questions), split, p)
     return questions
+
+
+def refuse_open_questions(questions: Iterable[Question], path: str | Path) -> None:
+    """InputError where yes/no labels are about to be scored and a question is open (PROVE):
+    its label is a placeholder, so any yes/no metric from it would look plausible and mean nothing."""
+    for q in questions:
+        if q.is_open:
+            raise InputError(
+                f"question {q.question_id} is an open question (kind 'open'; its label is a placeholder): "
+                "open questions are scored by `halluprobe prove score`, not as yes/no",
+                path,
+            )
 
 
 def write_questions(path: str | Path, questions: Iterable[Question]) -> Path:

@@ -11,7 +11,10 @@ defines ``verify(graph)`` over the SceneGraph API and returns the answer. A pair
 2. its program passes the sandbox and returns normally (``program_refused`` / ``program_failed``);
 3. the returned value equals the stated answer (``answer_mismatch``; see :func:`same_answer`);
 4. its question is not a near-duplicate (cosine of question embeddings >= ``dup_threshold``) of a
-   pair already kept for the same image (``near_duplicate``).
+   pair already kept for the same image (``near_duplicate``);
+5. tuple extraction of its answer and question succeeds and the answer has tuples beyond the
+   question's (``extraction_failed``: else the item's ``qa_diff_tuples`` would be empty and its
+   hscore never defined).
 
 Kept pairs become PROVE records (:class:`~.data.ProveItem`: ``qa_diff_tuples`` = the answer's
 extracted tuples minus the question's); every dropped pair is recorded with its reason.
@@ -34,8 +37,21 @@ from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
+from halluprobe.records import SCHEMA_VERSION
 
-__all__ = ["QA_PROMPT", "CaptionRecord", "Dropped", "BuildResult", "read_captions", "parse_qa_output", "same_answer", "build_prove"]
+__all__ = [
+    "QA_PROMPT",
+    "CaptionRecord",
+    "Dropped",
+    "BuildResult",
+    "read_captions",
+    "parse_qa_output",
+    "same_answer",
+    "build_prove",
+    "BUILD_FILES",
+    "build_outputs",
+    "write_build",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +67,9 @@ Caption: {caption}
 Scene graph: {tuples}
 Pairs:"""
 
-DropReason = Literal["invalid_output", "program_refused", "program_failed", "answer_mismatch", "near_duplicate", "backend_error"]
+DropReason = Literal[
+    "invalid_output", "program_refused", "program_failed", "answer_mismatch", "near_duplicate", "extraction_failed", "backend_error"
+]
 
 
 class CaptionRecord(BaseModel):
@@ -67,6 +85,7 @@ class Dropped(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    schema_version: int = SCHEMA_VERSION
     image: str
     reason: DropReason
     detail: str
@@ -90,28 +109,18 @@ class BuildResult:
 
 def read_captions(path: str | Path) -> list[CaptionRecord]:
     """Caption records; one-line errors naming the file and the record."""
-    from halluprobe.jsonl import iter_objects, read_text
+    from halluprobe.jsonl import read_records
 
     path = Path(path)
-    _, text = read_text(path, "captions")
-    if text.lstrip().startswith("["):
-        try:
-            rows: list[tuple[int | None, str, Any]] = [(None, f"record {i}: ", r) for i, r in enumerate(json.loads(text))]
-        except json.JSONDecodeError as err:
-            raise InputError(f"malformed JSON: {err.msg}", path, err.lineno) from None
-    else:
-        rows = [(line, "", obj) for line, obj in iter_objects(text, path)]
     out = []
-    for line, where, raw in rows:
+    for row in read_records(path, "captions"):
         try:
-            rec = CaptionRecord.model_validate(raw)
+            rec = CaptionRecord.model_validate(row.value)
             SceneGraph(rec.tuples)
         except Exception as err:  # pydantic ValidationError or a bad tuple: one line
             msg = str(err).strip().splitlines()
-            raise InputError(f"{where}{msg[0] if len(msg) == 1 else ' '.join(m.strip() for m in msg[:3])}", path, line) from None
+            raise InputError(f"{row.where}{msg[0] if len(msg) == 1 else ' '.join(m.strip() for m in msg[:3])}", path, row.line) from None
         out.append(rec)
-    if not out:
-        raise InputError("no caption records", path)
     return out
 
 
@@ -219,9 +228,19 @@ def build_prove(
                         question=pair["question"], answer=pair["answer"], program=pair["program"])  # fmt: skip
             )
             continue
-        qid = f"{rec.image}#{len(kept.get(rec.image, []))}"
         answer_x, question_x = extracted[2 * n], extracted[2 * n + 1]
-        diff = exclude_question_tuples(answer_x.tuples, question_x.tuples)
+        diff = [] if answer_x.error or question_x.error else exclude_question_tuples(answer_x.tuples, question_x.tuples)
+        if not diff:
+            # no tuples to recall: the item's hscore would always be undefined
+            if answer_x.error or question_x.error:
+                detail = "; ".join(f"{what}: {x.error}" for what, x in (("answer", answer_x), ("question", question_x)) if x.error)
+            else:
+                detail = f"the answer has no tuples beyond the question's ({len(answer_x.tuples)} extracted from the answer)"
+            result.dropped.append(
+                Dropped(image=rec.image, reason="extraction_failed", detail=detail, question=pair["question"], answer=pair["answer"], program=pair["program"])
+            )
+            continue
+        qid = f"{rec.image}#{len(kept.get(rec.image, []))}"
         result.items.append(
             ProveItem(
                 question_id=qid,
@@ -237,3 +256,34 @@ def build_prove(
         kept.setdefault(rec.image, []).append((qid, vec))
     log.info("prove build: %s", result.counts())
     return result
+
+
+# written in this order: build.json last, so its presence means the set is complete
+BUILD_FILES = ("prove.jsonl", "dropped.jsonl", "build.json")
+
+
+def build_outputs(out_dir: str | Path, *, overwrite: bool = False) -> list[Path]:
+    """The output files of :func:`write_build`; InputError when one exists and not ``overwrite``."""
+    files = [Path(out_dir) / name for name in BUILD_FILES]
+    for f in files:
+        if f.exists() and not overwrite:
+            raise InputError("exists; pass --overwrite to replace it", f)
+    return files
+
+
+def write_build(out_dir: str | Path, result: BuildResult, settings: dict[str, Any], *, overwrite: bool = False) -> list[Path]:
+    """``prove.jsonl`` (a PROVE file: :func:`~.data.read_prove` reads it), ``dropped.jsonl`` and
+    ``build.json`` (counts and ``settings``), each carrying ``schema_version``, each written
+    atomically. Refuses, before writing anything, when one exists and not ``overwrite``."""
+    from halluprobe.jsonl import write_atomic
+
+    files = build_outputs(out_dir, overwrite=overwrite)
+    items = "".join(
+        json.dumps({"schema_version": SCHEMA_VERSION, **it.model_dump(exclude={"metadata"}), **it.metadata}, ensure_ascii=False) + "\n"
+        for it in result.items
+    )
+    dropped = "".join(d.model_dump_json() + "\n" for d in result.dropped)
+    build = json.dumps({"schema_version": SCHEMA_VERSION, "counts": result.counts(), **settings}, indent=2, ensure_ascii=False) + "\n"
+    for f, text in zip(files, (items, dropped, build)):
+        write_atomic(f, text.encode("utf-8"))
+    return files

@@ -16,7 +16,8 @@ Each tuple list is a JSON array, or a string holding one (the mirrors store them
 of tuples that :func:`~halluprobe.benchmarks.prove.scene_graph.parse_tuple` reads: ``[e]``,
 ``[e, a]``, ``[s, r, o]``, typed dicts, ``"a | b | c"`` or ``"(a, b, c)"``. Every problem is an
 :class:`~halluprobe.errors.InputError` of one line naming the file, the line (JSON Lines) or the
-record index, and the question id when known. Unknown keys go to ``metadata``.
+record index, and the question id when known. Unknown keys go to ``metadata``. A
+``schema_version`` (written by ``halluprobe prove build``) is checked, not kept.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, SceneGraph, parse_tuple
 from halluprobe.errors import InputError
+from halluprobe.records import SCHEMA_VERSION
 
 __all__ = ["ProveItem", "PROVE_FILES", "PROVE_BASE_URL", "read_prove", "fetch_prove"]
 
@@ -106,7 +108,10 @@ def _item(raw: Any, index: int) -> ProveItem:
         diff = _tuples(raw["qa_diff_tuples"], "qa_diff_tuples")
     except ValueError as err:
         raise ValueError(f"question {qid}: {err}") from None
-    known = set(_ID_KEYS) | set(_REQUIRED) | {"caption", "image"} | ({"image_url"} if image == raw.get("image_url") else set())
+    version = raw.get("schema_version", SCHEMA_VERSION)  # `prove build` writes it; the released file has none
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
+        raise ValueError(f"question {qid}: unsupported schema_version {version!r} (this halluprobe reads 1..{SCHEMA_VERSION})")
+    known = set(_ID_KEYS) | set(_REQUIRED) | {"caption", "image", "schema_version"} | ({"image_url"} if image == raw.get("image_url") else set())
     return ProveItem(
         question_id=str(qid),
         image=image,
@@ -121,42 +126,20 @@ def _item(raw: Any, index: int) -> ProveItem:
 
 def read_prove(path: str | Path) -> list[ProveItem]:
     """Read and validate a PROVE file (JSON array or JSON Lines); question ids must be unique."""
+    from halluprobe.jsonl import read_records
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror or err}", path) from None
-    if not text.strip():
-        raise InputError("empty file", path)
-    rows: list[tuple[int | None, int, Any]] = []  # (line, index, raw)
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(f"malformed JSON: {err.msg}", path, err.lineno) from None
-        rows = [(None, i, r) for i, r in enumerate(data)]
-    else:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((lineno, len(rows), json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise InputError(f"malformed JSON line: {err.msg}", path, lineno) from None
     items: list[ProveItem] = []
     seen: set[str] = set()
-    for line, index, raw in rows:
-        where = "" if line is not None else f"record {index}: "
+    for rec in read_records(path, "PROVE"):
         try:
-            item = _item(raw, index)
+            item = _item(rec.value, rec.index)
         except ValueError as err:
-            raise InputError(f"{where}{err}", path, line) from None
+            raise InputError(f"{rec.where}{err}", path, rec.line) from None
         if item.question_id in seen:
-            raise InputError(f"{where}duplicate question id {item.question_id!r}", path, line)
+            raise InputError(f"{rec.where}duplicate question id {item.question_id!r}", path, rec.line)
         seen.add(item.question_id)
         items.append(item)
-    if not items:
-        raise InputError("no records", path)
     return items
 
 

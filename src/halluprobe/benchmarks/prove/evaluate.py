@@ -3,9 +3,10 @@
 Responses come from either
 
 - a **run directory** of ``halluprobe run`` over the questions that ``halluprobe prove
-  questions`` wrote: sample ``question_id`` N is the PROVE file's record N (0-based), and the
-  sample's image must be that record's image; the response is the sample's ``text``; or
-- a **file** (JSON array or JSON Lines) of ``{"question_id", "response"}`` objects, optionally
+  questions`` wrote: sample ``question_id`` N is the PROVE file's record N (0-based), the
+  sample's image must be that record's image and its prompt must contain that record's question
+  (else exit 2: the run answered other questions); the response is the sample's ``text``; or
+- a **file** (JSON array or JSON Lines, read by :func:`halluprobe.jsonl.read_records`) of ``{"question_id", "response"}`` objects, optionally
   with ``"response_tuples"`` (then no extraction runs for that response).
 
 Outputs in ``out_dir``: ``scores.jsonl`` (one :class:`~.scoring.QuestionScore` per question, in
@@ -15,11 +16,9 @@ the data file's order: which tuple matched what, at which similarity, with which
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from halluprobe.benchmarks.prove.data import ProveItem
 from halluprobe.benchmarks.prove.extraction import Extractor, TupleCache, extract_all
@@ -48,35 +47,43 @@ class ProveResponse:
 
 
 def _from_rundir(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]:
+    """Samples matched to PROVE records by question identity, never by position alone.
+
+    ``halluprobe prove questions`` numbers its lines by record index, so sample ``question_id``
+    N names record N; the sample must also be about that record's image and its prompt must hold
+    that record's question (PROVE asks several questions per image, so the image alone does not
+    identify one). A run over a reordered or different questions file is refused.
+    """
     from halluprobe.rundir import RunDir
 
+    rundir = RunDir(path)
     out: dict[str, ProveResponse] = {}
-    for s in RunDir(path).read_samples():
+    for s in rundir.read_samples():
         if not 0 <= s.question_id < len(items):
-            raise InputError(f"sample question_id {s.question_id} is not a record index of the PROVE file ({len(items)} records)", path)
+            raise InputError(f"sample question_id {s.question_id} is not a record index of the PROVE file ({len(items)} records)", rundir.samples_path)
         item = items[s.question_id]
         if s.image != item.image:
-            raise InputError(f"sample {s.question_id} is about {s.image!r}, but PROVE record {s.question_id} is about {item.image!r}", path)
+            raise InputError(f"sample {s.question_id} is about {s.image!r}, but PROVE record {s.question_id} is about {item.image!r}", rundir.samples_path)
+        if item.question.strip() not in s.prompt:
+            raise InputError(
+                f"sample {s.question_id} did not ask PROVE record {s.question_id}'s question {item.question!r} "
+                "(the run's questions file does not match the PROVE file)",
+                rundir.samples_path,
+            )
+        if item.question_id in out:
+            raise InputError(f"PROVE record {s.question_id} is answered twice (again by split {s.split!r})", rundir.samples_path)
         out[item.question_id] = ProveResponse(text=s.text, error=s.error or (None if s.text is not None else "the sample has no text"))
     return out
 
 
 def _from_file(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]:
-    from halluprobe.jsonl import iter_objects, read_text
+    from halluprobe.jsonl import read_records
 
-    _, text = read_text(path, "responses")
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(f"malformed JSON: {err.msg}", path, err.lineno) from None
-        rows: list[tuple[int | None, str, Any]] = [(None, f"record {i}: ", r) for i, r in enumerate(data)]
-    else:
-        rows = [(line, "", obj) for line, obj in iter_objects(text, path)]
     known = {it.question_id for it in items}
     out: dict[str, ProveResponse] = {}
-    for line, where, obj in rows:
-        if not isinstance(obj, dict) or "question_id" not in obj or "response" not in obj:
+    for rec in read_records(path, "responses"):
+        obj, where, line = rec.value, rec.where, rec.line
+        if "question_id" not in obj or "response" not in obj:
             raise InputError(f'{where}a response is {{"question_id", "response"[, "response_tuples"]}}', path, line)
         qid = str(obj["question_id"])
         if qid not in known:

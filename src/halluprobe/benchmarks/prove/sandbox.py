@@ -11,7 +11,10 @@ Two fences, both always on:
    methods), which shuts the frame walks (``gi_frame.f_globals``) and ``str.format`` tricks.
 2. **A separate process** (``python -I``, empty environment, a fresh temporary working
    directory) with ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_AS`` (address space), ``RLIMIT_FSIZE``
-   = 0 (it cannot write a file), ``RLIMIT_CORE`` = 0, a wall timeout, and a cap on output
+   = 0 (it cannot write a byte to a file), ``RLIMIT_NOFILE`` at the descriptors already open
+   when the program starts (it cannot open a file at all: ``RLIMIT_FSIZE`` alone still let
+   ``open(path, "w")`` create an empty file or truncate an existing one anywhere the user may
+   write), ``RLIMIT_CORE`` = 0, a wall timeout, and a cap on output
    (printed text and the JSON result). Its builtins are a short allow-list; the only object it
    is given is ``graph``, a facade whose methods are the SceneGraph API and return plain values.
 
@@ -139,7 +142,7 @@ def _violation(node: ast.AST) -> str | None:
 # The child: reads {"source", "tuples", "limits"} as JSON on stdin, applies the limits, runs the
 # program, writes one JSON line {"outcome", "result" | "reason", "stdout"} on stdout.
 _CHILD = r"""
-import json, resource, sys
+import json, os, resource, sys
 req = json.loads(sys.stdin.read())
 lim = req["limits"]
 resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 1))
@@ -169,6 +172,11 @@ safe["print"] = capped_print
 env = {"__builtins__": safe, "graph": Graph()}
 code = compile(req["source"], "<program>", "exec")
 resource.setrlimit(resource.RLIMIT_AS, (lim["memory_bytes"], lim["memory_bytes"]))
+# no new file descriptor from here on: RLIMIT_FSIZE stops writing bytes, but not open(path, "w")
+# creating an empty file or truncating an existing one (stdout, already open, still works)
+free_fd = os.dup(0)
+os.close(free_fd)
+resource.setrlimit(resource.RLIMIT_NOFILE, (free_fd, free_fd))
 def emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
