@@ -60,10 +60,21 @@ def test_letter_sets_from_real_vocabularies(fixture: str, request: pytest.Fixtur
         ("D", "D"), ("D.", "D"), ("(d)", "D"), ("Answer: B", "B"), ("The answer is D.", "D"),
         ("A. Red", "A"), ("A red umbrella.", "A"), ("There is no umbrella in the image.", "D"),
         ("Blue", "B"), ("a", None), ("Red or blue", None), ("I cannot tell.", None), ("", None), (None, None),
+        # options match as whole words only: "blurred" and "tired" do not say "red"
+        ("The picture is blurred.", None), ("tired and bored", None), ("It is RED.", "A"), ("Others.", "C"),
+        # a denial of the object is D; a denial that also names an option is ambiguous
+        ("No, there is no umbrella.", "D"), ("No umbrella.", "D"), ("I see no umbrellas here.", "D"),
+        ("There isn't one.", "D"), ("The umbrella is not in the image.", "D"),
+        ("No, there is no red umbrella.", None), ("There are no umbrellas, but it would be blue.", None),
     ],
 )  # fmt: skip
 def test_parse_choice(text: str | None, letter: str | None) -> None:
-    assert parse_choice(text, _OPTIONS) == letter  # type: ignore[arg-type]
+    assert parse_choice(text, _OPTIONS, "umbrella") == letter  # type: ignore[arg-type]
+
+
+def test_parse_choice_without_the_object_still_reads_denials() -> None:
+    assert parse_choice("There is no umbrella in the image.", _OPTIONS) == "D"  # type: ignore[arg-type]
+    assert parse_choice("No umbrella.", _OPTIONS) is None  # type: ignore[arg-type]
 
 
 def test_letter_scores_by_id_and_by_piece() -> None:
@@ -75,6 +86,11 @@ def test_letter_scores_by_id_and_by_piece() -> None:
     assert logit_choice(by_id) == "D"
     assert letter_scores(first, None) == by_id  # pieces classified the same way
     assert logit_choice({"A": None, "B": None, "C": None, "D": None}) is None
+    # an exact tie at the top is unknown (the yes/no readouts' rule), not the earliest letter
+    assert logit_choice({"A": -1.0, "B": None, "C": -3.0, "D": -1.0}) is None
+    assert logit_choice({"A": -2.0, "B": None, "C": -3.0, "D": -1.0}) == "D"
+    # letters with no mass at all (-inf): -inf, never nan
+    assert letter_scores([TokenLogprob(id=12, piece="▁A", logprob=float("-inf"))], {"A": [12], "B": [], "C": [], "D": []})["A"] == float("-inf")
 
 
 def _choice(qid: int, image: str, obj: str, logit: str | None, error: str | None = None) -> ChoiceSample:
