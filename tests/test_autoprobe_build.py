@@ -200,3 +200,26 @@ def test_build_with_a_model_extractor_records_invalid_json(setup: tuple[Path, Pa
     assert names == {("coffee.jpg", "cup"), ("coffee.jpg", "saucer"), ("coffee.jpg", None),
                      ("astronaut.jpg", "astronaut"), ("astronaut.jpg", "flag")}  # fmt: skip
     assert manifest["counts"]["extraction_errors"] == 1 and manifest["counts"]["attribait_questions"] == 0
+
+
+def test_a_corrupt_image_drops_its_objects_with_the_reason(setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """PIL cannot identify the file: its objects are dropped in the manifest, no traceback."""
+    photos, _, owl = setup
+    images = tmp_path / "images"
+    images.mkdir()
+    shutil.copyfile(photos / "coffee.jpg", images / "coffee.jpg")
+    (images / "broken.jpg").write_bytes(b"not a JPEG at all")
+    script = tmp_path / "describer.json"
+    script.write_text(json.dumps({"generate": [
+        {"match": "Describe", "image": "coffee.jpg", "text": _DESCRIPTIONS["coffee.jpg"]},
+        {"match": "Describe", "image": "broken.jpg", "text": "A dog chases a kite across the lawn."},
+    ]}))  # fmt: skip
+    manifest = _build(images, script, owl, tmp_path / "probe", "--attribait", "none")
+    broken = [o for o in manifest["objects"] if o["image"] == "broken.jpg" and o["object"] is not None]
+    assert {o["object"] for o in broken} >= {"dog", "kite"}
+    for o in broken:
+        assert o["fate"] == "dropped" and o["dropped_at"] == "detector:unreadable" and "detector" not in o
+        assert o["reason"].startswith("detector: unreadable image (") and "broken.jpg" in o["reason"]
+    assert manifest["counts"]["dropped_unreadable"] == len(broken)
+    assert all("detector" in o for o in manifest["objects"] if o["image"] == "coffee.jpg" and o["fate"] != "dropped")
+    assert not any(q["image"] == "broken.jpg" for q in map(json.loads, (tmp_path / "probe" / "autoprobe_pope_existence.jsonl").read_text().splitlines()))

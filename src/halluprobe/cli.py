@@ -903,7 +903,7 @@ def probe_build(
     typer.echo(
         f"{counts['existence_questions']} existence question(s) ({counts['present']} present, {counts['hallucinated']} hallucinated), "
         f"{counts['attribait_questions']} AttriBait question(s); {counts['dropped_cleaning']} object(s) dropped by cleaning, "
-        f"{counts['dropped_uncertain']} uncertain; manifest: {out / 'manifest.json'}"
+        f"{counts['dropped_uncertain']} uncertain, {counts['dropped_unreadable']} on unreadable images; manifest: {out / 'manifest.json'}"
     )
 
 

@@ -109,6 +109,7 @@ def _fate_record(
     cleaned: Sequence[CleanedObject],
     keys: Sequence[str],
     verdict: Verdict | None,
+    unreadable: str | None = None,
 ) -> dict[str, Any]:
     first = cleaned[0]
     by_mention = {c.mention: c for c in cleaned}
@@ -123,6 +124,8 @@ def _fate_record(
     dropped = first.dropped_by
     if dropped is not None:
         record.update(fate="dropped", dropped_at=f"cleaning:{dropped.step}", reason=dropped.reason)
+    elif unreadable is not None:
+        record.update(fate="dropped", dropped_at="detector:unreadable", reason=f"detector: unreadable image ({unreadable})")
     elif verdict is not None:
         record["detector"] = {"score": verdict.score, "query": verdict.query, "box": list(verdict.box)}
         if verdict.fate == "uncertain":
@@ -182,10 +185,17 @@ def build_probe(
 
     # 4. detector
     verdicts: dict[tuple[str, str], Verdict] = {}
+    unreadable: dict[str, str] = {}  # image -> why the detector could not open it (its objects are dropped)
     images = sorted(per_image)
     for image in images:
         names = sorted(g for g in per_image[image] if g is not None and not g.startswith("\0"))
-        for detection in detector.detect(config.images / image, names):
+        try:
+            detections = detector.detect(config.images / image, names)
+        except OSError as err:  # PIL's UnidentifiedImageError, a truncated file, a vanished file
+            unreadable[image] = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            logger.warning("%s: detector cannot read the image (%s); its objects are dropped", image, unreadable[image])
+            continue
+        for detection in detections:
             verdicts[(image, detection.object)] = judge(detection, t_high=config.t_high, t_low=config.t_low)
 
     fates: list[dict[str, Any]] = []
@@ -193,7 +203,8 @@ def build_probe(
         for group, members in sorted(per_image[image].items(), key=lambda kv: str(kv[0])):
             name = None if group is None or group.startswith("\0") else group
             fates.append(_fate_record(image, name, [c for c, _ in members], [k for _, k in members],
-                                      verdicts.get((image, name)) if name else None))  # fmt: skip
+                                      verdicts.get((image, name)) if name else None,
+                                      unreadable.get(image) if name else None))  # fmt: skip
 
     # 5. questions
     ordered = [(image, verdicts[(image, name)]) for image in images for name in sorted(n for (i, n) in verdicts if i == image)]
@@ -222,6 +233,7 @@ def build_probe(
         "objects": len(fates),
         "dropped_cleaning": sum(str(f.get("dropped_at", "")).startswith("cleaning") for f in fates),
         "dropped_uncertain": sum(f.get("dropped_at") == "detector:uncertain" for f in fates),
+        "dropped_unreadable": sum(f.get("dropped_at") == "detector:unreadable" for f in fates),
         "present": sum(f.get("fate") == "present" for f in fates),
         "hallucinated": sum(f.get("fate") == "hallucinated" for f in fates),
         "existence_questions": len(existence),
