@@ -141,9 +141,49 @@ def test_probe_choice_through_the_hf_backend(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert all(report["letter_ids"][letter] for letter in "ABCD")
-    (sample,) = [json.loads(line) for line in (tmp_path / "choice.jsonl").read_text().splitlines()]
+    # split on "\n" only: the stored top-k pieces include U+2028 and other line breaks that str.splitlines takes
+    (sample,) = [json.loads(line) for line in (tmp_path / "choice.jsonl").read_text(encoding="utf-8").split("\n") if line]
     scores = sample["letter_scores"]
     assert all(isinstance(scores[letter], float) for letter in "ABCD")
     assert sample["decisions"]["logit"] == max(scores, key=lambda k: scores[k])
+    # recomputable offline from what the sample stores
+    stored = [TokenLogprob.model_validate(t) for t in sample["first_token"]]
+    assert len(stored) == 32064 and letter_scores(stored, report["letter_ids"]) == scores
     assert sample["prompt"].startswith("USER: <image>\nWhat colour is the umbrella?\nA. Red\n")
     assert report["metrics"]["logit"]["n"] == 1
+
+
+def test_probe_choice_keeps_first_token_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    """The stored top-k first token gives the same letter scores offline; an existing --out is
+    replaced only with --overwrite."""
+    from typer.testing import CliRunner
+
+    from halluprobe.benchmarks.autoprobe.questions import AttriBaitDraft, attribait_question, write_choice_questions
+    from halluprobe.cli import app
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(b"the scripted backend does not read the bytes")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"seed": 1}))
+    q = attribait_question(0, "a.jpg", "umbrella", AttriBaitDraft(question="What colour is the umbrella?", options=("Red", "Blue")))
+    questions = write_choice_questions(tmp_path / "q.jsonl", [q])
+    out = tmp_path / "choice.jsonl"
+    args = ["probe", "choice", "--questions", str(questions), "--images", str(images), "--backend", "scripted",
+            "--model", str(script), "--out", str(out)]  # fmt: skip
+    runner = CliRunner()
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    (sample,) = [ChoiceSample.model_validate_json(line) for line in out.read_text().splitlines()]
+    # the scripted backend's top-5 pieces (yes/no variants: no letter among them), kept as returned
+    assert [t.piece for t in sample.first_token][:1] in (["▁Yes"], ["▁No"]) and len(sample.first_token) == 5
+    assert sample.latency_s is not None and sample.latency_s >= 0
+    assert letter_scores(sample.first_token, None) == sample.letter_scores == dict.fromkeys("ABCD")
+
+    out.write_text("earlier answers\n")
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "--overwrite" in refused.output and str(out) in refused.output
+    assert out.read_text() == "earlier answers\n"
+    replaced = runner.invoke(app, [*args, "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert ChoiceSample.model_validate_json(out.read_text().splitlines()[0]).first_token == sample.first_token

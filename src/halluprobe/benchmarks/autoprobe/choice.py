@@ -66,9 +66,11 @@ class ChoiceSample(BaseModel):
     object: str
     label: Letter
     prompt: str
+    first_token: list[TokenLogprob] = Field(default_factory=list)  # top-k: letter scores recomputable offline
     letter_scores: dict[str, float | None] = Field(default_factory=dict)
     decisions: dict[str, Letter | None] = Field(default_factory=dict)  # readout -> letter (None: unknown)
     text: str | None = None
+    latency_s: float | None = None
     error: str | None = None
 
 
@@ -153,8 +155,9 @@ def evaluate_choices(
                 decisions = {"logit": logit_choice(scores), "text": parse_choice(response.text, q.options, q.object)}
             samples.append(
                 ChoiceSample(question_id=q.question_id, image=q.image, object=q.object, label=q.label,
-                             prompt=prompts[q.question_id], letter_scores=scores, decisions=decisions,
-                             text=response.text, error=response.error)  # fmt: skip
+                             prompt=prompts[q.question_id], first_token=response.first_token, letter_scores=scores,
+                             decisions=decisions, text=response.text, latency_s=response.latency_s,
+                             error=response.error)  # fmt: skip
             )
     return sorted(samples, key=lambda s: s.question_id)
 
