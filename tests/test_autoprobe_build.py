@@ -223,3 +223,13 @@ def test_a_corrupt_image_drops_its_objects_with_the_reason(setup: tuple[Path, Pa
     assert manifest["counts"]["dropped_unreadable"] == len(broken)
     assert all("detector" in o for o in manifest["objects"] if o["image"] == "coffee.jpg" and o["fate"] != "dropped")
     assert not any(q["image"] == "broken.jpg" for q in map(json.loads, (tmp_path / "probe" / "autoprobe_pope_existence.jsonl").read_text().splitlines()))
+    assert manifest["skipped_descriptions"] == [] and manifest["counts"]["skipped_descriptions"] == 0
+
+    # the image leaves the folder: its description is resumed but not used, and the manifest says so
+    (images / "broken.jpg").unlink()
+    again = _build(images, script, owl, tmp_path / "probe", "--attribait", "none")
+    assert again["skipped_descriptions"] == [
+        {"description": "broken.jpg#p0#e0", "image": "broken.jpg", "reason": f"image not in {images}"}
+    ]
+    assert again["counts"]["skipped_descriptions"] == 1 and again["counts"]["descriptions"] == 1
+    assert not any(o["image"] == "broken.jpg" for o in again["objects"])

@@ -90,6 +90,36 @@ def test_another_prompt_set_is_refused_on_resume(tmp_path: Path) -> None:
     assert "another prompt set" in result.output and "descriptions.jsonl" in result.output
 
 
+def test_another_images_folder_with_the_same_names_is_refused_on_resume(tmp_path: Path) -> None:
+    """The key holds the file name only: the image's sha256 tells another folder's a.jpg apart."""
+    args = _setup(tmp_path, 'prompts = ["Describe the image."]\n')
+    assert runner.invoke(app, args).exit_code == 0
+    import hashlib
+
+    out = tmp_path / "descriptions.jsonl"
+    for line in _lines(out):
+        assert line["image_sha256"] == hashlib.sha256((tmp_path / "images" / str(line["image"])).read_bytes()).hexdigest()
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in _DESCRIPTIONS:
+        (other / name).write_bytes(b"another photo under the same name")
+    before = out.read_bytes()
+    args[args.index("--images") + 1] = str(other)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "another image named a.jpg" in lines[0] and "use another --out" in lines[0], result.output
+    assert out.read_bytes() == before  # nothing appended, nothing mixed
+    # the same bytes in another folder are the same images: resumed, nothing new
+    same = tmp_path / "same"
+    same.mkdir()
+    for name in _DESCRIPTIONS:
+        (same / name).write_bytes((tmp_path / "images" / name).read_bytes())
+    args[args.index("--images") + 1] = str(same)
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "0 description(s) written" in again.output, again.output
+
+
 @pytest.mark.parametrize(
     ("toml", "problem"),
     [

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 from halluprobe.backends.response_cache import cache_dir
 from halluprobe.errors import RuntimeFailure
+from halluprobe.files import write_atomic
 
 __all__ = ["DEBIAN_WORDNET_DIR", "LEXNAMES", "REQUIRED_FILES", "OPTIONAL_FILES", "wordnet_data_dir", "load_wordnet"]
 
@@ -76,15 +76,11 @@ def wordnet_data_dir(source: Path = DEBIAN_WORDNET_DIR, cache: Path | None = Non
         if not src.is_file():
             continue
         if not dst.is_file() or dst.stat().st_size != src.stat().st_size:
-            tmp = dst.with_suffix(dst.suffix + ".tmp")
-            shutil.copyfile(src, tmp)
-            tmp.replace(dst)
+            write_atomic(dst, src.read_bytes())
     lexnames = "".join(f"{number:02d}\t{name}\t{category}\n" for number, name, category in LEXNAMES)
     target = corpus / "lexnames"
     if not target.exists() or target.read_text() != lexnames:
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(lexnames)
-        tmp.replace(target)
+        write_atomic(target, lexnames)
     return root
 
 
