@@ -178,6 +178,16 @@ def test_induce_with_the_hf_backend_on_a_tiny_llava(tmp_path: Path) -> None:
     # the option the CLI passes: no stop strings (EOS or max_new_tokens end a description)
     backend = HFBackend(str(model_dir), device="cpu", stop_strings=())
     assert backend.info()["stop_strings"] == [] and len(backend._stopping_criteria()) == 0
+    # the description ran to max_new_tokens (12): one token more continues it, so neither EOS nor a
+    # stop string ended it (this random model emits no '.' or newline, so its text alone cannot show that)
+    from halluprobe.records import Request
+
+    request = Request(split="x", question_id=0, image_path=str(photos / "coffee.jpg"), prompt=str(lines[0]["rendered"]))
+    ((longer,),) = list(backend.answer([request], max_new_tokens=13, top_k=1))
+    ((shorter,),) = list(backend.answer([request], max_new_tokens=11, top_k=1))
+    description = str(lines[0]["text"])
+    assert longer.text is not None and longer.text.startswith(description) and len(longer.text) > len(description)
+    assert shorter.text is not None and description.startswith(shorter.text) and len(shorter.text) < len(description)
     default = HFBackend(str(model_dir), device="cpu")
     assert "stop_strings" not in default.info() and tuple(default._stop_strings) == STOP_STRINGS
 
