@@ -215,7 +215,7 @@ def induce(
     foreign = next((d for d in existing if d.fingerprint != fingerprint), None)
     if foreign is not None:
         raise InputError(
-            f"holds descriptions made with another prompt set, backend or model (key {foreign.key}); use another --out",
+            f"holds descriptions made with another prompt set, backend or model, or by an earlier halluprobe (key {foreign.key}); use another --out",
             out,
         )
     hashes = {name: _image_sha256(images / name) for name in names}
