@@ -5,6 +5,7 @@ the thresholds, fates, questions and manifest agree with whatever scores it give
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -79,9 +80,13 @@ def test_probe_build_end_to_end(setup: tuple[Path, Path, Path], tmp_path: Path) 
     detected = [o for o in objects if "detector" in o]
     assert {o["object"] for o in detected} >= {"cup", "spoon", "couch", "wine glass", "dog", "bus", "flag"}
 
-    # thresholds from the random detector's own scores: the lower, middle and upper thirds
+    # thresholds from the random detector's own scores: the lower, middle and upper thirds, with
+    # t_low raised just above the lowest score off the coffee photo (whose AttriBait answers never
+    # validate), so that at least one AttriBait question is written whatever the scores
     scores = sorted(o["detector"]["score"] for o in detected)
-    t_low, t_high = scores[len(scores) // 3], scores[2 * len(scores) // 3]
+    lowest_elsewhere = min(o["detector"]["score"] for o in detected if o["image"] != "coffee.jpg")
+    t_low = max(scores[len(scores) // 3], math.nextafter(lowest_elsewhere, 1.0))
+    t_high = scores[2 * len(scores) // 3]
     assert t_low < t_high, scores
     manifest = _build(images, script, owl, out, "--t-high", repr(t_high), "--t-low", repr(t_low), "--max-retries", "1")
     assert manifest["induction"]["written"] == 0 and manifest["induction"]["resumed"] == 3  # descriptions resumed
@@ -115,12 +120,13 @@ def test_probe_build_end_to_end(setup: tuple[Path, Path, Path], tmp_path: Path) 
 
     hallucinated = [k for k, v in fates.items() if v == "hallucinated"]
     failing = [k for k in hallucinated if k[0] == "coffee.jpg"]
-    if len(hallucinated) > len(failing):
-        choice = read_choice_questions(out / "autoprobe_attribait.jsonl")
-        assert len(choice) == len(hallucinated) - len(failing) == counts["attribait_questions"]
-        for c in choice:
-            assert c.label == "D" and c.options["D"] == f"There is no {c.object} in the image"
-            assert c.options["C"] == "Others" and c.text.splitlines()[1:3] == ["A. Red", "B. Blue"]
+    assert len(hallucinated) > len(failing)  # the thresholds above guarantee it
+    choice = read_choice_questions(out / "autoprobe_attribait.jsonl")
+    assert len(choice) == len(hallucinated) - len(failing) == counts["attribait_questions"]
+    assert {(c.image, c.object) for c in choice} == set(hallucinated) - set(failing)
+    for c in choice:
+        assert c.label == "D" and c.options["D"] == f"There is no {c.object} in the image"
+        assert c.options["C"] == "Others" and c.text.splitlines()[1:3] == ["A. Red", "B. Blue"]
     assert counts["attribait_errors"] == len(failing)
     for o in manifest["objects"]:
         if o.get("fate") == "hallucinated" and o["image"] == "coffee.jpg":
@@ -150,10 +156,17 @@ def test_choice_evaluation_and_consistency_after_a_build(setup: tuple[Path, Path
     """probe build, run on the existence file, then probe choice on the AttriBait file."""
     images, script, owl = setup
     out = tmp_path / "probe"
-    # t_high above every score: everything the detector scored is hallucinated (AttriBait for all)
     manifest = _build(images, script, owl, out, "--t-high", "1.0", "--t-low", "1.0", "--attribait", "model")
-    hallucinated = manifest["counts"]["hallucinated"]
-    assert hallucinated == manifest["counts"]["existence_questions"] - manifest["counts"]["present"]
+    counts = manifest["counts"]
+    detected = [o for o in manifest["objects"] if "detector" in o]
+    # t_low = t_high = 1.0: a score below 1.0 is hallucinated; the random detector saturates some at exactly 1.0 (present)
+    assert detected and all(o["fate"] == ("present" if o["detector"]["score"] >= 1.0 else "hallucinated") for o in detected)
+    hallucinated = [o for o in detected if o["fate"] == "hallucinated"]
+    assert counts["dropped_uncertain"] == 0 and counts["hallucinated"] == len(hallucinated) > 0
+    assert counts["existence_questions"] == len(detected) == counts["present"] + counts["hallucinated"]
+    off_coffee = [o for o in hallucinated if o["image"] != "coffee.jpg"]  # the coffee photo's answers never validate
+    assert off_coffee and counts["attribait_questions"] == len(off_coffee)
+    assert counts["attribait_errors"] == len(hallucinated) - len(off_coffee)
     run = runner.invoke(app, ["run", "--backend", "scripted", "--model", str(script), "--benchmark",
                               str(out / "autoprobe_pope_existence.jsonl"), "--images", str(images), "--out", str(tmp_path / "run")])  # fmt: skip
     assert run.exit_code == 0, run.output
@@ -200,3 +213,36 @@ def test_build_with_a_model_extractor_records_invalid_json(setup: tuple[Path, Pa
     assert names == {("coffee.jpg", "cup"), ("coffee.jpg", "saucer"), ("coffee.jpg", None),
                      ("astronaut.jpg", "astronaut"), ("astronaut.jpg", "flag")}  # fmt: skip
     assert manifest["counts"]["extraction_errors"] == 1 and manifest["counts"]["attribait_questions"] == 0
+
+
+def test_a_corrupt_image_drops_its_objects_with_the_reason(setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """PIL cannot identify the file: its objects are dropped in the manifest, no traceback."""
+    photos, _, owl = setup
+    images = tmp_path / "images"
+    images.mkdir()
+    shutil.copyfile(photos / "coffee.jpg", images / "coffee.jpg")
+    (images / "broken.jpg").write_bytes(b"not a JPEG at all")
+    script = tmp_path / "describer.json"
+    script.write_text(json.dumps({"generate": [
+        {"match": "Describe", "image": "coffee.jpg", "text": _DESCRIPTIONS["coffee.jpg"]},
+        {"match": "Describe", "image": "broken.jpg", "text": "A dog chases a kite across the lawn."},
+    ]}))  # fmt: skip
+    manifest = _build(images, script, owl, tmp_path / "probe", "--attribait", "none")
+    broken = [o for o in manifest["objects"] if o["image"] == "broken.jpg" and o["object"] is not None]
+    assert {o["object"] for o in broken} >= {"dog", "kite"}
+    for o in broken:
+        assert o["fate"] == "dropped" and o["dropped_at"] == "detector:unreadable" and "detector" not in o
+        assert o["reason"].startswith("detector: unreadable image (") and "broken.jpg" in o["reason"]
+    assert manifest["counts"]["dropped_unreadable"] == len(broken)
+    assert all("detector" in o for o in manifest["objects"] if o["image"] == "coffee.jpg" and o["fate"] != "dropped")
+    assert not any(q["image"] == "broken.jpg" for q in map(json.loads, (tmp_path / "probe" / "autoprobe_pope_existence.jsonl").read_text().splitlines()))
+    assert manifest["skipped_descriptions"] == [] and manifest["counts"]["skipped_descriptions"] == 0
+
+    # the image leaves the folder: its description is resumed but not used, and the manifest says so
+    (images / "broken.jpg").unlink()
+    again = _build(images, script, owl, tmp_path / "probe", "--attribait", "none")
+    assert again["skipped_descriptions"] == [
+        {"description": "broken.jpg#p0#e0", "image": "broken.jpg", "reason": f"image not in {images}"}
+    ]
+    assert again["counts"]["skipped_descriptions"] == 1 and again["counts"]["descriptions"] == 1
+    assert not any(o["image"] == "broken.jpg" for o in again["objects"])

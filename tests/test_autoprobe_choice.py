@@ -60,10 +60,21 @@ def test_letter_sets_from_real_vocabularies(fixture: str, request: pytest.Fixtur
         ("D", "D"), ("D.", "D"), ("(d)", "D"), ("Answer: B", "B"), ("The answer is D.", "D"),
         ("A. Red", "A"), ("A red umbrella.", "A"), ("There is no umbrella in the image.", "D"),
         ("Blue", "B"), ("a", None), ("Red or blue", None), ("I cannot tell.", None), ("", None), (None, None),
+        # options match as whole words only: "blurred" and "tired" do not say "red"
+        ("The picture is blurred.", None), ("tired and bored", None), ("It is RED.", "A"), ("Others.", "C"),
+        # a denial of the object is D; a denial that also names an option is ambiguous
+        ("No, there is no umbrella.", "D"), ("No umbrella.", "D"), ("I see no umbrellas here.", "D"),
+        ("There isn't one.", "D"), ("The umbrella is not in the image.", "D"),
+        ("No, there is no red umbrella.", None), ("There are no umbrellas, but it would be blue.", None),
     ],
 )  # fmt: skip
 def test_parse_choice(text: str | None, letter: str | None) -> None:
-    assert parse_choice(text, _OPTIONS) == letter  # type: ignore[arg-type]
+    assert parse_choice(text, _OPTIONS, "umbrella") == letter  # type: ignore[arg-type]
+
+
+def test_parse_choice_without_the_object_still_reads_denials() -> None:
+    assert parse_choice("There is no umbrella in the image.", _OPTIONS) == "D"  # type: ignore[arg-type]
+    assert parse_choice("No umbrella.", _OPTIONS) is None  # type: ignore[arg-type]
 
 
 def test_letter_scores_by_id_and_by_piece() -> None:
@@ -75,6 +86,11 @@ def test_letter_scores_by_id_and_by_piece() -> None:
     assert logit_choice(by_id) == "D"
     assert letter_scores(first, None) == by_id  # pieces classified the same way
     assert logit_choice({"A": None, "B": None, "C": None, "D": None}) is None
+    # an exact tie at the top is unknown (the yes/no readouts' rule), not the earliest letter
+    assert logit_choice({"A": -1.0, "B": None, "C": -3.0, "D": -1.0}) is None
+    assert logit_choice({"A": -2.0, "B": None, "C": -3.0, "D": -1.0}) == "D"
+    # letters with no mass at all (-inf): -inf, never nan
+    assert letter_scores([TokenLogprob(id=12, piece="▁A", logprob=float("-inf"))], {"A": [12], "B": [], "C": [], "D": []})["A"] == float("-inf")
 
 
 def _choice(qid: int, image: str, obj: str, logit: str | None, error: str | None = None) -> ChoiceSample:
@@ -125,9 +141,49 @@ def test_probe_choice_through_the_hf_backend(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert all(report["letter_ids"][letter] for letter in "ABCD")
-    (sample,) = [json.loads(line) for line in (tmp_path / "choice.jsonl").read_text().splitlines()]
+    # split on "\n" only: the stored top-k pieces include U+2028 and other line breaks that str.splitlines takes
+    (sample,) = [json.loads(line) for line in (tmp_path / "choice.jsonl").read_text(encoding="utf-8").split("\n") if line]
     scores = sample["letter_scores"]
     assert all(isinstance(scores[letter], float) for letter in "ABCD")
     assert sample["decisions"]["logit"] == max(scores, key=lambda k: scores[k])
+    # recomputable offline from what the sample stores
+    stored = [TokenLogprob.model_validate(t) for t in sample["first_token"]]
+    assert len(stored) == 32064 and letter_scores(stored, report["letter_ids"]) == scores
     assert sample["prompt"].startswith("USER: <image>\nWhat colour is the umbrella?\nA. Red\n")
     assert report["metrics"]["logit"]["n"] == 1
+
+
+def test_probe_choice_keeps_first_token_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    """The stored top-k first token gives the same letter scores offline; an existing --out is
+    replaced only with --overwrite."""
+    from typer.testing import CliRunner
+
+    from halluprobe.benchmarks.autoprobe.questions import AttriBaitDraft, attribait_question, write_choice_questions
+    from halluprobe.cli import app
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(b"the scripted backend does not read the bytes")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"seed": 1}))
+    q = attribait_question(0, "a.jpg", "umbrella", AttriBaitDraft(question="What colour is the umbrella?", options=("Red", "Blue")))
+    questions = write_choice_questions(tmp_path / "q.jsonl", [q])
+    out = tmp_path / "choice.jsonl"
+    args = ["probe", "choice", "--questions", str(questions), "--images", str(images), "--backend", "scripted",
+            "--model", str(script), "--out", str(out)]  # fmt: skip
+    runner = CliRunner()
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    (sample,) = [ChoiceSample.model_validate_json(line) for line in out.read_text().splitlines()]
+    # the scripted backend's top-5 pieces (yes/no variants: no letter among them), kept as returned
+    assert [t.piece for t in sample.first_token][:1] in (["▁Yes"], ["▁No"]) and len(sample.first_token) == 5
+    assert sample.latency_s is not None and sample.latency_s >= 0
+    assert letter_scores(sample.first_token, None) == sample.letter_scores == dict.fromkeys("ABCD")
+
+    out.write_text("earlier answers\n")
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "--overwrite" in refused.output and str(out) in refused.output
+    assert out.read_text() == "earlier answers\n"
+    replaced = runner.invoke(app, [*args, "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert ChoiceSample.model_validate_json(out.read_text().splitlines()[0]).first_token == sample.first_token

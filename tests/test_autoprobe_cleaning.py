@@ -28,6 +28,13 @@ def test_loader_names_the_debian_packages_when_files_are_missing(tmp_path: Path)
         wordnet_module.wordnet_data_dir(source=tmp_path, cache=tmp_path / "cache")
 
 
+def test_loader_uses_the_project_cache_dir(wn: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "project-cache"))
+    root = wordnet_module.wordnet_data_dir()
+    assert root == tmp_path / "project-cache" / "nltk_data"
+    assert (root / "corpora" / "wordnet" / "lexnames").is_file()
+
+
 def test_loader_writes_the_45_lexnames(wn: Any, tmp_path: Path) -> None:
     assert len(wordnet_module.LEXNAMES) == 45
     root = wordnet_module.wordnet_data_dir(cache=tmp_path)

@@ -109,6 +109,40 @@ def test_owl_detector_scores_every_candidate_with_evidence(owl_dir: Path, photos
     assert detector.detect(photos / "coffee.jpg", []) == []
 
 
+@pytest.mark.parametrize("orientation", ["wide", "tall"])
+def test_owl_best_box_matches_the_processors_post_processing(owl_dir: Path, photos: Path, tmp_path: Path, orientation: str) -> None:
+    """On a non-square image the best box equals transformers' own post-processing of the same
+    outputs (OWLv2 pads to a square: target size = the longer side on both axes), clipped to the image."""
+    import torch
+    import transformers
+    from PIL import Image
+
+    from halluprobe.benchmarks.autoprobe.detector import OwlDetector
+
+    with Image.open(photos / "coffee.jpg") as handle:
+        image = handle.convert("RGB")
+    image = image.crop((0, 0, image.width, image.height * 2 // 3)) if orientation == "wide" else image.transpose(Image.Transpose.ROTATE_90)
+    width, height = image.size
+    assert (width > height) == (orientation == "wide") and width != height
+    path = tmp_path / "photo.png"
+    image.save(path)
+
+    (detection,) = OwlDetector(owl_dir, local_files_only=True).detect(path, ["sheep"])  # one query form: "sheep"
+    processor = transformers.Owlv2Processor.from_pretrained(str(owl_dir), local_files_only=True)
+    model = transformers.Owlv2ForObjectDetection.from_pretrained(str(owl_dir), local_files_only=True).eval()
+    inputs = processor(text=[["sheep"]], images=image, return_tensors="pt")
+    with torch.inference_mode():
+        outputs = model(**inputs)
+    side = max(width, height)
+    (result,) = processor.image_processor.post_process_object_detection(outputs, threshold=0.0, target_sizes=[(side, side)])
+    best = int(torch.argmax(result["scores"]))
+    x0, y0, x1, y1 = (float(v) for v in result["boxes"][best])
+    expected = (max(0.0, x0), max(0.0, y0), min(float(width), x1), min(float(height), y1))
+    assert detection.query == "sheep"
+    assert detection.score == pytest.approx(float(result["scores"][best]), abs=1e-6)
+    assert detection.box == pytest.approx(expected, abs=1e-3)
+
+
 def test_a_non_owl_folder_is_refused(tmp_path: Path) -> None:
     from halluprobe.benchmarks.autoprobe.detector import OwlDetector
 

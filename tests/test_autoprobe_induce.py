@@ -90,6 +90,36 @@ def test_another_prompt_set_is_refused_on_resume(tmp_path: Path) -> None:
     assert "another prompt set" in result.output and "descriptions.jsonl" in result.output
 
 
+def test_another_images_folder_with_the_same_names_is_refused_on_resume(tmp_path: Path) -> None:
+    """The key holds the file name only: the image's sha256 tells another folder's a.jpg apart."""
+    args = _setup(tmp_path, 'prompts = ["Describe the image."]\n')
+    assert runner.invoke(app, args).exit_code == 0
+    import hashlib
+
+    out = tmp_path / "descriptions.jsonl"
+    for line in _lines(out):
+        assert line["image_sha256"] == hashlib.sha256((tmp_path / "images" / str(line["image"])).read_bytes()).hexdigest()
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in _DESCRIPTIONS:
+        (other / name).write_bytes(b"another photo under the same name")
+    before = out.read_bytes()
+    args[args.index("--images") + 1] = str(other)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "another image named a.jpg" in lines[0] and "use another --out" in lines[0], result.output
+    assert out.read_bytes() == before  # nothing appended, nothing mixed
+    # the same bytes in another folder are the same images: resumed, nothing new
+    same = tmp_path / "same"
+    same.mkdir()
+    for name in _DESCRIPTIONS:
+        (same / name).write_bytes((tmp_path / "images" / name).read_bytes())
+    args[args.index("--images") + 1] = str(same)
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "0 description(s) written" in again.output, again.output
+
+
 @pytest.mark.parametrize(
     ("toml", "problem"),
     [
@@ -148,6 +178,16 @@ def test_induce_with_the_hf_backend_on_a_tiny_llava(tmp_path: Path) -> None:
     # the option the CLI passes: no stop strings (EOS or max_new_tokens end a description)
     backend = HFBackend(str(model_dir), device="cpu", stop_strings=())
     assert backend.info()["stop_strings"] == [] and len(backend._stopping_criteria()) == 0
+    # the description ran to max_new_tokens (12): one token more continues it, so neither EOS nor a
+    # stop string ended it (this random model emits no '.' or newline, so its text alone cannot show that)
+    from halluprobe.records import Request
+
+    request = Request(split="x", question_id=0, image_path=str(photos / "coffee.jpg"), prompt=str(lines[0]["rendered"]))
+    ((longer,),) = list(backend.answer([request], max_new_tokens=13, top_k=1))
+    ((shorter,),) = list(backend.answer([request], max_new_tokens=11, top_k=1))
+    description = str(lines[0]["text"])
+    assert longer.text is not None and longer.text.startswith(description) and len(longer.text) > len(description)
+    assert shorter.text is not None and description.startswith(shorter.text) and len(shorter.text) < len(description)
     default = HFBackend(str(model_dir), device="cpu")
     assert "stop_strings" not in default.info() and tuple(default._stop_strings) == STOP_STRINGS
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ import numpy as np
 
 from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
 from halluprobe.errors import InputError
+from halluprobe.files import write_atomic
 from halluprobe.metrics.binary import (
     _N_RAW,
     METRIC_NAMES,
@@ -715,18 +715,7 @@ def audit_run(
 def write_audit(rundir: str | Path, audit: dict[str, Any]) -> Path:
     """Write ``RUNDIR/audit.json`` atomically (write a temporary file, then rename)."""
     target = Path(rundir) / AUDIT_FILE
-    data = json.dumps(audit, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return target
+    return write_atomic(target, json.dumps(audit, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------

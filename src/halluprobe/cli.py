@@ -891,7 +891,7 @@ def probe_build(
     typer.echo(
         f"{counts['existence_questions']} existence question(s) ({counts['present']} present, {counts['hallucinated']} hallucinated), "
         f"{counts['attribait_questions']} AttriBait question(s); {counts['dropped_cleaning']} object(s) dropped by cleaning, "
-        f"{counts['dropped_uncertain']} uncertain; manifest: {out / 'manifest.json'}"
+        f"{counts['dropped_uncertain']} uncertain, {counts['dropped_unreadable']} on unreadable images; manifest: {out / 'manifest.json'}"
     )
 
 
@@ -900,16 +900,18 @@ def probe_choice(
     questions: Annotated[Path, typer.Option(help="AttriBait multiple-choice file (autoprobe_attribait.jsonl).")],
     images: Annotated[Path, typer.Option(help="Images root the questions' image names are relative to.")],
     model: Annotated[str, typer.Option(help="Model under test: local folder or id (scripted: the script file).")],
-    out: Annotated[Path, typer.Option(help="JSON Lines file of answered questions (rewritten).")],
+    out: Annotated[Path, typer.Option(help="JSON Lines file of answered questions (refused if it exists, unless --overwrite).")],
     backend: Annotated[str, typer.Option(help="hf | openai | scripted.")] = "hf",
     template: Annotated[Optional[str], typer.Option(help="Prompt template for render_prompt (default: the model's chat template).")] = None,
     top_k: Annotated[int, typer.Option(help="First-token alternatives read for the letter scores.")] = 50,
     existence_run: Annotated[Optional[Path], typer.Option(help="Run dir of the existence questions: adds the consistency table.")] = None,
     backend_option: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE backend option (repeatable).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
     """Answer AttriBait questions: letter logit and text readouts, accuracy, and the consistency table."""
     from halluprobe.benchmarks.autoprobe.choice import choice_metrics, consistency_table, evaluate_choices
     from halluprobe.benchmarks.autoprobe.questions import read_choice_questions
+    from halluprobe.files import write_atomic
     from halluprobe.readouts.tokensets import derive_letter_sets, load_tokenizer
     from halluprobe.rundir import RunDir
 
@@ -917,6 +919,8 @@ def probe_choice(
         choice_questions = read_choice_questions(questions)
         if not images.is_dir():
             raise InputError("images root is not a directory", images)
+        if out.exists() and not overwrite:
+            raise InputError("exists; pass --overwrite to replace it", out)
         existence = RunDir(existence_run).read_samples() if existence_run is not None else None
         engine = _load_backend(backend, model, **_backend_options(backend_option))
         sets = engine.token_sets()
@@ -924,7 +928,7 @@ def probe_choice(
         letter_ids = derive_letter_sets(load_tokenizer(model)) if backend == "hf" and sets is not None and sets.keyed_by == "id" else None
         samples = evaluate_choices(engine, choice_questions, images, letter_ids=letter_ids, template=template, top_k=top_k)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("".join(s.model_dump_json() + "\n" for s in samples), encoding="utf-8")
+        write_atomic(out, "".join(s.model_dump_json() + "\n" for s in samples))
         result: dict[str, Any] = {"metrics": choice_metrics(samples), "letter_ids": letter_ids}
         if existence is not None:
             result["consistency"] = consistency_table(existence, samples)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import posixpath
 import random
 import re
@@ -37,6 +36,7 @@ from typing import Any, Literal
 
 from halluprobe.benchmarks.objects import ObjectIndex
 from halluprobe.errors import InputError
+from halluprobe.files import write_atomic
 from halluprobe.jsonl import iter_objects, read_text, type_name
 from halluprobe.records import SCHEMA_VERSION, Question
 
@@ -291,20 +291,6 @@ def _questions_bytes(questions: Iterable[Question], path: Path | None = None) ->
     return "".join(_question_line(q, path) + "\n" for q in questions).encode("utf-8")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    # write then rename: a crash never leaves a half-written file under the final name
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _split_counts(questions: list[Question]) -> dict[str, int]:
     return {
         "questions": len(questions),
@@ -371,7 +357,7 @@ def write_pope(build: PopeBuild, out_dir: str | Path, *, overwrite: bool = False
     written: list[Path] = []
     for key, data in payloads.items():  # manifest last: its presence means the set is complete
         try:
-            _write_atomic(targets[key], data)
+            write_atomic(targets[key], data)
         except OSError as e:
             raise InputError(f"cannot write: {e.strerror or e}", targets[key]) from e
         written.append(targets[key])
@@ -473,7 +459,7 @@ def write_questions(path: str | Path, questions: Iterable[Question]) -> Path:
     data = _questions_bytes(questions, p)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(p, data)
+        write_atomic(p, data)
     except OSError as e:
         raise InputError(f"cannot write: {e.strerror or e}", p) from e
     return p

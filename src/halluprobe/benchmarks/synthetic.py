@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from halluprobe.errors import InputError
+from halluprobe.files import write_atomic
 
 __all__ = [
     "BACKGROUNDS",
@@ -345,16 +345,6 @@ def _png_bytes(image: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def write_synthetic(
     out_dir: str | Path,
     *,
@@ -383,7 +373,7 @@ def write_synthetic(
     anns: list[dict[str, Any]] = []
     for n, scene in enumerate(iter_scenes(seed, n_images, size=size), start=1):
         name = _file_name(scene.index)
-        _write_atomic(images_dir / name, _png_bytes(scene.image))
+        write_atomic(images_dir / name, _png_bytes(scene.image))
         images.append({"id": n, "file_name": name, "width": size, "height": size, "theme": scene.theme})
         for obj in scene.objects:
             anns.append(
@@ -415,5 +405,5 @@ def write_synthetic(
             for c in CLASSES
         ],
     }
-    _write_atomic(annotations, (json.dumps(doc, separators=(",", ":")) + "\n").encode("utf-8"))
+    write_atomic(annotations, (json.dumps(doc, separators=(",", ":")) + "\n").encode("utf-8"))
     return SyntheticSet(root=root, images_dir=images_dir, annotations=annotations, n_images=n_images, seed=seed, size=size)

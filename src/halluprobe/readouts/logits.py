@@ -15,7 +15,7 @@ The legacy readouts read ids and are unknown (and marked invalid) there.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from halluprobe.readouts.tokensets import (
     LEGACY_2TOK_NO,
@@ -34,24 +34,37 @@ __all__ = [
     "read_legacy_8tok",
     "read_dynamic",
     "decide",
+    "logsumexp",
+    "top_choice",
 ]
 
 Candidates = Mapping[str, float]
 
 
-def _logsumexp(values: list[float]) -> float:
+def logsumexp(values: Sequence[float]) -> float:
+    """log(sum(exp(v))), stable; all -inf (no mass) gives -inf rather than nan."""
     top = max(values)
     if top == -math.inf:
         return -math.inf
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
+def top_choice(scores: Mapping[str, float]) -> str | None:
+    """The key with the largest score; None when there is none or an exact tie at the top.
+
+    The one tie rule of the logit readouts (yes/no here, option letters in Auto-Probe): a tie is
+    unknown rather than a silent default to whichever key comes first.
+    """
+    if not scores:
+        return None
+    best = max(scores.values())
+    winners = [key for key, value in scores.items() if value == best]
+    return winners[0] if len(winners) == 1 else None
+
+
 def decide(yes_score: float, no_score: float) -> ReadoutResult:
     """Decision = the larger score (log-mass); an exact tie is unknown rather than a silent default."""
-    if yes_score == no_score:
-        decision = "unknown"
-    else:
-        decision = "yes" if yes_score > no_score else "no"
+    decision = top_choice({"yes": yes_score, "no": no_score}) or "unknown"
     # p_yes = exp(yes) / (exp(yes) + exp(no)), computed stably
     top = max(yes_score, no_score)
     if top == -math.inf:
@@ -94,7 +107,7 @@ def _read_pieces(candidates: Candidates) -> ReadoutResult:
     no = [float(v) for piece, v in candidates.items() if classify_piece(piece) == "no"]
     if not yes and not no:
         return _unknown()
-    result = decide(_logsumexp(yes) if yes else -math.inf, _logsumexp(no) if no else -math.inf)
+    result = decide(logsumexp(yes) if yes else -math.inf, logsumexp(no) if no else -math.inf)
     # an unreported set's mass is unknown, not -inf: None (JSON null) in memory as on disk
     return result.model_copy(
         update={"yes_score": result.yes_score if yes else None, "no_score": result.no_score if no else None}
@@ -108,7 +121,7 @@ def read_dynamic(candidates: Candidates, sets: TokenSets) -> ReadoutResult:
     yes, no = _scores(candidates, sets.yes_ids), _scores(candidates, sets.no_ids)
     if not yes or not no:
         return _unknown()
-    return decide(_logsumexp(yes), _logsumexp(no))
+    return decide(logsumexp(yes), logsumexp(no))
 
 
 LOGIT_READOUTS: dict[str, Callable[[Candidates, TokenSets], ReadoutResult]] = {

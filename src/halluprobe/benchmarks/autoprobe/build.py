@@ -17,10 +17,8 @@ written atomically.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -41,7 +39,9 @@ from halluprobe.benchmarks.autoprobe.questions import (
 )
 from halluprobe.benchmarks.pope import DEFAULT_TEMPLATE, write_questions
 from halluprobe.errors import InputError
+from halluprobe.files import write_atomic
 from halluprobe.records import SCHEMA_VERSION
+from halluprobe.rundir import sha256_file
 
 __all__ = ["EXISTENCE_FILE", "ATTRIBAIT_FILE", "ProbeBuildConfig", "ProbeBuildResult", "parse_llm_spec", "build_probe"]
 
@@ -87,28 +87,13 @@ class ProbeBuildResult:
         return dict(self.manifest["counts"])
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def _write_lines_atomic(path: Path, lines: Sequence[str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    tmp.replace(path)
-
-
 def _fate_record(
     image: str,
     name: str | None,
     cleaned: Sequence[CleanedObject],
     keys: Sequence[str],
     verdict: Verdict | None,
+    unreadable: str | None = None,
 ) -> dict[str, Any]:
     first = cleaned[0]
     by_mention = {c.mention: c for c in cleaned}
@@ -123,6 +108,8 @@ def _fate_record(
     dropped = first.dropped_by
     if dropped is not None:
         record.update(fate="dropped", dropped_at=f"cleaning:{dropped.step}", reason=dropped.reason)
+    elif unreadable is not None:
+        record.update(fate="dropped", dropped_at="detector:unreadable", reason=f"detector: unreadable image ({unreadable})")
     elif verdict is not None:
         record["detector"] = {"score": verdict.score, "query": verdict.query, "box": list(verdict.box)}
         if verdict.fate == "uncertain":
@@ -158,7 +145,13 @@ def build_probe(
     descriptions_path = out / "descriptions.jsonl"
     induced = induce(model_backend, config.images, config.prompt_set, descriptions_path,
                      backend_name=config.backend, model=config.model, progress=progress)  # fmt: skip
-    descriptions = [d for d in read_descriptions(descriptions_path) if (config.images / d.image).is_file()]
+    descriptions = []
+    skipped: list[dict[str, str]] = []  # descriptions of images no longer in the folder: recorded, not used
+    for d in read_descriptions(descriptions_path):
+        if (config.images / d.image).is_file():
+            descriptions.append(d)
+        else:
+            skipped.append({"description": d.key, "image": d.image, "reason": f"image not in {config.images}"})
     usable = [d for d in descriptions if d.text]
 
     # 2. extraction
@@ -169,7 +162,7 @@ def build_probe(
         assert extractor_backend is not None
         extractions = llm_extract(extractor_backend, [(d.key, str(config.images / d.image), d.text or "") for d in usable],
                                   max_retries=config.max_retries)  # fmt: skip
-    _write_lines_atomic(out / "extractions.jsonl", [e.model_dump_json() for e in extractions])
+    write_atomic(out / "extractions.jsonl", "".join(e.model_dump_json() + "\n" for e in extractions))
     image_of = {d.key: d.image for d in descriptions}
 
     # 3. cleaning, over every mention at once (synonyms merge across images)
@@ -182,10 +175,17 @@ def build_probe(
 
     # 4. detector
     verdicts: dict[tuple[str, str], Verdict] = {}
+    unreadable: dict[str, str] = {}  # image -> why the detector could not open it (its objects are dropped)
     images = sorted(per_image)
     for image in images:
         names = sorted(g for g in per_image[image] if g is not None and not g.startswith("\0"))
-        for detection in detector.detect(config.images / image, names):
+        try:
+            detections = detector.detect(config.images / image, names)
+        except OSError as err:  # PIL's UnidentifiedImageError, a truncated file, a vanished file
+            unreadable[image] = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            logger.warning("%s: detector cannot read the image (%s); its objects are dropped", image, unreadable[image])
+            continue
+        for detection in detections:
             verdicts[(image, detection.object)] = judge(detection, t_high=config.t_high, t_low=config.t_low)
 
     fates: list[dict[str, Any]] = []
@@ -193,7 +193,8 @@ def build_probe(
         for group, members in sorted(per_image[image].items(), key=lambda kv: str(kv[0])):
             name = None if group is None or group.startswith("\0") else group
             fates.append(_fate_record(image, name, [c for c, _ in members], [k for _, k in members],
-                                      verdicts.get((image, name)) if name else None))  # fmt: skip
+                                      verdicts.get((image, name)) if name else None,
+                                      unreadable.get(image) if name else None))  # fmt: skip
 
     # 5. questions
     ordered = [(image, verdicts[(image, name)]) for image in images for name in sorted(n for (i, n) in verdicts if i == image)]
@@ -216,12 +217,14 @@ def build_probe(
     counts = {
         "images": len(set(d.image for d in descriptions)),
         "descriptions": len(descriptions),
+        "skipped_descriptions": len(skipped),
         "description_errors": sum(d.error is not None for d in descriptions),
         "extraction_errors": sum(e.error is not None for e in extractions),
         "mentions": len(flat),
         "objects": len(fates),
         "dropped_cleaning": sum(str(f.get("dropped_at", "")).startswith("cleaning") for f in fates),
         "dropped_uncertain": sum(f.get("dropped_at") == "detector:uncertain" for f in fates),
+        "dropped_unreadable": sum(f.get("dropped_at") == "detector:unreadable" for f in fates),
         "present": sum(f.get("fate") == "present" for f in fates),
         "hallucinated": sum(f.get("fate") == "hallucinated" for f in fates),
         "existence_questions": len(existence),
@@ -249,17 +252,18 @@ def build_probe(
         "attribait": {"spec": config.attribait, "prompt": ATTRIBAIT_PROMPT if config.attribait != "none" else None,
                       "info": writer.info() if writer is not None and config.attribait != "none" else None},  # fmt: skip
         "files": {
-            "descriptions": {"path": descriptions_path.name, "sha256": _sha256(descriptions_path)},
-            "extractions": {"path": "extractions.jsonl", "sha256": _sha256(out / "extractions.jsonl")},
-            "existence": {"path": existence_path.name, "sha256": _sha256(existence_path), "split": "existence"},
-            "attribait": {"path": attribait_path.name, "sha256": _sha256(attribait_path)},
+            "descriptions": {"path": descriptions_path.name, "sha256": sha256_file(descriptions_path)},
+            "extractions": {"path": "extractions.jsonl", "sha256": sha256_file(out / "extractions.jsonl")},
+            "existence": {"path": existence_path.name, "sha256": sha256_file(existence_path), "split": "existence"},
+            "attribait": {"path": attribait_path.name, "sha256": sha256_file(attribait_path)},
         },
         "counts": counts,
         "extraction_errors": [{"description": e.key, "error": e.error, "raw": e.raw} for e in extractions if e.error],
         "description_errors": [{"description": d.key, "error": d.error} for d in descriptions if d.error],
+        "skipped_descriptions": skipped,
         "objects": fates,
     }
-    _write_json_atomic(out / "manifest.json", manifest)
+    write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     logger.info("autoprobe: %s", counts)
     return ProbeBuildResult(out=out, manifest=manifest)
 

@@ -11,7 +11,13 @@ Two readouts per question, from one generation:
   :func:`~halluprobe.readouts.tokensets.classify_letter`. The decision is the best-scoring
   letter; none scored -> unknown.
 - ``text``: :func:`parse_choice` of the greedy continuation: a leading option letter ("D",
-  "D.", "(D)", "Answer: D"), else the one option whose text the answer contains; else unknown.
+  "D.", "(D)", "Answer: D"); else an answer that denies the object ("there is no ...", "no
+  {object}", "not in the image") is D, unless it also names option A, B or C (ambiguous:
+  unknown); else the one option whose text occurs in the answer as whole words (case folded:
+  "blurred" does not name "Red"); none or several -> unknown.
+
+Both readouts make a tie unknown (:func:`halluprobe.readouts.logits.top_choice`, the rule of
+the yes/no readouts), never the earliest letter.
 
 The right answer of every AttriBait question is D (the object is not in the image); choosing A
 or B means the model answered an attribute of an object it should not see.
@@ -19,7 +25,6 @@ or B means the model answered an attribute of an object it should not see.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.questions import LETTERS, ChoiceQuestion, Letter
+from halluprobe.readouts.logits import logsumexp, top_choice
 from halluprobe.readouts.tokensets import classify_letter
 from halluprobe.records import SCHEMA_VERSION, Request, Sample, TokenLogprob
 
@@ -44,6 +50,11 @@ __all__ = [
 
 # "D", "D.", "(D)", "D) ...", "Answer: D", "The answer is D." (a bare "A " is the article)
 _LEADING_LETTER = re.compile(r"^\s*(?:the\s+)?(?:answer|option)?\s*(?:is)?\s*[:\-]?\s*\(?([ABCD])(?:[.):,]|\s*$)", re.IGNORECASE)
+# an answer that denies the object exists (matched on case-folded text; "no {object}" is added per question)
+_DENIAL = (
+    r"\bthere\s+(?:is|are|'s|’s)\s+no\b|\bthere\s+(?:is|are)\s+not\b|\bthere\s+(?:isn't|aren't|isn’t|aren’t)\b"
+    r"|\bno\s+such\b|\bnot\s+(?:visible|present|shown|in\s+the\s+(?:image|picture|photo))\b"
+)
 
 
 class ChoiceSample(BaseModel):
@@ -55,15 +66,12 @@ class ChoiceSample(BaseModel):
     object: str
     label: Letter
     prompt: str
+    first_token: list[TokenLogprob] = Field(default_factory=list)  # top-k: letter scores recomputable offline
     letter_scores: dict[str, float | None] = Field(default_factory=dict)
     decisions: dict[str, Letter | None] = Field(default_factory=dict)  # readout -> letter (None: unknown)
     text: str | None = None
+    latency_s: float | None = None
     error: str | None = None
-
-
-def _logsumexp(values: Sequence[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
 
 
 def letter_scores(first_token: Sequence[TokenLogprob], letter_ids: dict[str, list[int]] | None) -> dict[str, float | None]:
@@ -80,25 +88,43 @@ def letter_scores(first_token: Sequence[TokenLogprob], letter_ids: dict[str, lis
             letter = id_to_letter.get(token.id) if token.id is not None else None
         if letter is not None:
             found[letter].append(token.logprob)
-    return {letter: (_logsumexp(values) if values else None) for letter, values in found.items()}
+    return {letter: (logsumexp(values) if values else None) for letter, values in found.items()}
 
 
 def logit_choice(scores: dict[str, float | None]) -> Letter | None:
-    scored = [(value, letter) for letter, value in scores.items() if value is not None]
-    if not scored:
-        return None
-    return max(scored, key=lambda vl: (vl[0], -ord(vl[1][0])))[1]  # type: ignore[return-value]
+    """The best-scoring letter; none scored or an exact tie at the top -> None (unknown)."""
+    return top_choice({letter: value for letter, value in scores.items() if value is not None})  # type: ignore[return-value]
 
 
-def parse_choice(text: str | None, options: dict[Letter, str]) -> Letter | None:
-    """The option a free-text answer picks: a leading letter, else the one option text it contains."""
+def _phrase(phrase: str) -> str:
+    """A regex for ``phrase`` case folded, final '.' dropped, any whitespace between its words."""
+    return r"\s+".join(re.escape(word) for word in phrase.casefold().rstrip(".").split())
+
+
+def _says(phrase: str, lowered: str) -> bool:
+    """Whether the case-folded answer holds ``phrase`` as whole words ("blurred" does not say "red")."""
+    return bool(phrase.strip()) and re.search(rf"(?<!\w){_phrase(phrase)}(?!\w)", lowered) is not None
+
+
+def parse_choice(text: str | None, options: dict[Letter, str], obj: str | None = None) -> Letter | None:
+    """The option a free-text answer picks (see the module docstring); None: unknown.
+
+    ``obj`` is the object asked about (:attr:`ChoiceQuestion.object`); without it "no {object}"
+    is not recognised, the other denials and option D's own text are.
+    """
     if not text or not text.strip():
         return None
     match = _LEADING_LETTER.match(text)
     if match and (match.group(1).isupper() or text.strip()[:1] == "("):
         return match.group(1).upper()  # type: ignore[return-value]
     lowered = text.casefold()
-    hits = [letter for letter, option in options.items() if option.casefold().rstrip(".") in lowered]
+    denial = _DENIAL
+    if obj:  # "no umbrella", "no red umbrella", "no umbrellas"
+        denial += rf"|\bno\s+(?:\w+\s+){{0,2}}?{_phrase(obj)}(?:e?s)?(?!\w)"
+    denied = re.search(denial, lowered) is not None or _says(options.get("D", ""), lowered)
+    hits = [letter for letter, option in options.items() if letter != "D" and _says(option, lowered)]
+    if denied:
+        return "D" if not hits else None  # "there is no red umbrella": not A, but B, C or D?
     return hits[0] if len(hits) == 1 else None
 
 
@@ -126,11 +152,12 @@ def evaluate_choices(
             scores = letter_scores(response.first_token, letter_ids) if response.error is None else {}
             decisions: dict[str, Letter | None] = {}
             if response.error is None:
-                decisions = {"logit": logit_choice(scores), "text": parse_choice(response.text, q.options)}
+                decisions = {"logit": logit_choice(scores), "text": parse_choice(response.text, q.options, q.object)}
             samples.append(
                 ChoiceSample(question_id=q.question_id, image=q.image, object=q.object, label=q.label,
-                             prompt=prompts[q.question_id], letter_scores=scores, decisions=decisions,
-                             text=response.text, error=response.error)  # fmt: skip
+                             prompt=prompts[q.question_id], first_token=response.first_token, letter_scores=scores,
+                             decisions=decisions, text=response.text, latency_s=response.latency_s,
+                             error=response.error)  # fmt: skip
             )
     return sorted(samples, key=lambda s: s.question_id)
 

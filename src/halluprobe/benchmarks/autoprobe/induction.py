@@ -16,15 +16,14 @@ Epochs repeat a prompt; every backend decodes greedily today, so repeats give th
 unless the backend samples: the epoch is part of each record's key for when one does.
 
 Descriptions go to an append-only JSON Lines file, one :class:`Description` per (image, prompt,
-epoch), flushed and fsynced per image. Running again resumes: keys already there are skipped
-(a truncated last line from a killed run is ignored); lines written with another prompt set or
-model are refused (exit 2), never mixed.
+epoch), flushed and fsynced per image, with the sha256 of the image's bytes. Running again
+resumes: keys already there are skipped (a truncated last line from a killed run is ignored);
+lines written with another prompt set or model, or about another image of the same file name
+(another ``--images`` folder), are refused (exit 2), never mixed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import tomllib
@@ -44,6 +43,7 @@ from halluprobe.benchmarks.autoprobe.generation import (
 )
 from halluprobe.errors import InputError
 from halluprobe.records import SCHEMA_VERSION
+from halluprobe.rundir import fingerprint_of, sha256_file
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -101,6 +101,7 @@ class Description(BaseModel):
     error: str | None = None
     attempts: int = 1
     fingerprint: str  # prompt set + backend + model
+    image_sha256: str | None = None  # sha256 of the described image (None: unreadable, or a line written before it was recorded)
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,12 @@ def list_images(images: Path) -> list[str]:
     return names
 
 
-def _fingerprint(prompt_set: PromptSet, backend: str, model: str) -> str:
-    blob = json.dumps({"prompt_set": prompt_set.model_dump(), "backend": backend, "model": model}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+def _image_sha256(path: Path) -> str | None:
+    """The image's sha256; None when it cannot be read (the backend then records the error per description)."""
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
 
 
 def _key(image: str, prompt_index: int, epoch: int) -> str:
@@ -206,14 +210,19 @@ def induce(
 ) -> InduceResult:
     """Describe every image with every prompt and epoch; append to ``out``; resume by key."""
     names = list_images(images)
-    fingerprint = _fingerprint(prompt_set, backend_name, model)
+    fingerprint = fingerprint_of({"prompt_set": prompt_set.model_dump(), "backend": backend_name, "model": model})
     existing = read_descriptions(out)
     foreign = next((d for d in existing if d.fingerprint != fingerprint), None)
     if foreign is not None:
         raise InputError(
-            f"holds descriptions made with another prompt set, backend or model (key {foreign.key}); use another --out",
+            f"holds descriptions made with another prompt set, backend or model, or by an earlier halluprobe (key {foreign.key}); use another --out",
             out,
         )
+    hashes = {name: _image_sha256(images / name) for name in names}
+    for d in existing:  # the key holds the file name only: the bytes must be the same image too
+        if d.image in hashes and d.image_sha256 != hashes[d.image]:
+            was = "an image whose sha256 was not recorded" if d.image_sha256 is None else "another image"
+            raise InputError(f"holds descriptions of {was} named {d.image} (key {d.key}), not the one in {images}; use another --out", out)
     done = {d.key for d in existing}
     out.parent.mkdir(parents=True, exist_ok=True)
     written = errors = 0
@@ -245,7 +254,7 @@ def induce(
                 records.append(
                     Description(key=result.key, image=name, prompt_set=prompt_set.name, prompt_index=p_index, epoch=epoch,
                                 prompt=prompt, rendered=result.prompt, text=result.value, error=result.error,
-                                attempts=result.attempts, fingerprint=fingerprint)
+                                attempts=result.attempts, fingerprint=fingerprint, image_sha256=hashes[name])
                 )  # fmt: skip
         else:
             answers = generate(backend, items, max_new_tokens=prompt_set.max_new_tokens, template=prompt_set.template)
@@ -254,7 +263,8 @@ def induce(
                 p_index, epoch, prompt = meta[item.key]
                 records.append(
                     Description(key=item.key, image=name, prompt_set=prompt_set.name, prompt_index=p_index, epoch=epoch,
-                                prompt=prompt, rendered=rendered, text=text, error=error, fingerprint=fingerprint)
+                                prompt=prompt, rendered=rendered, text=text, error=error, fingerprint=fingerprint,
+                                image_sha256=hashes[name])
                 )  # fmt: skip
         _append(out, records)
         written += len(records)

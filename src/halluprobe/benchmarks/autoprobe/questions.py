@@ -25,6 +25,7 @@ from halluprobe.benchmarks.autoprobe.detector import Verdict
 from halluprobe.benchmarks.autoprobe.generation import GenerationItem, generate_json, parse_json_object
 from halluprobe.benchmarks.pope import DEFAULT_TEMPLATE, question_text
 from halluprobe.errors import InputError
+from halluprobe.files import write_atomic
 from halluprobe.jsonl import iter_objects, read_text
 from halluprobe.records import SCHEMA_VERSION, Question
 
@@ -163,10 +164,7 @@ def generate_attribait(
 def write_choice_questions(path: str | Path, questions: Sequence[ChoiceQuestion]) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text("".join(q.model_dump_json() + "\n" for q in questions), encoding="utf-8")
-    tmp.replace(p)
-    return p
+    return write_atomic(p, "".join(q.model_dump_json() + "\n" for q in questions))
 
 
 def read_choice_questions(path: str | Path) -> list[ChoiceQuestion]:

@@ -5,7 +5,8 @@ Debian's ``wordnet-base`` installs the WordNet 3.0 database under ``/usr/share/w
 adds ``index.sense``. NLTK's reader also opens a ``lexnames`` file (the 45 lexicographer file
 names), which Debian ships only as a man page: it is written here from :data:`LEXNAMES`.
 
-:func:`load_wordnet` builds ``<user cache>/halluprobe/nltk_data/corpora/wordnet`` with copies of
+:func:`load_wordnet` builds ``<cache>/nltk_data/corpora/wordnet`` (``<cache>``: ``$HALLUPROBE_CACHE_DIR``
+or the user cache directory, :func:`halluprobe.backends.response_cache.cache_dir`) with copies of
 the Debian files (NLTK 3.9+ refuses symlinks that leave the corpus root, and roots outside
 ``nltk.data.path``) plus ``lexnames``, and returns a ``WordNetCorpusReader`` on it.
 """
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
+from halluprobe.backends.response_cache import cache_dir
 from halluprobe.errors import RuntimeFailure
+from halluprobe.files import write_atomic
 
 __all__ = ["DEBIAN_WORDNET_DIR", "LEXNAMES", "REQUIRED_FILES", "OPTIONAL_FILES", "wordnet_data_dir", "load_wordnet"]
 
@@ -53,12 +54,6 @@ REQUIRED_FILES: tuple[str, ...] = tuple(
 ) + tuple(f"{pos}.exc" for pos in ("noun", "verb", "adj", "adv"))
 
 
-def _cache_root() -> Path:
-    from platformdirs import user_cache_dir
-
-    return Path(os.environ.get("HALLUPROBE_CACHE", user_cache_dir("halluprobe")))
-
-
 def wordnet_data_dir(source: Path = DEBIAN_WORDNET_DIR, cache: Path | None = None) -> Path:
     """Build (idempotently) an NLTK data dir whose ``corpora/wordnet`` holds Debian's WordNet.
 
@@ -71,7 +66,7 @@ def wordnet_data_dir(source: Path = DEBIAN_WORDNET_DIR, cache: Path | None = Non
             f"WordNet not found in {source} (missing {', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}): "
             "install the Debian packages wordnet-base and wordnet-sense-index"
         )
-    root = (cache or _cache_root()) / "nltk_data"
+    root = (cache or cache_dir()) / "nltk_data"
     corpus = root / "corpora" / "wordnet"
     corpus.mkdir(parents=True, exist_ok=True)
     # copies, not symlinks: NLTK refuses to open a file whose real path leaves the corpus root
@@ -81,15 +76,11 @@ def wordnet_data_dir(source: Path = DEBIAN_WORDNET_DIR, cache: Path | None = Non
         if not src.is_file():
             continue
         if not dst.is_file() or dst.stat().st_size != src.stat().st_size:
-            tmp = dst.with_suffix(dst.suffix + ".tmp")
-            shutil.copyfile(src, tmp)
-            tmp.replace(dst)
+            write_atomic(dst, src.read_bytes())
     lexnames = "".join(f"{number:02d}\t{name}\t{category}\n" for number, name, category in LEXNAMES)
     target = corpus / "lexnames"
     if not target.exists() or target.read_text() != lexnames:
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(lexnames)
-        tmp.replace(target)
+        write_atomic(target, lexnames)
     return root
 
 
