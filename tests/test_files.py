@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 
 
@@ -26,6 +27,6 @@ def test_a_failed_rename_keeps_the_old_file_and_removes_the_temporary(tmp_path: 
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(InputError, match=r"out.json: cannot write: No space left on device$"):
         write_atomic(target, "new\n")
     assert target.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]

@@ -10,20 +10,27 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from halluprobe.errors import InputError
+
 __all__ = ["write_atomic"]
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
-    """Write ``data`` (str: UTF-8) to ``path`` atomically; the parent folder must exist."""
+    """Write ``data`` (str: UTF-8) to ``path`` atomically, creating its folder.
+
+    A failure (no space, no permission) is :class:`InputError`, one line naming the file."""
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", target) from e
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["read_text", "iter_objects", "type_name", "JsonRecord", "read_records", "write_atomic"]
+__all__ = ["read_text", "iter_objects", "type_name", "JsonRecord", "read_records"]
 
 
 def type_name(value: Any) -> str:
@@ -82,14 +82,3 @@ def read_records(path: Path, what: str) -> list[JsonRecord]:
         raise InputError(f"empty file: no {what} records", path)
     return records
 
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write then rename, so a crash never leaves a half-written file under the final name; an
-    OSError is one line naming the file. The writer is ``benchmarks/pope.py``'s (one place)."""
-    from halluprobe.benchmarks.pope import _write_atomic
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(path, data)
-    except OSError as e:
-        raise InputError(f"cannot write: {e.strerror or e}", path) from e

@@ -356,10 +356,7 @@ def write_pope(build: PopeBuild, out_dir: str | Path, *, overwrite: bool = False
 
     written: list[Path] = []
     for key, data in payloads.items():  # manifest last: its presence means the set is complete
-        try:
-            write_atomic(targets[key], data)
-        except OSError as e:
-            raise InputError(f"cannot write: {e.strerror or e}", targets[key]) from e
+        write_atomic(targets[key], data)
         written.append(targets[key])
     logger.info("wrote %d files to %s", len(written), out)
     return written
@@ -457,9 +454,5 @@ def write_questions(path: str | Path, questions: Iterable[Question]) -> Path:
     """Write questions as POPE-format JSON Lines (line keys, then metadata keys); atomic."""
     p = Path(path)
     data = _questions_bytes(questions, p)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(p, data)
-    except OSError as e:
-        raise InputError(f"cannot write: {e.strerror or e}", p) from e
+    write_atomic(p, data)
     return p

@@ -275,7 +275,7 @@ def write_build(out_dir: str | Path, result: BuildResult, settings: dict[str, An
     """``prove.jsonl`` (a PROVE file: :func:`~.data.read_prove` reads it), ``dropped.jsonl`` and
     ``build.json`` (counts and ``settings``), each carrying ``schema_version``, each written
     atomically. Refuses, before writing anything, when one exists and not ``overwrite``."""
-    from halluprobe.jsonl import write_atomic
+    from halluprobe.files import write_atomic
 
     files = build_outputs(out_dir, overwrite=overwrite)
     items = "".join(
@@ -285,5 +285,5 @@ def write_build(out_dir: str | Path, result: BuildResult, settings: dict[str, An
     dropped = "".join(d.model_dump_json() + "\n" for d in result.dropped)
     build = json.dumps({"schema_version": SCHEMA_VERSION, "counts": result.counts(), **settings}, indent=2, ensure_ascii=False) + "\n"
     for f, text in zip(files, (items, dropped, build)):
-        write_atomic(f, text.encode("utf-8"))
+        write_atomic(f, text)
     return files
