@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from halluprobe.errors import InputError
+from halluprobe.files import write_atomic
 from halluprobe.records import QuestionKey, RunHeader, Sample
 
 __all__ = ["RunDir", "fingerprint_of", "sha256_file", "sum_counts"]
@@ -99,9 +100,7 @@ class RunDir:
             for name in (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS):
                 (self.path / name).unlink(missing_ok=True)
         self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.header_path.with_suffix(".json.tmp")
-        tmp.write_text(header.model_dump_json(indent=2) + "\n")
-        os.replace(tmp, self.header_path)
+        write_atomic(self.header_path, header.model_dump_json(indent=2) + "\n")
         self.samples_path.touch()
         return set()
 
@@ -144,9 +143,7 @@ class RunDir:
 
     def write_request_stats(self, sessions: list[dict[str, Any]]) -> None:
         payload = {"schema_version": 1, "sessions": sessions, "total": sum_counts(sessions)}
-        tmp = self.requests_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.requests_path)
+        write_atomic(self.requests_path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
     def mark_complete(self, counts: dict[str, Any]) -> None:
         self.complete_path.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
