@@ -533,3 +533,26 @@ def test_open_ended_run_sends_no_stop_strings_and_keeps_the_text(tmp_path: Path)
     assert header.open_ended and header.readouts == [] and header.backend_info["stop"] == []
     samples = RunDir(out).read_samples()
     assert len(samples) == 2 * 2 * 6 and all(s.readouts == {} and s.text and s.error is None for s in samples)
+
+
+def test_diagnose_reads_a_server_and_fails_above_max_offset(tmp_path: Path) -> None:
+    """halluprobe diagnose drives a server too: off-set argmax pieces from the returned strings."""
+    world = _world(tmp_path, n_images=4)
+    common = [
+        "diagnose", "--backend", "openai", "--model", "tiny-vlm", "--benchmark", str(world["random"]),
+        "--images", str(world["images"]), "--sample", "24", "--json",
+    ]  # fmt: skip
+    with FakeChatServer() as clean, FakeChatServer(offset_objects=("umbrella",)) as offset:
+        ok = _invoke([*common, "--endpoint", clean.url])
+        # the same served name and messages: without --no-cache the clean server's answers come back
+        bad = _invoke([*common, "--endpoint", offset.url, "--no-cache"])
+        assert clean.bodies and all(body["max_tokens"] == 1 for body in clean.bodies)  # first token only
+    assert ok.exit_code == 0, ok.output
+    report = json.loads(ok.stdout)
+    assert report["ok"] and report["offset_rate"] == 0.0 and report["n"] == 24 and report["legacy_valid"] is False
+    assert bad.exit_code == 1, bad.output
+    report = json.loads(bad.stdout)
+    assert "the first token's argmax lies outside the yes/no sets" in bad.stderr
+    umbrellas = [count for piece, count in report["first_pieces"] if piece == "There"]
+    assert umbrellas and report["offset_pieces"] == [["There", umbrellas[0]]]
+    assert report["offset_rate"] == pytest.approx(umbrellas[0] / 24) and not report["ok"]

@@ -237,6 +237,38 @@ def _load_backend(name: str, model: str, **options: Any) -> Any:
         raise RuntimeFailure(f"cannot load model {model!r}: {first_line}") from None
 
 
+# Server options shared by the verbs that run a model (run, diagnose): declared once.
+EndpointOption = Annotated[
+    Optional[list[str]],
+    typer.Option(envvar="HALLUPROBE_ENDPOINT", help="openai backend: server URL such as http://127.0.0.1:8000/v1 (repeatable: load-balanced)."),
+]
+ConcurrencyOption = Annotated[int, typer.Option(envvar="HALLUPROBE_CONCURRENCY", help="openai backend: requests in flight.")]
+ApiKeyEnvOption = Annotated[
+    Optional[str], typer.Option(help="openai backend: NAME of the environment variable holding the API key (never stored).")
+]
+ImageUrlModeOption = Annotated[
+    str, typer.Option(help="openai backend: send images as 'data' URLs, or as 'file' URLs (server shares the file system).")
+]
+NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="openai backend: bypass the response cache.")]
+BackendOptionOption = Annotated[
+    Optional[list[str]], typer.Option(help="Rare backend option KEY=VALUE (repeatable), e.g. timeout_s=300, max_retries=10.")
+]
+
+
+def _server_options(
+    backend: str, endpoint: list[str] | None, concurrency: int, api_key_env: str | None, image_url_mode: str, no_cache: bool
+) -> dict[str, Any]:
+    """The openai backend's constructor options from its flags; --endpoint with another backend is refused."""
+    if backend == "openai":
+        return dict(
+            endpoints=endpoint or [], concurrency=concurrency, api_key_env=api_key_env,
+            image_url_mode=image_url_mode, no_cache=no_cache,
+        )  # fmt: skip
+    if endpoint:
+        raise InputError(f"--endpoint is for --backend openai, not {backend!r}")
+    return {}
+
+
 @app.command("run")
 def run_cmd(
     model: Annotated[str, typer.Option(envvar="HALLUPROBE_MODEL", help="Hub id or local folder (scripted backend: script JSON).")],
@@ -267,21 +299,12 @@ def run_cmd(
     prefix_cache: Annotated[
         bool, typer.Option("--prefix-cache/--no-prefix-cache", help="Compute each image's prompt prefix once (hf backend).")
     ] = True,
-    endpoint: Annotated[
-        Optional[list[str]],
-        typer.Option(envvar="HALLUPROBE_ENDPOINT", help="openai backend: server URL such as http://127.0.0.1:8000/v1 (repeatable: load-balanced)."),
-    ] = None,
-    concurrency: Annotated[int, typer.Option(envvar="HALLUPROBE_CONCURRENCY", help="openai backend: requests in flight.")] = 32,
-    api_key_env: Annotated[
-        Optional[str], typer.Option(help="openai backend: NAME of the environment variable holding the API key (never stored).")
-    ] = None,
-    image_url_mode: Annotated[
-        str, typer.Option(help="openai backend: send images as 'data' URLs, or as 'file' URLs (server shares the file system).")
-    ] = "data",
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="openai backend: bypass the response cache.")] = False,
-    backend_option: Annotated[
-        Optional[list[str]], typer.Option(help="Rare backend option KEY=VALUE (repeatable), e.g. timeout_s=300, max_retries=10.")
-    ] = None,
+    endpoint: EndpointOption = None,
+    concurrency: ConcurrencyOption = 32,
+    api_key_env: ApiKeyEnvOption = None,
+    image_url_mode: ImageUrlModeOption = "data",
+    no_cache: NoCacheOption = False,
+    backend_option: BackendOptionOption = None,
     shard: Annotated[
         Optional[str], typer.Option(help="Answer only shard I of N (I/N, 0 <= I < N; by image); `halluprobe merge` joins them.")
     ] = None,
@@ -303,16 +326,7 @@ def run_cmd(
     )
     with _errors():
         part = parse_shard(shard) if shard is not None else None
-        if backend == "openai":
-            engine_options.update(
-                endpoints=endpoint or [],
-                concurrency=concurrency,
-                api_key_env=api_key_env,
-                image_url_mode=image_url_mode,
-                no_cache=no_cache,
-            )
-        elif endpoint:
-            raise InputError(f"--endpoint is for --backend openai, not {backend!r}")
+        engine_options.update(_server_options(backend, endpoint, concurrency, api_key_env, image_url_mode, no_cache))
         if open_ended:
             engine_options["stop_strings"] = []  # only EOS or --max-new-tokens end an answer
         engine_options.update(_backend_options(backend_option))
@@ -478,12 +492,18 @@ def diagnose_cmd(
     sample: Annotated[int, typer.Option(help="Questions to run (a seeded sample over all files).")] = 100,
     max_offset: Annotated[float, typer.Option(help="Fail (exit 1) above this off-set argmax rate.")] = 0.01,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    backend: Annotated[str, typer.Option(envvar="HALLUPROBE_BACKEND", help="Backend: hf or scripted.")] = "hf",
+    backend: Annotated[str, typer.Option(envvar="HALLUPROBE_BACKEND", help="Backend: hf, openai or scripted.")] = "hf",
     template: Annotated[Optional[str], typer.Option(help="Prompt: 'chat', 'llava', or a format with {question}.")] = None,
     batch_size: Annotated[int, typer.Option(envvar="HALLUPROBE_BATCH_SIZE", help="Batch size.")] = 8,
     device: Annotated[str, typer.Option(envvar="HALLUPROBE_DEVICE", help="cpu, cuda, cuda:N or auto.")] = "auto",
     dtype: Annotated[str, typer.Option(envvar="HALLUPROBE_DTYPE", help="auto, float32, bfloat16 or float16.")] = "auto",
     trust_remote_code: Annotated[bool, typer.Option(help="Allow the model's own code from the hub.")] = False,
+    endpoint: EndpointOption = None,
+    concurrency: ConcurrencyOption = 32,
+    api_key_env: ApiKeyEnvOption = None,
+    image_url_mode: ImageUrlModeOption = "data",
+    no_cache: NoCacheOption = False,
+    backend_option: BackendOptionOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check a model and template before trusting a logit readout: token sets and off-set argmax rate."""
@@ -496,7 +516,10 @@ def diagnose_cmd(
             raise InputError(f"--sample must be at least 1, not {sample}")
         questions, fingerprints = _read_benchmarks(benchmark)
         chosen = sample_questions(questions, sample, seed)
-        engine = _load_backend(backend, model, batch_size=batch_size, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+        options = dict(batch_size=batch_size, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+        options.update(_server_options(backend, endpoint, concurrency, api_key_env, image_url_mode, no_cache))
+        options.update(_backend_options(backend_option))
+        engine = _load_backend(backend, model, **options)
         with _progress("diagnose") as progress:
             result = diagnose(
                 engine, chosen, images, fingerprints, model=model, backend_name=backend, template=template, progress=progress
@@ -525,7 +548,9 @@ def diagnose_cmd(
             )
         )
     else:
-        if sets is not None:
+        if sets is not None and sets.keyed_by == "piece":
+            typer.echo("yes / no sets: derived per sample from the returned top-logprob pieces (no vocabulary)")
+        elif sets is not None:
             typer.echo("yes set: " + ", ".join(f"{p!r}={i}" for p, i in zip(sets.yes_pieces, sets.yes_ids)))
             typer.echo("no set:  " + ", ".join(f"{p!r}={i}" for p, i in zip(sets.no_pieces, sets.no_ids)))
             typer.echo(f"legacy LLaMA ids: {'valid' if sets.legacy_valid else 'INVALID for this vocabulary'}")
