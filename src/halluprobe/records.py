@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "SCHEMA_VERSION",
+    "FrozenRecord",
     "Label",
     "Decision",
     "QuestionKey",
@@ -35,11 +36,13 @@ Decision = Literal["yes", "no", "unknown"]
 QuestionKey = tuple[str, int]
 
 
-class _Frozen(BaseModel):
+class FrozenRecord(BaseModel):
+    """Base of every persisted or configuration record: immutable, unknown keys refused."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Question(_Frozen):
+class Question(FrozenRecord):
     """One benchmark question. Unknown keys of third-party lines are kept in ``metadata``."""
 
     split: str
@@ -62,7 +65,7 @@ class Question(_Frozen):
         return self.metadata.get("kind") == "open"
 
 
-class Request(_Frozen):
+class Request(FrozenRecord):
     """What a backend sees: a rendered prompt and an image path, nothing of the benchmark."""
 
     split: str
@@ -75,13 +78,13 @@ class Request(_Frozen):
         return (self.split, self.question_id)
 
 
-class TokenLogprob(_Frozen):
+class TokenLogprob(FrozenRecord):
     id: int | None
     piece: str
     logprob: float
 
 
-class Response(_Frozen):
+class Response(FrozenRecord):
     """What a backend returns for one request: first-token log-probabilities, text, timing."""
 
     split: str
@@ -99,14 +102,14 @@ class Response(_Frozen):
         return (self.split, self.question_id)
 
 
-class ReadoutResult(_Frozen):
+class ReadoutResult(FrozenRecord):
     decision: Decision
     yes_score: float | None = None
     no_score: float | None = None
     p_yes: float | None = None
 
 
-class Sample(_Frozen):
+class Sample(FrozenRecord):
     """One line of ``samples.jsonl``."""
 
     schema_version: int = SCHEMA_VERSION
@@ -129,7 +132,7 @@ class Sample(_Frozen):
         return (self.split, self.question_id)
 
 
-class TokenSets(_Frozen):
+class TokenSets(FrozenRecord):
     """Yes/no token sets derived from a model's own tokenizer, plus the legacy LLaVA-1.5 ids check."""
 
     yes_ids: list[int]
@@ -147,7 +150,7 @@ class TokenSets(_Frozen):
     keyed_by: Literal["id", "piece"] = "id"
 
 
-class RunHeader(_Frozen):
+class RunHeader(FrozenRecord):
     """``run.json``: written before the first sample; resume refuses a differing fingerprint."""
 
     schema_version: int = SCHEMA_VERSION
@@ -175,7 +178,7 @@ class RunHeader(_Frozen):
     packages: dict[str, str] = Field(default_factory=dict)
 
 
-class Metrics(_Frozen):
+class Metrics(FrozenRecord):
     """Metrics of one split (or pooled / macro). Counts beside every ratio; CIs beside them."""
 
     n: int
@@ -197,7 +200,7 @@ class Metrics(_Frozen):
     ci: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
 
 
-class ScoreReport(_Frozen):
+class ScoreReport(FrozenRecord):
     """``metrics.json`` and the ``--json`` score object."""
 
     schema_version: int = SCHEMA_VERSION

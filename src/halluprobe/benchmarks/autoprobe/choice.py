@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.questions import LETTERS, ChoiceQuestion, Letter
 from halluprobe.readouts.logits import logsumexp, top_choice
 from halluprobe.readouts.tokensets import classify_letter
-from halluprobe.records import SCHEMA_VERSION, Request, Sample, TokenLogprob
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, Request, Sample, TokenLogprob
 
 __all__ = [
     "ChoiceSample",
@@ -57,9 +57,7 @@ _DENIAL = (
 )
 
 
-class ChoiceSample(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class ChoiceSample(FrozenRecord):
     schema_version: int = SCHEMA_VERSION
     question_id: int
     image: str

@@ -32,9 +32,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from halluprobe.benchmarks.coco import COCO_CATEGORY_NAMES
+from halluprobe.records import FrozenRecord
 
 __all__ = [
     "COCO_ALIASES",
@@ -77,19 +78,15 @@ SPATIAL_WORDS = frozenset(
 _SENSES_CONSIDERED = 2
 
 
-class CleaningStep(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class CleaningStep(FrozenRecord):
     step: StepName
     before: str
     after: str | None  # None: the mention left here
     reason: str
 
 
-class CleanedObject(BaseModel):
+class CleanedObject(FrozenRecord):
     """One mention and its fate: the final name, or None with the step that dropped it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     mention: str
     name: str | None

@@ -26,9 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
-
 from halluprobe.errors import InputError
+from halluprobe.records import FrozenRecord
 
 __all__ = ["Fate", "Detection", "Verdict", "Detector", "check_thresholds", "judge", "query_forms", "OwlDetector"]
 
@@ -37,10 +36,8 @@ logger = logging.getLogger(__name__)
 Fate = Literal["present", "hallucinated", "uncertain"]
 
 
-class Detection(BaseModel):
+class Detection(FrozenRecord):
     """The best box for one candidate on one image."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     object: str
     query: str  # the query text (singular or plural form) that scored best
@@ -48,9 +45,7 @@ class Detection(BaseModel):
     box: tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels of the original image
 
 
-class Verdict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Verdict(FrozenRecord):
     object: str
     fate: Fate
     score: float

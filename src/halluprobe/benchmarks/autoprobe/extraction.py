@@ -18,10 +18,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.generation import GenerationItem, generate_json, parse_json_object
+from halluprobe.records import FrozenRecord
 
 __all__ = [
     "SPACY_MODEL",
@@ -44,10 +45,8 @@ EXTRACTION_PROMPT = (
 _NOUN_POS = frozenset({"NOUN", "PROPN"})
 
 
-class Extraction(BaseModel):
+class Extraction(FrozenRecord):
     """The mentions extracted from one description, with how and, for a model, every raw answer."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: str  # the description's key
     method: Literal["spacy", "llm"]

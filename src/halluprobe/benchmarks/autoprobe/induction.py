@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.generation import (
@@ -42,7 +42,7 @@ from halluprobe.benchmarks.autoprobe.generation import (
     parse_json_object,
 )
 from halluprobe.errors import InputError
-from halluprobe.records import SCHEMA_VERSION
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord
 from halluprobe.rundir import fingerprint_of, sha256_file
 
 __all__ = [
@@ -63,9 +63,7 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".
 JSON_SUFFIX = '\n\nAnswer with a JSON object only, of the form {"description": "..."}.'
 
 
-class PromptSet(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class PromptSet(FrozenRecord):
     name: str
     system: str | None = None
     prompts: list[str] = Field(min_length=1)
@@ -84,10 +82,8 @@ class PromptSet(BaseModel):
         return prompts
 
 
-class Description(BaseModel):
+class Description(FrozenRecord):
     """One line of the descriptions file."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
     key: str

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.detector import Verdict
@@ -27,7 +27,7 @@ from halluprobe.benchmarks.pope import DEFAULT_TEMPLATE, question_text
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.jsonl import iter_objects, read_text
-from halluprobe.records import SCHEMA_VERSION, Question
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, Question
 
 __all__ = [
     "EXISTENCE_SPLIT",
@@ -61,17 +61,13 @@ CHOICE_INSTRUCTION = "Answer with the option's letter from the given choices dir
 _RESERVED_OPTIONS = ("other", "others", "none", "there is no")
 
 
-class AttriBaitDraft(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class AttriBaitDraft(FrozenRecord):
     question: str
     options: tuple[str, str]
 
 
-class ChoiceQuestion(BaseModel):
+class ChoiceQuestion(FrozenRecord):
     """One multiple-choice line (AttriBait)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
     split: str = ATTRIBAIT_SPLIT

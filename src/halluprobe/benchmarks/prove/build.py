@@ -29,15 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from halluprobe.benchmarks.prove.data import ProveItem
 from halluprobe.benchmarks.prove.extraction import Extractor
 from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
-from halluprobe.records import SCHEMA_VERSION
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord
 
 __all__ = [
     "QA_PROMPT",
@@ -72,18 +70,14 @@ DropReason = Literal[
 ]
 
 
-class CaptionRecord(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class CaptionRecord(FrozenRecord):
     image: str
     caption: str
     tuples: list[Any]
 
 
-class Dropped(BaseModel):
+class Dropped(FrozenRecord):
     """One pair (or one image's whole output) not kept, and why."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
     image: str

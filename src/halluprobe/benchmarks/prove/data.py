@@ -27,11 +27,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, SceneGraph, parse_tuple
 from halluprobe.errors import InputError
-from halluprobe.records import SCHEMA_VERSION
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord
 
 __all__ = ["ProveItem", "PROVE_FILES", "PROVE_BASE_URL", "read_prove", "fetch_prove"]
 
@@ -49,10 +49,8 @@ _REQUIRED = ("question", "answer", "image_tuples", "qa_diff_tuples")
 AnyTuple = EntityTuple | AttributeTuple | RelationTuple
 
 
-class ProveItem(BaseModel):
+class ProveItem(FrozenRecord):
     """One PROVE question with its graphs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     question_id: str
     image: str

@@ -33,9 +33,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
+from halluprobe.records import FrozenRecord
 
 __all__ = [
     "Extraction",
@@ -66,10 +67,8 @@ Tuples:"""
 _NUMBERS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
 
 
-class Extraction(BaseModel):
+class Extraction(FrozenRecord):
     """Tuples of one text, or why there are none."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tuples: list[EntityTuple | AttributeTuple | RelationTuple] = Field(default_factory=list)
     error: str | None = None

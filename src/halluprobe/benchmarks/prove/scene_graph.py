@@ -17,7 +17,9 @@ import json
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
+
+from halluprobe.records import FrozenRecord
 
 __all__ = [
     "EntityTuple",
@@ -59,11 +61,7 @@ def normalize(name: str) -> str:
     return " ".join(str(name).lower().split())
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class EntityTuple(_Frozen):
+class EntityTuple(FrozenRecord):
     """An entity, e.g. ``("dog",)``; ``count`` when the caption says how many."""
 
     kind: Literal["entity"] = "entity"
@@ -71,7 +69,7 @@ class EntityTuple(_Frozen):
     count: int | None = Field(default=None, ge=0)
 
 
-class AttributeTuple(_Frozen):
+class AttributeTuple(FrozenRecord):
     """An attribute of an entity, e.g. ``("dog", "brown")``."""
 
     kind: Literal["attribute"] = "attribute"
@@ -79,7 +77,7 @@ class AttributeTuple(_Frozen):
     attribute: str = Field(min_length=1)
 
 
-class RelationTuple(_Frozen):
+class RelationTuple(FrozenRecord):
     """A relation between two entities, e.g. ``("dog", "on", "sofa")``."""
 
     kind: Literal["relation"] = "relation"

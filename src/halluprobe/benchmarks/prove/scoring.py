@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from halluprobe.benchmarks.prove.data import ProveItem
+from halluprobe.records import FrozenRecord
 from halluprobe.benchmarks.prove.scene_graph import (
     AttributeTuple,
     EntityTuple,
@@ -112,10 +113,8 @@ class SentenceEmbedder:
         return np.stack([self._cache[s] for s in sentences])
 
 
-class TupleMatch(BaseModel):
+class TupleMatch(FrozenRecord):
     """One query tuple, its best key tuple, the similarity, and (tscore) the visual check."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tuple: EntityTuple | AttributeTuple | RelationTuple
     sentence: str
@@ -127,10 +126,8 @@ class TupleMatch(BaseModel):
     score: float
 
 
-class QuestionScore(BaseModel):
+class QuestionScore(FrozenRecord):
     """One line of ``scores.jsonl``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = SCORING_VERSION
     question_id: str
@@ -145,10 +142,8 @@ class QuestionScore(BaseModel):
     error: str | None = None
 
 
-class ProveSummary(BaseModel):
+class ProveSummary(FrozenRecord):
     """``summary.json``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = SCORING_VERSION
     n: int
