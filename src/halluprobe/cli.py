@@ -785,7 +785,6 @@ def prove_score_cmd(
     typer.echo(f"{out}: scores.jsonl, summary.json")
 
 
-
 @prove_app.command("build")
 def prove_build_cmd(
     captions: Annotated[Path, typer.Option(help='Captions and scene graphs: JSON / JSON Lines of {"image", "caption", "tuples"}.')],
