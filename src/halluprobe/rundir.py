@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,25 @@ class RunDir:
 
     # -- writing -------------------------------------------------------------------------
 
-    def start(self, header: RunHeader, *, resume: bool, force: bool, overwrite: bool) -> set[QuestionKey]:
-        """Create or reopen the run dir; return the keys already answered (empty for a new run)."""
+    def start(
+        self,
+        header: RunHeader,
+        *,
+        resume: bool,
+        force: bool,
+        overwrite: bool,
+        also_accept: Collection[str] = (),
+        retry_errors: bool = False,
+    ) -> set[QuestionKey]:
+        """Create or reopen the run dir; return the keys already answered (empty for a new run).
+
+        ``also_accept``: other fingerprints under which the same run was written (an earlier
+        halluprobe's form). ``retry_errors``: errored samples do not count as answered; the
+        answer appended later replaces the error (see :meth:`read_samples`)."""
         if self.exists():
             if resume:
                 old = self.read_header()
-                if old.fingerprint != header.fingerprint and not force:
+                if old.fingerprint not in {header.fingerprint, *also_accept} and not force:
                     raise InputError(
                         "refusing to resume: the model, template, readouts or benchmark files differ "
                         "from the existing run (pass --force to mix them anyway)",
@@ -91,7 +104,7 @@ class RunDir:
                     )
                 self._drop_truncated_tail()
                 self.complete_path.unlink(missing_ok=True)
-                return {s.key for s in self.read_samples()}
+                return {s.key for s in self.read_samples() if not (retry_errors and s.error)}
             if not overwrite:
                 raise InputError(
                     "run directory already holds a run; pass --resume to continue it or --overwrite to replace it",
@@ -170,9 +183,11 @@ class RunDir:
             raise InputError(f"invalid run header: {_first_error(err)}", self.header_path, 1) from None
 
     def read_samples(self) -> list[Sample]:
-        """All complete samples; a truncated last line (a crash mid-write) is ignored."""
+        """All complete samples; a truncated last line (a crash mid-write) is ignored. A key
+        may appear twice only when its first sample is an error that a resume asked again:
+        the later line replaces it, in the earlier one's place (run order is kept)."""
         samples: list[Sample] = []
-        seen: set[QuestionKey] = set()
+        seen: dict[QuestionKey, int] = {}  # key -> index in samples
         if not self.samples_path.exists():
             return samples
         raw = self.samples_path.read_text(encoding="utf-8")
@@ -189,8 +204,12 @@ class RunDir:
                     continue
                 raise InputError(f"invalid sample: {_first_error(err)}", self.samples_path, number) from None
             if sample.key in seen:
-                raise InputError(f"duplicate sample {sample.key}", self.samples_path, number)
-            seen.add(sample.key)
+                earlier = seen[sample.key]
+                if samples[earlier].error is None:
+                    raise InputError(f"duplicate sample {sample.key}", self.samples_path, number)
+                samples[earlier] = sample  # an errored sample asked again on resume: the later answer counts
+                continue
+            seen[sample.key] = len(samples)
             samples.append(sample)
         return samples
 

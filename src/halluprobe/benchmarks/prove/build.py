@@ -3,7 +3,7 @@
 Input: one record per image, ``{"image", "caption", "tuples"}`` (JSON array or JSON Lines), where
 ``tuples`` is the image's scene graph (any shape :func:`~.scene_graph.parse_tuple` reads).
 
-For each image a language model (any halluprobe backend, greedy; hf needs ``stop_strings=()``)
+For each image a language model (any halluprobe backend, greedy, no stop strings: ``GenerateConfig(stop_strings=())``)
 answers :data:`QA_PROMPT` with a JSON array of ``{"question", "answer", "program"}``; the program
 defines ``verify(graph)`` over the SceneGraph API and returns the answer. A pair is **kept** when
 
@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from halluprobe.ask import ask
 from halluprobe.benchmarks.prove.data import ProveItem
 from halluprobe.benchmarks.prove.extraction import Extractor
 from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
-from halluprobe.records import SCHEMA_VERSION, FrozenRecord
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig
 
 __all__ = [
     "QA_PROMPT",
@@ -165,7 +166,7 @@ def build_prove(
 ) -> BuildResult:
     """Ask, verify, deduplicate; see the module docstring."""
     from halluprobe.records import Request
-    from halluprobe.runner import resolve_image
+    from halluprobe.files import resolve_image
 
     result = BuildResult()
     requests = [
@@ -181,7 +182,7 @@ def build_prove(
         for i, rec in enumerate(records)
     ]
     answers: dict[int, Any] = {}
-    for batch in backend.answer(requests, max_new_tokens=max_new_tokens, top_k=1):
+    for batch in ask(backend, requests, GenerateConfig(max_new_tokens=max_new_tokens, top_k=1, stop_strings=())):
         for r in batch:
             answers[r.question_id] = r
     candidates: list[tuple[CaptionRecord, SceneGraph, dict[str, str]]] = []
