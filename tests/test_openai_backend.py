@@ -258,7 +258,7 @@ def test_a_failing_request_is_bounded_and_recorded_while_the_run_goes_on(tmp_pat
     assert bare_samples and all("logprobs" in (s.error or "") for s in bare_samples)
     assert len(errors) == len(poisoned) + len(refused) + len(bare_samples)
     score = _invoke(["score", str(out), "--json"])
-    assert json.loads(score.output)["pooled"]["errors"] == len(errors)
+    assert json.loads(score.stdout)["pooled"]["errors"] == len(errors)
 
 
 def test_server_dying_mid_run_stops_it_and_resume_completes(tmp_path: Path) -> None:

@@ -184,3 +184,50 @@ def test_no_cli_module_is_long() -> None:
 def test_score_per_question_is_for_run_dirs(tmp_path: Path) -> None:
     result = runner.invoke(app, ["score", "--answers", "a", "--labels", "b", "--per-question", str(tmp_path / "x")])
     assert result.exit_code == 2
+
+
+def test_probe_choice_refuses_an_image_outside_the_images_root(tmp_path: Path) -> None:
+    from halluprobe.benchmarks.autoprobe.questions import AttriBaitDraft, attribait_question, write_choice_questions
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (tmp_path / "x.png").write_bytes(b"not read")
+    questions = tmp_path / "autoprobe_attribait.jsonl"
+    draft = AttriBaitDraft(question="What colour is the dog?", options=("brown", "black"))
+    write_choice_questions(questions, [attribait_question(0, "../x.png", "dog", draft)])
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"present": {}}))
+    result = runner.invoke(
+        app,
+        ["probe", "choice", "--questions", str(questions), "--images", str(images), "--model", str(script),
+         "--backend", "scripted", "--out", str(tmp_path / "choice.jsonl")],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "'../x.png' escapes the images root" in result.output, result.output
+    assert str(questions) in result.output and not (tmp_path / "choice.jsonl").exists()
+
+
+def test_prove_build_runs_against_an_openai_compatible_server(tmp_path: Path) -> None:
+    """The backend option group reaches every verb that loads a model: prove build takes
+    --endpoint; its generation asks with no stop strings and its length cap."""
+    pytest.importorskip("httpx")
+    pytest.importorskip("sentence_transformers")
+    from _openai_server import FakeChatServer
+    from PIL import Image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("RGB", (16, 16), "white").save(images / "cat.png")
+    captions = tmp_path / "captions.jsonl"
+    captions.write_text(json.dumps({"image": "cat.png", "caption": "A cat.", "tuples": [["cat"]]}) + "\n")
+    out = tmp_path / "built"
+    with FakeChatServer() as server:
+        result = runner.invoke(
+            app,
+            ["prove", "build", "--captions", str(captions), "--model", "tiny-vlm", "--backend", "openai",
+             "--endpoint", server.url, "--no-cache", "--images", str(images), "--out", str(out), "--max-new-tokens", "300"],
+        )  # fmt: skip
+        bodies = list(server.bodies)
+    assert result.exit_code == 0, result.output
+    assert len(bodies) == 1 and "stop" not in bodies[0] and bodies[0]["max_tokens"] == 300
+    # the fake server answers a yes/no piece, not question/answer pairs: recorded, not lost
+    assert json.loads((out / "build.json").read_text())["counts"] == {"kept": 0, "invalid_output": 1}
