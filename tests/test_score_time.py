@@ -231,3 +231,37 @@ def test_prove_build_runs_against_an_openai_compatible_server(tmp_path: Path) ->
     assert len(bodies) == 1 and "stop" not in bodies[0] and bodies[0]["max_tokens"] == 300
     # the fake server answers a yes/no piece, not question/answer pairs: recorded, not lost
     assert json.loads((out / "build.json").read_text())["counts"] == {"kept": 0, "invalid_output": 1}
+
+
+def test_an_images_folder_made_of_links_is_not_refused(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    store = tmp_path / "store"
+    world["images"].rename(store)
+    linked = tmp_path / "images"
+    linked.mkdir()
+    for image in store.iterdir():
+        (linked / image.name).symlink_to(image)
+    world["images"] = linked
+    result = runner.invoke(app, _run_args(world, tmp_path / "run"))
+    assert result.exit_code == 0 and "72 answered" in result.output and "0 errors" in result.output, result.output
+
+
+@pytest.mark.parametrize("verb", ["report", "probe-induce", "score-resamples"])
+def test_a_folder_where_a_file_is_due_or_a_negative_count_is_one_line(tmp_path: Path, verb: str) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--limit", "1")).exit_code == 0
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    if verb == "report":
+        args = ["report", str(out), "--out", str(folder), "--resamples", "10"]
+    elif verb == "probe-induce":
+        prompts = tmp_path / "prompts.toml"
+        prompts.write_text('prompts = ["Describe the image."]\n')
+        args = ["probe", "induce", "--images", str(world["images"]), "--model", str(world["script"]), "--backend", "scripted",
+                "--prompts", str(prompts), "--out", str(folder)]  # fmt: skip
+    else:
+        args = ["score", str(out), "--resamples", "-1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)

@@ -155,23 +155,27 @@ def _package_versions() -> dict[str, str]:
     return versions
 
 
+# stands for "greedy text is stored" in the fingerprint (halluprobe 0.1's default rule list)
+_TEXT_FINGERPRINT = ("pope", "exact", "yorn", "strict")
+
+
 def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
     """What may not change between a run and its resume: a change here is refused.
 
     Which text rules a run lists does not change what it stores (any rule is applied at score
-    time), so only whether it generates text counts. ``legacy``: the form of halluprobe 0.1,
-    which held the text-rule list, so that older run dirs can still be resumed.
+    time), so only whether it generates text counts: a run that does is fingerprinted with the
+    default rule list of halluprobe 0.1 (so a default run keeps the fingerprint it had there),
+    one that does not with an empty list. ``legacy``: 0.1's form, the rule list as given, so
+    that any older run dir can still be resumed.
     """
-    text: dict[str, Any] = (
-        {"text_rules": list(header.text_rules)} if legacy else {"generates_text": bool(header.text_rules)}
-    )
+    rules = list(header.text_rules) if legacy else (list(_TEXT_FINGERPRINT) if header.text_rules else [])
     return fingerprint_of(
         {
             "backend": header.backend,
             "model": header.model,
             "dtype": header.backend_info.get("dtype"),
             "template": header.template,
-            **text,
+            "text_rules": rules,
             "max_new_tokens": header.max_new_tokens,
             "tokenizer": header.token_sets.tokenizer_fingerprint if header.token_sets else None,
             "benchmarks": dict(sorted(header.benchmarks.items())),

@@ -156,6 +156,8 @@ def read_descriptions(path: Path) -> list[Description]:
     """Every complete line of a descriptions file; a truncated last line (a killed run) is ignored."""
     if not path.exists():
         return []
+    if path.is_dir():
+        raise InputError("is a directory: the descriptions file must be a file (JSON Lines)", path)
     raw = path.read_bytes()
     text = raw.decode("utf-8", errors="replace")
     lines = text.split("\n")
