@@ -141,7 +141,7 @@ def test_missing_image_is_a_sample_error_and_never_counted_as_answered(tmp_path:
     assert len(errored) == 12 and all(s.image == "img0.png" and not s.readouts for s in errored)
     scored = runner.invoke(app, ["score", str(out), "--json", "--resamples", "50"])
     assert scored.exit_code == 0, scored.output
-    report = json.loads(scored.output)
+    report = json.loads(scored.stdout)
     assert report["pooled"]["errors"] == 12 and report["pooled"]["n"] == 72
     assert json.loads((out / "metrics.json").read_text())["readout"] == "dynamic"
 

@@ -16,7 +16,7 @@ from halluprobe.benchmarks.prove.extraction import (
     parse_lm_output,
 )
 from halluprobe.benchmarks.prove.scene_graph import tuple_key
-from halluprobe.records import Request, Response
+from halluprobe.records import GenerateConfig, Request, Response
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,8 @@ class _TextBackend:
     def render_prompt(self, question: str, template: str | None) -> str:
         return question
 
-    def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
+    def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
+        assert config.stop_strings == ()  # extraction reads whole answers
         self.calls += 1
         out = []
         for r in requests:

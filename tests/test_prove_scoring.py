@@ -20,7 +20,7 @@ from halluprobe.benchmarks.prove.scoring import (
     score_question,
     summarize,
 )
-from halluprobe.records import Request, Response, TokenSets
+from halluprobe.records import GenerateConfig, Request, Response, TokenSets
 
 
 class TableEmbedder:
@@ -116,8 +116,8 @@ class _PYesBackend:
     def render_prompt(self, question: str, template: str | None) -> str:
         return f"USER: <image>\n{question}\nASSISTANT:"
 
-    def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
-        assert max_new_tokens == 0
+    def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
+        assert config.max_new_tokens == 0
         out = []
         for r in requests:
             self.prompts.append(r.prompt)

@@ -97,36 +97,18 @@ def probe_choice(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
     """Answer AttriBait questions: letter logit and text readouts, accuracy, and the consistency table."""
-    from halluprobe.benchmarks.autoprobe.choice import choice_metrics, consistency_table, evaluate_choices
-    from halluprobe.benchmarks.autoprobe.questions import read_choice_questions
-    from halluprobe.files import write_atomic
+    from halluprobe.benchmarks.autoprobe.choice import run_choice
     from halluprobe.readouts.tokensets import derive_letter_sets, load_tokenizer
-    from halluprobe.rundir import RunDir
 
-    with errors():
-        choice_questions = read_choice_questions(questions)
-        if not images.is_dir():
-            raise InputError("images root is not a directory", images)
-        if out.exists() and not overwrite:
-            raise InputError("exists; pass --overwrite to replace it", out)
-        existence_dir = RunDir(existence_run) if existence_run is not None else None
-        existence = existence_dir.read_samples() if existence_dir is not None else None
+    def load() -> tuple[Any, Optional[dict[str, list[int]]]]:
         engine = spec.load()
         sets = engine.token_sets()
         # ids from the model's own tokenizer; a backend reporting pieces (or none) classifies pieces
-        letter_ids = (
-            derive_letter_sets(load_tokenizer(spec.model))
-            if spec.backend == "hf" and sets is not None and sets.keyed_by == "id"
-            else None
-        )
-        samples = evaluate_choices(
-            engine, choice_questions, images, letter_ids=letter_ids, template=template, top_k=top_k, source=questions
-        )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out, "".join(s.model_dump_json() + "\n" for s in samples))
-        result: dict[str, Any] = {"metrics": choice_metrics(samples), "letter_ids": letter_ids}
-        if existence is not None and existence_dir is not None:
-            result["consistency"] = consistency_table(existence, samples, token_sets=existence_dir.read_header().token_sets)
+        by_id = spec.backend == "hf" and sets is not None and sets.keyed_by == "id"
+        return engine, derive_letter_sets(load_tokenizer(spec.model)) if by_id else None
+
+    with errors():
+        result = run_choice(load, questions, images, out, template=template, top_k=top_k, existence_run=existence_run, overwrite=overwrite)
     typer.echo(json.dumps(result, indent=2))
 
 

@@ -76,6 +76,8 @@ def available_readouts(header: RunHeader, samples: Iterable[Sample] = ()) -> lis
     rules they were made with), so tables keep their column order.
     """
     names: list[str] = list(header.readouts)
+    if header.open_ended:  # free-form answers to open questions: no yes/no readout
+        return list(dict.fromkeys(name for s in samples for name in s.readouts))
     if header.token_sets is not None:
         names += list(LOGIT_READOUTS)
     if _stores_text(header):

@@ -26,7 +26,7 @@ or B means the model answered an attribute of an object it should not see.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from pydantic import Field
 from halluprobe.ask import ask
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.questions import LETTERS, ChoiceQuestion, Letter
+from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
 from halluprobe.readouts.apply import apply
 from halluprobe.readouts.logits import logsumexp, top_choice
@@ -47,6 +48,7 @@ __all__ = [
     "logit_choice",
     "parse_choice",
     "evaluate_choices",
+    "run_choice",
     "choice_metrics",
     "consistency_table",
 ]
@@ -240,3 +242,40 @@ def consistency_table(
         "table": table,
         "inconsistent": table["no"]["attribute"] + table["no"]["other"],
     }
+
+
+def run_choice(
+    load: Callable[[], tuple[Backend, dict[str, list[int]] | None]],
+    questions_path: Path,
+    images: Path,
+    out: Path,
+    *,
+    template: str | None = None,
+    top_k: int = 50,
+    existence_run: Path | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """``halluprobe probe choice``: answer an AttriBait file, write the answered lines to ``out``
+    (atomic; refused if it exists unless ``overwrite``), and return the metrics, the letter ids
+    and, with ``existence_run``, the consistency table against that run's existence answers.
+
+    ``load`` gives the backend and its letter ids (None: letters are read from pieces); it is
+    called after every input has been checked, so bad input never waits for a model to load."""
+    from halluprobe.benchmarks.autoprobe.questions import read_choice_questions
+    from halluprobe.files import write_atomic
+    from halluprobe.rundir import RunDir
+
+    questions = read_choice_questions(questions_path)
+    if not images.is_dir():
+        raise InputError("images root is not a directory", images)
+    if out.exists() and not overwrite:
+        raise InputError("exists; pass --overwrite to replace it", out)
+    existence = RunDir(existence_run) if existence_run is not None else None
+    existence_samples = existence.read_samples() if existence is not None else None
+    backend, letter_ids = load()
+    samples = evaluate_choices(backend, questions, images, letter_ids=letter_ids, template=template, top_k=top_k, source=questions_path)
+    write_atomic(out, "".join(s.model_dump_json() + "\n" for s in samples))
+    result: dict[str, Any] = {"metrics": choice_metrics(samples), "letter_ids": letter_ids}
+    if existence is not None and existence_samples is not None:
+        result["consistency"] = consistency_table(existence_samples, samples, token_sets=existence.read_header().token_sets)
+    return result
