@@ -10,12 +10,22 @@ from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["read_text", "iter_objects", "type_name", "JsonRecord", "read_records"]
+__all__ = ["loads", "read_text", "iter_objects", "type_name", "JsonRecord", "read_records"]
 
 
 def type_name(value: Any) -> str:
     """The JSON name of a value's type, for error messages."""
     return "null" if value is None else type(value).__name__
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, where nesting deeper than the parser's recursion allows (200,000 ``[``) is a
+    :class:`json.JSONDecodeError` like any other malformed JSON, never a ``RecursionError``."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", doc[:1], 0) from None
 
 
 def read_text(path: Path, what: str) -> tuple[bytes, str]:
@@ -27,7 +37,8 @@ def read_text(path: Path, what: str) -> tuple[bytes, str]:
     try:
         return raw, raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", path) from e
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise InputError(f"not UTF-8 text (byte {e.start})", path, line) from None
 
 
 def iter_objects(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -36,7 +47,7 @@ def iter_objects(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = loads(line)
         except json.JSONDecodeError as e:
             raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", path, lineno) from e
         if not isinstance(rec, dict):
@@ -69,7 +80,7 @@ def read_records(path: Path, what: str) -> list[JsonRecord]:
         records = [JsonRecord(line, i, obj) for i, (line, obj) in enumerate(iter_objects(text, path))]
     else:
         try:
-            data = json.loads(text)
+            data = loads(text)
         except json.JSONDecodeError as e:
             raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from e
         if not isinstance(data, list):

@@ -1,8 +1,10 @@
 """The run directory is the log: ``run.json`` (header) written first, ``samples.jsonl`` appended.
 
 Samples are appended per batch, flushed and fsynced, so a killed run loses at most the batch in
-flight. Resume skips keys already present, ignores a truncated last line, and refuses a header
-whose fingerprint differs.
+flight. Resume skips keys already present, ignores a truncated last line (cut anywhere, inside a
+multi-byte UTF-8 character too), and refuses a header whose fingerprint differs. Every reading
+problem (not UTF-8, malformed or too deeply nested JSON, a directory where a file belongs, an
+invalid record) is one :class:`InputError` naming the file and the line.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from pydantic import ValidationError
 
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
+from halluprobe.jsonl import loads, read_text
 from halluprobe.records import QuestionKey, RunHeader, Sample
 
-__all__ = ["RunDir", "fingerprint_of", "sha256_file", "sum_counts"]
+__all__ = ["RunDir", "OWNED_FILES", "AUDIT", "fingerprint_of", "sha256_file", "sum_counts"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,11 @@ COMPLETE = "complete.json"
 METRICS = "metrics.json"
 # request counts of a server backend, one entry per `run` invocation (written at its end)
 REQUESTS = "requests.json"
+# written by `halluprobe audit` (halluprobe.audit.AUDIT_FILE)
+AUDIT = "audit.json"
+# every file a run writes into its directory: `run --overwrite` removes them all, so nothing of
+# the previous run (its metrics, its audit) is read as the new run's
+OWNED_FILES = (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS, AUDIT)
 
 
 def sha256_file(path: str | Path) -> str:
@@ -97,8 +105,11 @@ class RunDir:
                     "run directory already holds a run; pass --resume to continue it or --overwrite to replace it",
                     self.header_path,
                 )
-            for name in (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS):
-                (self.path / name).unlink(missing_ok=True)
+            for name in OWNED_FILES:
+                try:
+                    (self.path / name).unlink(missing_ok=True)
+                except OSError as err:  # a directory in a file's place, no permission
+                    raise InputError(f"cannot remove the previous run's file: {err.strerror or err}", self.path / name) from None
         self.path.mkdir(parents=True, exist_ok=True)
         write_atomic(self.header_path, header.model_dump_json(indent=2) + "\n")
         self.samples_path.touch()
@@ -129,10 +140,11 @@ class RunDir:
         """``requests.json``: ``{"schema_version", "sessions": [...], "total": {...}}`` (empty if absent)."""
         if not self.requests_path.exists():
             return {"schema_version": 1, "sessions": [], "total": {}}
+        _, text = read_text(self.requests_path, "request stats")
         try:
-            data = json.loads(self.requests_path.read_text())
+            data = loads(text)
         except json.JSONDecodeError as err:
-            raise InputError(f"invalid request stats: {err}", self.requests_path) from None
+            raise InputError(f"invalid request stats: {err.msg} (column {err.colno})", self.requests_path, err.lineno) from None
         return data if isinstance(data, dict) else {"schema_version": 1, "sessions": [], "total": {}}
 
     def add_request_stats(self, stats: dict[str, Any]) -> None:
@@ -164,27 +176,42 @@ class RunDir:
     def read_header(self) -> RunHeader:
         if not self.header_path.exists():
             raise InputError("not a run directory (no run.json)", self.path)
+        _, text = read_text(self.header_path, "run header")  # a directory, not UTF-8: one line
         try:
-            return RunHeader.model_validate_json(self.header_path.read_text())
+            return RunHeader.model_validate_json(text)
         except ValidationError as err:
             raise InputError(f"invalid run header: {_first_error(err)}", self.header_path, 1) from None
 
     def read_samples(self) -> list[Sample]:
-        """All complete samples; a truncated last line (a crash mid-write) is ignored."""
+        """All complete samples; a truncated last line (a crash mid-write) is ignored.
+
+        Truncated means: the last line has no newline after it and is not complete JSON (or was
+        cut inside a multi-byte character). A complete line that is invalid (a hand-written
+        ``NaN``, a p_yes of 2) is refused wherever it stands."""
         samples: list[Sample] = []
         seen: set[QuestionKey] = set()
         if not self.samples_path.exists():
             return samples
-        raw = self.samples_path.read_text(encoding="utf-8")
-        lines = raw.split("\n")
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
+        try:
+            raw = self.samples_path.read_bytes()
+        except OSError as err:  # a directory in its place, no permission
+            raise InputError(f"cannot read samples: {err.strerror or err}", self.samples_path) from None
+        lines = raw.split(b"\n")
+        for number, data in enumerate(lines, start=1):
+            if not data.strip():
                 continue
             is_last = number == len(lines)  # no newline after it: possibly cut by a crash
             try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as err:
+                if is_last:
+                    log.warning("ignoring truncated last line %d of %s", number, self.samples_path)
+                    continue
+                raise InputError(f"not UTF-8 text (byte {err.start} of the line)", self.samples_path, number) from None
+            try:
                 sample = Sample.model_validate_json(line)
             except ValidationError as err:
-                if is_last:
+                if is_last and _is_cut(line):
                     log.warning("ignoring truncated last line %d of %s", number, self.samples_path)
                     continue
                 raise InputError(f"invalid sample: {_first_error(err)}", self.samples_path, number) from None
@@ -207,6 +234,15 @@ def sum_counts(sessions: Iterable[dict[str, Any]]) -> dict[str, Any]:
             else:
                 total[key] = total.get(key, 0) + value
     return total
+
+
+def _is_cut(line: str) -> bool:
+    """Whether a line is incomplete JSON (a write cut short), not a complete but invalid record."""
+    try:
+        loads(line)
+    except ValueError:
+        return True
+    return False
 
 
 def _first_error(err: ValidationError) -> str:

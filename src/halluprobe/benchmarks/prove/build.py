@@ -35,6 +35,7 @@ from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord
 
 __all__ = [
@@ -121,7 +122,7 @@ def read_captions(path: str | Path) -> list[CaptionRecord]:
 def parse_qa_output(raw: str) -> list[dict[str, str]]:
     """Strict parse of the model's pairs; ValueError with a one-line reason."""
     try:
-        data = json.loads(raw.strip())
+        data = loads(raw.strip())
     except json.JSONDecodeError as err:
         raise ValueError(f"not one JSON array ({err.msg} at column {err.colno})") from None
     if not isinstance(data, list):

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
+from halluprobe.jsonl import loads
 from halluprobe.records import FrozenRecord
 
 __all__ = [
@@ -88,7 +89,7 @@ def parse_lm_output(raw: str) -> Extraction:
     """Strict parse of a model's answer to :data:`LM_PROMPT`."""
     text = raw.strip()
     try:
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as err:
         return Extraction(error=f"invalid LM output: not one JSON array ({err.msg} at column {err.colno})", raw=raw)
     if not isinstance(data, list):
