@@ -165,3 +165,36 @@ def test_build_files_are_written_atomically(tmp_path: Path, monkeypatch: pytest.
         write_build(tmp_path / "out", result, {"model": "m"})
     write_build(tmp_path / "out", result, {"model": "m"}, overwrite=True)
     assert json.loads((tmp_path / "out" / "build.json").read_text())["counts"] == {"kept": 0, "invalid_output": 1}
+
+
+def test_programs_the_parser_cannot_take_lose_nothing(tmp_path: Path) -> None:
+    """A lone surrogate (an escaped half emoji), 100,000 nested minus signs, a 200,000-term sum:
+    each pair is dropped as refused, the others are kept, and every file is written and reads back."""
+    from halluprobe.backends.scripted import ScriptedBackend
+    from halluprobe.benchmarks.prove.build import write_build
+
+    Image.new("RGB", (8, 8), "white").save(tmp_path / "cat.png")
+    pairs = [
+        _pair("What colour is the cat \ud83d?", "Black.", 'result = "\ud83d"'),
+        _pair("How deep?", "1", "result = " + "-" * 100_000 + "1"),
+        _pair("How long?", "200000", "result = " + "+".join(["1"] * 200_000)),
+        _pair("What colour is the cat?", "Black.", "result = 'black'"),
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"generate": [{"match": "Caption:", "text": json.dumps(pairs)}]}))
+    table = {"Black.": Extraction(tuples=[parse_tuple(["cat", "black"])])}
+    result = build_prove(
+        [CaptionRecord(image="cat.png", caption="A black cat on a chair.", tuples=CAT)],
+        ScriptedBackend(str(script)),
+        images_root=tmp_path,
+        embedder=_Orthogonal(),
+        extractor=_Extractor(table),
+    )
+    assert result.counts() == {"kept": 1, "answer_mismatch": 1, "program_refused": 2}
+    refused = [d for d in result.dropped if d.reason == "program_refused"]
+    assert [d.detail for d in refused] == ["nested too deeply for the parser"] * 2
+    mismatch = next(d for d in result.dropped if d.reason == "answer_mismatch")
+    assert mismatch.question == "What colour is the cat \ufffd?" and mismatch.program == 'result = "\ufffd"'
+    write_build(tmp_path / "out", result, {"model": "m"})
+    dropped = [json.loads(line) for line in (tmp_path / "out" / "dropped.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(dropped) == 3 and [i.question for i in read_prove(tmp_path / "out" / "prove.jsonl")] == ["What colour is the cat?"]

@@ -4,13 +4,14 @@ and writing a file atomically."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["loads", "read_text", "iter_objects", "type_name", "JsonRecord", "read_records"]
+__all__ = ["loads", "replace_lone_surrogates", "read_text", "iter_objects", "type_name", "JsonRecord", "read_records"]
 
 
 def type_name(value: Any) -> str:
@@ -26,6 +27,16 @@ def loads(text: str | bytes) -> Any:
     except RecursionError:
         doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
         raise json.JSONDecodeError("nested too deeply", doc[:1], 0) from None
+
+
+# a Python str holds a surrogate only when it is lone: json.loads joins an escaped pair into one character
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with U+FFFD for every lone surrogate (a JSON ``"\\ud83d"``: half of an emoji cut
+    short). Such a string has no UTF-8 form, so no record or file holding it could be written."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def read_text(path: Path, what: str) -> tuple[bytes, str]:

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from halluprobe.backends.hf import STOP_STRINGS
 from halluprobe.backends.response_cache import ResponseCache, cache_dir, cache_key
 from halluprobe.errors import InputError, RuntimeFailure
-from halluprobe.jsonl import loads
+from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.readouts.tokensets import piece_token_sets
 from halluprobe.records import Request, Response, TokenLogprob, TokenSets
 
@@ -238,7 +238,7 @@ def _logprob(value: Any, piece: Any) -> float:
 def _message_text(content: Any) -> str:
     """``message.content`` as text: a string, or a list of parts whose text parts are joined."""
     if isinstance(content, str):
-        return content
+        return replace_lone_surrogates(content)
     if isinstance(content, list):
         texts = []
         for part in content:
@@ -250,7 +250,7 @@ def _message_text(content: Any) -> str:
                 raise ValueError(f"message.content holds a {type(part).__name__}, not a text part")
         if not texts and content:
             raise ValueError("message.content has no text part")
-        return "".join(texts)
+        return replace_lone_surrogates("".join(texts))
     raise ValueError(f"message.content is {'null' if content is None else type(content).__name__}, not text")
 
 
@@ -273,7 +273,8 @@ def _parse(data: Any, max_new_tokens: int, top_k: int) -> _Result:
     for top in tops:
         if not isinstance(top, dict) or not isinstance(top.get("token"), str):
             raise ValueError(f"bad top_logprobs entry {top!r}")
-        entries.append((top["token"], _logprob(top.get("logprob"), top["token"])))
+        # a piece may be half of an emoji ("\ud83d"): U+FFFD, or no record holding it could be written
+        entries.append((replace_lone_surrogates(top["token"]), _logprob(top.get("logprob"), top["token"])))
     entries.sort(key=lambda e: -e[1])
     candidates: dict[str, float] = {}
     for piece, logprob in entries:  # ids that decode to one string: their probabilities add up

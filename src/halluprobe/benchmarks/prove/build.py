@@ -35,7 +35,7 @@ from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
-from halluprobe.jsonl import loads
+from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord
 
 __all__ = [
@@ -131,7 +131,8 @@ def parse_qa_output(raw: str) -> list[dict[str, str]]:
     for i, el in enumerate(data):
         if not isinstance(el, dict) or set(el) != {"question", "answer", "program"} or not all(isinstance(v, str) and v.strip() for v in el.values()):
             raise ValueError(f"element {i} is not {{question, answer, program}} with non-empty strings")
-        pairs.append({k: str(v) for k, v in el.items()})
+        # a lone surrogate (an escaped half emoji) could be neither run nor written: U+FFFD instead
+        pairs.append({k: replace_lone_surrogates(str(v)) for k, v in el.items()})
     return pairs
 
 

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
-from halluprobe.jsonl import loads
+from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.records import FrozenRecord
 
 __all__ = [
@@ -98,8 +98,8 @@ def parse_lm_output(raw: str) -> Extraction:
     for i, element in enumerate(data):
         if not isinstance(element, list):
             return Extraction(error=f"invalid LM output: element {i} is not a list: {element!r}", raw=raw)
-        try:
-            tuples.append(parse_tuple(element))
+        try:  # a lone surrogate (an escaped half emoji) could not be cached or written: U+FFFD instead
+            tuples.append(parse_tuple([replace_lone_surrogates(x) if isinstance(x, str) else x for x in element]))
         except ValueError as err:
             return Extraction(error=f"invalid LM output: element {i}: {err}", raw=raw)
     return Extraction(tuples=tuples, raw=raw)
