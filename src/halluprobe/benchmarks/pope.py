@@ -53,6 +53,7 @@ __all__ = [
     "object_from_text",
     "read_questions",
     "write_questions",
+    "leaves_images_root",
     "split_name",
     "refuse_open_questions",
 ]
@@ -272,7 +273,18 @@ def pope_file_names(name: str) -> dict[str, str]:
     return names
 
 
+def leaves_images_root(image: str) -> bool:
+    """Whether a relative image path climbs out of the images root (``../x.png``, ``a/../../x``).
+
+    ``halluprobe run`` refuses such a line; a writer refuses it before it is written. Absolute
+    paths and URLs are the user's to give."""
+    norm = posixpath.normpath(image.replace("\\", "/"))
+    return not posixpath.isabs(norm) and "://" not in image and (norm == ".." or norm.startswith("../"))
+
+
 def _question_line(q: Question, path: Path | None = None) -> str:
+    if leaves_images_root(q.image):
+        raise InputError(f"question {q.question_id}: image path {q.image!r} leaves the images root", path)
     rec: dict[str, Any] = {
         "question_id": q.question_id,
         "image": q.image,
