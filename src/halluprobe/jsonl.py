@@ -4,6 +4,7 @@ and writing a file atomically."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,9 @@ from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["loads", "replace_lone_surrogates", "read_text", "iter_objects", "type_name", "JsonRecord", "read_records"]
+log = logging.getLogger(__name__)
+
+__all__ = ["loads", "replace_lone_surrogates", "read_text", "read_log_lines", "iter_objects", "type_name", "JsonRecord", "read_records"]
 
 
 def type_name(value: Any) -> str:
@@ -50,6 +53,39 @@ def read_text(path: Path, what: str) -> tuple[bytes, str]:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise InputError(f"not UTF-8 text (byte {e.start})", path, line) from None
+
+
+def read_log_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of each non-blank line of an append-only JSON Lines log
+    (``samples.jsonl``, ``prove build``'s answers), written line by line and fsynced.
+
+    A last line without a newline after it that is incomplete JSON, or cut inside a multi-byte
+    UTF-8 character, is a write cut short by a crash: skipped with a warning. Any other line is
+    yielded, whatever it holds (the caller validates it and names the line); non-UTF-8 bytes
+    elsewhere, or a file that cannot be read (a directory in its place), are an InputError."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {what}: {e.strerror or e}", path) from None
+    lines = raw.split(b"\n")
+    for number, data in enumerate(lines, start=1):
+        if not data.strip():
+            continue
+        cut_short = number == len(lines)  # no newline after it: possibly a crash mid-write
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if cut_short:
+                log.warning("ignoring truncated last line %d of %s", number, path)
+                continue
+            raise InputError(f"not UTF-8 text (byte {e.start} of the line)", path, number) from None
+        if cut_short:
+            try:
+                loads(line)
+            except ValueError:
+                log.warning("ignoring truncated last line %d of %s", number, path)
+                continue
+        yield number, line
 
 
 def iter_objects(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,13 +18,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from halluprobe.errors import InputError
-from halluprobe.files import write_atomic
-from halluprobe.jsonl import loads, read_text
+from halluprobe.files import append_durable, drop_cut_tail, write_atomic
+from halluprobe.jsonl import loads, read_log_lines, read_text
 from halluprobe.records import QuestionKey, RunHeader, Sample
 
 __all__ = ["RunDir", "OWNED_FILES", "AUDIT", "fingerprint_of", "sha256_file", "sum_counts"]
 
-log = logging.getLogger(__name__)
 
 HEADER = "run.json"
 SAMPLES = "samples.jsonl"
@@ -97,7 +94,7 @@ class RunDir:
                         "from the existing run (pass --force to mix them anyway)",
                         self.header_path,
                     )
-                self._drop_truncated_tail()
+                drop_cut_tail(self.samples_path)  # a crash mid-write: cut it so appends stay valid
                 self.complete_path.unlink(missing_ok=True)
                 return {s.key for s in self.read_samples()}
             if not overwrite:
@@ -116,13 +113,7 @@ class RunDir:
         return set()
 
     def append(self, samples: Iterable[Sample]) -> None:
-        lines = "".join(s.model_dump_json() + "\n" for s in samples)
-        if not lines:
-            return
-        with open(self.samples_path, "a", encoding="utf-8") as fh:
-            fh.write(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_durable(self.samples_path, "".join(s.model_dump_json() + "\n" for s in samples))
 
     def read_yes_no_header(self) -> RunHeader:
         """The header of a run whose samples carry yes/no labels and readouts; an open-ended run
@@ -160,17 +151,6 @@ class RunDir:
     def mark_complete(self, counts: dict[str, Any]) -> None:
         self.complete_path.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
 
-    def _drop_truncated_tail(self) -> None:
-        """A crash mid-write leaves a last line without newline: cut it so appends stay valid."""
-        if not self.samples_path.exists():
-            return
-        data = self.samples_path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            keep = data.rfind(b"\n") + 1
-            log.warning("dropping a truncated last line of %s (%d bytes)", self.samples_path, len(data) - keep)
-            with open(self.samples_path, "r+b") as fh:
-                fh.truncate(keep)
-
     # -- reading -------------------------------------------------------------------------
 
     def read_header(self) -> RunHeader:
@@ -192,28 +172,10 @@ class RunDir:
         seen: set[QuestionKey] = set()
         if not self.samples_path.exists():
             return samples
-        try:
-            raw = self.samples_path.read_bytes()
-        except OSError as err:  # a directory in its place, no permission
-            raise InputError(f"cannot read samples: {err.strerror or err}", self.samples_path) from None
-        lines = raw.split(b"\n")
-        for number, data in enumerate(lines, start=1):
-            if not data.strip():
-                continue
-            is_last = number == len(lines)  # no newline after it: possibly cut by a crash
-            try:
-                line = data.decode("utf-8")
-            except UnicodeDecodeError as err:
-                if is_last:
-                    log.warning("ignoring truncated last line %d of %s", number, self.samples_path)
-                    continue
-                raise InputError(f"not UTF-8 text (byte {err.start} of the line)", self.samples_path, number) from None
+        for number, line in read_log_lines(self.samples_path, "samples"):
             try:
                 sample = Sample.model_validate_json(line)
             except ValidationError as err:
-                if is_last and _is_cut(line):
-                    log.warning("ignoring truncated last line %d of %s", number, self.samples_path)
-                    continue
                 raise InputError(f"invalid sample: {_first_error(err)}", self.samples_path, number) from None
             if sample.key in seen:
                 raise InputError(f"duplicate sample {sample.key}", self.samples_path, number)
@@ -234,15 +196,6 @@ def sum_counts(sessions: Iterable[dict[str, Any]]) -> dict[str, Any]:
             else:
                 total[key] = total.get(key, 0) + value
     return total
-
-
-def _is_cut(line: str) -> bool:
-    """Whether a line is incomplete JSON (a write cut short), not a complete but invalid record."""
-    try:
-        loads(line)
-    except ValueError:
-        return True
-    return False
 
 
 def _first_error(err: ValidationError) -> str:
