@@ -146,7 +146,7 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
 
     from halluprobe.backends.hf import HFBackend
-    from halluprobe.records import Request
+    from halluprobe.records import GenerateConfig, Request
 
     mode = args.worker
     if args.threads:
@@ -166,7 +166,7 @@ def _worker(args: argparse.Namespace) -> None:
     cuda = args.device.startswith("cuda")
 
     def one_pass(reqs: list[Request]) -> list[Any]:
-        out = [r for b in backend.answer(reqs, max_new_tokens=max_new, top_k=5) for r in b]
+        out = [r for b in backend.answer(reqs, GenerateConfig(max_new_tokens=max_new, top_k=5)) for r in b]
         if cuda:
             torch.cuda.synchronize()
         return out

@@ -112,7 +112,7 @@ def _one_pass(url: str, requests: list[Any], concurrency: int) -> float:
     backend = OpenAIBackend("tiny-vlm", endpoints=[url], concurrency=concurrency, no_cache=True)
     started = time.perf_counter()
     answered = 0
-    for batch in backend.answer(requests, max_new_tokens=8, top_k=10):
+    for batch in backend.answer(requests, GenerateConfig(max_new_tokens=8, top_k=10)):
         answered += len(batch)
         errors = [r.error for r in batch if r.error]
         if errors:
@@ -132,7 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     sys.path.insert(0, str(ROOT / "src"))
-    from halluprobe.records import Request
+    from halluprobe.records import GenerateConfig, Request
 
     ctx = mp.get_context("spawn")
     port_out, stop = ctx.Queue(), ctx.Event()

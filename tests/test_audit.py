@@ -48,7 +48,15 @@ LLAVA_OBJECTS = ["person", "cat", "cup", "umbrella", "motorcycle", "dog"]
 
 
 def _lines(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines() if line.strip()]
+    """samples.jsonl as JSON, each line with the decisions of every readout applied (score time):
+    the figures below are recomputed from these by hand."""
+    from _scored import scored_samples
+
+    lines = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines() if line.strip()]
+    scored = {s.key: s.readouts for s in scored_samples(run)}
+    for line in lines:
+        line["readouts"] = {name: r.model_dump(mode="json") for name, r in scored[(line["split"], line["question_id"])].items()}
+    return lines
 
 
 def _decision(line: dict[str, Any], readout: str) -> str:

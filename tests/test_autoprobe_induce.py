@@ -175,21 +175,21 @@ def test_induce_with_the_hf_backend_on_a_tiny_llava(tmp_path: Path) -> None:
     for line in lines:
         assert line["error"] is None and line["text"]
         assert line["rendered"] == "USER: <image>\nDescribe the image. ASSISTANT:"
-    # the option the CLI passes: no stop strings (EOS or max_new_tokens end a description)
-    backend = HFBackend(str(model_dir), device="cpu", stop_strings=())
-    assert backend.info()["stop_strings"] == [] and len(backend._stopping_criteria()) == 0
+    # what generation asks for: no stop strings (EOS or max_new_tokens end a description)
+    backend = HFBackend(str(model_dir), device="cpu")
     # the description ran to max_new_tokens (12): one token more continues it, so neither EOS nor a
     # stop string ended it (this random model emits no '.' or newline, so its text alone cannot show that)
-    from halluprobe.records import Request
+    from halluprobe.records import GenerateConfig, Request
 
     request = Request(split="x", question_id=0, image_path=str(photos / "coffee.jpg"), prompt=str(lines[0]["rendered"]))
-    ((longer,),) = list(backend.answer([request], max_new_tokens=13, top_k=1))
-    ((shorter,),) = list(backend.answer([request], max_new_tokens=11, top_k=1))
+    ((longer,),) = list(backend.answer([request], GenerateConfig(max_new_tokens=13, top_k=1, stop_strings=())))
+    assert len(backend._stopping_criteria()) == 0  # the criteria of the call's (empty) stop set
+    ((shorter,),) = list(backend.answer([request], GenerateConfig(max_new_tokens=11, top_k=1, stop_strings=())))
     description = str(lines[0]["text"])
     assert longer.text is not None and longer.text.startswith(description) and len(longer.text) > len(description)
     assert shorter.text is not None and description.startswith(shorter.text) and len(shorter.text) < len(description)
-    default = HFBackend(str(model_dir), device="cpu")
-    assert "stop_strings" not in default.info() and tuple(default._stop_strings) == STOP_STRINGS
+    list(backend.answer([request], GenerateConfig(max_new_tokens=2, top_k=1)))  # the yes/no default
+    assert backend._stops == STOP_STRINGS and len(backend._stopping_criteria()) == 1
 
 
 def test_the_documented_example_prompt_set_loads() -> None:

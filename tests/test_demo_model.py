@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scored import scored_samples, with_readouts  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -46,7 +47,7 @@ def held_out_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     config = RunConfig(model=str(DEMO_MODEL_DIR), template="llava")
     header = make_header(config, backend, fingerprints, scenes.images_dir)
     run_questions(backend, questions, scenes.images_dir, RunDir(root / "run"), config, header)
-    return {"run": root / "run", "samples": RunDir(root / "run").read_samples(), "header": header}
+    return {"run": root / "run", "samples": scored_samples(root / "run"), "header": header}
 
 
 def _metrics(run: Path, split: str, readout: str) -> Any:

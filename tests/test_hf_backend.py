@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scored import scored_samples, with_readouts  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -54,7 +55,7 @@ def _run(model_dir: Path, photos: Path, bench: Path, out: Path, *, batch_size: i
     config = RunConfig(model=str(model_dir), template=template, max_new_tokens=max_new_tokens, overwrite=True)
     header = make_header(config, backend, {"random": (bench, sha256_file(bench))}, photos)
     run_questions(backend, questions, photos, RunDir(out), config, header)
-    return backend, RunDir(out).read_samples()
+    return backend, scored_samples(out)
 
 
 def _steer(model: Any, inputs_list: list[dict[str, Any]], yes_id: int, no_id: int) -> None:
@@ -222,7 +223,7 @@ def test_qwen2vl_readouts_and_invalid_legacy_ids(tiny_qwen2vl: Path, photos: Pat
 
 
 def test_out_of_memory_halves_the_batch_and_loses_nothing(tiny_llava: Path, photos: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from halluprobe.records import Request
+    from halluprobe.records import GenerateConfig, Request
 
     backend = HFBackend(str(tiny_llava), batch_size=8, dtype="float32", device="cpu")
     real_forward = backend._forward
@@ -241,7 +242,7 @@ def test_out_of_memory_halves_the_batch_and_loses_nothing(tiny_llava: Path, phot
         Request(split="random", question_id=i, image_path=image, prompt=f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:")
         for i, obj in enumerate(OBJECTS)
     ]
-    responses = [r for batch in backend.answer(requests, max_new_tokens=0, top_k=3) for r in batch]
+    responses = [r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=0, top_k=3)) for r in batch]
     assert sorted(r.question_id for r in responses) == list(range(len(OBJECTS)))
     assert not any(r.error for r in responses)
     assert sizes[:3] == [6, 4, 2] and backend.info()["batch_size"] == 2

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scored import scored_samples, with_readouts  # noqa: E402
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -26,7 +27,7 @@ from halluprobe.cli import app
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import read_dynamic
 from halluprobe.readouts.tokensets import greedy_answer, piece_token_sets
-from halluprobe.records import TokenLogprob
+from halluprobe.records import GenerateConfig, TokenLogprob
 from halluprobe.rundir import RunDir
 from halluprobe.scoring import score_rundir
 from halluprobe.shards import parse_shard, shard_of
@@ -89,7 +90,7 @@ def _invoke(args: list[str]) -> Any:
 
 def _check_answers(world: dict[str, Any], out: Path, *, allow_errors: bool = False) -> list[Any]:
     """Every sample's dynamic decision and p_yes are the server's deterministic answer."""
-    samples = RunDir(out).read_samples()
+    samples = scored_samples(out)
     for s in samples:
         if s.error:
             assert allow_errors, s.error
@@ -136,7 +137,7 @@ def test_run_reads_every_readout_from_returned_pieces(tmp_path: Path) -> None:
     sets = header.token_sets
     assert sets is not None and sets.keyed_by == "piece" and not sets.legacy_valid
     assert header.backend_info["endpoints"] == [server.url] and header.backend_info["dtype"] == "server"
-    samples = RunDir(out).read_samples()
+    samples = scored_samples(out)
     assert len(samples) == 2 * 8 * 6 and not any(s.error for s in samples)
     for s in samples:
         says_yes, _ = expected_answer(world["shas"][s.image], s.object or "")
@@ -257,7 +258,7 @@ def test_a_failing_request_is_bounded_and_recorded_while_the_run_goes_on(tmp_pat
     assert bare_samples and all("logprobs" in (s.error or "") for s in bare_samples)
     assert len(errors) == len(poisoned) + len(refused) + len(bare_samples)
     score = _invoke(["score", str(out), "--json"])
-    assert json.loads(score.output)["pooled"]["errors"] == len(errors)
+    assert json.loads(score.stdout)["pooled"]["errors"] == len(errors)
 
 
 def test_server_dying_mid_run_stops_it_and_resume_completes(tmp_path: Path) -> None:
@@ -354,7 +355,7 @@ def test_cache_makes_a_repeated_run_send_nothing(tmp_path: Path, _cache_dir: Pat
     assert sent > 0 and after_second == sent and after_third == 2 * sent
     stats = RunDir(tmp_path / "two").read_request_stats()["total"]
     assert stats["cache_hits"] == sent and stats["sent"] == 0
-    one, two = RunDir(tmp_path / "one").read_samples(), RunDir(tmp_path / "two").read_samples()
+    one, two = scored_samples(tmp_path / "one"), scored_samples(tmp_path / "two")
     assert {s.key: s.readouts for s in one} == {s.key: s.readouts for s in two}
     # the key went to the server, and nowhere on disk
     assert server.headers[0].get("Authorization") == "Bearer sk-test-secret-4711"
@@ -477,7 +478,7 @@ def test_closing_the_answer_stream_cancels_what_is_in_flight(tmp_path: Path) -> 
     ]
     with FakeChatServer(latency_s=0.2) as server:
         backend = OpenAIBackend("tiny-vlm", endpoints=[server.url], concurrency=4, no_cache=True, flush_s=0.05)
-        stream = backend.answer(requests, max_new_tokens=8, top_k=5)
+        stream = backend.answer(requests, GenerateConfig(max_new_tokens=8, top_k=5))
         first = next(stream)
         stream.close()
         assert first and not any(r.error for r in first)
@@ -530,8 +531,8 @@ def test_open_ended_run_sends_no_stop_strings_and_keeps_the_text(tmp_path: Path)
         assert result.exit_code == 0, result.output
         assert server.bodies and all("stop" not in body for body in server.bodies)
     header = RunDir(out).read_header()
-    assert header.open_ended and header.readouts == [] and header.backend_info["stop"] == []
-    samples = RunDir(out).read_samples()
+    assert header.open_ended and header.readouts == [] and header.generate is not None and header.generate.stops == ()
+    samples = scored_samples(out)
     assert len(samples) == 2 * 2 * 6 and all(s.readouts == {} and s.text and s.error is None for s in samples)
 
 

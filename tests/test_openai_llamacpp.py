@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scored import scored_samples, with_readouts  # noqa: E402
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("uvicorn")
@@ -198,7 +199,7 @@ def test_real_llamacpp_server_gives_piece_keyed_readouts(
     bench, images = _toy_benchmark(tmp_path, "random", 2, ["cat", "dog", "umbrella"])
     out = tmp_path / "run"
     _run(llama_server, bench, images, out, "--concurrency", "2")
-    samples = RunDir(out).read_samples()
+    samples = scored_samples(out)
     assert len(samples) == 6 and not any(s.error for s in samples)
     for s in samples:
         pieces = [t.piece for t in s.first_token]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _scored import scored_samples, with_readouts  # noqa: E402
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -65,11 +66,13 @@ def test_run_writes_header_then_every_question_once(tmp_path: Path) -> None:
     header = rundir.read_header()
     assert header.backend == "scripted"
     assert set(header.benchmarks) == {"random", "adversarial"}
-    samples = rundir.read_samples()
+    samples = with_readouts(rundir.read_samples(), header)
     assert len(samples) == 72 and len({s.key for s in samples}) == 72
     assert rundir.complete_path.exists()
     # every readout from the one response
     assert set(samples[0].readouts) == {"legacy_2tok", "legacy_8tok", "dynamic", "text:pope", "text:exact", "text:yorn", "text:strict"}
+    # what is stored is the raw outputs: readouts are applied at score time
+    assert all(not s.readouts and s.candidates and s.text for s in rundir.read_samples())
     # a present object is answered yes by every readout the script can express
     first = next(s for s in samples if s.label == "yes")
     assert first.readouts["dynamic"].decision == "yes" and first.readouts["text:strict"].decision == "yes"

@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scored import with_readouts  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.records import Question, Request, Response  # noqa: E402
+from halluprobe.readouts.apply import apply  # noqa: E402
+from halluprobe.readouts.logits import LOGIT_READOUTS  # noqa: E402
+from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, make_sample, run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
@@ -94,7 +97,7 @@ def _requests(backend: HFBackend, photos: Path, template: str | None) -> list[Re
 def _answer(
     backend: HFBackend, requests: list[Request], max_new_tokens: int = MAX_NEW
 ) -> dict[tuple[str, int], Response]:
-    out = {r.key: r for batch in backend.answer(requests, max_new_tokens=max_new_tokens, top_k=5) for r in batch}
+    out = {r.key: r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=max_new_tokens, top_k=5)) for r in batch}
     assert len(out) == len(requests) and not any(r.error for r in out.values())
     return out
 
@@ -106,8 +109,9 @@ def _decisions(
     out = {}
     for r in requests:
         q = Question(split=r.split, question_id=r.question_id, image="x.jpg", text="t", label="yes")
-        sample = make_sample(q, r.prompt, responses[r.key], sets, TEXT_RULES)
-        out[r.key] = {name: res.decision for name, res in sample.readouts.items()}
+        sample = make_sample(q, r.prompt, responses[r.key], sets)
+        results = {name: apply(name, sample, sets) for name in [*LOGIT_READOUTS, *(f"text:{rule}" for rule in TEXT_RULES)]}
+        out[r.key] = {name: res.decision for name, res in results.items() if res is not None}
     return out
 
 
@@ -266,7 +270,7 @@ def test_unreadable_image_is_an_error_for_its_questions_only(
         Request(split="random", question_id=100 + i, image_path=str(broken), prompt=requests[i].prompt)
         for i in range(2)
     ]
-    out = {r.key: r for batch in fast.answer(requests, max_new_tokens=0, top_k=3) for r in batch}
+    out = {r.key: r for batch in fast.answer(requests, GenerateConfig(max_new_tokens=0, top_k=3)) for r in batch}
     assert {k for k, r in out.items() if r.error} == {("random", 100), ("random", 101)}
     assert "cannot read image" in out[("random", 100)].error
 
@@ -285,7 +289,7 @@ def test_killed_and_limited_runs_resume_with_every_question_once(
     header = make_header(config, fast, {s: (photos / f"{s}.json", "0" * 64) for s in QUESTIONS}, photos)
     reference = RunDir(tmp_path / "reference")
     run_questions(fast, questions, photos, reference, config, header)
-    expected = {s.key: s for s in reference.read_samples()}
+    expected = {s.key: s for s in with_readouts(reference.read_samples(), reference.read_header())}
 
     # killed after two batches: the generator dies mid-image, one image's cache half used
     real_answer = fast.answer
@@ -313,7 +317,7 @@ def test_killed_and_limited_runs_resume_with_every_question_once(
     run_questions(fast, questions, photos, limited, replace(config, resume=True), header)
 
     for run in (resumed, limited):
-        samples = run.read_samples()
+        samples = with_readouts(run.read_samples(), run.read_header())
         keys = [s.key for s in samples]
         assert len(keys) == len(set(keys)) == len(questions)
         assert set(keys) == set(expected)

@@ -197,18 +197,3 @@ def test_prove_score_refuses_a_folder_that_is_no_run(tmp_path: Path) -> None:
     result = runner.invoke(app, ["prove", "score", "--data", str(data), "--responses", str(folder), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "not a run directory (no run.json)" in result.output, result.output
     assert not (tmp_path / "o").exists()
-
-
-@pytest.mark.parametrize("image", ["../one.png", "a/../../one.png", "..\\one.png"])
-def test_prove_questions_refuses_image_paths_that_leave_the_root(tmp_path: Path, image: str) -> None:
-    data = _data(tmp_path)
-    records = json.loads(data.read_text())
-    records[1]["image"] = image
-    data.write_text(json.dumps(records))
-    out = tmp_path / "questions.jsonl"
-    result = runner.invoke(app, ["prove", "questions", "--data", str(data), "--out", str(out)])
-    assert result.exit_code == 2 and f"question 1: image path {image!r} leaves the images root" in result.output, result.output
-    assert not out.exists()
-    records[1]["image"] = "sub/../one.png"  # stays inside
-    data.write_text(json.dumps(records))
-    assert runner.invoke(app, ["prove", "questions", "--data", str(data), "--out", str(out)]).exit_code == 0

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from halluprobe.records import GenerateConfig
+from _scored import scored_samples, with_readouts  # noqa: E402
+
 torch = pytest.importorskip("torch")
 
 from typer.testing import CliRunner  # noqa: E402
@@ -65,9 +68,9 @@ def test_yes_no_mode_still_stops_at_the_period(dotty_llava: Path, bench: tuple[P
     open_questions = read_questions(path, split="random")
     with pytest.raises(InputError, match="is an open question"):  # their labels are placeholders: never a yes/no run
         run_questions(backend, open_questions, images, RunDir(tmp_path / "run"), config, header)
-    questions = [q.model_copy(update={"metadata": {}}) for q in open_questions]  # the same texts as yes/no questions
+    questions = [q.model_copy(update={"kind": "yes_no"}) for q in open_questions]  # the same texts as yes/no questions
     run_questions(backend, questions, images, RunDir(tmp_path / "run"), config, header)
-    samples = RunDir(tmp_path / "run").read_samples()
+    samples = scored_samples(tmp_path / "run")
     assert [s.text for s in samples] == [".", "."]
     assert "dynamic" in samples[0].readouts and not RunDir(tmp_path / "run").read_header().open_ended
 
@@ -83,7 +86,7 @@ def test_open_ended_run_generates_past_the_period(dotty_llava: Path, bench: tupl
     assert [s.text for s in samples] == ["." * 12, "." * 12]
     assert all(s.readouts == {} and s.error is None for s in samples)
     header = rundir.read_header()
-    assert header.open_ended and header.readouts == [] and header.backend_info.get("stop_strings") == []
+    assert header.open_ended and header.readouts == [] and header.generate is not None and header.generate.stops == ()
     # an open-ended run is not a yes/no run: resuming it as one is refused, over its open questions
     # (their labels are placeholders) ...
     refused = CliRunner().invoke(app, [*args, "--template", "llava", "--resume", "--max-new-tokens", "12", "--dtype", "float32", "--device", "cpu"])

@@ -1,4 +1,4 @@
-"""Golden table of awkward answers for every text rule (DESIGN §4).
+"""Golden table of awkward answers for every text rule.
 
 Every row lists what each rule must return, worked out by hand from the rule's source:
 pope = RUCAIBox/POPE evaluate.py, exact = lmms-eval pope_process_results, yorn = VLMEvalKit

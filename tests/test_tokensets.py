@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -175,13 +174,22 @@ def test_qwen2_byte_level_sets_are_exact(qwen2: Any) -> None:
     assert sets.vocab_size == 151936  # 151643 BPE pieces + specials + [PADn] placeholders
 
 
-def test_derivation_is_fast_on_a_150k_vocabulary(qwen2: Any) -> None:
-    best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
-        derive_token_sets(qwen2)
-        best = min(best, time.perf_counter() - started)
-    assert best < 1.0, f"derive_token_sets took {best:.2f} s on 151936 ids"
+def test_derivation_reads_a_150k_vocabulary_in_bulk(qwen2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fast by construction, not by a wall-clock bound (which flaked on a busy machine): the
+    vocabulary is read through a constant number of bulk tokenizer calls, never one per id
+    (151,936 calls would take seconds). The time itself is printed by bench/bench_tokensets.py."""
+    calls: dict[str, int] = {}
+    for name in ("convert_ids_to_tokens", "decode", "convert_tokens_to_string", "batch_decode"):
+        original = getattr(qwen2, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            calls[_name] = calls.get(_name, 0) + 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(qwen2, name, counted)
+    sets = derive_token_sets(qwen2)
+    assert sets.vocab_size == 151936 and 9454 in sets.yes_ids
+    assert sum(calls.values()) <= 10, calls
 
 
 def test_assets_reproduce_llama_cpp_reference_encodings(llama: Any, qwen2: Any) -> None:

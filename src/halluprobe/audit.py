@@ -69,6 +69,7 @@ from halluprobe.readouts.logits import LEGACY_READOUTS, LOGIT_READOUTS
 from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import Question, QuestionKey, RunHeader, Sample, ScoreReport
 from halluprobe.rundir import RunDir
+from halluprobe.scoring import readout_results
 
 __all__ = [
     "AUDIT_FILE",
@@ -137,12 +138,10 @@ def _load(path: str | Path) -> _Table:
 
 
 def _table(header: RunHeader, samples: list[Sample]) -> _Table:
-    present = set()
-    for s in samples:
-        present.update(s.readouts)
-    readouts = [r for r in header.readouts if r in present]
-    readouts += sorted(present - set(readouts))  # a readout the header does not list (hand-made runs)
-    missing = [r for r in header.readouts if r not in present]
+    # readouts applied at score time (readouts.apply), cross-checked against stored decisions
+    results = {r: readout_results(r, header, samples) for r in _audited_readouts(header, samples)}
+    readouts = [r for r, res in results.items() if any(x is not None for x in res)]
+    missing = [r for r in header.readouts if r not in readouts]
     if missing:
         log.info("readouts listed in run.json but in no sample (left out): %s", ", ".join(missing))
     splits = list(dict.fromkeys(s.split for s in samples))
@@ -152,8 +151,7 @@ def _table(header: RunHeader, samples: list[Sample]) -> _Table:
     for r in readouts:
         dec = np.empty(len(samples), dtype=object)
         prob = np.full(len(samples), np.nan)
-        for i, s in enumerate(samples):
-            result = s.readouts.get(r)
+        for i, (s, result) in enumerate(zip(samples, results[r])):
             dec[i] = result.decision if result is not None else "unknown"
             if result is not None and result.p_yes is not None and s.error is None:
                 prob[i] = result.p_yes
@@ -170,6 +168,14 @@ def _table(header: RunHeader, samples: list[Sample]) -> _Table:
         decisions=decisions,
         p_yes=p_yes,
     )
+
+
+def _audited_readouts(header: RunHeader, samples: list[Sample]) -> list[str]:
+    """The readouts the run was made for (its header's list, in order), then stored-only ones
+    (another tool's rule kept with imported answers). Every text rule can be scored with
+    ``score``; the audit keeps the run's own list so its tables do not change shape."""
+    stored = [r for r in dict.fromkeys(name for s in samples for name in s.readouts) if r not in header.readouts]
+    return [*header.readouts, *sorted(stored)]
 
 
 def _rows(samples: Sequence[Sample], decisions: np.ndarray, p_yes: np.ndarray, labels: Sequence[str] | None = None) -> list[ScoreRow]:

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from halluprobe.backends.base import Backend
 from halluprobe.records import Question, TokenSets
@@ -40,6 +41,52 @@ class Diagnosis:
     @property
     def offset_rate(self) -> float | None:
         return self.offset / self.answered if self.answered else None
+
+    def failure(self, max_offset: float) -> str | None:
+        """Why a logit readout should not be trusted here (None: it can be)."""
+        rate = self.offset_rate
+        if rate is None:
+            return f"no question was answered ({self.errors} errors)"
+        if rate <= max_offset:
+            return None
+        worst = ", ".join(f"{p!r} ({c})" for p, c in self.offset_pieces.most_common(5))
+        return (
+            f"the first token's argmax lies outside the yes/no sets on {100 * rate:.1f}% of questions "
+            f"(limit {100 * max_offset:.1f}%): {worst}; logit readouts would read the tail of the "
+            "distribution: fix the template or the token sets"
+        )
+
+    def to_json(self, max_offset: float) -> dict[str, Any]:
+        sets = self.token_sets
+        return {
+            "n": self.n,
+            "errors": self.errors,
+            "offset_rate": self.offset_rate,
+            "max_offset": max_offset,
+            "ok": self.failure(max_offset) is None,
+            "offset_pieces": self.offset_pieces.most_common(),
+            "first_pieces": self.first_pieces.most_common(),
+            "yes_pieces": sets.yes_pieces if sets else None,
+            "no_pieces": sets.no_pieces if sets else None,
+            "legacy_valid": sets.legacy_valid if sets else None,
+            "prompt": self.prompt_example,
+        }
+
+    def summary_lines(self) -> list[str]:
+        """What a person reads in the terminal."""
+        sets = self.token_sets
+        lines: list[str] = []
+        if sets is not None and sets.keyed_by == "piece":
+            lines.append("yes / no sets: derived per sample from the returned top-logprob pieces (no vocabulary)")
+        elif sets is not None:
+            lines.append("yes set: " + ", ".join(f"{p!r}={i}" for p, i in zip(sets.yes_pieces, sets.yes_ids)))
+            lines.append("no set:  " + ", ".join(f"{p!r}={i}" for p, i in zip(sets.no_pieces, sets.no_ids)))
+            lines.append(f"legacy LLaMA ids: {'valid' if sets.legacy_valid else 'INVALID for this vocabulary'}")
+        lines.append(f"prompt: {self.prompt_example!r}")
+        lines.append("first pieces: " + ", ".join(f"{p!r} {c}" for p, c in self.first_pieces.most_common(8)))
+        if self.offset_rate is not None:
+            lines.append(f"off-set argmax: {self.offset} of {self.answered} ({100 * self.offset_rate:.1f}%), {self.errors} errors")
+        return lines
 
 
 def sample_questions(questions: Sequence[Question], size: int, seed: int = 0) -> list[Question]:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
+import re
 from pathlib import Path
 
 from halluprobe.errors import InputError
 
-__all__ = ["write_atomic", "append_durable", "drop_cut_tail"]
+__all__ = ["escapes_root", "resolve_image", "write_atomic", "append_durable", "drop_cut_tail"]
 
 log = logging.getLogger(__name__)
 
@@ -78,3 +80,27 @@ def append_durable(path: str | Path, text: str) -> None:
             os.fsync(fh.fileno())
     except OSError as e:
         raise InputError(f"cannot write: {e.strerror or e}", path) from e
+
+
+def resolve_image(image: str, root: Path, *, source: str | Path | None = None) -> Path:
+    """An image path relative to the images root, or absolute; a relative one may not leave
+    the root (``../x.png``). The check is on the path as written, not on where symbolic links
+    point: an images folder made of links into a dataset store is fine. ``source`` (the
+    benchmark or questions file) is named in the error."""
+    path = Path(image)
+    if path.is_absolute():
+        return path
+    joined = Path(os.path.normpath(Path(os.path.abspath(root)) / path))
+    if not joined.is_relative_to(Path(os.path.abspath(root))):
+        raise InputError(f"image path {image!r} escapes the images root {root}", source)
+    return joined
+
+
+def escapes_root(image: str) -> bool:
+    """Whether a relative image path, as written, leaves its root (``../x.png``); absolute
+    paths (POSIX or Windows) do not count: they name no root."""
+    norm = image.replace("\\", "/")
+    if norm.startswith("/") or re.match(r"^[A-Za-z]:/", norm):
+        return False
+    n = posixpath.normpath(norm)
+    return n == ".." or n.startswith("../")

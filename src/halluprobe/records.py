@@ -19,8 +19,11 @@ __all__ = [
     "Label",
     "Decision",
     "QuestionKey",
+    "QuestionKind",
     "Question",
     "Request",
+    "GenerateConfig",
+    "YES_NO_STOP_STRINGS",
     "TokenLogprob",
     "Response",
     "ReadoutResult",
@@ -36,6 +39,7 @@ SCHEMA_VERSION = 1
 Label = Literal["yes", "no"]
 Decision = Literal["yes", "no", "unknown"]
 QuestionKey = tuple[str, int]
+QuestionKind = Literal["yes_no", "open", "choice"]
 
 
 class FrozenRecord(BaseModel):
@@ -45,7 +49,13 @@ class FrozenRecord(BaseModel):
 
 
 class Question(FrozenRecord):
-    """One benchmark question. Unknown keys of third-party lines are kept in ``metadata``."""
+    """One benchmark question. Unknown keys of third-party lines are kept in ``metadata``.
+
+    ``kind``: ``yes_no`` (POPE and its kin; the label is scored), ``open`` (PROVE: answered in
+    free form with ``run --open-ended``; the yes/no ``label`` is a placeholder no yes/no metric
+    may read) or ``choice`` (Auto-Probe's AttriBait). A file line carries ``"kind"`` only when it
+    is not ``yes_no``.
+    """
 
     split: str
     question_id: int
@@ -53,6 +63,7 @@ class Question(FrozenRecord):
     text: str
     label: Label
     object: str | None = None
+    kind: QuestionKind = "yes_no"
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @property
@@ -61,10 +72,8 @@ class Question(FrozenRecord):
 
     @property
     def is_open(self) -> bool:
-        """An open question (``"kind": "open"``, as ``halluprobe prove questions`` writes): it is
-        answered in free form (``run --open-ended``) and its yes/no ``label`` is a placeholder that
-        no yes/no metric may read."""
-        return self.metadata.get("kind") == "open"
+        """An open question: its label is a placeholder (see ``kind``)."""
+        return self.kind == "open"
 
 
 class Request(FrozenRecord):
@@ -78,6 +87,29 @@ class Request(FrozenRecord):
     @property
     def key(self) -> QuestionKey:
         return (self.split, self.question_id)
+
+
+class GenerateConfig(FrozenRecord):
+    """How a backend answers: passed with each call, never set in a backend's constructor.
+
+    ``max_new_tokens`` = 0 asks for the first token's log-probabilities only (no text).
+    ``stop_strings``: None is the yes/no default (a sentence end or a newline ends the greedy
+    answer: :data:`YES_NO_STOP_STRINGS`); ``()`` lets only EOS or ``max_new_tokens`` end it
+    (descriptions, open-ended answers, extraction).
+    """
+
+    max_new_tokens: int = Field(default=0, ge=0)
+    top_k: int = Field(default=10, ge=1)
+    stop_strings: tuple[str, ...] | None = None
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """The stop strings in force."""
+        return YES_NO_STOP_STRINGS if self.stop_strings is None else self.stop_strings
+
+
+# A yes/no answer needs a few tokens: stop at a sentence end or a newline (EOS stops anyway).
+YES_NO_STOP_STRINGS: tuple[str, ...] = (".", "\n")
 
 
 class TokenLogprob(FrozenRecord):
@@ -184,6 +216,8 @@ class RunHeader(FrozenRecord):
     shard: str | None = None
     # free-form answers to open questions (PROVE): no stop at '.', no logit or text readouts
     open_ended: bool = False
+    # what every backend call of the run was given (None: a run dir of halluprobe 0.1)
+    generate: GenerateConfig | None = None
     seed: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
 

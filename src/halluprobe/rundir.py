@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +83,25 @@ class RunDir:
 
     # -- writing -------------------------------------------------------------------------
 
-    def start(self, header: RunHeader, *, resume: bool, force: bool, overwrite: bool) -> set[QuestionKey]:
-        """Create or reopen the run dir; return the keys already answered (empty for a new run)."""
+    def start(
+        self,
+        header: RunHeader,
+        *,
+        resume: bool,
+        force: bool,
+        overwrite: bool,
+        also_accept: Collection[str] = (),
+        retry_errors: bool = False,
+    ) -> set[QuestionKey]:
+        """Create or reopen the run dir; return the keys already answered (empty for a new run).
+
+        ``also_accept``: other fingerprints under which the same run was written (an earlier
+        halluprobe's form). ``retry_errors``: errored samples do not count as answered; the
+        answer appended later replaces the error (see :meth:`read_samples`)."""
         if self.exists():
             if resume:
                 old = self.read_header()
-                if old.fingerprint != header.fingerprint and not force:
+                if old.fingerprint not in {header.fingerprint, *also_accept} and not force:
                     raise InputError(
                         "refusing to resume: the model, template, readouts or benchmark files differ "
                         "from the existing run (pass --force to mix them anyway)",
@@ -96,7 +109,7 @@ class RunDir:
                     )
                 drop_cut_tail(self.samples_path)  # a crash mid-write: cut it so appends stay valid
                 self.complete_path.unlink(missing_ok=True)
-                return {s.key for s in self.read_samples()}
+                return {s.key for s in self.read_samples() if not (retry_errors and s.error)}
             if not overwrite:
                 raise InputError(
                     "run directory already holds a run; pass --resume to continue it or --overwrite to replace it",
@@ -163,13 +176,13 @@ class RunDir:
             raise InputError(f"invalid run header: {_first_error(err)}", self.header_path, 1) from None
 
     def read_samples(self) -> list[Sample]:
-        """All complete samples; a truncated last line (a crash mid-write) is ignored.
-
-        Truncated means: the last line has no newline after it and is not complete JSON (or was
-        cut inside a multi-byte character). A complete line that is invalid (a hand-written
-        ``NaN``, a p_yes of 2) is refused wherever it stands."""
+        """All complete samples; a truncated last line (a crash mid-write: no newline after it,
+        and incomplete JSON or cut inside a multi-byte character) is ignored. A complete line that
+        is invalid (a hand-written ``NaN``, a p_yes of 2) is refused wherever it stands. A key may
+        appear twice only when its first sample is an error that a resume asked again: the later
+        line replaces it, in the earlier one's place (run order is kept)."""
         samples: list[Sample] = []
-        seen: set[QuestionKey] = set()
+        seen: dict[QuestionKey, int] = {}  # key -> index in samples
         if not self.samples_path.exists():
             return samples
         for number, line in read_log_lines(self.samples_path, "samples"):
@@ -178,8 +191,12 @@ class RunDir:
             except ValidationError as err:
                 raise InputError(f"invalid sample: {_first_error(err)}", self.samples_path, number) from None
             if sample.key in seen:
-                raise InputError(f"duplicate sample {sample.key}", self.samples_path, number)
-            seen.add(sample.key)
+                earlier = seen[sample.key]
+                if samples[earlier].error is None:
+                    raise InputError(f"duplicate sample {sample.key}", self.samples_path, number)
+                samples[earlier] = sample  # an errored sample asked again on resume: the later answer counts
+                continue
+            seen[sample.key] = len(samples)
             samples.append(sample)
         return samples
 

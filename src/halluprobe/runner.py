@@ -1,4 +1,10 @@
-"""Questions -> requests -> backend -> readouts -> samples.jsonl."""
+"""Questions -> requests -> backend (through :func:`halluprobe.ask.ask`) -> samples.jsonl.
+
+A sample stores what the backend gave: the first token's log-probabilities over every candidate
+id (or piece), the top-k first tokens and the greedy text. Readouts are applied when scoring
+(:mod:`halluprobe.readouts.apply`), so the run does not depend on which readouts or text rules
+are asked later.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +17,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from halluprobe.ask import ask
 from halluprobe.backends.base import Backend
 from halluprobe.errors import InputError
+from halluprobe.files import resolve_image
+from halluprobe.readouts.apply import TEXT_PREFIX
 from halluprobe.readouts.logits import LOGIT_READOUTS
-from halluprobe.readouts.text import TEXT_RULES, parse_text
+from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import (
+    GenerateConfig,
     Question,
     QuestionKey,
-    ReadoutResult,
     Request,
     Response,
     RunHeader,
@@ -33,8 +42,8 @@ __all__ = [
     "RunSummary",
     "run_questions",
     "make_sample",
-    "resolve_image",
     "make_header",
+    "run_fingerprint",
     "limit_questions",
     "RequestStatsSource",
 ]
@@ -49,6 +58,8 @@ class RunConfig:
     model: str
     backend: str = "hf"
     template: str | None = None
+    # Any non-empty list asks for the greedy text (every text rule can be applied at score
+    # time); empty: first-token log-probabilities only. The names are recorded in run.json.
     text_rules: tuple[str, ...] = ("pope", "exact", "yorn", "strict")
     max_new_tokens: int = 8
     top_k: int = 10
@@ -57,9 +68,25 @@ class RunConfig:
     force: bool = False
     overwrite: bool = False
     shard: str | None = None  # "I/N": recorded in the header, not part of the fingerprint
-    # Open questions (PROVE): full greedy answers of up to max_new_tokens, no yes/no readouts.
-    # The backend must be built for it too (hf: open_ended=True, which drops the '.' stop).
+    # Open questions (PROVE): full greedy answers of up to max_new_tokens (no stop at '.'),
+    # no yes/no readouts.
     open_ended: bool = False
+    # --resume asks errored samples again (a later answer replaces the error in samples.jsonl)
+    retry_errors: bool = True
+    # mark the run complete even though some samples are errors
+    accept_errors: bool = False
+
+    @property
+    def generates_text(self) -> bool:
+        return self.open_ended or bool(self.text_rules)
+
+    def generate_config(self) -> GenerateConfig:
+        """What each backend call is given: text only when a text rule or open answers need it."""
+        return GenerateConfig(
+            max_new_tokens=self.max_new_tokens if self.generates_text else 0,
+            top_k=self.top_k,
+            stop_strings=() if self.open_ended else None,
+        )
 
 
 @runtime_checkable
@@ -89,18 +116,8 @@ class RunSummary:
     skipped: int = 0
     errors: int = 0
     total: int = 0
+    errors_left: int = 0  # errored samples in the whole run dir once every question has one
     by_split: dict[str, int] = field(default_factory=dict)
-
-
-def resolve_image(image: str, root: Path) -> Path:
-    """An image path relative to the images root (which it may not escape), or absolute."""
-    path = Path(image)
-    if path.is_absolute():
-        return path
-    resolved = (root / path).resolve()
-    if not resolved.is_relative_to(root.resolve()):
-        raise InputError(f"image path {image!r} escapes the images root {root}")
-    return resolved
 
 
 def _offset_argmax(response: Response, sets: TokenSets | None) -> str | None:
@@ -110,18 +127,8 @@ def _offset_argmax(response: Response, sets: TokenSets | None) -> str | None:
     return None if greedy_answer(top, sets) is not None else top.piece
 
 
-def make_sample(
-    question: Question, prompt: str, response: Response, sets: TokenSets | None, text_rules: Sequence[str]
-) -> Sample:
-    """Apply every readout to one response: all of them read the same forward pass."""
-    readouts: dict[str, ReadoutResult] = {}
-    if response.error is None:
-        if sets is not None and response.candidates:
-            for name, read in LOGIT_READOUTS.items():
-                readouts[name] = read(response.candidates, sets)
-        if response.text is not None:
-            for rule in text_rules:
-                readouts[f"text:{rule}"] = ReadoutResult(decision=parse_text(rule, response.text))
+def make_sample(question: Question, prompt: str, response: Response, sets: TokenSets | None) -> Sample:
+    """One response as stored: raw outputs only; readouts are applied when scoring."""
     return Sample(
         split=question.split,
         question_id=question.question_id,
@@ -133,7 +140,6 @@ def make_sample(
         candidates=response.candidates,
         offset_argmax=None if response.error else _offset_argmax(response, sets),
         text=response.text,
-        readouts=readouts,
         latency_s=response.latency_s,
         error=response.error,
     )
@@ -149,6 +155,32 @@ def _package_versions() -> dict[str, str]:
     return versions
 
 
+def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
+    """What may not change between a run and its resume: a change here is refused.
+
+    Which text rules a run lists does not change what it stores (any rule is applied at score
+    time), so only whether it generates text counts. ``legacy``: the form of halluprobe 0.1,
+    which held the text-rule list, so that older run dirs can still be resumed.
+    """
+    text: dict[str, Any] = (
+        {"text_rules": list(header.text_rules)} if legacy else {"generates_text": bool(header.text_rules)}
+    )
+    return fingerprint_of(
+        {
+            "backend": header.backend,
+            "model": header.model,
+            "dtype": header.backend_info.get("dtype"),
+            "template": header.template,
+            **text,
+            "max_new_tokens": header.max_new_tokens,
+            "tokenizer": header.token_sets.tokenizer_fingerprint if header.token_sets else None,
+            "benchmarks": dict(sorted(header.benchmarks.items())),
+            # only when set, so the fingerprints of existing yes/no runs do not change
+            **({"open_ended": True} if header.open_ended else {}),
+        }
+    )
+
+
 def make_header(
     config: RunConfig,
     backend: Backend,
@@ -158,44 +190,30 @@ def make_header(
     """The header: written before the first sample. ``benchmarks``: split -> (path, sha256)."""
     from halluprobe import __version__
 
-    info = backend.info()
-    sets = backend.token_sets()
-    template = config.template or "chat"
-    # What may not change between a run and its resume: a change here is refused.
-    fingerprint = fingerprint_of(
-        {
-            "backend": config.backend,
-            "model": config.model,
-            "dtype": info.get("dtype"),
-            "template": template,
-            "text_rules": list(config.text_rules),
-            "max_new_tokens": config.max_new_tokens,
-            "tokenizer": sets.tokenizer_fingerprint if sets else None,
-            "benchmarks": {split: sha for split, (_, sha) in sorted(benchmarks.items())},
-            # only when set, so the fingerprints of existing yes/no runs do not change
-            **({"open_ended": True} if config.open_ended else {}),
-        }
-    )
-    return RunHeader(
+    text_rules = [] if config.open_ended else list(config.text_rules)
+    header = RunHeader(
         halluprobe_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        fingerprint=fingerprint,
+        fingerprint="",
         backend=config.backend,
-        backend_info=info,
+        backend_info=backend.info(),
         model=config.model,
-        template=template,
-        readouts=[] if config.open_ended else list(LOGIT_READOUTS) + [f"text:{r}" for r in config.text_rules],
-        text_rules=[] if config.open_ended else list(config.text_rules),
+        template=config.template or "chat",
+        # every readout the stored outputs allow: all text rules whenever text is generated
+        readouts=[] if config.open_ended else list(LOGIT_READOUTS) + ([TEXT_PREFIX + r for r in TEXT_RULES] if text_rules else []),
+        text_rules=text_rules,
         max_new_tokens=config.max_new_tokens,
-        token_sets=sets,
+        token_sets=backend.token_sets(),
         benchmarks={split: sha for split, (_, sha) in benchmarks.items()},
         benchmark_paths={split: str(path) for split, (path, _) in benchmarks.items()},
         images_root=str(images_root),
         limit=config.limit,
         shard=config.shard,
         open_ended=config.open_ended,
+        generate=config.generate_config(),
         packages=_package_versions(),
     )
+    return header.model_copy(update={"fingerprint": run_fingerprint(header)})
 
 
 def run_questions(
@@ -228,7 +246,11 @@ def run_questions(
                 f"not {header.shard or 'none (all questions)'}",
                 rundir.header_path,
             )
-    done = rundir.start(header, resume=config.resume, force=config.force, overwrite=config.overwrite)
+    old_fingerprints = {run_fingerprint(header, legacy=True)}  # run dirs of halluprobe 0.1
+    done = rundir.start(
+        header, resume=config.resume, force=config.force, overwrite=config.overwrite,
+        also_accept=old_fingerprints, retry_errors=config.retry_errors,
+    )  # fmt: skip
     todo = [q for q in questions if q.key not in done]
     summary = RunSummary(skipped=len(questions) - len(todo), total=len(questions))
     if done:
@@ -242,18 +264,21 @@ def run_questions(
         if prompt is None:
             prompt = prompts[q.text] = backend.render_prompt(q.text, config.template)
         requests.append(
-            Request(split=q.split, question_id=q.question_id, image_path=str(resolve_image(q.image, images_root)), prompt=prompt)
+            Request(
+                split=q.split,
+                question_id=q.question_id,
+                image_path=str(resolve_image(q.image, images_root, source=header.benchmark_paths.get(q.split))),
+                prompt=prompt,
+            )
         )
     prompt_of = {r.key: r.prompt for r in requests}
 
     sets = None if config.open_ended else header.token_sets
-    rules: tuple[str, ...] = () if config.open_ended else config.text_rules
-    max_new = config.max_new_tokens if (rules or config.open_ended) else 0
     if progress:
         progress(summary.skipped, summary.total)
     try:
-        for batch in backend.answer(requests, max_new_tokens=max_new, top_k=config.top_k):
-            samples = [make_sample(by_key[r.key], prompt_of[r.key], r, sets, rules) for r in batch]
+        for batch in ask(backend, requests, config.generate_config()):
+            samples = [make_sample(by_key[r.key], prompt_of[r.key], r, sets) for r in batch]
             rundir.append(samples)
             summary.answered += len(samples)
             summary.errors += sum(1 for s in samples if s.error)
@@ -267,11 +292,19 @@ def run_questions(
             rundir.add_request_stats(stats)
     if summary.skipped + summary.answered == summary.total:
         stored = rundir.read_samples()  # count over the whole run, resumed parts included
-        rundir.mark_complete(
-            {
-                "questions": len(stored),
-                "errors": sum(1 for s in stored if s.error),
-                "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            }
-        )
+        summary.errors_left = sum(1 for s in stored if s.error)
+        if summary.errors_left and not config.accept_errors:
+            log.warning(
+                "%d sample(s) are errors: the run is not marked complete; `--resume` asks them again, "
+                "`--accept-errors` marks it complete with them (scored as wrong)",
+                summary.errors_left,
+            )
+        else:
+            rundir.mark_complete(
+                {
+                    "questions": len(stored),
+                    "errors": summary.errors_left,
+                    "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                }
+            )
     return summary

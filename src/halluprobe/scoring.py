@@ -6,7 +6,9 @@ path in ``halluprobe.metrics.score``: nothing here computes a metric itself.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +16,65 @@ from halluprobe.errors import InputError
 from halluprobe.jsonl import iter_objects, read_text
 from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
-from halluprobe.readouts.logits import LEGACY_READOUTS
+from halluprobe.files import write_atomic
+from halluprobe.readouts.apply import apply, check_readout, cross_check
 from halluprobe.readouts.text import TEXT_RULES, parse_text
-from halluprobe.records import ScoreReport
+from halluprobe.records import ReadoutResult, RunHeader, Sample, ScoreReport
 from halluprobe.rundir import RunDir
 
-__all__ = ["score_rundir", "score_answers_file", "read_answers"]
+__all__ = [
+    "score_rundir",
+    "score_answers_file",
+    "read_answers",
+    "read_scored_run",
+    "readout_results",
+    "readout_rows",
+    "write_per_question",
+]
 
 log = logging.getLogger(__name__)
+
+
+def readout_results(readout: str, header: RunHeader, samples: Sequence[Sample]) -> list[ReadoutResult | None]:
+    """``readout`` applied to every stored sample (score time), cross-checked against the
+    decisions an earlier halluprobe stored beside the raw outputs."""
+    results = [apply(readout, s, header.token_sets) for s in samples]
+    check = cross_check(readout, samples, results)
+    if check.differ:
+        log.warning(
+            "%s: %d of %d stored decisions differ from the recomputed ones (%s); the recomputed ones are scored",
+            readout, check.differ, check.compared, "; ".join(check.examples),
+        )  # fmt: skip
+    return results
+
+
+def readout_rows(readout: str, header: RunHeader, samples: Sequence[Sample]) -> list[ScoreRow]:
+    """The rows one readout is scored on: a sample it cannot read is unknown, an errored one an error."""
+    return [
+        ScoreRow(
+            split=s.split,
+            question_id=s.question_id,
+            image=s.image,
+            label=s.label,
+            decision=r.decision if r is not None else "unknown",
+            p_yes=r.p_yes if r is not None and s.error is None else None,
+            error=s.error is not None,
+        )
+        for s, r in zip(samples, readout_results(readout, header, samples))
+    ]
+
+
+def read_scored_run(path: str | Path, readout: str, *, force_invalid: bool = False) -> tuple[RunDir, RunHeader, list[Sample]]:
+    """A yes/no run dir's header and samples, refused unless it can be scored with ``readout``."""
+    rundir = RunDir(path)
+    header = rundir.read_yes_no_header()
+    samples = rundir.read_samples()
+    if not samples:
+        raise InputError("the run has no samples yet", rundir.samples_path)
+    check_readout(readout, header, samples, force_invalid=force_invalid, source=rundir.header_path)
+    if not rundir.complete_path.exists():
+        log.warning("%s is not complete: scoring the %d samples present", rundir.path, len(samples))
+    return rundir, header, samples
 
 
 def score_rundir(
@@ -33,40 +86,37 @@ def score_rundir(
     n_resamples: int = 1000,
     seed: int = 0,
     write: bool = True,
+    per_question: str | Path | None = None,
 ) -> ScoreReport:
-    """Recompute metrics from what ``run`` stored; writes ``RUNDIR/metrics.json``."""
-    rundir = RunDir(path)
-    header = rundir.read_yes_no_header()
-    if readout not in header.readouts:
-        raise InputError(f"readout {readout!r} is not in this run; it has: {', '.join(header.readouts)}", rundir.header_path)
-    sets = header.token_sets
-    if readout in LEGACY_READOUTS and sets is not None and not sets.legacy_valid and not force_invalid:
-        raise InputError(
-            f"readout {readout} reads LLaMA-2 ids that are not yes/no in this model's vocabulary "
-            "(see `halluprobe tokens`); pass --force-invalid to see what it would score",
-            rundir.header_path,
-        )
-    samples = rundir.read_samples()
-    if not samples:
-        raise InputError("the run has no samples yet", rundir.samples_path)
-    if not rundir.complete_path.exists():
-        log.warning("%s is not complete: scoring the %d samples present", rundir.path, len(samples))
-    rows = [
-        ScoreRow(
-            split=s.split,
-            question_id=s.question_id,
-            image=s.image,
-            label=s.label,
-            decision=s.readouts[readout].decision if readout in s.readouts else "unknown",
-            p_yes=s.readouts[readout].p_yes if readout in s.readouts else None,
-            error=s.error is not None,
-        )
-        for s in samples
-    ]
+    """Apply ``readout`` to what ``run`` stored and score it; writes ``RUNDIR/metrics.json``
+    and, with ``per_question``, one JSON line per question (split, question_id, label,
+    decision, p_yes) so that anyone can check the table line by line."""
+    rundir, header, samples = read_scored_run(path, readout, force_invalid=force_invalid)
+    rows = readout_rows(readout, header, samples)
     report = score_rows(rows, readout=readout, policy=policy, n_resamples=n_resamples, seed=seed)
     if write:
-        rundir.metrics_path.write_text(report.model_dump_json(indent=2) + "\n")
+        write_atomic(rundir.metrics_path, report.model_dump_json(indent=2) + "\n")
+    if per_question is not None:
+        write_per_question(per_question, rows, samples)
     return report
+
+
+def write_per_question(path: str | Path, rows: Sequence[ScoreRow], samples: Sequence[Sample]) -> Path:
+    """One JSON line per scored question, in run order; p_yes only where the readout has one."""
+    lines = []
+    for row, sample in zip(rows, samples):
+        entry: dict[str, Any] = {
+            "split": row.split,
+            "question_id": row.question_id,
+            "label": row.label,
+            "decision": "error" if row.error else row.decision,
+        }
+        if row.p_yes is not None:
+            entry["p_yes"] = row.p_yes
+        if sample.object is not None:
+            entry["object"] = sample.object
+        lines.append(json.dumps(entry, ensure_ascii=False) + "\n")
+    return write_atomic(path, "".join(lines))
 
 
 def read_answers(path: Path) -> list[dict[str, Any]]:

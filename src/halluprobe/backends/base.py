@@ -8,13 +8,14 @@ internals: only rendered prompts and image paths.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from halluprobe.errors import InputError
-from halluprobe.records import Request, Response, TokenSets
+from halluprobe.records import GenerateConfig, Request, Response, TokenSets
 
-__all__ = ["Backend", "BACKENDS", "load_backend"]
+__all__ = ["Backend", "BACKENDS", "backend_class", "backend_options", "load_backend"]
 
 # One name, one place: a new backend is one module plus one line here.
 BACKENDS: dict[str, str] = {
@@ -40,22 +41,34 @@ class Backend(Protocol):
         """The exact text that, passed with the image, gives the model's inputs."""
         ...
 
-    def answer(
-        self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int
-    ) -> Iterator[list[Response]]:
-        """Answer every request; yield responses batch by batch so the caller can persist them.
-
-        ``max_new_tokens`` = 0 asks for first-token readouts only (no text continuation).
-        """
+    def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
+        """Answer every request with the settings of ``config``; yield responses batch by batch
+        so the caller can persist them. Callers go through :func:`halluprobe.ask.ask`."""
         ...
 
 
-def load_backend(name: str, **options: Any) -> Backend:
-    """Instantiate a registered backend; the heavy import happens only here."""
+def backend_class(name: str) -> type:
+    """The class registered as ``name``; its module is imported here (the heavy imports of a
+    backend happen in its constructor)."""
     try:
         target = BACKENDS[name]
     except KeyError:
         raise InputError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
     module_name, _, class_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(**options)
+    return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+
+
+def backend_options(name: str) -> list[str]:
+    """The options a backend declares: its constructor's keyword parameters (``model`` aside)."""
+    params = inspect.signature(backend_class(name)).parameters.values()
+    return [p.name for p in params if p.name != "model" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def load_backend(name: str, **options: Any) -> Backend:
+    """Instantiate a registered backend. An option it does not declare is refused (exit 2),
+    naming the valid ones: a misspelt ``--backend-option`` never passes silently."""
+    valid = backend_options(name)
+    unknown = sorted(set(options) - set(valid) - {"model"})
+    if unknown:
+        raise InputError(f"unknown option {', '.join(map(repr, unknown))} for the {name} backend; valid: {', '.join(valid)}")
+    return backend_class(name)(**options)  # type: ignore[no-any-return]

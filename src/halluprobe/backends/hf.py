@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
-from halluprobe.records import Request, Response, TokenLogprob, TokenSets
+from halluprobe.records import YES_NO_STOP_STRINGS, GenerateConfig, Request, Response, TokenLogprob, TokenSets
 
 if TYPE_CHECKING:
     import torch
@@ -40,8 +40,7 @@ __all__ = ["HFBackend", "STOP_STRINGS"]
 
 log = logging.getLogger(__name__)
 
-# A yes/no answer needs a few tokens: stop at a sentence end or a newline (EOS stops anyway).
-STOP_STRINGS = (".", "\n")
+STOP_STRINGS = YES_NO_STOP_STRINGS  # the yes/no default of GenerateConfig.stop_strings
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -72,8 +71,6 @@ class HFBackend:
         load_in_4bit: bool = False,
         trust_remote_code: bool = False,
         prefix_cache: bool = True,
-        stop_strings: Sequence[str] | None = None,
-        **_: Any,
     ) -> None:
         from halluprobe.backends.hf_inputs import load_model, load_processor
 
@@ -89,9 +86,10 @@ class HFBackend:
         n_logits = self._model.get_output_embeddings().weight.shape[0]
         self._candidates = [i for i in candidate_ids(self._sets) if i < n_logits]
         self._pieces = self._tokenizer.convert_ids_to_tokens(list(range(len(self._tokenizer))))
-        # None: STOP_STRINGS (yes/no answers); () stops at EOS or max_new_tokens only (descriptions)
-        self._stop_strings = tuple(STOP_STRINGS if stop_strings is None else stop_strings)
-        self._stopping: Any = None  # built on first use: it preprocesses the whole vocabulary
+        # stop strings travel with each call (GenerateConfig); their criteria are built once per
+        # set, on first use: building one preprocesses the whole vocabulary
+        self._stops: tuple[str, ...] = STOP_STRINGS
+        self._stopping: dict[tuple[str, ...], Any] = {}
         # A forward pass needs the last position's logits only: skip the [batch, seq, vocab] rest.
         params = inspect.signature(self._model.forward).parameters
         self._keep_last: dict[str, Any] = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
@@ -113,8 +111,6 @@ class HFBackend:
             "device": str(self._model.device),
             "batch_size": self._batch_size,
             "prefix_cache": self._prefix_cache,
-            # only when not the default, so run headers (and their fingerprints) stay as they were
-            **({"stop_strings": list(self._stop_strings)} if self._stop_strings != STOP_STRINGS else {}),
         }
 
     def token_sets(self) -> TokenSets:
@@ -123,7 +119,9 @@ class HFBackend:
     def render_prompt(self, question: str, template: str | None) -> str:
         return self._inputs.render_prompt(question, template)
 
-    def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
+    def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
+        max_new_tokens, top_k = config.max_new_tokens, config.top_k
+        self._stops = config.stops
         # Questions about one image sit together (across splits): each image is read once.
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
         pending = [requests[i] for i in order]
@@ -410,13 +408,14 @@ class HFBackend:
         """Stop at the stop strings ('.', newline by default) or EOS. Built once: passing
         ``stop_strings`` to every ``generate`` call would redo a ~0.3 s pass over the vocabulary
         per batch. With no stop strings (descriptions, open-ended answers) only EOS or
-        ``max_new_tokens`` end a continuation."""
-        if self._stopping is None:
+        ``max_new_tokens`` end a continuation. The set is the current call's (GenerateConfig)."""
+        stops = self._stops
+        if stops not in self._stopping:
             from transformers import StoppingCriteriaList, StopStringCriteria
 
-            criteria = [StopStringCriteria(self._tokenizer, list(self._stop_strings))] if self._stop_strings else []
-            self._stopping = StoppingCriteriaList(criteria)
-        return self._stopping
+            criteria = [StopStringCriteria(self._tokenizer, list(stops))] if stops else []
+            self._stopping[stops] = StoppingCriteriaList(criteria)
+        return self._stopping[stops]
 
     def _forward(self, inputs: dict[str, Any], max_new_tokens: int) -> tuple[Any, list[str] | None]:
         """Raw first-step logits [batch, vocab] and, when asked, the greedy continuations.

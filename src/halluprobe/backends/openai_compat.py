@@ -61,12 +61,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from halluprobe.backends.hf import STOP_STRINGS
 from halluprobe.backends.response_cache import ResponseCache, cache_dir, cache_key
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.readouts.tokensets import piece_token_sets
-from halluprobe.records import Request, Response, TokenLogprob, TokenSets
+from halluprobe.records import YES_NO_STOP_STRINGS, GenerateConfig, Request, Response, TokenLogprob, TokenSets
 
 if TYPE_CHECKING:
     import httpx
@@ -308,8 +307,6 @@ class OpenAIBackend:
         max_retry_after_s: float = 300.0,
         flush_s: float = 1.0,
         cache_dir: str | Path | None = None,
-        stop_strings: Sequence[str] | None = None,
-        **_: Any,
     ) -> None:
         try:
             import httpx  # noqa: F401 - lazy: checked here so a missing extra is one clear line
@@ -341,8 +338,7 @@ class OpenAIBackend:
         self._flush_s = float(flush_s)
         self._cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._api_key_env = api_key_env
-        # None: STOP_STRINGS (yes/no answers); () sends no stop (descriptions, open-ended answers)
-        self._stop_strings = tuple(STOP_STRINGS if stop_strings is None else stop_strings)
+        self._stop_strings: tuple[str, ...] = YES_NO_STOP_STRINGS  # the current call's (GenerateConfig)
         self._headers = {"Content-Type": "application/json"}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -368,7 +364,6 @@ class OpenAIBackend:
             "max_retries": self._max_retries,
             "cache": None if self._no_cache else str((self._cache_dir or cache_dir()) / "responses.sqlite"),
             "api_key_env": self._api_key_env,  # the variable's name, never its value
-            "stop": list(self._stop_strings),
         }
 
     def token_sets(self) -> TokenSets:
@@ -386,7 +381,9 @@ class OpenAIBackend:
             "use 'chat' or a format with {question}"
         )
 
-    def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
+    def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
+        max_new_tokens, top_k = config.max_new_tokens, config.top_k
+        self._stop_strings = config.stops  # () sends no stop (descriptions, open-ended answers)
         # one image's questions together (prefix caches), identical requests side by side (sent once)
         pending = sorted(requests, key=lambda r: (r.image_path, r.prompt))
         if not pending:

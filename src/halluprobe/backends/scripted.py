@@ -33,7 +33,7 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
-from halluprobe.records import Request, Response, TokenLogprob, TokenSets
+from halluprobe.records import GenerateConfig, Request, Response, TokenLogprob, TokenSets
 
 __all__ = ["ScriptedBackend", "SCRIPTED_VOCAB"]
 
@@ -43,7 +43,7 @@ _OBJECT = re.compile(r"is there an? (.+?) in the (?:image|picture|photo)", re.IG
 
 
 class ScriptedBackend:
-    def __init__(self, model: str, batch_size: int = 8, **_: Any) -> None:
+    def __init__(self, model: str, *, batch_size: int = 8) -> None:
         path = Path(model)
         try:
             script = loads(path.read_text())
@@ -128,7 +128,8 @@ class ScriptedBackend:
             latency_s=time.perf_counter() - start,
         )
 
-    def answer(self, requests: Sequence[Request], *, max_new_tokens: int, top_k: int) -> Iterator[list[Response]]:
+    def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
+        max_new_tokens = config.max_new_tokens
         for start in range(0, len(requests), self._batch_size):
             time.sleep(self._delay_s)
             yield [self._respond(r, max_new_tokens) for r in requests[start : start + self._batch_size]]

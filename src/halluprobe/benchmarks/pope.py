@@ -26,19 +26,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import posixpath
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from halluprobe.benchmarks.objects import ObjectIndex
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.jsonl import iter_objects, read_text, type_name
-from halluprobe.records import SCHEMA_VERSION, Question
+from halluprobe.files import escapes_root
+from halluprobe.records import SCHEMA_VERSION, Question, QuestionKind
 
 __all__ = [
     "SAMPLER_VERSION",
@@ -53,7 +53,6 @@ __all__ = [
     "object_from_text",
     "read_questions",
     "write_questions",
-    "leaves_images_root",
     "split_name",
     "refuse_open_questions",
 ]
@@ -68,6 +67,7 @@ DEFAULT_TEMPLATE = "Is there a {} in the image?"
 # The line keys of the official files, in their order, plus the object we add.
 _LINE_KEYS = ("question_id", "image", "text", "label", "object")
 _REQUIRED_KEYS = ("question_id", "image", "text", "label")
+_KINDS = get_args(QuestionKind)
 _VOWELS = frozenset("aeiouAEIOU")
 # the article word "a"/"A" right before the placeholder, and only that one
 _ARTICLE_RE = re.compile(r"\b([Aa])(\s+)(?=\{\})")
@@ -273,24 +273,14 @@ def pope_file_names(name: str) -> dict[str, str]:
     return names
 
 
-def leaves_images_root(image: str) -> bool:
-    """Whether a relative image path climbs out of the images root (``../x.png``, ``a/../../x``).
-
-    ``halluprobe run`` refuses such a line; a writer refuses it before it is written. Absolute
-    paths and URLs are the user's to give."""
-    norm = posixpath.normpath(image.replace("\\", "/"))
-    return not posixpath.isabs(norm) and "://" not in image and (norm == ".." or norm.startswith("../"))
-
-
 def _question_line(q: Question, path: Path | None = None) -> str:
-    if leaves_images_root(q.image):
-        raise InputError(f"question {q.question_id}: image path {q.image!r} leaves the images root", path)
     rec: dict[str, Any] = {
         "question_id": q.question_id,
         "image": q.image,
         "text": q.text,
         "label": q.label,
         "object": q.object,
+        **({"kind": q.kind} if q.kind != "yes_no" else {}),  # yes/no lines stay as POPE writes them
     }
     for key, value in q.metadata.items():
         if key in rec:
@@ -385,14 +375,6 @@ def split_name(path: str | Path) -> str:
     return m.group(1) if m else p.stem
 
 
-def _escapes_root(image: str) -> bool:
-    norm = image.replace("\\", "/")
-    if norm.startswith("/") or re.match(r"^[A-Za-z]:/", norm):
-        return False  # absolute paths are allowed
-    n = posixpath.normpath(norm)
-    return n == ".." or n.startswith("../")
-
-
 def read_questions(path: str | Path, split: str | None = None) -> list[Question]:
     """Read a POPE-format JSON Lines file into questions of ``split`` (default: ``split_name``).
 
@@ -414,7 +396,7 @@ def read_questions(path: str | Path, split: str | None = None) -> list[Question]
             raise InputError(f"'question_id' must be an integer, got {type_name(qid)}", p, lineno)
         if not isinstance(image, str) or not image.strip():
             raise InputError(f"'image' must be a non-empty string, got {image!r}", p, lineno)
-        if _escapes_root(image):
+        if escapes_root(image):
             raise InputError(f"image path {image!r} escapes the images root", p, lineno)
         if not isinstance(qtext, str) or not qtext.strip():
             raise InputError(f"'text' must be a non-empty string, got {qtext!r}", p, lineno)
@@ -432,7 +414,10 @@ def read_questions(path: str | Path, split: str | None = None) -> list[Question]
         if qid in first_line:
             raise InputError(f"duplicate question_id {qid} (first on line {first_line[qid]})", p, lineno)
         first_line[qid] = lineno
-        metadata = {k: v for k, v in rec.items() if k not in _LINE_KEYS}
+        kind = rec.get("kind", "yes_no")
+        if kind not in _KINDS:
+            raise InputError(f"unknown question kind {kind!r} (expected one of {', '.join(_KINDS)})", p, lineno)
+        metadata = {k: v for k, v in rec.items() if k not in _LINE_KEYS and k != "kind"}
         questions.append(
             Question(
                 split=split,
@@ -441,6 +426,7 @@ def read_questions(path: str | Path, split: str | None = None) -> list[Question]
                 text=qtext,
                 label=norm_label,  # type: ignore[arg-type]
                 object=obj,
+                kind=kind,
                 metadata=metadata,
             )
         )

@@ -1,4 +1,4 @@
-"""Confusion counts -> binary metrics, under an explicit policy for unknown answers (DESIGN §5).
+"""Confusion counts -> binary metrics, under an explicit policy for unknown answers.
 
 Every sample falls in exactly one raw category: answered (TP, FP, TN, FN), unknown (by label) or
 errored (by label). An errored sample's decision is ignored: it was never answered.
@@ -198,7 +198,7 @@ def count(
 
 
 def metrics_from_counts(c: Counts) -> dict[str, float | None]:
-    """accuracy, precision, recall, f1, yes_ratio, unknown_rate, htr (DESIGN §5); None when undefined.
+    """accuracy, precision, recall, f1, yes_ratio, unknown_rate, htr; None when undefined.
 
     unknown_rate is over every sample counted (dropped ones included, so it means the same under
     every policy); the others are over ``n`` and the label totals ``n`` holds.

@@ -4,7 +4,7 @@ The reference POPE logit evaluator reads LLaMA-2 ids (``legacy_2tok``, ``legacy_
 other vocabulary those ids are unrelated pieces, so every run derives its own sets
 (:func:`derive_token_sets`) and records whether the legacy ids still mean yes/no there.
 
-Derivation rule (DESIGN.md section 4): an id belongs to the yes (no) set when its single-token
+Derivation rule (docs/design/runs-and-readouts.md): an id belongs to the yes (no) set when its single-token
 text, with whitespace and the word-start markers ``▁`` / ``Ġ`` removed at both ends and case
 folded, equals ``yes`` (``no``). "Single-token text" is what the tokenizer's own decoder makes of
 that one piece: byte-level vocabularies then turn ``Ġ`` into a space and ``Ċ`` / ``ĉ`` into a

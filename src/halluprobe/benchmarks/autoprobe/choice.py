@@ -32,11 +32,14 @@ from typing import Any
 
 from pydantic import Field
 
+from halluprobe.ask import ask
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.questions import LETTERS, ChoiceQuestion, Letter
+from halluprobe.files import resolve_image
+from halluprobe.readouts.apply import apply
 from halluprobe.readouts.logits import logsumexp, top_choice
 from halluprobe.readouts.tokensets import classify_letter
-from halluprobe.records import SCHEMA_VERSION, FrozenRecord, Request, Sample, TokenLogprob
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig, Request, Sample, TokenLogprob, TokenSets
 
 __all__ = [
     "ChoiceSample",
@@ -135,16 +138,24 @@ def evaluate_choices(
     template: str | None = None,
     top_k: int = 50,
     max_new_tokens: int = 16,
+    source: str | Path | None = None,
 ) -> list[ChoiceSample]:
-    """Ask every question once (greedy, first-token top-k kept); both readouts per sample."""
+    """Ask every question once (greedy, first-token top-k kept); both readouts per sample.
+
+    An image path that leaves ``images`` (``../x.png``) is refused (``source``: the questions file)."""
     requests = [
-        Request(split=q.split, question_id=q.question_id, image_path=str(images / q.image), prompt=backend.render_prompt(q.text, template))
+        Request(
+            split=q.split,
+            question_id=q.question_id,
+            image_path=str(resolve_image(q.image, images, source=source)),
+            prompt=backend.render_prompt(q.text, template),
+        )
         for q in questions
     ]
     by_id = {q.question_id: q for q in questions}
     prompts = {r.question_id: r.prompt for r in requests}
     samples: list[ChoiceSample] = []
-    for batch in backend.answer(requests, max_new_tokens=max_new_tokens, top_k=top_k):
+    for batch in ask(backend, requests, GenerateConfig(max_new_tokens=max_new_tokens, top_k=top_k)):
         for response in batch:
             q = by_id[response.question_id]
             scores = letter_scores(response.first_token, letter_ids) if response.error is None else {}
@@ -190,19 +201,25 @@ def choice_metrics(samples: Sequence[ChoiceSample]) -> dict[str, dict[str, Any]]
 
 
 def consistency_table(
-    existence: Sequence[Sample], choices: Sequence[ChoiceSample], *, existence_readout: str = "dynamic", choice_readout: str = "logit"
+    existence: Sequence[Sample],
+    choices: Sequence[ChoiceSample],
+    *,
+    token_sets: TokenSets | None = None,
+    existence_readout: str = "dynamic",
+    choice_readout: str = "logit",
 ) -> dict[str, Any]:
     """For each hallucinated object asked both ways: existence answer (yes/no/unknown) x AttriBait
     answer (D = "not there", attribute = A or B, other = C, unknown).
 
     An object answered "no" to existence but given an attribute in AttriBait is inconsistent:
-    the bait worked where the plain question did not.
+    the bait worked where the plain question did not. The existence readout is applied to the
+    stored samples (``token_sets``: the existence run's, from its run.json).
     """
     existence_by_object: dict[tuple[str, str], str] = {}
     for s in existence:
         if s.label != "no" or s.object is None:
             continue
-        result = s.readouts.get(existence_readout)
+        result = apply(existence_readout, s, token_sets)
         existence_by_object[(s.image, s.object)] = "error" if s.error else (result.decision if result else "unknown")
     rows = ("yes", "no", "unknown", "error")
     cols = ("D", "attribute", "other", "unknown", "error")

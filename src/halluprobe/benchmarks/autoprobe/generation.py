@@ -3,8 +3,8 @@
 Backends answer :class:`~halluprobe.records.Request` lists with up to ``max_new_tokens`` of greedy
 text; Auto-Probe reuses that path for descriptions, JSON extraction and AttriBait generation. The
 backend seam has no system role: a system prompt is put in front of the user text, separated by
-a blank line, and the exact rendered prompt is recorded. For the ``hf`` backend, pass
-``stop_strings=()`` when loading it so a description does not stop at its first '.'.
+a blank line, and the exact rendered prompt is recorded. Generation asks with no stop strings
+(``GenerateConfig(stop_strings=())``), so a description does not stop at its first '.'.
 
 :func:`generate_json` asks, validates each answer with a caller's parser, and re-asks only the
 invalid ones, at most ``max_retries`` times, with the validation error appended to the prompt.
@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from halluprobe.ask import ask
 from halluprobe.backends.base import Backend
 from halluprobe.jsonl import loads
-from halluprobe.records import Request
+from halluprobe.records import GenerateConfig, Request
 
 __all__ = ["GenerationItem", "Generated", "compose_prompt", "generate", "generate_json", "parse_json_object", "RETRY_SUFFIX"]
 
@@ -71,7 +72,7 @@ def generate(
         prompts[index] = (item.key, prompt)
         requests.append(Request(split="autoprobe", question_id=index, image_path=item.image_path, prompt=prompt))
     out: dict[str, tuple[str, str | None, str | None]] = {}
-    for batch in backend.answer(requests, max_new_tokens=max_new_tokens, top_k=1):
+    for batch in ask(backend, requests, GenerateConfig(max_new_tokens=max_new_tokens, top_k=1, stop_strings=())):
         for response in batch:
             key, prompt = prompts[response.question_id]
             error = response.error

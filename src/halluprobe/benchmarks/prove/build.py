@@ -3,7 +3,7 @@
 Input: one record per image, ``{"image", "caption", "tuples"}`` (JSON array or JSON Lines), where
 ``tuples`` is the image's scene graph (any shape :func:`~.scene_graph.parse_tuple` reads).
 
-For each image a language model (any halluprobe backend, greedy; hf needs ``stop_strings=()``)
+For each image a language model (any halluprobe backend, greedy, no stop strings: ``GenerateConfig(stop_strings=())``)
 answers :data:`QA_PROMPT` with a JSON array of ``{"question", "answer", "program"}``; the program
 defines ``verify(graph)`` over the SceneGraph API and returns the answer. A pair is **kept** when
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from halluprobe.ask import ask
 from halluprobe.benchmarks.prove.data import ProveItem
 from halluprobe.benchmarks.prove.extraction import Extractor
 from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
@@ -42,7 +43,7 @@ from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads, replace_lone_surrogates
-from halluprobe.records import SCHEMA_VERSION, FrozenRecord
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig
 
 __all__ = [
     "QA_PROMPT",
@@ -209,9 +210,8 @@ def build_prove(
 ) -> BuildResult:
     """Ask, verify, deduplicate; see the module docstring. ``answers_path``: where answers are
     kept as they arrive, and read back from when the build is started again."""
-    from halluprobe.files import append_durable
+    from halluprobe.files import append_durable, resolve_image
     from halluprobe.records import Request, Response
-    from halluprobe.runner import resolve_image
 
     result = BuildResult()
     requests = [
@@ -239,7 +239,7 @@ def build_prove(
             log.info("prove build: %d of %d answers collected before, not asked again", len(answers), len(requests))
     todo = [r for r in requests if r.question_id not in answers]
     by_id = {r.question_id: r for r in todo}
-    for batch in backend.answer(todo, max_new_tokens=max_new_tokens, top_k=1) if todo else ():
+    for batch in ask(backend, todo, GenerateConfig(max_new_tokens=max_new_tokens, top_k=1, stop_strings=())):
         if answers_path is not None:
             collected = [
                 CollectedAnswer(model=model, max_new_tokens=max_new_tokens, image=records[r.question_id].image, prompt=by_id[r.question_id].prompt, text=r.text, error=r.error)

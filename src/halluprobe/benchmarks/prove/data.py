@@ -31,10 +31,11 @@ from pydantic import Field
 
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, SceneGraph, parse_tuple
 from halluprobe.errors import InputError
+from halluprobe.files import escapes_root
 from halluprobe.jsonl import loads
-from halluprobe.records import SCHEMA_VERSION, FrozenRecord
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, Question
 
-__all__ = ["ProveItem", "PROVE_FILES", "PROVE_BASE_URL", "read_prove", "fetch_prove"]
+__all__ = ["ProveItem", "PROVE_FILES", "PROVE_BASE_URL", "read_prove", "fetch_prove", "open_questions"]
 
 log = logging.getLogger(__name__)
 
@@ -162,3 +163,19 @@ def fetch_prove(
     if not pins:
         raise InputError("no pinned sha256 is known for the PROVE files yet; pass pins={'prove.json': '<sha256>'}")
     return fetch_pope(out_dir, cache_dir=cache_dir, base_url=base_url or PROVE_BASE_URL, pins=pins, overwrite=overwrite)
+
+
+def open_questions(items: list[ProveItem], source: str | Path | None = None) -> list[Question]:
+    """PROVE's questions as benchmark questions for ``halluprobe run --open-ended``: kind
+    ``open`` (the yes/no label is a placeholder nothing scores), question_id = the record's
+    index, ``prove_id`` = PROVE's own id. An image path that leaves the images root
+    (``../x.png``, absolute paths aside) is refused, naming ``source``."""
+    questions = []
+    for index, item in enumerate(items):
+        if escapes_root(item.image):
+            raise InputError(f"record {item.question_id}: image path {item.image!r} escapes the images root", source)
+        questions.append(
+            Question(split="prove", question_id=index, image=item.image, text=item.question, label="yes",
+                     kind="open", metadata={"prove_id": item.question_id})  # fmt: skip
+        )
+    return questions

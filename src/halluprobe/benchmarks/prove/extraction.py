@@ -35,9 +35,10 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
+from halluprobe.ask import ask
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
 from halluprobe.jsonl import loads, replace_lone_surrogates
-from halluprobe.records import FrozenRecord
+from halluprobe.records import FrozenRecord, GenerateConfig
 
 __all__ = [
     "Extraction",
@@ -134,7 +135,7 @@ class LMExtractor:
             for i, t in enumerate(texts)
         ]
         out: dict[int, Extraction] = {}
-        for batch in self._backend.answer(requests, max_new_tokens=self._max_new, top_k=1):
+        for batch in ask(self._backend, requests, GenerateConfig(max_new_tokens=self._max_new, top_k=1, stop_strings=())):
             for r in batch:
                 if r.error is not None:
                     out[r.question_id] = Extraction(error=f"backend error: {r.error}")

@@ -34,8 +34,9 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import Field
 
+from halluprobe.ask import ask
 from halluprobe.benchmarks.prove.data import ProveItem
-from halluprobe.records import FrozenRecord
+from halluprobe.records import FrozenRecord, GenerateConfig
 from halluprobe.benchmarks.prove.scene_graph import (
     AttributeTuple,
     EntityTuple,
@@ -297,7 +298,7 @@ class BackendEntailment:
     def __call__(self, image: str, sentences: Sequence[str]) -> list[float | None]:
         from halluprobe.readouts.logits import read_dynamic
         from halluprobe.records import Request
-        from halluprobe.runner import resolve_image
+        from halluprobe.files import resolve_image
 
         path = str(resolve_image(image, self._root))
         requests = [
@@ -305,7 +306,7 @@ class BackendEntailment:
             for i, s in enumerate(sentences)
         ]
         p: dict[int, float | None] = {}
-        for batch in self._backend.answer(requests, max_new_tokens=0, top_k=self._top_k):
+        for batch in ask(self._backend, requests, GenerateConfig(max_new_tokens=0, top_k=self._top_k)):
             for r in batch:
                 p[r.question_id] = None if r.error else read_dynamic(r.candidates, self._sets).p_yes
         return [p.get(i) for i in range(len(sentences))]

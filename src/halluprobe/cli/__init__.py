@@ -1,0 +1,23 @@
+"""The one CLI: a verb per stage, one module per verb group. Exit 0 ok, 1 runtime failure,
+2 bad usage or bad input (one line naming file:line).
+
+Options come from flags, then ``HALLUPROBE_*`` environment variables, then ``--config FILE.toml``
+(keys are option names with underscores), then defaults. The options of every verb that loads
+a model are one group, declared once (:mod:`halluprobe.cli._backend`).
+"""
+
+from __future__ import annotations
+
+# the verb modules register their commands on the app when imported (order = --help order)
+from halluprobe.cli import data as _data  # noqa: F401
+from halluprobe.cli import run as _run  # noqa: F401
+from halluprobe.cli import score as _score  # noqa: F401
+from halluprobe.cli import prove as _prove  # noqa: F401
+from halluprobe.cli import probe as _probe  # noqa: F401
+from halluprobe.cli._app import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,5 @@
+"""``python -m halluprobe.cli``."""
+
+from halluprobe.cli import main
+
+main()

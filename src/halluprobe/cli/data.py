@@ -1,0 +1,117 @@
+"""Verbs that make or inspect inputs: build, data, tokens, and the offline demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from halluprobe.cli._app import app, build_app, console, data_app, errors, fail, progress
+from halluprobe.errors import InputError, RuntimeFailure
+
+__all__ = ["build_pope_cmd", "data_pope_cmd", "tokens_cmd", "demo_cmd"]
+
+
+@build_app.command("pope")
+def build_pope_cmd(
+    objects: Annotated[Path, typer.Option(help="COCO instances JSON, or JSON Lines of {\"image\", \"objects\"}.")],
+    out: Annotated[Path, typer.Option(help="Output directory.")],
+    name: Annotated[str, typer.Option(help="Prefix of the output files.")] = "coco",
+    images: Annotated[int, typer.Option(help="Number of images to sample.")] = 500,
+    per_image: Annotated[int, typer.Option(help="Positive (and negative) questions per image.")] = 3,
+    seed: Annotated[int, typer.Option(help="Sampling seed: same inputs and seed, byte-identical files.")] = 0,
+    positives: Annotated[str, typer.Option(help="Positives per image: 'first' (as POPE) or 'random'.")] = "first",
+    template: Annotated[str, typer.Option(help="Question template; {} is the object.")] = "Is there a {} in the image?",
+    overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
+) -> None:
+    """Build the random, popular and adversarial POPE splits from object annotations."""
+    from halluprobe.benchmarks.objects import read_objects
+    from halluprobe.benchmarks.pope import build_pope, write_pope
+
+    if positives not in ("first", "random"):
+        fail(InputError(f"--positives must be 'first' or 'random', not {positives!r}"))
+    if "{}" not in template:
+        fail(InputError(f"--template must contain '{{}}' for the object: {template!r}"))
+    with errors():
+        index = read_objects(objects)
+        build = build_pope(
+            index, name=name, n_images=images, per_image=per_image, seed=seed, positives=positives, template=template  # type: ignore[arg-type]
+        )
+        paths = write_pope(build, out, overwrite=overwrite)
+    for path in paths:
+        typer.echo(str(path))
+
+
+# -- data --------------------------------------------------------------------------------
+
+
+@data_app.command("pope")
+def data_pope_cmd(
+    out: Annotated[Path, typer.Option(help="Directory for the three official COCO POPE files.")],
+    coco_images: Annotated[
+        Optional[Path], typer.Option(help="Also fetch the COCO val2014 images these questions use, into this directory.")
+    ] = None,
+) -> None:
+    """Fetch the official COCO POPE files (pinned sha256, cached) and, optionally, their images."""
+    from halluprobe.benchmarks.sources import fetch_coco_images, fetch_pope
+
+    with errors():
+        with progress("POPE files") as bar:
+            paths = fetch_pope(out, progress=bar)
+        for path in paths:
+            typer.echo(str(path))
+        if coco_images is not None:
+            with progress("COCO images") as bar:
+                report = fetch_coco_images(list(paths), coco_images, progress=bar)
+            typer.echo(f"{coco_images}: {report}")
+
+
+@app.command("tokens")
+def tokens_cmd(
+    path: Annotated[str, typer.Argument(help="Model or tokenizer folder, or hub id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow the tokenizer's own code from the hub.")] = False,
+) -> None:
+    """Show the yes/no token sets derived from a tokenizer, and whether the legacy LLaMA ids hold."""
+    from halluprobe.readouts.tokensets import derive_token_sets, describe_token_sets, load_tokenizer
+
+    with errors():
+        try:
+            tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
+        except (InputError, RuntimeFailure):
+            raise
+        except (OSError, ValueError) as err:
+            raise InputError(f"cannot load a tokenizer: {err}", path) from None
+        info = describe_token_sets(derive_token_sets(tokenizer))
+    if as_json:
+        typer.echo(json.dumps(info, indent=2, ensure_ascii=False))
+        return
+    typer.echo(f"vocabulary: {info['vocab_size']} pieces, fingerprint {info['tokenizer_fingerprint'][:16]}")
+    typer.echo("yes set: " + ", ".join(f"{p!r}={i}" for p, i in zip(info["yes_pieces"], info["yes_ids"])))
+    typer.echo("no set:  " + ", ".join(f"{p!r}={i}" for p, i in zip(info["no_pieces"], info["no_ids"])))
+    verdict = "valid" if info["legacy_valid"] else "INVALID for this vocabulary"
+    typer.echo(f"legacy LLaMA ids (3582/1217 and the 8-token set): {verdict}")
+    if not info["legacy_valid"]:
+        typer.echo("  " + ", ".join(f"{i}={p!r}" for i, p in info["legacy_pieces"].items()))
+
+
+@app.command("demo")
+def demo_cmd(
+    out: Annotated[Path, typer.Option(help="Directory for the demo's files.")] = Path("halluprobe-demo"),
+) -> None:
+    """Offline demo: synthetic scenes, POPE built from them, the tiny trained demo VLM, every readout.
+
+    Generates held-out scenes, builds the random / popular / adversarial splits, runs the demo model shipped with halluprobe (a LLaVA trained by tools/train_demo_model.py), then scores, audits and writes report.html. Deterministic; about 15 s on 2 CPU cores.
+    """
+    from halluprobe.demo import run_demo
+    from halluprobe.formatting import score_table
+
+    with errors():
+        with progress("demo questions") as bar:
+            result = run_demo(out, progress=bar)
+    for title, report in result.reports:
+        console().print(score_table(report, title))
+    typer.echo(result.summary)
+    typer.echo(f"demo done in {result.seconds:.0f} s")

@@ -1,0 +1,172 @@
+"""Verbs that ask a model: run, merge (of shard runs), diagnose."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from halluprobe.cli._app import ConfigOption, app, errors, progress
+from halluprobe.cli._backend import BackendSpec, with_backend
+from halluprobe.errors import InputError
+
+__all__ = ["run_cmd", "merge_cmd", "diagnose_cmd", "read_benchmarks"]
+
+TemplateOption = Annotated[
+    Optional[str], typer.Option(help="Prompt: 'chat' (the processor's chat template), 'llava', or a format with {question}.")
+]
+
+
+def read_benchmarks(files: list[Path]) -> tuple[list[Any], dict[str, tuple[Path, str]]]:
+    """Questions of every benchmark file, and split -> (path, sha256)."""
+    from halluprobe.benchmarks.pope import read_questions, split_name
+    from halluprobe.rundir import sha256_file
+
+    questions: list[Any] = []
+    fingerprints: dict[str, tuple[Path, str]] = {}
+    for path in files:
+        if not path.is_file():
+            raise InputError("benchmark file not found", path)
+        split = split_name(path)
+        if split in fingerprints:
+            raise InputError(f"two benchmark files give the split {split!r}", path)
+        questions.extend(read_questions(path, split=split))
+        fingerprints[split] = (path.resolve(), sha256_file(path))
+    return questions, fingerprints
+
+
+@app.command("run")
+@with_backend
+def run_cmd(
+    spec: BackendSpec,
+    benchmark: Annotated[list[Path], typer.Option(help="Benchmark file (repeatable); *_pope_{split}.json gives split {split}.")],
+    images: Annotated[Path, typer.Option(envvar="HALLUPROBE_IMAGES", help="Images root the benchmark's image paths are relative to.")],
+    out: Annotated[Path, typer.Option(help="Run directory to write.")],
+    template: TemplateOption = None,
+    text_rules: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated text rules; any rule stores the greedy continuation, and every rule can then be "
+            "applied at score time ('' for none: logits only)."
+        ),
+    ] = "pope,exact,yorn,strict",
+    max_new_tokens: Annotated[
+        int, typer.Option(min=0, help="Greedy continuation length for the text rules (open-ended: the answer's cap).")
+    ] = 8,
+    open_ended: Annotated[
+        bool, typer.Option("--open-ended", help="Open questions (PROVE): full greedy answers, no stop at '.', no yes/no readouts.")
+    ] = False,
+    top_k: Annotated[int, typer.Option(min=1, help="First-token alternatives stored per sample.")] = 10,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions of each split.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an existing run dir, skipping answered questions.")] = False,
+    retry_errors: Annotated[
+        bool, typer.Option("--retry-errors/--keep-errors", help="With --resume: ask errored samples again.")
+    ] = True,
+    accept_errors: Annotated[
+        bool, typer.Option("--accept-errors", help="Mark the run complete even though some samples are errors.")
+    ] = False,
+    force: Annotated[bool, typer.Option(help="With --resume: continue even if the header fingerprint differs.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing run dir.")] = False,
+    shard: Annotated[
+        Optional[str], typer.Option(help="Answer only shard I of N (I/N, 0 <= I < N; by image); `halluprobe merge` joins them.")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run a model on benchmark files; every readout from one pass per question."""
+    from halluprobe.rundir import RunDir
+    from halluprobe.runner import RunConfig, limit_questions, make_header, run_questions
+    from halluprobe.shards import parse_shard, select_shard
+
+    rules = tuple(r.strip() for r in text_rules.split(",") if r.strip())
+    with errors():
+        part = parse_shard(shard) if shard is not None else None
+        if not images.is_dir():
+            raise InputError("images root is not a directory", images)
+        if out.exists() and not out.is_dir():
+            raise InputError("--out must be a run directory, not a file", out)
+        if (rules or open_ended) and max_new_tokens == 0:
+            raise InputError("--max-new-tokens 0 stores no text: give --text-rules '' for a logits-only run")
+        questions, fingerprints = read_benchmarks(benchmark)
+        questions = select_shard(limit_questions(questions, limit), part)
+        cfg = RunConfig(
+            model=spec.model,
+            backend=spec.backend,
+            template=template,
+            text_rules=rules,
+            max_new_tokens=max_new_tokens,
+            top_k=top_k,
+            limit=limit,
+            resume=resume,
+            force=force,
+            overwrite=overwrite,
+            shard=str(part) if part else None,
+            open_ended=open_ended,
+            retry_errors=retry_errors,
+            accept_errors=accept_errors,
+        )
+        rundir = RunDir(out)
+        if rundir.exists() and not (resume or overwrite):
+            raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)
+        engine = spec.load()
+        header = make_header(cfg, engine, fingerprints, images)
+        with progress("questions") as bar:
+            summary = run_questions(engine, questions, images, rundir, cfg, header, progress=bar)
+    typer.echo(
+        f"{out}: {summary.answered} answered, {summary.skipped} already done, {summary.errors} errors "
+        f"(of {summary.total})"
+    )
+    if summary.errors_left and not accept_errors:
+        typer.echo(f"{summary.errors_left} errored sample(s) left: `--resume` asks them again (not marked complete)")
+
+
+@app.command("merge")
+def merge_cmd(
+    rundirs: Annotated[list[Path], typer.Argument(help="Run directories of the shards (`halluprobe run --shard I/N`).")],
+    out: Annotated[Path, typer.Option(help="Run directory to write.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing run dir at --out.")] = False,
+) -> None:
+    """Merge shard run dirs into one: same header fingerprint, every question exactly once."""
+    from halluprobe.shards import merge_rundirs
+
+    with errors():
+        summary = merge_rundirs(rundirs, out, overwrite=overwrite)
+    typer.echo(f"{summary.out}: {summary.questions} questions from {summary.shards} run dirs, {summary.errors} errors")
+
+
+@app.command("diagnose")
+@with_backend
+def diagnose_cmd(
+    spec: BackendSpec,
+    benchmark: Annotated[list[Path], typer.Option(help="Benchmark file (repeatable).")],
+    images: Annotated[Path, typer.Option(envvar="HALLUPROBE_IMAGES", help="Images root.")],
+    sample: Annotated[int, typer.Option(min=1, help="Questions to run (a seeded sample over all files).")] = 100,
+    max_offset: Annotated[float, typer.Option(min=0.0, max=1.0, help="Fail (exit 1) above this off-set argmax rate.")] = 0.01,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    template: Annotated[Optional[str], typer.Option(help="Prompt: 'chat', 'llava', or a format with {question}.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check a model and template before trusting a logit readout: token sets and off-set argmax rate."""
+    from halluprobe.diagnose import diagnose, sample_questions
+
+    with errors():
+        if not images.is_dir():
+            raise InputError("images root is not a directory", images)
+        questions, fingerprints = read_benchmarks(benchmark)
+        chosen = sample_questions(questions, sample, seed)
+        engine = spec.load()
+        with progress("diagnose") as bar:
+            result = diagnose(
+                engine, chosen, images, fingerprints, model=spec.model, backend_name=spec.backend, template=template, progress=bar
+            )
+    failure = result.failure(max_offset)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(max_offset), indent=2, ensure_ascii=False))
+    else:
+        for line in result.summary_lines():
+            typer.echo(line)
+    if failure is not None:
+        print(f"error: {failure}", file=sys.stderr)
+        raise typer.Exit(1)

@@ -1,0 +1,128 @@
+"""Verbs that read run dirs only: score, audit, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from halluprobe.cli._app import ResamplesOption, SeedOption, UnknownOption, app, console, errors
+from halluprobe.errors import InputError
+
+__all__ = ["score_cmd", "audit_cmd", "report_cmd"]
+
+
+@app.command("score")
+def score_cmd(
+    rundir: Annotated[Optional[Path], typer.Argument(help="Run directory written by `halluprobe run`.")] = None,
+    readout: Annotated[
+        str, typer.Option(help="Readout to apply: dynamic, legacy_2tok, legacy_8tok, text:RULE (any rule, on the stored text).")
+    ] = "dynamic",
+    unknown: UnknownOption = "wrong",
+    answers: Annotated[Optional[Path], typer.Option(help="Third-party answers file ({question, answer} lines).")] = None,
+    labels: Annotated[Optional[Path], typer.Option(help="POPE-format labels file for --answers.")] = None,
+    rule: Annotated[str, typer.Option(help="Text rule for --answers: pope, exact, yorn or strict.")] = "pope",
+    force_invalid: Annotated[bool, typer.Option(help="Score a legacy readout even where its ids are invalid.")] = False,
+    per_question: Annotated[
+        Optional[Path],
+        typer.Option(help="Also write one JSON line per question (split, question_id, label, decision, p_yes) to this file."),
+    ] = None,
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the score object as JSON.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table to paste into a paper.")] = False,
+) -> None:
+    """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
+    from halluprobe.formatting import score_markdown, score_table
+    from halluprobe.scoring import score_answers_file, score_rundir
+
+    with errors():
+        if answers is not None or labels is not None:
+            if answers is None or labels is None or rundir is not None:
+                raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
+            if per_question is not None:
+                raise InputError("--per-question is for a run dir")
+            report = score_answers_file(answers, labels, rule=rule, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
+            title = f"{answers.name}: text:{rule}, unknown={unknown}"
+        else:
+            if rundir is None:
+                raise InputError("give a RUNDIR, or --answers and --labels")
+            report = score_rundir(
+                rundir, readout=readout, policy=unknown, force_invalid=force_invalid,  # type: ignore[arg-type]
+                n_resamples=resamples, seed=seed, per_question=per_question,
+            )  # fmt: skip
+            title = f"{rundir}: {readout}, unknown={unknown}"
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+    elif markdown:
+        typer.echo(score_markdown(report, title))
+    else:
+        console().print(score_table(report, title))
+
+
+@app.command("audit")
+def audit_cmd(
+    rundirs: Annotated[list[Path], typer.Argument(help="Run directories (several: compared side by side).")],
+    labels: Annotated[
+        Optional[list[Path]], typer.Option(help="Alternative labels (e.g. RePOPE), matched by split and question_id; repeatable.")
+    ] = None,
+    headline: Annotated[str, typer.Option(help="The readout the others are compared with.")] = "dynamic",
+    unknown: UnknownOption = "wrong",
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the audit object as JSON.")] = False,
+) -> None:
+    """Audit run dirs: every readout side by side, paired tests, token diagnostic, convergence,
+    hallucination profile, relabelling. Writes RUNDIR/audit.json; reads run dirs only."""
+    from halluprobe.audit import audit_run, compare_runs, summarise_audit, write_audit
+
+    audits = []
+    with errors():
+        for rundir in rundirs:
+            audit = audit_run(
+                rundir, headline=headline, labels=labels or (), policy=unknown, n_resamples=resamples, seed=seed  # type: ignore[arg-type]
+            )
+            write_audit(rundir, audit)
+            audits.append(audit)
+        comparison = (
+            compare_runs(rundirs, readout=headline, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
+            if len(rundirs) > 1
+            else None
+        )
+    if as_json:
+        payload: Any = audits[0] if comparison is None else {"audits": audits, "comparison": comparison}
+        typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        return
+    for rundir, audit in zip(rundirs, audits):
+        typer.echo(f"{rundir}/audit.json")
+        for line in summarise_audit(audit):
+            typer.echo(f"  {line}")
+    if comparison is not None:
+        typer.echo(json.dumps(comparison.get("paired", {}), indent=2))
+
+
+@app.command("report")
+def report_cmd(
+    rundirs: Annotated[list[Path], typer.Argument(help="Run directories (several become a leaderboard).")],
+    out: Annotated[Path, typer.Option(help="HTML file to write; a Markdown twin is written beside it.")] = Path("report.html"),
+    labels: Annotated[Optional[list[Path]], typer.Option(help="Alternative labels files for the relabelling section.")] = None,
+    headline: Annotated[str, typer.Option(help="Headline readout.")] = "dynamic",
+    resamples: Annotated[int, typer.Option(min=0, help="Bootstrap resamples.")] = 1000,
+    seed: SeedOption = 0,
+) -> None:
+    """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots."""
+    from halluprobe.audit import audit_run, compare_runs
+    from halluprobe.report import render_report
+
+    with errors():
+        if out.is_dir():
+            raise InputError("--out must be an HTML file, not a directory", out)
+        audits = [
+            audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in rundirs
+        ]
+        comparison = compare_runs(rundirs, readout=headline, n_resamples=resamples, seed=seed) if len(rundirs) > 1 else None
+        html, md = render_report(rundirs, out, audits=audits, comparison=comparison)
+    typer.echo(str(html))
+    typer.echo(str(md))

@@ -1,0 +1,233 @@
+"""Readouts at score time, one request path, one backend option group (the architecture issue).
+
+Runs use the scripted backend (no model); every check reads what a user reads: exit codes,
+score JSON, the per-question file, samples.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from test_pipeline import _make_world, _run_args
+from typer.testing import CliRunner
+
+from halluprobe.cli import app
+from halluprobe.readouts.logits import LOGIT_READOUTS
+from halluprobe.readouts.text import parse_text
+from halluprobe.rundir import RunDir
+from halluprobe.runner import run_fingerprint
+
+runner = CliRunner()
+SRC = Path(__file__).resolve().parent.parent / "src" / "halluprobe"
+
+
+def _score(out: Path, *extra: str) -> dict:
+    result = runner.invoke(app, ["score", str(out), "--json", "--resamples", "20", *extra])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_a_run_made_with_one_text_rule_is_scored_with_any_other(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--text-rules", "pope")).exit_code == 0
+    header = RunDir(out).read_header()
+    assert header.text_rules == ["pope"] and "text:strict" in header.readouts
+    per_question = tmp_path / "strict.jsonl"
+    report = _score(out, "--readout", "text:strict", "--per-question", str(per_question))
+    lines = [json.loads(line) for line in per_question.read_text().splitlines()]
+    samples = RunDir(out).read_samples()
+    assert len(lines) == len(samples) == 72
+    # each line is the rule applied to the stored text, by hand
+    for line, sample in zip(lines, samples):
+        assert (line["split"], line["question_id"], line["label"]) == (sample.split, sample.question_id, sample.label)
+        assert line["decision"] == parse_text("strict", sample.text or "") and "p_yes" not in line
+    tp = sum(1 for x in lines if x["label"] == "yes" and x["decision"] == "yes")
+    assert report["readout"] == "text:strict" and report["pooled"]["tp"] == tp
+    # a logit readout's per-question lines carry p_yes
+    _score(out, "--readout", "dynamic", "--per-question", str(per_question))
+    assert all(0.0 <= json.loads(line)["p_yes"] <= 1.0 for line in per_question.read_text().splitlines())
+
+
+def test_a_logits_only_run_refuses_text_rules_with_the_reason(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--text-rules", "")).exit_code == 0
+    result = runner.invoke(app, ["score", str(out), "--readout", "text:pope"])
+    assert result.exit_code == 2 and "stored no text" in result.output
+    unknown = runner.invoke(app, ["score", str(out), "--readout", "text:nope"])
+    assert unknown.exit_code == 2 and "unknown text rule 'nope'" in unknown.output
+
+
+def _as_an_earlier_halluprobe_wrote_it(out: Path) -> None:
+    """Rewrite a run dir the way halluprobe 0.1 wrote it: each readout's decision stored in the
+    sample, and the fingerprint that held the text-rule list."""
+    from halluprobe.readouts.apply import apply_all
+
+    rundir = RunDir(out)
+    header = rundir.read_header()
+    samples = rundir.read_samples()
+    old = header.model_copy(update={"generate": None})
+    old = old.model_copy(update={"fingerprint": run_fingerprint(old, legacy=True)})
+    rundir.header_path.write_text(old.model_dump_json(indent=2) + "\n")
+    rundir.samples_path.write_text(
+        "".join(s.model_copy(update={"readouts": apply_all(s, header)}).model_dump_json() + "\n" for s in samples)
+    )
+
+
+def test_a_run_dir_of_an_earlier_halluprobe_scores_identically_and_resumes(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--limit", "4")).exit_code == 0
+    before = {r: _score(out, "--readout", r, "--force-invalid") for r in [*LOGIT_READOUTS, "text:pope", "text:yorn"]}
+    _as_an_earlier_halluprobe_wrote_it(out)
+    assert all(json.loads(line)["readouts"] for line in (out / "samples.jsonl").read_text().splitlines())
+    for readout, report in before.items():
+        assert _score(out, "--readout", readout, "--force-invalid") == report
+    # its old fingerprint is still accepted on resume, and the new samples store raw outputs
+    resumed = runner.invoke(app, _run_args(world, out, "--resume"))
+    assert resumed.exit_code == 0, resumed.output
+    samples = RunDir(out).read_samples()
+    assert len(samples) == 72 and sum(1 for s in samples if s.readouts) == 8
+
+
+def test_a_stored_decision_the_rules_no_longer_give_is_reported(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--limit", "2")).exit_code == 0
+    _as_an_earlier_halluprobe_wrote_it(out)
+    path = out / "samples.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    stored = lines[0]["readouts"]["text:pope"]
+    stored["decision"] = "no" if stored["decision"] == "yes" else "yes"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    result = runner.invoke(app, ["score", str(out), "--readout", "text:pope", "--resamples", "20"])
+    assert result.exit_code == 0 and "text:pope: 1 of 4 stored decisions differ" in result.stderr
+
+
+def test_resume_asks_errored_samples_again(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    image = world["images"] / "img0.png"
+    kept = image.read_bytes()
+    image.unlink()
+    out = tmp_path / "run"
+    first = runner.invoke(app, _run_args(world, out))
+    assert first.exit_code == 0 and "12 errors" in first.output and "12 errored sample(s) left" in first.output
+    assert not RunDir(out).complete_path.exists()  # not complete while errors are left
+    image.write_bytes(kept)  # the cause is fixed
+    second = runner.invoke(app, _run_args(world, out, "--resume"))
+    assert second.exit_code == 0 and "12 answered, 60 already done, 0 errors" in second.output
+    samples = RunDir(out).read_samples()
+    assert len(samples) == 72 and not any(s.error for s in samples) and RunDir(out).complete_path.exists()
+    # the retried answers replaced the errors in place: run order is kept
+    keys = [s.key for s in samples]
+    assert keys.index(("random", 1)) == 0 and keys.index(("adversarial", 1)) == 36
+
+
+def test_errors_can_be_accepted_and_kept(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    (world["images"] / "img0.png").unlink()
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--accept-errors")).exit_code == 0
+    assert json.loads(RunDir(out).complete_path.read_text())["errors"] == 12
+    kept = runner.invoke(app, _run_args(world, out, "--resume", "--keep-errors"))
+    assert kept.exit_code == 0 and "0 answered, 72 already done" in kept.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--backend-option", "max_retires=3"], "unknown option 'max_retires' for the scripted backend; valid: batch_size"),
+        (["--endpoint", "http://127.0.0.1:9/v1"], "--endpoint is an option of the openai backend, not of 'scripted'"),
+        (["--limit", "-1"], "--limit"),
+        (["--max-new-tokens", "-5"], "--max-new-tokens"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--dtype", "float8"], "--dtype"),
+        (["--max-new-tokens", "0"], "stores no text"),
+    ],
+)
+def test_bad_backend_and_generation_options_exit_2(tmp_path: Path, extra: list[str], message: str) -> None:
+    world = _make_world(tmp_path)
+    result = runner.invoke(app, _run_args(world, tmp_path / "run", *extra))
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "run" / "samples.jsonl").exists()
+
+
+def test_an_unknown_openai_option_names_the_valid_ones(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    args = _run_args(world, tmp_path / "run", "--endpoint", "http://127.0.0.1:9/v1", "--backend-option", "max_retires=3")
+    args[args.index("scripted")] = "openai"
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "unknown option 'max_retires' for the openai backend" in result.output
+    assert "max_retries" in result.output
+
+
+def test_only_the_ask_helper_calls_a_backend_and_no_verb_wires_stop_strings() -> None:
+    callers = [
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if re.search(r"\.answer\(", path.read_text()) and path.parent.name != "backends"
+    ]
+    assert callers == ["ask.py"]
+    cli_text = "".join(p.read_text() for p in (SRC / "cli").glob("*.py"))
+    assert "stop_strings" not in cli_text
+
+
+def test_no_cli_module_is_long() -> None:
+    lengths = {p.name: len(p.read_text().splitlines()) for p in (SRC / "cli").glob("*.py")}
+    assert max(lengths.values()) <= 300, lengths
+
+
+def test_score_per_question_is_for_run_dirs(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["score", "--answers", "a", "--labels", "b", "--per-question", str(tmp_path / "x")])
+    assert result.exit_code == 2
+
+
+def test_probe_choice_refuses_an_image_outside_the_images_root(tmp_path: Path) -> None:
+    from halluprobe.benchmarks.autoprobe.questions import AttriBaitDraft, attribait_question, write_choice_questions
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (tmp_path / "x.png").write_bytes(b"not read")
+    questions = tmp_path / "autoprobe_attribait.jsonl"
+    draft = AttriBaitDraft(question="What colour is the dog?", options=("brown", "black"))
+    write_choice_questions(questions, [attribait_question(0, "../x.png", "dog", draft)])
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"present": {}}))
+    result = runner.invoke(
+        app,
+        ["probe", "choice", "--questions", str(questions), "--images", str(images), "--model", str(script),
+         "--backend", "scripted", "--out", str(tmp_path / "choice.jsonl")],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "'../x.png' escapes the images root" in result.output, result.output
+    assert str(questions) in result.output and not (tmp_path / "choice.jsonl").exists()
+
+
+def test_prove_build_runs_against_an_openai_compatible_server(tmp_path: Path) -> None:
+    """The backend option group reaches every verb that loads a model: prove build takes
+    --endpoint; its generation asks with no stop strings and its length cap."""
+    pytest.importorskip("httpx")
+    pytest.importorskip("sentence_transformers")
+    from _openai_server import FakeChatServer
+    from PIL import Image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("RGB", (16, 16), "white").save(images / "cat.png")
+    captions = tmp_path / "captions.jsonl"
+    captions.write_text(json.dumps({"image": "cat.png", "caption": "A cat.", "tuples": [["cat"]]}) + "\n")
+    out = tmp_path / "built"
+    with FakeChatServer() as server:
+        result = runner.invoke(
+            app,
+            ["prove", "build", "--captions", str(captions), "--model", "tiny-vlm", "--backend", "openai",
+             "--endpoint", server.url, "--no-cache", "--images", str(images), "--out", str(out), "--max-new-tokens", "300"],
+        )  # fmt: skip
+        bodies = list(server.bodies)
+    assert result.exit_code == 0, result.output
+    assert len(bodies) == 1 and "stop" not in bodies[0] and bodies[0]["max_tokens"] == 300
+    # the fake server answers a yes/no piece, not question/answer pairs: recorded, not lost
+    assert json.loads((out / "build.json").read_text())["counts"] == {"kept": 0, "invalid_output": 1}
