@@ -584,7 +584,7 @@ def test_a_bad_logprob_is_that_samples_error_and_is_not_cached(tmp_path: Path, v
     assert RunDir(out).read_request_stats()["total"]["attempts"]["bad_response"] == len({(s.image, s.prompt) for s in bad})
     score = _invoke(["score", str(out), "--json"])
     assert score.exit_code == 0, score.output
-    assert json.loads(score.output)["pooled"]["errors"] == len(bad)
+    assert json.loads(score.stdout)["pooled"]["errors"] == len(bad)
     # the refused answers were not cached: a second run asks for exactly those again, and gets them
     with FakeChatServer() as fixed:
         again = _invoke(_args(world, tmp_path / "again", [fixed.url]))

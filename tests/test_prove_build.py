@@ -215,9 +215,9 @@ def test_answers_collected_before_a_failure_are_kept_and_not_asked_again(tmp_pat
     class Counting(ScriptedBackend):
         asked = 0
 
-        def answer(self, requests, *, max_new_tokens, top_k):  # type: ignore[no-untyped-def]
+        def answer(self, requests, config):  # type: ignore[no-untyped-def]
             Counting.asked += len(requests)
-            yield from super().answer(requests, max_new_tokens=max_new_tokens, top_k=top_k)
+            yield from super().answer(requests, config)
 
     class Failing:
         name = "failing"

@@ -110,7 +110,7 @@ def test_a_stored_p_yes_outside_0_1_is_refused(finished: Path, tmp_path: Path) -
     run = _copy(finished, tmp_path / "run")
     lines = _lines(run)
     record = json.loads(lines[3])
-    record["readouts"]["dynamic"]["p_yes"] = 1.25
+    record["readouts"] = {"dynamic": {"decision": "yes", "p_yes": 1.25}}  # as a run dir of halluprobe 0.1 stored it
     lines[3] = json.dumps(record).encode()
     (run / "samples.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     assert _refused(run, "p_yes").line == 4
