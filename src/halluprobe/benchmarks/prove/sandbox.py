@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
+from halluprobe.jsonl import loads
 
 __all__ = ["SandboxLimits", "SandboxResult", "SandboxRefused", "check_program", "run_program", "ALLOWED_BUILTINS"]
 
@@ -298,7 +299,7 @@ def _run_checked(source: str, graph: SceneGraph, limits: SandboxLimits) -> Sandb
             return SandboxResult(outcome="memory_limit", reason="memory limit exceeded")
         return SandboxResult(outcome="error", reason=f"child exited with {rc}: {tail[:300]}")
     try:
-        data = json.loads(out.decode().strip().splitlines()[-1])
+        data = loads(out.decode().strip().splitlines()[-1])  # nesting too deep: malformed, an outcome
     except (ValueError, IndexError):
         return SandboxResult(outcome="error", reason="child wrote no valid result line")
     return SandboxResult(
