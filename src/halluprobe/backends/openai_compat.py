@@ -594,7 +594,7 @@ class OpenAIBackend:
             if raw is not None:
                 try:
                     result = _parse(loads(raw), state.max_new_tokens, state.top_k)
-                except ValueError:
+                except (ValueError, AttributeError, TypeError):  # what _judge refuses too: asked again
                     log.warning("ignoring an unusable cache entry %s", key[:12])
                 else:
                     state.stats["cache_hits"] += 1
