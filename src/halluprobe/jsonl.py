@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-log = logging.getLogger(__name__)
-
 __all__ = ["loads", "replace_lone_surrogates", "read_text", "read_log_lines", "iter_objects", "type_name", "JsonRecord", "read_records"]
+
+log = logging.getLogger(__name__)
 
 
 def type_name(value: Any) -> str:
