@@ -656,3 +656,21 @@ def test_userinfo_in_an_endpoint_is_not_stored(tmp_path: Path) -> None:
     assert server.headers[0]["Authorization"].startswith("Basic ")  # httpx sent the userinfo as basic auth
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and b"pw-secret-9931" in p.read_bytes()]
     assert RunDir(out).read_header().backend_info["endpoints"] == [server.url]
+
+
+def test_a_cached_answer_with_a_nan_is_asked_again(tmp_path: Path, _cache_dir: Path) -> None:
+    """A cache written before answers were checked may hold NaN logprobs: never served from there."""
+    world = _world(tmp_path, n_images=2)
+    with FakeChatServer() as server:
+        assert _invoke(_args(world, tmp_path / "one", [server.url])).exit_code == 0
+        sent = server.requests
+        db = sqlite3.connect(_cache_dir / "responses.sqlite")
+        with db:
+            poisoned = db.execute("""UPDATE responses SET response = replace(response, '"logprob": -', '"logprob": NaN, "was": -')""").rowcount
+        db.close()
+        result = _invoke(_args(world, tmp_path / "two", [server.url]))
+    assert poisoned == sent > 0
+    assert result.exit_code == 0, result.output
+    assert server.requests == 2 * sent  # every poisoned entry asked again
+    assert RunDir(tmp_path / "two").read_request_stats()["total"]["cache_hits"] == 0
+    _check_answers(world, tmp_path / "two")
