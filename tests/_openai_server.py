@@ -11,7 +11,13 @@ concurrency, shard or retry gives the same run. ``fault(key, attempt, body)`` in
 from 1. Fault strings: ``"429:SECONDS"`` (Retry-After), ``"500"``, ``"503"``, ``"400"``,
 ``"timeout"`` (sleeps ``stall_s`` before answering), ``"malformed"`` (a cut JSON body),
 ``"reset"`` (TCP reset, no answer), ``"nologprobs"``, ``"die"`` (the server stops: the
-listening socket closes and every open connection is reset).
+listening socket closes and every open connection is reset). Answers that are well-formed JSON
+but wrong: ``"logprob:VALUE"`` (the top alternative's logprob is VALUE: ``nan``, ``inf``,
+``-inf``, a number such as ``0.5``, or ``true``; NaN and infinities go out as the bare
+``NaN`` / ``Infinity`` tokens Python's json writes), ``"content:list"`` (``message.content`` as a
+list of text parts), ``"content:number"`` (``message.content`` is ``1``), ``"model:NAME"`` (the
+answer names another model), ``"echo_key"`` (HTTP 401 whose error body repeats the bearer key,
+as hosted APIs do).
 """
 
 from __future__ import annotations
@@ -117,7 +123,7 @@ class FakeChatServer:
                 if server.dead:
                     self._reset()
                     return
-                if not self.path.endswith("/chat/completions"):
+                if not self.path.partition("?")[0].endswith("/chat/completions"):  # a query (?api-key=) is ignored
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 with server.lock:
@@ -183,10 +189,16 @@ class FakeChatServer:
             self.seen.append({"key": key, "image": image_sha, "fault": fault, "t": time.monotonic(), "port": self.port})
         if self.latency_s:
             time.sleep(self.latency_s)
-        if fault is None or fault == "nologprobs":
+        if fault is None or fault == "nologprobs" or fault.startswith(("logprob:", "content:", "model:")):
             match = _OBJECT.search(prompt)
             obj = match.group(1) if match else ""
-            handler._send(200, self._completion(body, image_sha, obj, logprobs=fault is None))
+            answer = self._completion(body, image_sha, obj, logprobs=fault != "nologprobs")
+            if fault is not None:
+                _corrupt(answer, fault)
+            handler._send(200, answer)
+        elif fault == "echo_key":
+            key = headers.get("Authorization", "").removeprefix("Bearer ")
+            handler._send(401, {"error": {"message": f"Incorrect API key provided: {key}", "type": "invalid_request_error"}})
         elif fault.startswith("429"):
             retry_after = fault.partition(":")[2]
             handler._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": retry_after} if retry_after else None)
@@ -253,6 +265,26 @@ class FakeChatServer:
     def __exit__(self, *exc: object) -> None:
         self.dead = True
         self.stop()
+
+
+def _corrupt(answer: dict[str, Any], fault: str) -> None:
+    """Make a well-formed answer wrong the way ``fault`` says (see the module docstring)."""
+    kind, _, value = fault.partition(":")
+    choice = answer["choices"][0]
+    if kind == "logprob":
+        number: Any = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "true": True}.get(value)
+        number = float(value) if number is None else number
+        first = choice["logprobs"]["content"][0]
+        first["logprob"] = number
+        if first["top_logprobs"]:
+            first["top_logprobs"][0]["logprob"] = number
+    elif kind == "content":
+        text = choice["message"]["content"]
+        choice["message"]["content"] = [{"type": "text", "text": text[:1]}, {"type": "text", "text": text[1:]}] if value == "list" else 1
+    elif kind == "model":
+        answer["model"] = value
+    else:
+        raise ValueError(f"unknown fault {fault!r}")
 
 
 class _QuietServer(ThreadingHTTPServer):

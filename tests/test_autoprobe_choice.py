@@ -89,8 +89,9 @@ def test_letter_scores_by_id_and_by_piece() -> None:
     # an exact tie at the top is unknown (the yes/no readouts' rule), not the earliest letter
     assert logit_choice({"A": -1.0, "B": None, "C": -3.0, "D": -1.0}) is None
     assert logit_choice({"A": -2.0, "B": None, "C": -3.0, "D": -1.0}) == "D"
-    # letters with no mass at all (-inf): -inf, never nan
-    assert letter_scores([TokenLogprob(id=12, piece="▁A", logprob=float("-inf"))], {"A": [12], "B": [], "C": [], "D": []})["A"] == float("-inf")
+    # letters with no mass at all (-inf): -inf, never nan (records refuse -inf, so it is built unvalidated here)
+    no_mass = TokenLogprob.model_construct(id=12, piece="▁A", logprob=float("-inf"))
+    assert letter_scores([no_mass], {"A": [12], "B": [], "C": [], "D": []})["A"] == float("-inf")
 
 
 def _choice(qid: int, image: str, obj: str, logit: str | None, error: str | None = None) -> ChoiceSample:

@@ -265,3 +265,31 @@ def test_diagnose_fails_random_weights_and_passes_the_steered_head(tiny_llava: P
     assert steered.exit_code == 0, steered.output
     report = json.loads(steered.stdout)
     assert report["offset_rate"] == 0.0 and set(dict(report["first_pieces"])) <= {"▁Yes", "▁No"}
+
+
+def test_non_finite_first_token_logits_are_that_rows_error(tiny_llava: Path, photos: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float16 overflow (logits past 65504 become inf; log_softmax then gives NaN) in one row of
+    a batch: that row's samples are errors, the other rows are answered, nothing holds a NaN."""
+    from halluprobe.records import GenerateConfig, Request
+
+    backend = HFBackend(str(tiny_llava), batch_size=8, dtype="float32", device="cpu")
+    real_forward = backend._forward
+
+    def overflowing_forward(inputs: dict[str, Any], max_new_tokens: int) -> Any:
+        logits, texts = real_forward(inputs, max_new_tokens)
+        scaled = logits.clone()
+        scaled[0] = scaled[0] * 1e6  # the first row only
+        return scaled.half(), texts  # what a float16 head holds: +-inf past its range
+
+    monkeypatch.setattr(backend, "_forward", overflowing_forward)
+    image = str(sorted(photos.iterdir())[0])
+    requests = [
+        Request(split="random", question_id=i, image_path=image, prompt=f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:")
+        for i, obj in enumerate(OBJECTS)
+    ]
+    responses = [r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=0, top_k=3)) for r in batch]
+    assert len(responses) == len(OBJECTS)
+    errors = [r for r in responses if r.error]
+    assert len(errors) == 1 and "not finite" in (errors[0].error or "") and not errors[0].candidates
+    for r in responses:
+        assert all(math.isfinite(v) for v in r.candidates.values()) and all(math.isfinite(t.logprob) for t in r.first_token)

@@ -557,3 +557,120 @@ def test_diagnose_reads_a_server_and_fails_above_max_offset(tmp_path: Path) -> N
     umbrellas = [count for piece, count in report["first_pieces"] if piece == "There"]
     assert umbrellas and report["offset_pieces"] == [["There", umbrellas[0]]]
     assert report["offset_rate"] == pytest.approx(umbrellas[0] / 24) and not report["ok"]
+
+
+# -- answers that are well-formed but wrong; secrets in server text ---------------------------------
+
+
+def _object_of(key: str) -> str:
+    return key.split("Is there ", 1)[1].split(" ", 2)[1]
+
+
+@pytest.mark.parametrize(("value", "reason"), [("nan", "not finite"), ("inf", "not finite"), ("-inf", "not finite"), ("0.5", "positive"), ("true", "not a number")])
+def test_a_bad_logprob_is_that_samples_error_and_is_not_cached(tmp_path: Path, value: str, reason: str) -> None:
+    world = _world(tmp_path, n_images=3)
+    out = tmp_path / "run"
+
+    def fault(key: str, attempt: int, body: dict[str, Any]) -> str | None:
+        return f"logprob:{value}" if _object_of(key) == "cat" else None
+
+    with FakeChatServer(fault=fault) as server:
+        result = _invoke(_args(world, out, [server.url]))
+    assert result.exit_code == 0, result.output
+    samples = _check_answers(world, out, allow_errors=True)  # the run dir reads back: no NaN in it
+    bad = [s for s in samples if s.object == "cat"]
+    assert bad and all(s.error and reason in s.error and s.readouts == {} for s in bad)
+    assert not any(s.error for s in samples if s.object != "cat")
+    assert RunDir(out).read_request_stats()["total"]["attempts"]["bad_response"] == len({(s.image, s.prompt) for s in bad})
+    score = _invoke(["score", str(out), "--json"])
+    assert score.exit_code == 0, score.output
+    assert json.loads(score.stdout)["pooled"]["errors"] == len(bad)
+    # the refused answers were not cached: a second run asks for exactly those again, and gets them
+    with FakeChatServer() as fixed:
+        again = _invoke(_args(world, tmp_path / "again", [fixed.url]))
+    assert again.exit_code == 0, again.output
+    assert fixed.requests == len({(s.image, s.prompt) for s in bad})
+    assert len(_check_answers(world, tmp_path / "again")) == len(samples)
+
+
+def test_message_content_as_parts_is_joined_and_as_a_number_is_an_error(tmp_path: Path) -> None:
+    world = _world(tmp_path, n_images=3)
+    out = tmp_path / "run"
+
+    def fault(key: str, attempt: int, body: dict[str, Any]) -> str | None:
+        return {"cat": "content:list", "dog": "content:number"}.get(_object_of(key))
+
+    with FakeChatServer(fault=fault) as server:
+        result = _invoke(_args(world, out, [server.url], "--no-cache"))
+    assert result.exit_code == 0, result.output
+    samples = _check_answers(world, out, allow_errors=True)
+    parts = [s for s in samples if s.object == "cat"]
+    assert parts and all(s.error is None and s.text in ("Yes", "No") for s in parts)
+    assert all(s.readouts["text:pope"].decision == s.readouts["dynamic"].decision for s in parts)
+    numbers = [s for s in samples if s.object == "dog"]
+    assert numbers and all("message.content is int" in (s.error or "") and s.text is None for s in numbers)
+    assert not any(s.error for s in samples if s.object not in ("cat", "dog"))
+
+
+def test_an_answer_from_another_model_is_counted_in_request_stats(tmp_path: Path) -> None:
+    world = _world(tmp_path, n_images=2)
+    out = tmp_path / "run"
+    with FakeChatServer(fault=lambda key, attempt, body: "model:tiny-vlm-2024-06" if _object_of(key) == "cup" else None) as server:
+        result = _invoke(_args(world, out, [server.url]))
+        assert result.exit_code == 0, result.output
+        cups = sum(1 for seen in server.seen if _object_of(seen["key"]) == "cup")
+        again = _invoke(_args(world, tmp_path / "again", [server.url]))  # from the cache: counted again
+    assert cups > 0 and "tiny-vlm-2024-06" in result.output
+    assert RunDir(out).read_request_stats()["total"]["model_mismatch"] == {"tiny-vlm-2024-06": cups}
+    assert again.exit_code == 0 and RunDir(tmp_path / "again").read_request_stats()["total"]["model_mismatch"] == {"tiny-vlm-2024-06": cups}
+    _check_answers(world, out)  # the answers themselves are used
+
+
+def test_a_key_echoed_by_the_server_and_url_credentials_are_stored_nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = _world(tmp_path, n_images=3)
+    out = tmp_path / "run"
+    key, query_secret = "sk-echo-secret-0815", "query-secret-4242"
+    monkeypatch.setenv("HP_TEST_KEY", key)
+    with FakeChatServer(fault=lambda k, attempt, body: "echo_key" if _object_of(k) == "cat" else None) as server:
+        endpoint = f"{server.url}?api-key={query_secret}"
+        result = _invoke(_args(world, out, [endpoint], "--api-key-env", "HP_TEST_KEY"))
+    assert result.exit_code == 0, result.output
+    assert server.headers[0]["Authorization"] == f"Bearer {key}"  # the credentials did go to the server
+    samples = RunDir(out).read_samples()
+    echoed = [s for s in samples if s.object == "cat"]
+    assert echoed and all("HTTP 401" in (s.error or "") and "Incorrect API key provided: [redacted]" in (s.error or "") for s in echoed)
+    for secret in (key, query_secret):
+        assert secret not in result.output
+        assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert RunDir(out).read_header().backend_info["endpoints"] == [server.url]
+    assert list(RunDir(out).read_request_stats()["total"]["endpoints"]) == [server.url]
+
+
+def test_userinfo_in_an_endpoint_is_not_stored(tmp_path: Path) -> None:
+    world = _world(tmp_path, n_images=1)
+    out = tmp_path / "run"
+    with FakeChatServer() as server:
+        endpoint = server.url.replace("http://", "http://alice:pw-secret-9931@")
+        result = _invoke(_args(world, out, [endpoint]))
+    assert result.exit_code == 0, result.output
+    assert server.headers[0]["Authorization"].startswith("Basic ")  # httpx sent the userinfo as basic auth
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and b"pw-secret-9931" in p.read_bytes()]
+    assert RunDir(out).read_header().backend_info["endpoints"] == [server.url]
+
+
+def test_a_cached_answer_with_a_nan_is_asked_again(tmp_path: Path, _cache_dir: Path) -> None:
+    """A cache written before answers were checked may hold NaN logprobs: never served from there."""
+    world = _world(tmp_path, n_images=2)
+    with FakeChatServer() as server:
+        assert _invoke(_args(world, tmp_path / "one", [server.url])).exit_code == 0
+        sent = server.requests
+        db = sqlite3.connect(_cache_dir / "responses.sqlite")
+        with db:
+            poisoned = db.execute("""UPDATE responses SET response = replace(response, '"logprob": -', '"logprob": NaN, "was": -')""").rowcount
+        db.close()
+        result = _invoke(_args(world, tmp_path / "two", [server.url]))
+    assert poisoned == sent > 0
+    assert result.exit_code == 0, result.output
+    assert server.requests == 2 * sent  # every poisoned entry asked again
+    assert RunDir(tmp_path / "two").read_request_stats()["total"]["cache_hits"] == 0
+    _check_answers(world, tmp_path / "two")

@@ -165,3 +165,77 @@ def test_build_files_are_written_atomically(tmp_path: Path, monkeypatch: pytest.
         write_build(tmp_path / "out", result, {"model": "m"})
     write_build(tmp_path / "out", result, {"model": "m"}, overwrite=True)
     assert json.loads((tmp_path / "out" / "build.json").read_text())["counts"] == {"kept": 0, "invalid_output": 1}
+
+
+def test_programs_the_parser_cannot_take_lose_nothing(tmp_path: Path) -> None:
+    """A lone surrogate (an escaped half emoji), 100,000 nested minus signs, a 200,000-term sum:
+    each pair is dropped as refused, the others are kept, and every file is written and reads back."""
+    from halluprobe.backends.scripted import ScriptedBackend
+    from halluprobe.benchmarks.prove.build import write_build
+
+    Image.new("RGB", (8, 8), "white").save(tmp_path / "cat.png")
+    pairs = [
+        _pair("What colour is the cat \ud83d?", "Black.", 'result = "\ud83d"'),
+        _pair("How deep?", "1", "result = " + "-" * 100_000 + "1"),
+        _pair("How long?", "200000", "result = " + "+".join(["1"] * 200_000)),
+        _pair("What colour is the cat?", "Black.", "result = 'black'"),
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"generate": [{"match": "Caption:", "text": json.dumps(pairs)}]}))
+    table = {"Black.": Extraction(tuples=[parse_tuple(["cat", "black"])])}
+    result = build_prove(
+        [CaptionRecord(image="cat.png", caption="A black cat on a chair.", tuples=CAT)],
+        ScriptedBackend(str(script)),
+        images_root=tmp_path,
+        embedder=_Orthogonal(),
+        extractor=_Extractor(table),
+    )
+    assert result.counts() == {"kept": 1, "answer_mismatch": 1, "program_refused": 2}
+    refused = [d for d in result.dropped if d.reason == "program_refused"]
+    assert [d.detail for d in refused] == ["nested too deeply for the parser"] * 2
+    mismatch = next(d for d in result.dropped if d.reason == "answer_mismatch")
+    assert mismatch.question == "What colour is the cat \ufffd?" and mismatch.program == 'result = "\ufffd"'
+    write_build(tmp_path / "out", result, {"model": "m"})
+    dropped = [json.loads(line) for line in (tmp_path / "out" / "dropped.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(dropped) == 3 and [i.question for i in read_prove(tmp_path / "out" / "prove.jsonl")] == ["What colour is the cat?"]
+
+
+def test_answers_collected_before_a_failure_are_kept_and_not_asked_again(tmp_path: Path) -> None:
+    """The embedder fails after every answer came in: a second build asks the model for nothing."""
+    from halluprobe.backends.scripted import ScriptedBackend
+    from halluprobe.benchmarks.prove.build import read_answers
+
+    for name in ("cat.png", "bird.png"):
+        Image.new("RGB", (8, 8), "white").save(tmp_path / name)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"generate": [{"match": "Caption:", "text": json.dumps([_pair("What colour is the cat?", "Black.", "result = 'black'")])}]}))
+    records = [CaptionRecord(image="cat.png", caption="A black cat on a chair.", tuples=CAT), CaptionRecord(image="bird.png", caption="A bird.", tuples=[["bird"]])]
+    answers = tmp_path / "out" / "answers.jsonl"
+
+    class Counting(ScriptedBackend):
+        asked = 0
+
+        def answer(self, requests, config):  # type: ignore[no-untyped-def]
+            Counting.asked += len(requests)
+            yield from super().answer(requests, config)
+
+    class Failing:
+        name = "failing"
+
+        def encode(self, sentences: Sequence[str]) -> np.ndarray:
+            raise RuntimeError("embedder crashed")
+
+    table = {"Black.": Extraction(tuples=[parse_tuple(["cat", "black"])])}
+    common = {"images_root": tmp_path, "extractor": _Extractor(table), "answers_path": answers}
+    with pytest.raises(RuntimeError, match="embedder crashed"):
+        build_prove(records, Counting(str(script)), embedder=Failing(), **common)
+    assert Counting.asked == 2 and [a.image for a in read_answers(answers)] == ["cat.png", "bird.png"]
+    with open(answers, "ab") as fh:  # a kill during the next append leaves half a line
+        fh.write(b'{"schema_version": 1, "model": "x", "max_new')
+    result = build_prove(records, Counting(str(script)), embedder=_Orthogonal(), **common)
+    assert Counting.asked == 2  # nothing asked again
+    assert result.counts() == {"kept": 2}
+    # another answer length is another answer: asked again
+    build_prove(records, Counting(str(script)), embedder=_Orthogonal(), max_new_tokens=64, **common)
+    assert Counting.asked == 4
+    assert [a.max_new_tokens for a in read_answers(answers)] == [1024, 1024, 64, 64]  # the cut line was dropped, not run into

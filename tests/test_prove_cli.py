@@ -187,3 +187,13 @@ def test_prove_score_with_the_lm_extractor(tmp_path: Path, monkeypatch: pytest.M
     assert summary["settings"]["extractor"].startswith("lm:scripted:")
     missing = runner.invoke(app, ["prove", "score", "--data", str(data), "--responses", str(responses), "--out", str(tmp_path / "o"), "--extractor", "lm"])
     assert missing.exit_code == 2 and "--extractor lm needs --extractor-model and --extractor-image" in missing.output
+
+
+def test_prove_score_refuses_a_folder_that_is_no_run(tmp_path: Path) -> None:
+    data = _data(tmp_path)
+    folder = tmp_path / "not-a-run"
+    folder.mkdir()
+    (folder / "samples.jsonl").write_text("")
+    result = runner.invoke(app, ["prove", "score", "--data", str(data), "--responses", str(folder), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "not a run directory (no run.json)" in result.output, result.output
+    assert not (tmp_path / "o").exists()

@@ -117,7 +117,7 @@ def test_json_lines_readers_share_one_reader(tmp_path: Path, reader: str) -> Non
     # a file that is not UTF-8 is one line naming it, not a UnicodeDecodeError
     latin = tmp_path / "latin1.jsonl"
     latin.write_bytes(json.dumps(sep, ensure_ascii=False).replace("a red", "caf\u00e9 red").encode("latin-1", errors="replace"))
-    with pytest.raises(InputError, match=rf"^{latin}: not UTF-8 text \(byte \d+\)$"):
+    with pytest.raises(InputError, match=rf"^{latin}:\d+: not UTF-8 text \(byte \d+\)$"):
         read(latin)
 
 

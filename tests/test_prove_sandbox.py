@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,80 @@ def test_runtime_error_and_missing_result() -> None:
     assert r.outcome == "error" and r.reason == "ZeroDivisionError: division by zero"
     r = run_program("x = 1", GRAPH, FAST)
     assert r.outcome == "error" and "neither defines verify(graph) nor assigns result" in (r.reason or "")
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ('result = "\ud83d"', "lone surrogate U+D83D"),  # a truncated emoji in model output
+        ("result = " + "-" * 100_000 + "1", "nested too deeply"),
+        ("result = " + "+".join(["1"] * 200_000), "nested too deeply"),
+        ("result = " + "[" * 200_000, "too many nested parentheses"),
+        ("result = 1\x00", "null bytes"),
+    ],
+    ids=["surrogate", "unary", "sum", "brackets", "nul"],
+)
+def test_every_program_gets_an_outcome(source: str, reason: str) -> None:
+    """What the parser cannot take is refused, never raised out of run_program."""
+    with pytest.raises(SandboxRefused, match=re.escape(reason)):
+        check_program(source)
+    r = run_program(source, GRAPH, FAST)
+    assert r.outcome == "refused" and reason in (r.reason or "")
+
+
+def test_an_unexpected_failure_is_an_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    from halluprobe.benchmarks.prove import sandbox
+
+    def no_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError("cannot start the child")
+
+    monkeypatch.setattr(sandbox.subprocess, "run", no_memory)
+    r = sandbox.run_program("result = 1", GRAPH, FAST)
+    assert r.outcome == "error" and r.reason == "sandbox failure: MemoryError: cannot start the child"
+
+
+def _fence_only(monkeypatch: pytest.MonkeyPatch, *builtins: str) -> None:
+    """The static check off, and builtins it would never allow handed to the program."""
+    from halluprobe.benchmarks.prove import sandbox
+
+    monkeypatch.setattr(sandbox, "check_program", lambda source: None)
+    monkeypatch.setattr(sandbox, "ALLOWED_BUILTINS", (*sandbox.ALLOWED_BUILTINS, *builtins))
+
+
+def test_process_fence_no_file_opens_after_closing_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing fd 0 used to free a descriptor below the RLIMIT_NOFILE limit: /etc/passwd was readable."""
+    from halluprobe.benchmarks.prove import sandbox
+
+    _fence_only(monkeypatch, "open")
+    r = sandbox.run_program("stdin = open(0)\nleft = stdin.read()\nstdin.close()\nresult = open('/etc/passwd').read()", GRAPH, FAST)
+    assert r.outcome == "error" and "OSError" in (r.reason or "") and "Too many open files" in (r.reason or ""), r
+    r = sandbox.run_program("stdin = open(0)\nresult = stdin.read()", GRAPH, FAST)
+    assert r.ok and r.result == ""  # standard input is /dev/null: the request is not readable either
+
+
+def test_process_fence_fork_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    from halluprobe.benchmarks.prove import sandbox
+
+    _fence_only(monkeypatch, "__import__", "OSError")
+    program = (
+        "import os\n"
+        "try:\n    pid = os.fork()\nexcept OSError as e:\n    result = 'refused: ' + str(e)\n"
+        "else:\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n    result = 'forked'\n"
+    )
+    r = sandbox.run_program(program, GRAPH, FAST)
+    assert r.ok and str(r.result).startswith("refused: "), r
+
+
+def test_process_fence_runs_the_program_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from halluprobe.benchmarks.prove import sandbox
+
+    _fence_only(monkeypatch, "__import__")
+    r = sandbox.run_program("import os\nresult = [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()]", GRAPH, FAST)
+    assert r.ok, r
+    uid, euid, gid, egid, groups = r.result
+    if os.geteuid() == 0:  # dropped to nobody
+        assert 0 not in (uid, euid, gid, egid) and groups == []
+    else:  # an ordinary user stays who it is
+        assert euid == os.geteuid()

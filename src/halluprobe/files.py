@@ -1,4 +1,4 @@
-"""Writing output files: the one atomic writer every stage uses.
+"""Writing output files: the one atomic writer every stage uses, and the one durable append.
 
 :func:`write_atomic` writes a temporary file beside the target (``.NAME.tmp-PID``), flushes and
 fsyncs it, then renames it over the target: a crash or a full disk never leaves a half-written
@@ -7,6 +7,7 @@ file under the final name, and the temporary file is removed on failure.
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import re
@@ -14,7 +15,9 @@ from pathlib import Path
 
 from halluprobe.errors import InputError
 
-__all__ = ["escapes_root", "resolve_image", "write_atomic"]
+__all__ = ["escapes_root", "resolve_image", "write_atomic", "append_durable", "drop_cut_tail"]
+
+log = logging.getLogger(__name__)
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
@@ -37,6 +40,46 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
         if tmp.exists():
             tmp.unlink()
     return target
+
+
+def drop_cut_tail(path: str | Path) -> None:
+    """Cut a log file's last line when no newline ends it (a crash mid-write), so that appended
+    lines start on a line of their own; the file stays as it is otherwise."""
+    target = Path(path)
+    try:
+        with open(target, "r+b") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return
+            fh.seek(0)
+            keep = fh.read().rfind(b"\n") + 1
+            log.warning("dropping a truncated last line of %s (%d bytes)", target, size - keep)
+            fh.truncate(keep)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError(f"cannot repair: {e.strerror or e}", target) from e
+
+
+def append_durable(path: str | Path, text: str) -> None:
+    """Append ``text`` (whole lines) to a log file, flushed and fsynced before returning: a killed
+    process loses at most the lines of the call in flight. A last line a crash cut short is
+    dropped first (:func:`drop_cut_tail`), so it never runs into the new lines. Nothing to
+    append: nothing is done."""
+    if not text:
+        return
+    drop_cut_tail(path)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", path) from e
 
 
 def resolve_image(image: str, root: Path, *, source: str | Path | None = None) -> Path:

@@ -4,18 +4,42 @@ and writing a file atomically."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["read_text", "iter_objects", "type_name", "JsonRecord", "read_records"]
+__all__ = ["loads", "replace_lone_surrogates", "read_text", "read_log_lines", "iter_objects", "type_name", "JsonRecord", "read_records"]
+
+log = logging.getLogger(__name__)
 
 
 def type_name(value: Any) -> str:
     """The JSON name of a value's type, for error messages."""
     return "null" if value is None else type(value).__name__
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, where nesting deeper than the parser's recursion allows (200,000 ``[``) is a
+    :class:`json.JSONDecodeError` like any other malformed JSON, never a ``RecursionError``."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", doc[:1], 0) from None
+
+
+# a Python str holds a surrogate only when it is lone: json.loads joins an escaped pair into one character
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with U+FFFD for every lone surrogate (a JSON ``"\\ud83d"``: half of an emoji cut
+    short). Such a string has no UTF-8 form, so no record or file holding it could be written."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def read_text(path: Path, what: str) -> tuple[bytes, str]:
@@ -27,7 +51,41 @@ def read_text(path: Path, what: str) -> tuple[bytes, str]:
     try:
         return raw, raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", path) from e
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise InputError(f"not UTF-8 text (byte {e.start})", path, line) from None
+
+
+def read_log_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of each non-blank line of an append-only JSON Lines log
+    (``samples.jsonl``, ``prove build``'s answers), written line by line and fsynced.
+
+    A last line without a newline after it that is incomplete JSON, or cut inside a multi-byte
+    UTF-8 character, is a write cut short by a crash: skipped with a warning. Any other line is
+    yielded, whatever it holds (the caller validates it and names the line); non-UTF-8 bytes
+    elsewhere, or a file that cannot be read (a directory in its place), are an InputError."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {what}: {e.strerror or e}", path) from None
+    lines = raw.split(b"\n")
+    for number, data in enumerate(lines, start=1):
+        if not data.strip():
+            continue
+        cut_short = number == len(lines)  # no newline after it: possibly a crash mid-write
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if cut_short:
+                log.warning("ignoring truncated last line %d of %s", number, path)
+                continue
+            raise InputError(f"not UTF-8 text (byte {e.start} of the line)", path, number) from None
+        if cut_short:
+            try:
+                loads(line)
+            except ValueError:
+                log.warning("ignoring truncated last line %d of %s", number, path)
+                continue
+        yield number, line
 
 
 def iter_objects(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -36,7 +94,7 @@ def iter_objects(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = loads(line)
         except json.JSONDecodeError as e:
             raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", path, lineno) from e
         if not isinstance(rec, dict):
@@ -69,7 +127,7 @@ def read_records(path: Path, what: str) -> list[JsonRecord]:
         records = [JsonRecord(line, i, obj) for i, (line, obj) in enumerate(iter_objects(text, path))]
     else:
         try:
-            data = json.loads(text)
+            data = loads(text)
         except json.JSONDecodeError as e:
             raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from e
         if not isinstance(data, list):

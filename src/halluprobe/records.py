@@ -1,7 +1,9 @@
 """Typed records for every stage boundary: Question -> Request -> Response -> Sample -> Metrics.
 
 Persisted records are frozen and reject unknown keys; every persisted file carries
-``schema_version``. A question's key is ``(split, question_id)``: ``question_id`` alone repeats
+``schema_version``. Every float a record accepts is finite (NaN and +-inf are refused, from
+Python and from JSON alike), so whatever a record holds is written as a JSON number and read
+back equal: JSON has no NaN or infinity, and pydantic would write them as ``null``. A question's key is ``(split, question_id)``: ``question_id`` alone repeats
 across splits.
 """
 
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -41,9 +43,9 @@ QuestionKind = Literal["yes_no", "open", "choice"]
 
 
 class FrozenRecord(BaseModel):
-    """Base of every persisted or configuration record: immutable, unknown keys refused."""
+    """Base of every persisted or configuration record: immutable, unknown keys refused, floats finite."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Question(FrozenRecord):
@@ -136,9 +138,17 @@ class Response(FrozenRecord):
 
 class ReadoutResult(FrozenRecord):
     decision: Decision
+    # log-mass of the yes (no) set; None when the set has no mass (log 0 = -inf has no JSON form)
     yes_score: float | None = None
     no_score: float | None = None
-    p_yes: float | None = None
+    p_yes: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @field_validator("yes_score", "no_score", mode="before")
+    @classmethod
+    def _no_mass_is_none(cls, value: object) -> object:
+        # -inf is a legitimate score (no mass at all): stored as null in memory as on disk, so
+        # both read alike; NaN and +inf still fail the finite-float check
+        return None if isinstance(value, float) and value == float("-inf") else value
 
 
 class Sample(FrozenRecord):

@@ -1,16 +1,16 @@
 """The run directory is the log: ``run.json`` (header) written first, ``samples.jsonl`` appended.
 
 Samples are appended per batch, flushed and fsynced, so a killed run loses at most the batch in
-flight. Resume skips keys already present, ignores a truncated last line, and refuses a header
-whose fingerprint differs.
+flight. Resume skips keys already present, ignores a truncated last line (cut anywhere, inside a
+multi-byte UTF-8 character too), and refuses a header whose fingerprint differs. Every reading
+problem (not UTF-8, malformed or too deeply nested JSON, a directory where a file belongs, an
+invalid record) is one :class:`InputError` naming the file and the line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
@@ -18,12 +18,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from halluprobe.errors import InputError
-from halluprobe.files import write_atomic
+from halluprobe.files import append_durable, drop_cut_tail, write_atomic
+from halluprobe.jsonl import loads, read_log_lines, read_text
 from halluprobe.records import QuestionKey, RunHeader, Sample
 
-__all__ = ["RunDir", "fingerprint_of", "sha256_file", "sum_counts"]
+__all__ = ["RunDir", "OWNED_FILES", "AUDIT", "fingerprint_of", "sha256_file", "sum_counts"]
 
-log = logging.getLogger(__name__)
 
 HEADER = "run.json"
 SAMPLES = "samples.jsonl"
@@ -31,6 +31,11 @@ COMPLETE = "complete.json"
 METRICS = "metrics.json"
 # request counts of a server backend, one entry per `run` invocation (written at its end)
 REQUESTS = "requests.json"
+# written by `halluprobe audit` (halluprobe.audit.AUDIT_FILE)
+AUDIT = "audit.json"
+# every file a run writes into its directory: `run --overwrite` removes them all, so nothing of
+# the previous run (its metrics, its audit) is read as the new run's
+OWNED_FILES = (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS, AUDIT)
 
 
 def sha256_file(path: str | Path) -> str:
@@ -102,7 +107,7 @@ class RunDir:
                         "from the existing run (pass --force to mix them anyway)",
                         self.header_path,
                     )
-                self._drop_truncated_tail()
+                drop_cut_tail(self.samples_path)  # a crash mid-write: cut it so appends stay valid
                 self.complete_path.unlink(missing_ok=True)
                 return {s.key for s in self.read_samples() if not (retry_errors and s.error)}
             if not overwrite:
@@ -110,21 +115,18 @@ class RunDir:
                     "run directory already holds a run; pass --resume to continue it or --overwrite to replace it",
                     self.header_path,
                 )
-            for name in (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS):
-                (self.path / name).unlink(missing_ok=True)
+            for name in OWNED_FILES:
+                try:
+                    (self.path / name).unlink(missing_ok=True)
+                except OSError as err:  # a directory in a file's place, no permission
+                    raise InputError(f"cannot remove the previous run's file: {err.strerror or err}", self.path / name) from None
         self.path.mkdir(parents=True, exist_ok=True)
         write_atomic(self.header_path, header.model_dump_json(indent=2) + "\n")
         self.samples_path.touch()
         return set()
 
     def append(self, samples: Iterable[Sample]) -> None:
-        lines = "".join(s.model_dump_json() + "\n" for s in samples)
-        if not lines:
-            return
-        with open(self.samples_path, "a", encoding="utf-8") as fh:
-            fh.write(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_durable(self.samples_path, "".join(s.model_dump_json() + "\n" for s in samples))
 
     def read_yes_no_header(self) -> RunHeader:
         """The header of a run whose samples carry yes/no labels and readouts; an open-ended run
@@ -142,10 +144,11 @@ class RunDir:
         """``requests.json``: ``{"schema_version", "sessions": [...], "total": {...}}`` (empty if absent)."""
         if not self.requests_path.exists():
             return {"schema_version": 1, "sessions": [], "total": {}}
+        _, text = read_text(self.requests_path, "request stats")
         try:
-            data = json.loads(self.requests_path.read_text())
+            data = loads(text)
         except json.JSONDecodeError as err:
-            raise InputError(f"invalid request stats: {err}", self.requests_path) from None
+            raise InputError(f"invalid request stats: {err.msg} (column {err.colno})", self.requests_path, err.lineno) from None
         return data if isinstance(data, dict) else {"schema_version": 1, "sessions": [], "total": {}}
 
     def add_request_stats(self, stats: dict[str, Any]) -> None:
@@ -161,47 +164,31 @@ class RunDir:
     def mark_complete(self, counts: dict[str, Any]) -> None:
         self.complete_path.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
 
-    def _drop_truncated_tail(self) -> None:
-        """A crash mid-write leaves a last line without newline: cut it so appends stay valid."""
-        if not self.samples_path.exists():
-            return
-        data = self.samples_path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            keep = data.rfind(b"\n") + 1
-            log.warning("dropping a truncated last line of %s (%d bytes)", self.samples_path, len(data) - keep)
-            with open(self.samples_path, "r+b") as fh:
-                fh.truncate(keep)
-
     # -- reading -------------------------------------------------------------------------
 
     def read_header(self) -> RunHeader:
         if not self.header_path.exists():
             raise InputError("not a run directory (no run.json)", self.path)
+        _, text = read_text(self.header_path, "run header")  # a directory, not UTF-8: one line
         try:
-            return RunHeader.model_validate_json(self.header_path.read_text())
+            return RunHeader.model_validate_json(text)
         except ValidationError as err:
             raise InputError(f"invalid run header: {_first_error(err)}", self.header_path, 1) from None
 
     def read_samples(self) -> list[Sample]:
-        """All complete samples; a truncated last line (a crash mid-write) is ignored. A key
-        may appear twice only when its first sample is an error that a resume asked again:
-        the later line replaces it, in the earlier one's place (run order is kept)."""
+        """All complete samples; a truncated last line (a crash mid-write: no newline after it,
+        and incomplete JSON or cut inside a multi-byte character) is ignored. A complete line that
+        is invalid (a hand-written ``NaN``, a p_yes of 2) is refused wherever it stands. A key may
+        appear twice only when its first sample is an error that a resume asked again: the later
+        line replaces it, in the earlier one's place (run order is kept)."""
         samples: list[Sample] = []
         seen: dict[QuestionKey, int] = {}  # key -> index in samples
         if not self.samples_path.exists():
             return samples
-        raw = self.samples_path.read_text(encoding="utf-8")
-        lines = raw.split("\n")
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            is_last = number == len(lines)  # no newline after it: possibly cut by a crash
+        for number, line in read_log_lines(self.samples_path, "samples"):
             try:
                 sample = Sample.model_validate_json(line)
             except ValidationError as err:
-                if is_last:
-                    log.warning("ignoring truncated last line %d of %s", number, self.samples_path)
-                    continue
                 raise InputError(f"invalid sample: {_first_error(err)}", self.samples_path, number) from None
             if sample.key in seen:
                 earlier = seen[sample.key]

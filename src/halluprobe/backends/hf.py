@@ -368,8 +368,23 @@ class HFBackend:
         cand = torch.tensor(self._candidates, dtype=torch.long)
         top = torch.topk(logprobs, k=min(top_k, logprobs.shape[-1]), dim=-1)
         values = logprobs[:, cand].tolist()
+        # an overflow (fp16 logits beyond 65504 are inf; inf - inf is NaN) makes a row's
+        # log-probabilities non-finite: that row's samples are errors, never NaN readouts
+        broken = (
+            torch.isnan(logprobs).any(dim=-1)
+            | ~torch.isfinite(top.values).all(dim=-1)
+            | ~torch.isfinite(logprobs[:, cand]).all(dim=-1)
+        ).tolist()
         out: dict[tuple[str, int], Response] = {}
         for row, requests in enumerate(rows):
+            if broken[row]:
+                message = (
+                    "the first-token log-probabilities are not finite (NaN or inf: a float16 overflow?); "
+                    "try --dtype bfloat16 or float32"
+                )
+                for r in requests:
+                    out[r.key] = _error(r, message)
+                continue
             first_token = [
                 TokenLogprob(id=int(i), piece=self._piece(int(i)), logprob=float(v))
                 for v, i in zip(top.values[row].tolist(), top.indices[row].tolist())

@@ -23,9 +23,18 @@ thousands of errors. Every attempt's outcome is counted: :meth:`OpenAIBackend.re
 written by the runner to ``RUNDIR/requests.json``.
 
 Temperature-0 answers are cached (:mod:`halluprobe.backends.response_cache`); identical
-requests within a run (POPE's splits repeat questions) are sent once. The API key is read from
-the environment variable named by ``api_key_env`` and never stored. See
-docs/design/openai-backend.md.
+requests within a run (POPE's splits repeat questions) are sent once. An answer is checked
+before it is used or cached: every log-probability finite and not positive, ``message.content``
+a string (or a list of parts, whose text parts are joined); anything else is that sample's
+error, not cached. A ``model`` in the answer other than the one asked for is counted
+(``model_mismatch`` in requests.json) and warned about, not refused (hosted APIs answer with a
+dated snapshot name).
+
+Secrets: the API key is read from the environment variable named by ``api_key_env`` and never
+stored; it, and the password and query values of an endpoint URL, are replaced by
+``[redacted]`` in every server text the backend stores or prints (a server may echo the key in
+its error body), and endpoints are stored (run.json, requests.json) without userinfo or query.
+See docs/design/openai-backend.md.
 """
 
 from __future__ import annotations
@@ -38,7 +47,6 @@ import email.utils
 import hashlib
 import io
 import itertools
-import json
 import logging
 import math
 import os
@@ -47,6 +55,7 @@ import random
 import ssl
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +63,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from halluprobe.backends.response_cache import ResponseCache, cache_dir, cache_key
 from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.readouts.tokensets import piece_token_sets
 from halluprobe.records import YES_NO_STOP_STRINGS, GenerateConfig, Request, Response, TokenLogprob, TokenSets
 
@@ -80,6 +90,11 @@ OUTCOMES: tuple[str, ...] = (
 _RETRIABLE = frozenset({"http_429", "http_5xx", "timeout", "connection", "malformed"})
 # with no success at all in the run, this many final rejections stop it (wrong model name, auth)
 _FATAL_STOP = 8
+# a logprob this far above 0 is float rounding of log(1) (stored as 0.0); beyond it the server is wrong
+_LOGPROB_ROUNDING = 1e-6
+# a secret shorter than this is not redacted (replacing every "a" would garble every message)
+_MIN_SECRET = 4
+REDACTED = "[redacted]"
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,7 @@ class _Result:
     candidates: tuple[tuple[str, float], ...] = ()
     text: str | None = None
     error: str | None = None
+    served_model: str | None = None  # the answer's "model" (None when it names none)
 
 
 @dataclass
@@ -126,6 +142,7 @@ class _State:
     top_k: int
     stats: collections.Counter[str] = field(default_factory=collections.Counter)
     attempts: collections.Counter[str] = field(default_factory=collections.Counter)
+    model_mismatch: collections.Counter[str] = field(default_factory=collections.Counter)  # served name -> answers
     per_endpoint: collections.Counter[str] = field(default_factory=collections.Counter)
     affinity: dict[str, _Endpoint] = field(default_factory=dict)
     images: dict[str, _Image | str] = field(default_factory=dict)
@@ -160,16 +177,30 @@ def _retry_after(value: str | None) -> float | None:
 
 def _chat_url(endpoint: str) -> tuple[str, str]:
     """(base, chat-completions URL) of an endpoint: ``http://h:p/v1``, ``http://h:p`` (gets /v1),
-    or a full ``.../chat/completions`` URL."""
-    url = endpoint.strip().rstrip("/")
+    or a full ``.../chat/completions`` URL. The base is what is stored and printed: without
+    userinfo, query or fragment (they may hold credentials); the URL keeps userinfo and query."""
+    url = endpoint.strip()
     if not url.startswith(("http://", "https://")):
-        raise InputError(f"--endpoint must be an http(s) URL such as http://127.0.0.1:8000/v1, not {endpoint!r}")
-    if url.endswith("/chat/completions"):
-        return url.removesuffix("/chat/completions"), url
-    rest = url.split("://", 1)[1]
-    if "/" not in rest:  # bare host:port
-        url += "/v1"
-    return url, url + "/chat/completions"
+        raise InputError("--endpoint must be an http(s) URL such as http://127.0.0.1:8000/v1")
+    parts = urllib.parse.urlsplit(url)
+    path = parts.path.rstrip("/").removesuffix("/chat/completions") or "/v1"  # bare host:port gets /v1
+    host = parts.netloc.rpartition("@")[2]
+    base = urllib.parse.urlunsplit((parts.scheme, host, path, "", ""))
+    return base, urllib.parse.urlunsplit((parts.scheme, parts.netloc, path + "/chat/completions", parts.query, ""))
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The parts of an endpoint URL that may be credentials: its password and its query values."""
+    parts = urllib.parse.urlsplit(url)
+    found = [parts.password] if parts.password else []
+    return found + [value for _, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=False)]
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret (longest first, so a secret inside another goes too) replaced."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def _tls_context() -> ssl.SSLContext:
@@ -192,6 +223,36 @@ def _logaddexp(a: float, b: float) -> float:
     return top + math.log(math.exp(a - top) + math.exp(b - top))
 
 
+def _logprob(value: Any, piece: Any) -> float:
+    """A returned log-probability, checked: a finite number, not above 0 (a probability <= 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"logprob of {piece!r} is not a number: {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"logprob of {piece!r} is not finite: {value!r}")
+    if value > _LOGPROB_ROUNDING:
+        raise ValueError(f"logprob of {piece!r} is positive ({value!r}): a probability above 1")
+    return min(float(value), 0.0)
+
+
+def _message_text(content: Any) -> str:
+    """``message.content`` as text: a string, or a list of parts whose text parts are joined."""
+    if isinstance(content, str):
+        return replace_lone_surrogates(content)
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif not isinstance(part, dict):
+                raise ValueError(f"message.content holds a {type(part).__name__}, not a text part")
+        if not texts and content:
+            raise ValueError("message.content has no text part")
+        return replace_lone_surrogates("".join(texts))
+    raise ValueError(f"message.content is {'null' if content is None else type(content).__name__}, not text")
+
+
 def _parse(data: Any, max_new_tokens: int, top_k: int) -> _Result:
     """A chat-completion JSON -> first-token alternatives (by piece) and text. ValueError if unusable."""
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
@@ -209,19 +270,20 @@ def _parse(data: Any, max_new_tokens: int, top_k: int) -> _Result:
     tops = first.get("top_logprobs") or [{"token": first.get("token"), "logprob": first.get("logprob")}]
     entries: list[tuple[str, float]] = []
     for top in tops:
-        piece, logprob = top.get("token"), top.get("logprob")
-        if not isinstance(piece, str) or not isinstance(logprob, (int, float)):
+        if not isinstance(top, dict) or not isinstance(top.get("token"), str):
             raise ValueError(f"bad top_logprobs entry {top!r}")
-        entries.append((piece, float(logprob)))
+        # a piece may be half of an emoji ("\ud83d"): U+FFFD, or no record holding it could be written
+        entries.append((replace_lone_surrogates(top["token"]), _logprob(top.get("logprob"), top["token"])))
     entries.sort(key=lambda e: -e[1])
     candidates: dict[str, float] = {}
     for piece, logprob in entries:  # ids that decode to one string: their probabilities add up
         candidates[piece] = _logaddexp(candidates[piece], logprob) if piece in candidates else logprob
-    text = message.get("content")
+    served = data.get("model")
     return _Result(
         first_token=tuple(TokenLogprob(id=None, piece=p, logprob=lp) for p, lp in entries[: max(1, top_k)]),
         candidates=tuple(candidates.items()),
-        text=(text if isinstance(text, str) else "") if max_new_tokens > 0 else None,
+        text=_message_text(message.get("content")) if max_new_tokens > 0 else None,
+        served_model=served if isinstance(served, str) else None,
     )
 
 
@@ -262,6 +324,8 @@ class OpenAIBackend:
             raise InputError("top_logprobs >= 1, max_retries >= 0 and timeout_s > 0 are needed")
         self._model = model
         self._endpoints = [_chat_url(e) for e in endpoints]
+        # what may be a credential: redacted from every server text stored or printed
+        self._secrets = [secret for e in endpoints for secret in _url_secrets(e.strip())]
         self._concurrency = int(concurrency)
         self._image_url_mode: ImageUrlMode = image_url_mode  # type: ignore[assignment]
         self._no_cache = bool(no_cache)
@@ -281,6 +345,8 @@ class OpenAIBackend:
             if not key:
                 raise InputError(f"environment variable {api_key_env} (named by --api-key-env) is not set")
             self._headers["Authorization"] = f"Bearer {key}"
+            self._secrets.append(key)
+        self._secrets = [secret for secret in self._secrets if len(secret) >= _MIN_SECRET]
         self._sessions: list[dict[str, Any]] = []
 
     # -- Backend protocol ----------------------------------------------------------------
@@ -442,6 +508,8 @@ class OpenAIBackend:
             "attempts": attempts,
             "endpoints": {base: state.per_endpoint.get(base, 0) for base, _ in self._endpoints},
             "max_in_flight": state.max_in_flight,
+            # served model name -> answers that named it, when it is not the model asked for
+            "model_mismatch": dict(state.model_mismatch),
         }
 
     async def _answer_group(self, group: Sequence[Request], client: httpx.AsyncClient, state: _State) -> list[Response]:
@@ -459,8 +527,8 @@ class OpenAIBackend:
         except (_ServiceDown, asyncio.CancelledError):
             raise
         except Exception as err:  # noqa: BLE001 - one request's surprise is that sample's error
-            log.exception("request %s/%s failed", request.split, request.question_id)
-            result = _Result(error=f"{type(err).__name__}: {err}")
+            log.error("request %s/%s failed: %s", request.split, request.question_id, _redact(f"{type(err).__name__}: {err}", self._secrets))
+            result = _Result(error=_redact(f"{type(err).__name__}: {err}", self._secrets))
         state.stats["deduplicated"] += len(group) - 1
         state.stats["errors" if result.error else "ok"] += len(group)
         latency = time.perf_counter() - started
@@ -525,20 +593,32 @@ class OpenAIBackend:
             raw = state.cache.get(key)
             if raw is not None:
                 try:
-                    result = _parse(json.loads(raw), state.max_new_tokens, state.top_k)
-                except ValueError:
+                    result = _parse(loads(raw), state.max_new_tokens, state.top_k)
+                except (ValueError, AttributeError, TypeError):  # what _judge refuses too: asked again
                     log.warning("ignoring an unusable cache entry %s", key[:12])
                 else:
                     state.stats["cache_hits"] += 1
                     state.successes += 1
+                    self._note_model(result, state)
                     return result
         state.stats["sent"] += 1
         attempt = await self._post_with_retries(body, request, client, state)
         if attempt.outcome == "ok" and attempt.result is not None:
+            # only a checked, usable answer is cached: a refused one is asked again next run
             if state.cache is not None and attempt.raw is not None:
                 state.cache.put(key, self._model, attempt.raw)
+            self._note_model(attempt.result, state)
             return attempt.result
         return _Result(error=attempt.message)
+
+    def _note_model(self, result: _Result, state: _State) -> None:
+        """Count (and warn once about) answers from a model other than the one asked for."""
+        served = result.served_model
+        if served is None or served == self._model:
+            return
+        if not state.model_mismatch:
+            log.warning("the server answered as model %r, not the %r asked for (counted in requests.json: model_mismatch)", served, self._model)
+        state.model_mismatch[served] += 1
 
     async def _post_with_retries(
         self, body: dict[str, Any], request: Request, client: httpx.AsyncClient, state: _State
@@ -609,6 +689,12 @@ class OpenAIBackend:
         return best
 
     async def _attempt(self, client: httpx.AsyncClient, endpoint: _Endpoint, body: dict[str, Any], state: _State) -> _Attempt:
+        """One POST and its outcome; the message is redacted here, where every server text passes."""
+        attempt = await self._attempt_raw(client, endpoint, body, state)
+        attempt.message = _redact(attempt.message, self._secrets)
+        return attempt
+
+    async def _attempt_raw(self, client: httpx.AsyncClient, endpoint: _Endpoint, body: dict[str, Any], state: _State) -> _Attempt:
         import httpx
 
         endpoint.in_flight += 1
@@ -640,7 +726,7 @@ class OpenAIBackend:
         if status != 200:
             return _Attempt("bad_response", message=f"{where}: unexpected status")
         try:
-            data = json.loads(response.text)
+            data = loads(response.text)
         except ValueError as err:
             return _Attempt("malformed", message=f"{where}: the body is not JSON ({err})")
         try:

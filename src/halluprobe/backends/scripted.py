@@ -24,7 +24,6 @@ any order and batch size.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 from halluprobe.records import GenerateConfig, Request, Response, TokenLogprob, TokenSets
 
 __all__ = ["ScriptedBackend", "SCRIPTED_VOCAB"]
@@ -46,8 +46,8 @@ class ScriptedBackend:
     def __init__(self, model: str, *, batch_size: int = 8) -> None:
         path = Path(model)
         try:
-            script = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
+            script = loads(path.read_text())
+        except (OSError, ValueError) as err:
             raise InputError(f"cannot read scripted backend script: {err}", path) from None
         self._path = path
         unknown_keys = set(script) - _SCRIPT_KEYS

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from halluprobe.errors import InputError
-from halluprobe.jsonl import iter_objects, read_text, type_name
+from halluprobe.jsonl import iter_objects, loads, read_text, type_name
 
 __all__ = ["ObjectIndex", "ObjectFormat", "read_objects"]
 
@@ -102,11 +102,11 @@ def read_objects(path: str | Path) -> ObjectIndex:
     # Detection: a whole-document parse that gives an object with COCO keys is COCO; anything
     # else is read as JSON Lines, where errors are reported per line.
     try:
-        doc: Any = json.loads(text)
+        doc: Any = loads(text)
     except json.JSONDecodeError as whole_err:
         first = next((ln for ln in text.split("\n") if ln.strip()), "")
         try:
-            json.loads(first)
+            loads(first)
         except json.JSONDecodeError:
             # Not even one JSON line: a malformed single document (e.g. a truncated COCO
             # file); its parser knows the line.

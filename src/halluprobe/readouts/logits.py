@@ -42,7 +42,10 @@ Candidates = Mapping[str, float]
 
 
 def logsumexp(values: Sequence[float]) -> float:
-    """log(sum(exp(v))), stable; all -inf (no mass) gives -inf rather than nan."""
+    """log(sum(exp(v))), stable; all -inf (no mass) gives -inf rather than nan; any NaN gives NaN
+    (``max`` would drop a NaN or keep it depending on where it stands)."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
     top = max(values)
     if top == -math.inf:
         return -math.inf
@@ -63,7 +66,12 @@ def top_choice(scores: Mapping[str, float]) -> str | None:
 
 
 def decide(yes_score: float, no_score: float) -> ReadoutResult:
-    """Decision = the larger score (log-mass); an exact tie is unknown rather than a silent default."""
+    """Decision = the larger score (log-mass); an exact tie is unknown rather than a silent default.
+
+    A score that is not a log-mass (NaN, +inf: a broken forward pass) gives unknown, never a
+    decision read from the other score alone."""
+    if math.isnan(yes_score) or math.isnan(no_score) or math.inf in (yes_score, no_score):
+        return _unknown()
     decision = top_choice({"yes": yes_score, "no": no_score}) or "unknown"
     # p_yes = exp(yes) / (exp(yes) + exp(no)), computed stably
     top = max(yes_score, no_score)
@@ -107,11 +115,8 @@ def _read_pieces(candidates: Candidates) -> ReadoutResult:
     no = [float(v) for piece, v in candidates.items() if classify_piece(piece) == "no"]
     if not yes and not no:
         return _unknown()
-    result = decide(logsumexp(yes) if yes else -math.inf, logsumexp(no) if no else -math.inf)
-    # an unreported set's mass is unknown, not -inf: None (JSON null) in memory as on disk
-    return result.model_copy(
-        update={"yes_score": result.yes_score if yes else None, "no_score": result.no_score if no else None}
-    )
+    # an unreported set counts as no mass: its score is -inf, which ReadoutResult stores as None
+    return decide(logsumexp(yes) if yes else -math.inf, logsumexp(no) if no else -math.inf)
 
 
 def read_dynamic(candidates: Candidates, sets: TokenSets) -> ReadoutResult:

@@ -8,11 +8,12 @@ saying why it is empty.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from halluprobe.jsonl import loads
 
 __all__ = [
     "SECTIONS",
@@ -129,7 +130,7 @@ def _run_facts(rundir: Path) -> dict[str, Any]:
     """
     facts: dict[str, Any] = {}
     try:
-        header = json.loads((rundir / "run.json").read_text(encoding="utf-8"))
+        header = loads((rundir / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         header = {}
     if isinstance(header, dict):
@@ -138,7 +139,7 @@ def _run_facts(rundir: Path) -> dict[str, Any]:
         with open(rundir / "samples.jsonl", encoding="utf-8") as fh:
             for line in fh:
                 if line.strip():
-                    facts["prompt"] = json.loads(line).get("prompt")
+                    facts["prompt"] = loads(line).get("prompt")
                     break
     except (OSError, ValueError):
         pass

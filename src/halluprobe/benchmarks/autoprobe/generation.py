@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from halluprobe.ask import ask
 from halluprobe.backends.base import Backend
+from halluprobe.jsonl import loads
 from halluprobe.records import GenerateConfig, Request
 
 __all__ = ["GenerationItem", "Generated", "compose_prompt", "generate", "generate_json", "parse_json_object", "RETRY_SUFFIX"]
@@ -88,7 +89,7 @@ def parse_json_object(text: str) -> dict[str, Any]:
     if start < 0 or end < start:
         raise ValueError("no JSON object found")
     try:
-        value = json.loads(stripped[start : end + 1])
+        value = loads(stripped[start : end + 1])
     except json.JSONDecodeError as err:
         raise ValueError(f"malformed JSON: {err.msg} at column {err.colno}") from None
     if not isinstance(value, dict):

@@ -18,6 +18,12 @@ defines ``verify(graph)`` over the SceneGraph API and returns the answer. A pair
 
 Kept pairs become PROVE records (:class:`~.data.ProveItem`: ``qa_diff_tuples`` = the answer's
 extracted tuples minus the question's); every dropped pair is recorded with its reason.
+
+Nothing collected is lost: with ``answers_path`` (``OUT/answers.jsonl``), every model answer is
+appended there as it arrives (fsynced), and a build started again (after a crash, a failed
+write, a kill) asks only for what that file does not hold yet for the same model, answer length
+and prompt. :func:`run_program` returns an outcome for every program, and a string the model
+wrote that has no UTF-8 form (a lone surrogate) gets U+FFFD before it is run or written.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig
 
 __all__ = [
@@ -48,6 +55,9 @@ __all__ = [
     "same_answer",
     "build_prove",
     "BUILD_FILES",
+    "ANSWERS_FILE",
+    "CollectedAnswer",
+    "read_answers",
     "build_outputs",
     "write_build",
 ]
@@ -75,6 +85,18 @@ class CaptionRecord(FrozenRecord):
     image: str
     caption: str
     tuples: list[Any]
+
+
+class CollectedAnswer(FrozenRecord):
+    """One line of ``answers.jsonl``: a model's answer to one image's :data:`QA_PROMPT`."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    max_new_tokens: int
+    image: str
+    prompt: str
+    text: str | None = None
+    error: str | None = None
 
 
 class Dropped(FrozenRecord):
@@ -122,7 +144,7 @@ def read_captions(path: str | Path) -> list[CaptionRecord]:
 def parse_qa_output(raw: str) -> list[dict[str, str]]:
     """Strict parse of the model's pairs; ValueError with a one-line reason."""
     try:
-        data = json.loads(raw.strip())
+        data = loads(raw.strip())
     except json.JSONDecodeError as err:
         raise ValueError(f"not one JSON array ({err.msg} at column {err.colno})") from None
     if not isinstance(data, list):
@@ -131,7 +153,8 @@ def parse_qa_output(raw: str) -> list[dict[str, str]]:
     for i, el in enumerate(data):
         if not isinstance(el, dict) or set(el) != {"question", "answer", "program"} or not all(isinstance(v, str) and v.strip() for v in el.values()):
             raise ValueError(f"element {i} is not {{question, answer, program}} with non-empty strings")
-        pairs.append({k: str(v) for k, v in el.items()})
+        # a lone surrogate (an escaped half emoji) could be neither run nor written: U+FFFD instead
+        pairs.append({k: replace_lone_surrogates(str(v)) for k, v in el.items()})
     return pairs
 
 
@@ -152,6 +175,26 @@ def same_answer(result: Any, answer: str) -> bool:
     return _norm(result) == _norm(answer)
 
 
+def read_answers(path: str | Path) -> list[CollectedAnswer]:
+    """The answers collected so far (none when the file does not exist); a line cut by a crash
+    is skipped, any other bad line is one InputError naming it."""
+    from pydantic import ValidationError
+
+    from halluprobe.jsonl import read_log_lines
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    answers = []
+    for number, line in read_log_lines(path, "collected answers"):
+        try:
+            answers.append(CollectedAnswer.model_validate_json(line))
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise InputError(f"invalid collected answer: {'.'.join(map(str, first['loc'])) or 'line'}: {first['msg']}", path, number) from None
+    return answers
+
+
 def build_prove(
     records: Sequence[CaptionRecord],
     backend: Any,
@@ -163,10 +206,12 @@ def build_prove(
     max_new_tokens: int = 1024,
     dup_threshold: float = 0.9,
     limits: SandboxLimits | None = None,
+    answers_path: str | Path | None = None,
 ) -> BuildResult:
-    """Ask, verify, deduplicate; see the module docstring."""
-    from halluprobe.records import Request
-    from halluprobe.files import resolve_image
+    """Ask, verify, deduplicate; see the module docstring. ``answers_path``: where answers are
+    kept as they arrive, and read back from when the build is started again."""
+    from halluprobe.files import append_durable, resolve_image
+    from halluprobe.records import Request, Response
 
     result = BuildResult()
     requests = [
@@ -181,8 +226,26 @@ def build_prove(
         )
         for i, rec in enumerate(records)
     ]
+    model = str(backend.info().get("model"))
     answers: dict[int, Any] = {}
-    for batch in ask(backend, requests, GenerateConfig(max_new_tokens=max_new_tokens, top_k=1, stop_strings=())):
+    if answers_path is not None:
+        # an answer collected before (same model, length cap, image and prompt) is not asked again
+        done = {(a.image, a.prompt): a for a in read_answers(answers_path) if a.model == model and a.max_new_tokens == max_new_tokens and a.error is None}
+        for request in requests:
+            old = done.get((records[request.question_id].image, request.prompt))
+            if old is not None:
+                answers[request.question_id] = Response(split=request.split, question_id=request.question_id, text=old.text)
+        if answers:
+            log.info("prove build: %d of %d answers collected before, not asked again", len(answers), len(requests))
+    todo = [r for r in requests if r.question_id not in answers]
+    by_id = {r.question_id: r for r in todo}
+    for batch in ask(backend, todo, GenerateConfig(max_new_tokens=max_new_tokens, top_k=1, stop_strings=())):
+        if answers_path is not None:
+            collected = [
+                CollectedAnswer(model=model, max_new_tokens=max_new_tokens, image=records[r.question_id].image, prompt=by_id[r.question_id].prompt, text=r.text, error=r.error)
+                for r in batch
+            ]
+            append_durable(answers_path, "".join(a.model_dump_json() + "\n" for a in collected))
         for r in batch:
             answers[r.question_id] = r
     candidates: list[tuple[CaptionRecord, SceneGraph, dict[str, str]]] = []
@@ -255,6 +318,8 @@ def build_prove(
 
 # written in this order: build.json last, so its presence means the set is complete
 BUILD_FILES = ("prove.jsonl", "dropped.jsonl", "build.json")
+# the model's answers as they arrive (build_prove's answers_path): kept across builds, never overwritten
+ANSWERS_FILE = "answers.jsonl"
 
 
 def build_outputs(out_dir: str | Path, *, overwrite: bool = False) -> list[Path]:

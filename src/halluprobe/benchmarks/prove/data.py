@@ -32,6 +32,7 @@ from pydantic import Field
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, SceneGraph, parse_tuple
 from halluprobe.errors import InputError
 from halluprobe.files import escapes_root
+from halluprobe.jsonl import loads
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord, Question
 
 __all__ = ["ProveItem", "PROVE_FILES", "PROVE_BASE_URL", "read_prove", "fetch_prove", "open_questions"]
@@ -69,7 +70,7 @@ class ProveItem(FrozenRecord):
 def _tuples(value: Any, field: str) -> list[AnyTuple]:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads(value)
         except json.JSONDecodeError as err:
             raise ValueError(f"{field} is a string but not JSON: {err.msg} at column {err.colno}") from None
     if not isinstance(value, list):

@@ -57,6 +57,7 @@ def _from_rundir(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]
     from halluprobe.rundir import RunDir
 
     rundir = RunDir(path)
+    rundir.read_header()  # a folder without run.json is no run: refused, not "no response" for every record
     out: dict[str, ProveResponse] = {}
     for s in rundir.read_samples():
         if not 0 <= s.question_id < len(items):

@@ -37,6 +37,7 @@ from pydantic import Field
 
 from halluprobe.ask import ask
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
+from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.records import FrozenRecord, GenerateConfig
 
 __all__ = [
@@ -89,7 +90,7 @@ def parse_lm_output(raw: str) -> Extraction:
     """Strict parse of a model's answer to :data:`LM_PROMPT`."""
     text = raw.strip()
     try:
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as err:
         return Extraction(error=f"invalid LM output: not one JSON array ({err.msg} at column {err.colno})", raw=raw)
     if not isinstance(data, list):
@@ -98,8 +99,8 @@ def parse_lm_output(raw: str) -> Extraction:
     for i, element in enumerate(data):
         if not isinstance(element, list):
             return Extraction(error=f"invalid LM output: element {i} is not a list: {element!r}", raw=raw)
-        try:
-            tuples.append(parse_tuple(element))
+        try:  # a lone surrogate (an escaped half emoji) could not be cached or written: U+FFFD instead
+            tuples.append(parse_tuple([replace_lone_surrogates(x) if isinstance(x, str) else x for x in element]))
         except ValueError as err:
             return Extraction(error=f"invalid LM output: element {i}: {err}", raw=raw)
     return Extraction(tuples=tuples, raw=raw)

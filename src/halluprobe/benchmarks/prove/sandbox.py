@@ -11,12 +11,19 @@ Two fences, both always on:
    methods), which shuts the frame walks (``gi_frame.f_globals``) and ``str.format`` tricks.
 2. **A separate process** (``python -I``, empty environment, a fresh temporary working
    directory) with ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_AS`` (address space), ``RLIMIT_FSIZE``
-   = 0 (it cannot write a byte to a file), ``RLIMIT_NOFILE`` at the descriptors already open
-   when the program starts (it cannot open a file at all: ``RLIMIT_FSIZE`` alone still let
+   = 0 (it cannot write a byte to a file), ``RLIMIT_NOFILE`` = 0 (it cannot open a file at all,
+   not even after closing a descriptor it holds: ``RLIMIT_FSIZE`` alone still let
    ``open(path, "w")`` create an empty file or truncate an existing one anywhere the user may
-   write), ``RLIMIT_CORE`` = 0, a wall timeout, and a cap on output
-   (printed text and the JSON result). Its builtins are a short allow-list; the only object it
-   is given is ``graph``, a facade whose methods are the SceneGraph API and return plain values.
+   write), ``RLIMIT_NPROC`` = 0 (``fork()`` fails), ``RLIMIT_CORE`` = 0, standard input on
+   ``/dev/null`` once the request is read, a wall timeout, and a cap on output (printed text and
+   the JSON result). Run as root, the child drops to the ``nobody`` user and group (65534 when
+   there is none) before the program runs (root ignores ``RLIMIT_NPROC``); when it cannot, the
+   program does not run. Its builtins are a short allow-list; the only object it is given is
+   ``graph``, a facade whose methods are the SceneGraph API and return plain values.
+
+:func:`run_program` returns an outcome for every input: a program the parser cannot take (a
+lone surrogate such as a truncated emoji, nesting deeper than the parser allows, a NUL byte)
+is ``refused`` like any other static-check failure.
 
 The program either defines ``def verify(graph): ...`` (its return value is the result) or
 assigns ``result``. Results must be JSON values (str, int, float, bool, None, lists, dicts).
@@ -36,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
+from halluprobe.jsonl import loads
 
 __all__ = ["SandboxLimits", "SandboxResult", "SandboxRefused", "check_program", "run_program", "ALLOWED_BUILTINS"]
 
@@ -101,6 +109,13 @@ def check_program(source: str) -> ast.Module:
         tree = ast.parse(source, mode="exec")
     except SyntaxError as err:
         raise SandboxRefused(f"syntax error at line {err.lineno}: {err.msg}") from None
+    except UnicodeEncodeError as err:  # a lone surrogate (half of an emoji) has no UTF-8 form
+        line = source.count("\n", 0, err.start) + 1
+        raise SandboxRefused(f"line {line}: not text: a lone surrogate U+{ord(source[err.start]):04X}") from None
+    except (RecursionError, MemoryError):  # 100,000 nested "-", a 200,000-term sum
+        raise SandboxRefused("nested too deeply for the parser") from None
+    except ValueError as err:  # a NUL byte
+        raise SandboxRefused(f"not a program: {err}") from None
     problems = sorted((_position(node), problem) for node in ast.walk(tree) if (problem := _violation(node)))
     if problems:
         (line, _col, _end), problem = problems[0]
@@ -142,8 +157,12 @@ def _violation(node: ast.AST) -> str | None:
 # The child: reads {"source", "tuples", "limits"} as JSON on stdin, applies the limits, runs the
 # program, writes one JSON line {"outcome", "result" | "reason", "stdout"} on stdout.
 _CHILD = r"""
-import json, os, resource, sys
+import json, os, pwd, resource, sys
 req = json.loads(sys.stdin.read())
+# the request is read: standard input is nothing from here on (a closed fd 0 would be a free slot)
+null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(null, 0)
+os.close(null)
 lim = req["limits"]
 resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 1))
 resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
@@ -170,16 +189,30 @@ for name in SANDBOX_API:
 safe = {n: getattr(builtins, n) for n in req["builtins"] if n not in ("print", "True", "False", "None")}
 safe["print"] = capped_print
 env = {"__builtins__": safe, "graph": Graph()}
-code = compile(req["source"], "<program>", "exec")
-resource.setrlimit(resource.RLIMIT_AS, (lim["memory_bytes"], lim["memory_bytes"]))
-# no new file descriptor from here on: RLIMIT_FSIZE stops writing bytes, but not open(path, "w")
-# creating an empty file or truncating an existing one (stdout, already open, still works)
-free_fd = os.dup(0)
-os.close(free_fd)
-resource.setrlimit(resource.RLIMIT_NOFILE, (free_fd, free_fd))
 def emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
+code = compile(req["source"], "<program>", "exec")
+if os.geteuid() == 0:
+    # root ignores RLIMIT_NPROC and may read anything: run the program as nobody, or not at all
+    try:
+        nobody = pwd.getpwnam("nobody")
+        uid, gid = nobody.pw_uid, nobody.pw_gid
+    except KeyError:
+        uid = gid = 65534
+    try:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    except OSError as e:
+        emit({"outcome": "error", "reason": "cannot drop root privileges: %s" % e, "stdout": ""})
+        sys.exit(0)
+resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # fork() and threads fail
+resource.setrlimit(resource.RLIMIT_AS, (lim["memory_bytes"], lim["memory_bytes"]))
+# no new file descriptor from here on, whatever the program closes first: RLIMIT_FSIZE stops
+# writing bytes, but not open(path, "w") creating an empty file or truncating an existing one
+# (stdout and stderr, already open, still work)
+resource.setrlimit(resource.RLIMIT_NOFILE, (0, 0))
 try:
     exec(code, env)
     if "verify" in env and callable(env["verify"]):
@@ -222,6 +255,15 @@ def run_program(source: str, graph: SceneGraph, limits: SandboxLimits | None = N
         check_program(source)
     except SandboxRefused as err:
         return SandboxResult(outcome="refused", reason=str(err))
+    try:
+        return _run_checked(source, graph, limits)
+    except Exception as err:  # noqa: BLE001 - the promise: an outcome for every input, never a raise
+        log.warning("sandbox failure: %s: %s", type(err).__name__, err)
+        return SandboxResult(outcome="error", reason=f"sandbox failure: {type(err).__name__}: {str(err)[:300]}")
+
+
+def _run_checked(source: str, graph: SceneGraph, limits: SandboxLimits) -> SandboxResult:
+    """:func:`run_program` past the static check: the child process and what it reports."""
     request = json.dumps(
         {
             "source": source,
@@ -257,7 +299,7 @@ def run_program(source: str, graph: SceneGraph, limits: SandboxLimits | None = N
             return SandboxResult(outcome="memory_limit", reason="memory limit exceeded")
         return SandboxResult(outcome="error", reason=f"child exited with {rc}: {tail[:300]}")
     try:
-        data = json.loads(out.decode().strip().splitlines()[-1])
+        data = loads(out.decode().strip().splitlines()[-1])  # nesting too deep: malformed, an outcome
     except (ValueError, IndexError):
         return SandboxResult(outcome="error", reason="child wrote no valid result line")
     return SandboxResult(

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
+from halluprobe.jsonl import loads
 from halluprobe.records import FrozenRecord
 
 __all__ = [
@@ -280,7 +281,7 @@ class SceneGraph:
 
     @classmethod
     def from_json(cls, text: str) -> SceneGraph:
-        data = json.loads(text)
+        data = loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("tuples"), list):
             raise ValueError('a scene graph JSON is {"tuples": [...]}')
         return cls(data["tuples"])
