@@ -84,6 +84,9 @@ def test_build_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert [tuple_key(t) for t in items[0].qa_diff_tuples] == [("attribute", "chair", "wooden")]  # "chair" was in the question
     assert items[0].metadata["program"].startswith("def verify(graph):")
     assert CliRunner().invoke(app, args).exit_code == 2  # no silent overwrite
+    # every model answer was kept as it arrived: a build started again asks only what is missing
+    kept = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
+    assert sorted(a["image"] for a in kept) == ["bird.png", "cat.png"]
 
 
 class _Orthogonal:

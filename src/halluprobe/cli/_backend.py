@@ -21,6 +21,7 @@ import typer
 
 from halluprobe.backends.base import BACKENDS, Backend, backend_options, load_backend
 from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.jsonl import loads
 
 from halluprobe.cli._app import fail
 
@@ -49,7 +50,7 @@ def parse_backend_options(pairs: Optional[list[str]]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise InputError(f"--backend-option must be KEY=VALUE, not {pair!r}")
         try:
-            options[key.strip()] = json.loads(value)
+            options[key.strip()] = loads(value)
         except json.JSONDecodeError:
             options[key.strip()] = value
     return options

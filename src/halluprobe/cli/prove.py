@@ -133,7 +133,7 @@ def prove_build_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
 ) -> None:
     """PROVE construction: LM question/answer pairs kept only when their sandboxed program returns the answer."""
-    from halluprobe.benchmarks.prove.build import build_outputs, build_prove, read_captions, write_build
+    from halluprobe.benchmarks.prove.build import ANSWERS_FILE, build_outputs, build_prove, read_captions, write_build
     from halluprobe.benchmarks.prove.extraction import SpacyExtractor
     from halluprobe.benchmarks.prove.scoring import SentenceEmbedder
 
@@ -144,6 +144,7 @@ def prove_build_cmd(
         result = build_prove(
             records, engine, images_root=images, embedder=SentenceEmbedder(embedder), extractor=SpacyExtractor(),
             template=template, max_new_tokens=max_new_tokens, dup_threshold=dup_threshold,
+            answers_path=out / ANSWERS_FILE,  # each answer kept as it arrives: a restarted build asks only the rest
         )  # fmt: skip
         settings = {"model": spec.model, "backend": spec.backend, "dup_threshold": dup_threshold, "embedder": embedder}
         write_build(out, result, settings, overwrite=overwrite)
