@@ -65,7 +65,7 @@ def score_rundir(
     ]
     report = score_rows(rows, readout=readout, policy=policy, n_resamples=n_resamples, seed=seed)
     if write:
-        rundir.metrics_path.write_text(report.model_dump_json(indent=2) + "\n")
+        rundir.write_metrics(report)
     return report
 
 
