@@ -5,7 +5,9 @@ puts every readout side by side (invalid legacy readouts computed anyway, marked
 tests each against the headline readout on the same questions, measures agreement between
 readouts, diagnoses the first token, follows F1 as questions accumulate, profiles which absent
 objects get "yes", and rescores the stored answers against alternative label files.
-``compare_runs`` does the paired comparison between runs over the same questions.
+``compare_runs`` does the paired comparison between runs over the same questions. The results are
+typed records (``records.AuditReport``, ``records.RunComparison``); ``RunDir.write_audit``
+stores the audit as ``audit.json``.
 
 Nothing here computes a metric of its own: per-split / pooled / macro metrics and their CIs come
 from :func:`halluprobe.metrics.score.score_rows`; McNemar, percentile CIs, ECE, convergence and
@@ -767,7 +769,8 @@ def audit_run(
 
 
 def write_audit(rundir: str | Path, audit: AuditReport) -> Path:
-    """Write ``RUNDIR/audit.json`` atomically (``RunDir.write_audit``)."""
+    """Write ``RUNDIR/audit.json`` atomically: ``RunDir(rundir).write_audit(audit)`` for callers
+    that hold a path (the CLI)."""
     return RunDir(rundir).write_audit(audit)
 
 

@@ -244,8 +244,8 @@ class ScoreReport(FrozenRecord):
 # dict gave, so fields are never reordered and optional keys absent from old files stay absent.
 
 AUDIT_SCHEMA_VERSION = 1
-UnknownPolicyName = Literal["wrong", "no", "yes", "drop"]
-CI = tuple[float, float]
+_PolicyName = Literal["wrong", "no", "yes", "drop"]
+_Interval = tuple[float, float]
 
 
 def _is_none(value: Any) -> bool:
@@ -322,9 +322,9 @@ class PairedTest(FrozenRecord):
     b: int
     c: int
     delta_f1: float | None
-    delta_f1_ci: CI | None
+    delta_f1_ci: _Interval | None
     delta_f1_pooled: float | None
-    delta_f1_pooled_ci: CI | None
+    delta_f1_pooled_ci: _Interval | None
 
 
 class PieceCount(NamedTuple):
@@ -461,7 +461,7 @@ class AuditReport(FrozenRecord):
     schema_version: int = AUDIT_SCHEMA_VERSION
     run: RunInfo
     headline: str
-    policy: UnknownPolicyName
+    policy: _PolicyName
     bootstrap: BootstrapSettings
     readouts: dict[str, ReadoutScores]
     paired: dict[str, PairedTest]  # every readout but the headline, against it
@@ -513,7 +513,7 @@ class RunComparison(FrozenRecord):
 
     schema_version: int = AUDIT_SCHEMA_VERSION
     readout: str
-    policy: UnknownPolicyName
+    policy: _PolicyName
     bootstrap: BootstrapSettings
     runs: list[ComparedRun]
     differ_in: Literal["model", "template", "both", "neither"]

@@ -7,7 +7,7 @@ two cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from halluprobe.records import Metrics, PairedTest

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -299,7 +299,7 @@ class ReportView:
 
     def template_context(self) -> dict[str, Any]:
         """The top-level names the Jinja template reads (the fields, not copied)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 # -- reading the run directory for what an audit does not carry -----------------------------
@@ -470,7 +470,7 @@ def build_view(
 ) -> ReportView:
     """The whole page: one run view per audit, and the leaderboard when there are several."""
     typed = [as_audit(a) for a in audits]
-    compared = None if comparison is None else RunComparison.model_validate(comparison) if isinstance(comparison, Mapping) else comparison
+    compared = comparison if comparison is None or isinstance(comparison, RunComparison) else RunComparison.model_validate(comparison)
     labels = [_short_label(a, i) for i, a in enumerate(typed)]
     if compared is not None:
         for i, run in enumerate(compared.runs[: len(labels)]):
