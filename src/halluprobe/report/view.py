@@ -321,7 +321,7 @@ def _run_facts(rundir: Path) -> _RunFacts:
     run = RunDir(rundir)
     try:
         header = run.read_header()
-    except InputError:
+    except (InputError, OSError):
         header = None
     try:
         first = run.read_first_sample()
