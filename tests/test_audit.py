@@ -35,6 +35,7 @@ from halluprobe.backends.scripted import ScriptedBackend
 from halluprobe.benchmarks.pope import read_questions, split_name
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import paired_bootstrap_diff
+from halluprobe.records import AuditReport, RunComparison
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.runner import RunConfig, make_header, run_questions
 
@@ -78,18 +79,18 @@ def _macro_f1(lines: list[dict[str, Any]], readout: str) -> float | None:
     return None if any(v is None for v in values) else sum(values) / len(values)  # type: ignore[arg-type]
 
 
-def _check_against_samples(audit: dict[str, Any], run: Path, top: int) -> None:
+def _check_against_samples(audit: AuditReport, run: Path, top: int) -> None:
     """Every figure of ``audit`` recomputed from the run's samples.jsonl and run.json."""
     lines = _lines(run)
     header = json.loads((run / "run.json").read_text())
     answered = [x for x in lines if x["error"] is None]
-    readouts = list(audit["readouts"])
-    headline = audit["headline"]
-    assert audit["run"]["n"] == len(lines) and audit["run"]["errors"] == len(lines) - len(answered)
+    readouts = list(audit.readouts)
+    headline = audit.headline
+    assert audit.run.n == len(lines) and audit.run.errors == len(lines) - len(answered)
 
     # confusion per split, and the metric dicts' counts
     for r in readouts:
-        for split, cell in audit["confusion"][r].items():
+        for split, cell in audit.confusion[r].items():
             mine = [x for x in answered if x["split"] == split]
             expect = {
                 "tp": sum(x["label"] == "yes" and _decision(x, r) == "yes" for x in mine),
@@ -98,34 +99,34 @@ def _check_against_samples(audit: dict[str, Any], run: Path, top: int) -> None:
                 "fn": sum(x["label"] == "yes" and _decision(x, r) == "no" for x in mine),
                 "unknown": sum(_decision(x, r) == "unknown" for x in mine),
             }
-            assert cell == expect, (r, split)
-            m = audit["readouts"][r]["splits"][split]
-            assert m["f1"] == pytest.approx(_f1([x for x in lines if x["split"] == split], r))
-        assert audit["readouts"][r]["macro"]["f1"] == pytest.approx(_macro_f1(lines, r))
-        assert audit["readouts"][r]["pooled"]["f1"] == pytest.approx(_f1(lines, r))
+            assert cell.model_dump() == expect, (r, split)
+            m = audit.readouts[r].splits[split]
+            assert m.f1 == pytest.approx(_f1([x for x in lines if x["split"] == split], r))
+        assert audit.readouts[r].macro.f1 == pytest.approx(_macro_f1(lines, r))
+        assert audit.readouts[r].pooled.f1 == pytest.approx(_f1(lines, r))
 
     # agreement: fraction of answered questions decided alike (unknown alike included)
     for a in readouts:
         for b in readouts:
             same = sum(_decision(x, a) == _decision(x, b) for x in answered)
-            assert audit["agreement"][a][b] == pytest.approx(same / len(answered)), (a, b)
+            assert audit.agreement[a][b] == pytest.approx(same / len(answered)), (a, b)
 
     # first-token diagnostics
     offset = Counter(x["offset_argmax"] for x in answered if x["offset_argmax"] is not None)
-    assert audit["offset_rate"] == pytest.approx(sum(offset.values()) / len(answered))
+    assert audit.offset_rate == pytest.approx(sum(offset.values()) / len(answered))
     expect_pieces = sorted(offset.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
-    assert [tuple(p) for p in audit["offset_pieces"]] == expect_pieces
+    assert [(p.piece, p.count) for p in audit.offset_pieces] == expect_pieces
     first = Counter(x["first_token"][0]["piece"] for x in answered)
     expect_first = sorted(first.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
-    assert [(p, c) for p, c, _ in audit["first_pieces"]] == expect_first
-    assert all(f == pytest.approx(c / len(answered)) for _, c, f in audit["first_pieces"])
+    assert [(p.piece, p.count) for p in audit.first_pieces] == expect_first
+    assert all(p.share == pytest.approx(p.count / len(answered)) for p in audit.first_pieces)
 
     # each readout against greedy decoding's first token (in the run's own yes / no sets)
     sets = header["token_sets"]
-    for r, counts in audit["greedy"].items():
+    for r, counts in audit.greedy.items():
         greedy = ["yes" if x["first_token"][0]["id"] in sets["yes_ids"] else "no" if x["first_token"][0]["id"] in sets["no_ids"] else None for x in answered]
         in_set = [(g, _decision(x, r)) for g, x in zip(greedy, answered) if g is not None]
-        assert counts == {
+        assert counts.model_dump() == {
             "in_set": len(in_set),
             "agree": sum(g == d for g, d in in_set),
             "disagree": sum(g != d for g, d in in_set),
@@ -133,31 +134,31 @@ def _check_against_samples(audit: dict[str, Any], run: Path, top: int) -> None:
         }
 
     # text rules against dynamic
-    for rule, counts in audit["text_dynamic_disagreements"].items():
+    for rule, counts in audit.text_dynamic_disagreements.items():
         pairs = [(_decision(x, f"text:{rule}"), _decision(x, "dynamic")) for x in answered]
-        assert counts["differ"] == sum(t != "unknown" and d != "unknown" and t != d for t, d in pairs)
-        assert counts["text_unknown"] == sum(t == "unknown" and d != "unknown" for t, d in pairs)
-        assert counts["dynamic_unknown"] == sum(t != "unknown" and d == "unknown" for t, d in pairs)
+        assert counts.differ == sum(t != "unknown" and d != "unknown" and t != d for t, d in pairs)
+        assert counts.text_unknown == sum(t == "unknown" and d != "unknown" for t, d in pairs)
+        assert counts.dynamic_unknown == sum(t != "unknown" and d == "unknown" for t, d in pairs)
 
     # paired: McNemar on the discordant pairs, and the F1 differences
-    for r, entry in audit["paired"].items():
+    for r, entry in audit.paired.items():
         right_r = [_decision(x, r) == x["label"] for x in answered]
         right_h = [_decision(x, headline) == x["label"] for x in answered]
         b = sum(p and not q for p, q in zip(right_r, right_h))
         c = sum(q and not p for p, q in zip(right_r, right_h))
-        assert (entry["b"], entry["c"], entry["n"]) == (b, c, len(answered)), r
+        assert (entry.b, entry.c, entry.n) == (b, c, len(answered)), r
         expect_p = binomtest(min(b, c), b + c, 0.5).pvalue if b + c else 1.0
-        assert entry["mcnemar_p"] == pytest.approx(expect_p, rel=1e-9)
-        assert entry["delta_f1"] == pytest.approx(_macro_f1(answered, r) - _macro_f1(answered, headline))
-        assert entry["delta_f1_pooled"] == pytest.approx(_f1(answered, r) - _f1(answered, headline))
-    assert headline not in audit["paired"]
+        assert entry.mcnemar_p == pytest.approx(expect_p, rel=1e-9)
+        assert entry.delta_f1 == pytest.approx(_macro_f1(answered, r) - _macro_f1(answered, headline))
+        assert entry.delta_f1_pooled == pytest.approx(_f1(answered, r) - _f1(answered, headline))
+    assert headline not in audit.paired
 
     # convergence: pooled F1 after the first k lines, k = 100, 200, ..., n; stable_after by hand
     n = len(lines)
     ks = list(range(100, n, 100)) + [n]
     for r in readouts:
-        curve = audit["convergence"][r]
-        assert [k for k, _ in curve] == ks
+        curve = audit.convergence[r]
+        assert [p.k for p in curve] == ks
         for k, value in curve:
             assert value == pytest.approx(_f1(lines[:k], r)), (r, k)
         final = curve[-1][1]
@@ -167,7 +168,7 @@ def _check_against_samples(audit: dict[str, Any], run: Path, top: int) -> None:
                 stable = k if stable is None else stable
             else:
                 stable = None
-        assert audit["stable_after"][r] == stable
+        assert audit.stable_after[r] == stable
 
     # hallucination profile of the headline over absent objects
     yes, total = Counter(), Counter()
@@ -176,26 +177,26 @@ def _check_against_samples(audit: dict[str, Any], run: Path, top: int) -> None:
             total[x["object"]] += 1
             yes[x["object"]] += _decision(x, headline) == "yes"
     expect_objects = sorted(total, key=lambda o: (-yes[o] / total[o], -yes[o], o))[:top]
-    profile = audit["hallucination_profile"]
-    assert [o["object"] for o in profile["objects"]] == expect_objects
-    assert all((o["yes"], o["n"]) == (yes[o["object"]], total[o["object"]]) for o in profile["objects"])
+    profile = audit.hallucination_profile
+    assert [o.object for o in profile.objects] == expect_objects
+    assert all((o.yes, o.n) == (yes[o.object], total[o.object]) for o in profile.objects)
 
     # p_yes lists and calibration of every logit readout
-    for r, lists in audit["p_yes"].items():
+    for r, lists in audit.p_yes.items():
         got_yes = [round(x["readouts"][r]["p_yes"], 4) for x in answered if x["label"] == "yes" and r in x["readouts"]]
         got_no = [round(x["readouts"][r]["p_yes"], 4) for x in answered if x["label"] == "no" and r in x["readouts"]]
-        assert lists == {"yes": got_yes, "no": got_no}
+        assert (lists.yes, lists.no) == (got_yes, got_no)
         probs = [(x["readouts"][r]["p_yes"], x["label"] == "yes") for x in answered]
-        bins = audit["calibration"][r]["bins"]
+        bins = audit.calibration[r].bins
         ece = 0.0
         for i, cell in enumerate(bins):
             inside = [(p, y) for p, y in probs if min(int(p * 10), 9) == i]
-            assert cell["count"] == len(inside)
+            assert cell.count == len(inside)
             if inside:
-                assert cell["mean_p"] == pytest.approx(sum(p for p, _ in inside) / len(inside))
-                assert cell["frac_yes"] == pytest.approx(sum(y for _, y in inside) / len(inside))
+                assert cell.mean_p == pytest.approx(sum(p for p, _ in inside) / len(inside))
+                assert cell.frac_yes == pytest.approx(sum(y for _, y in inside) / len(inside))
                 ece += abs(sum(y for _, y in inside) - sum(p for p, _ in inside)) / len(probs)
-        assert audit["calibration"][r]["ece"] == pytest.approx(ece)
+        assert audit.calibration[r].ece == pytest.approx(ece)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,24 +301,25 @@ def test_llava_audit_every_figure_recomputed_from_samples(llava_run: Path) -> No
     assert any(len(d) > 1 for d in by_image.values())
 
     audit = audit_run(llava_run, n_resamples=RESAMPLES, seed=3, top=5)
-    assert audit["schema_version"] == AUDIT_SCHEMA_VERSION
-    assert audit["run"]["legacy_valid"] is True and audit["run"]["token_sets"]["yes_ids"] == [3582, 3869, 4874, 8241, 21143, 22483]
-    assert set(audit["readouts"]) == {"legacy_2tok", "legacy_8tok", "dynamic", "text:pope", "text:exact", "text:yorn", "text:strict"}
-    assert all(v["valid"] and not v["forced"] for v in audit["readouts"].values())
-    assert audit["agreement"]["legacy_2tok"]["legacy_8tok"] == pytest.approx(1 - differ / 90)
-    assert audit["offset_rate"] == pytest.approx(offset / 90)
-    assert sum(c["differ"] + c["text_unknown"] for c in audit["text_dynamic_disagreements"].values()) > 0
+    assert audit.schema_version == AUDIT_SCHEMA_VERSION
+    assert audit.run.token_sets is not None and audit.run.token_sets.yes_ids == [3582, 3869, 4874, 8241, 21143, 22483]
+    assert audit.run.legacy_valid is True
+    assert set(audit.readouts) == {"legacy_2tok", "legacy_8tok", "dynamic", "text:pope", "text:exact", "text:yorn", "text:strict"}
+    assert all(v.valid and not v.forced for v in audit.readouts.values())
+    assert audit.agreement["legacy_2tok"]["legacy_8tok"] == pytest.approx(1 - differ / 90)
+    assert audit.offset_rate == pytest.approx(offset / 90)
+    assert sum(c.differ + c.text_unknown for c in audit.text_dynamic_disagreements.values()) > 0
     _check_against_samples(audit, llava_run, top=5)
     # 90 questions: a one-point curve ending at n
-    assert all(len(curve) == 1 and curve[0][0] == 90 for curve in audit["convergence"].values())
+    assert all(len(curve) == 1 and curve[0].k == 90 for curve in audit.convergence.values())
     # the adversarial split pairs each negative with the positive asked just before it
     objects = LLAVA_OBJECTS[2:] + LLAVA_OBJECTS[:2]
     expect_pairs = Counter()
     for x in lines:
         if x["split"] == "adversarial" and x["label"] == "no":
             expect_pairs[(objects[objects.index(x["object"]) - 1], x["object"])] += 1
-    pairs = audit["hallucination_profile"]["adversarial_pairs"]
-    assert sum(p["n"] for p in pairs) == 15 and all(p["n"] == expect_pairs[(p["positive"], p["negative"])] for p in pairs)
+    pairs = audit.hallucination_profile.adversarial_pairs
+    assert sum(p.n for p in pairs) == 15 and all(p.n == expect_pairs[(p.positive, p.negative)] for p in pairs)
 
 
 @pytest.mark.slow
@@ -336,7 +338,7 @@ def test_llava_paired_ci_equals_the_reference_paired_bootstrap(llava_run: Path) 
 
     for r in ("legacy_2tok", "legacy_8tok", "text:pope"):
         lo, hi = paired_bootstrap_diff(images, stat(r), stat("dynamic"), n_resamples=RESAMPLES, seed=11)  # type: ignore[misc]
-        assert audit["paired"][r]["delta_f1_ci"] == pytest.approx([lo, hi], abs=1e-12), r
+        assert audit.paired[r].delta_f1_ci == pytest.approx((lo, hi), abs=1e-12), r
 
 
 @pytest.mark.slow
@@ -346,7 +348,7 @@ def test_llava_paired_under_other_unknown_policies(llava_run: Path, policy: str)
     question from a pair when either side is unknown."""
     answered = _lines(llava_run)
     audit = audit_run(llava_run, policy=policy, n_resamples=0)  # type: ignore[arg-type]
-    assert audit["policy"] == policy
+    assert audit.policy == policy
     for r in ("text:strict", "text:yorn"):
         pairs = [(_decision(x, r), _decision(x, "dynamic"), x["label"]) for x in answered]
         if policy == "no":
@@ -355,9 +357,9 @@ def test_llava_paired_under_other_unknown_policies(llava_run: Path, policy: str)
             pairs = [(a, b, lab) for a, b, lab in pairs if a != "unknown" and b != "unknown"]
         b = sum(a == lab and d != lab for a, d, lab in pairs)
         c = sum(a != lab and d == lab for a, d, lab in pairs)
-        entry = audit["paired"][r]
-        assert (entry["n"], entry["b"], entry["c"]) == (len(pairs), b, c), r
-        assert entry["delta_f1_ci"] is None  # no resamples, no interval
+        entry = audit.paired[r]
+        assert (entry.n, entry.b, entry.c) == (len(pairs), b, c), r
+        assert entry.delta_f1_ci is None  # no resamples, no interval
 
         kept = [x["split"] for x in answered if policy == "no" or (_decision(x, r) != "unknown" and _decision(x, "dynamic") != "unknown")]
         by_split = list(zip(pairs, kept))
@@ -371,7 +373,7 @@ def test_llava_paired_under_other_unknown_policies(llava_run: Path, policy: str)
         splits = sorted(set(kept))
         macro = [(f1(0, s), f1(1, s)) for s in splits]
         assert all(a is not None and d is not None for a, d in macro)  # every split keeps yes labels
-        assert entry["delta_f1"] == pytest.approx(sum(a - d for a, d in macro) / len(splits)), r  # type: ignore[operator]
+        assert entry.delta_f1 == pytest.approx(sum(a - d for a, d in macro) / len(splits)), r  # type: ignore[operator]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,18 +463,19 @@ def test_scripted_audit_convergence_pairs_errors_and_forced_legacy(scripted: dic
     audit = audit_run(run, n_resamples=RESAMPLES, seed=0, top=8)
     _check_against_samples(audit, run, top=8)
     # the scripted vocabulary is not LLaMA-2: legacy readouts shown, invalid, forced
-    assert audit["run"]["legacy_valid"] is False
+    assert audit.run.legacy_valid is False
     for r in ("legacy_2tok", "legacy_8tok"):
-        assert audit["readouts"][r]["valid"] is False and audit["readouts"][r]["forced"] is True
-        assert audit["paired"][r]["forced"] is True
-    assert audit["readouts"]["dynamic"]["valid"] is True
+        assert audit.readouts[r].valid is False and audit.readouts[r].forced is True
+        assert audit.paired[r].forced is True
+    assert audit.readouts["dynamic"].valid is True
     # convergence: 10 points of 100 then n; F1 really moves and settles
-    curve = audit["convergence"]["dynamic"]
-    assert [k for k, _ in curve] == [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1080]
+    curve = audit.convergence["dynamic"]
+    assert [p.k for p in curve] == [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1080]
     # a true negative leaves F1 unchanged: make sure some checkpoints end on a sample that counts
     moving = [k for k, _ in curve if not (lines[k - 1]["label"] == "no" and _decision(lines[k - 1], "dynamic") == "no")]
     assert len(moving) >= 3
-    assert audit["stable_after"]["dynamic"] is not None and audit["stable_after"]["dynamic"] > 100
+    stable = audit.stable_after["dynamic"]
+    assert stable is not None and stable > 100
     # adversarial pairing from the file: each negative follows its positive line
     file_lines = [json.loads(x) for x in scripted["files"]["adversarial"].read_text().splitlines()]
     decided = {x["question_id"]: _decision(x, "dynamic") for x in lines if x["split"] == "adversarial" and x["error"] is None}
@@ -482,14 +485,14 @@ def test_scripted_audit_convergence_pairs_errors_and_forced_legacy(scripted: dic
             assert prev["label"] == "yes" and prev["image"] == cur["image"]
             expect_n[(prev["object"], cur["object"])] += 1
             expect_yes[(prev["object"], cur["object"])] += decided[cur["question_id"]] == "yes"
-    pairs = audit["hallucination_profile"]["adversarial_pairs"]
+    pairs = audit.hallucination_profile.adversarial_pairs
     ranked = sorted(expect_n, key=lambda k: (-expect_yes[k] / expect_n[k], -expect_yes[k], k))[:8]
-    assert [(p["positive"], p["negative"]) for p in pairs] == ranked
-    assert all((p["yes"], p["n"]) == (expect_yes[(p["positive"], p["negative"])], expect_n[(p["positive"], p["negative"])]) for p in pairs)
-    assert pairs[0]["rate"] > 0  # hallucinated objects exist
+    assert [(p.positive, p.negative) for p in pairs] == ranked
+    assert all((p.yes, p.n) == (expect_yes[(p.positive, p.negative)], expect_n[(p.positive, p.negative)]) for p in pairs)
+    assert pairs[0].rate > 0  # hallucinated objects exist
     # the argmax of two images is ▁Maybe: the off-set diagnostic names it
-    assert audit["offset_pieces"] == [["▁Maybe", 36]]
-    assert audit["greedy"]["dynamic"]["offset"] == 36
+    assert audit.offset_pieces == [("▁Maybe", 36)]
+    assert audit.greedy["dynamic"].offset == 36
     lines_out = summarise_audit(audit)
     assert any("headline dynamic: macro F1" in x for x in lines_out)
     assert any("FORCED" in x and "legacy_2tok" in x for x in lines_out)
@@ -500,14 +503,15 @@ def test_bootstrap_is_seeded_and_audit_json_byte_identical(scripted: dict[str, A
     run = scripted["run"]
     first = audit_run(run, n_resamples=RESAMPLES, seed=5)
     path = write_audit(run, first)
-    assert path == run / "audit.json"
+    assert path == run / "audit.json" == RunDir(run).audit_path
     data = path.read_bytes()
     second = audit_run(run, n_resamples=RESAMPLES, seed=5)
     assert write_audit(run, second).read_bytes() == data
-    assert json.loads(data) == first  # JSON-ready: nothing changes through a round trip
+    assert json.loads(data) == first.to_json_dict()  # JSON-ready: nothing changes through a round trip
+    assert RunDir(run).read_audit() == first
     other = audit_run(run, n_resamples=RESAMPLES, seed=6)
-    assert other["paired"]["text:pope"]["delta_f1"] == first["paired"]["text:pope"]["delta_f1"]
-    assert other["readouts"]["dynamic"]["macro"]["ci"]["f1"] != first["readouts"]["dynamic"]["macro"]["ci"]["f1"]
+    assert other.paired["text:pope"].delta_f1 == first.paired["text:pope"].delta_f1
+    assert other.readouts["dynamic"].macro.ci["f1"] != first.readouts["dynamic"].macro.ci["f1"]
     assert not list(run.glob(".audit.json.tmp*"))
 
 
@@ -529,11 +533,11 @@ def test_relabelling_counts_flips_removals_additions_and_shifts(scripted: dict[s
     labels_file.write_text("\n".join(json.dumps(q) for q in relabelled) + "\n")
 
     audit = audit_run(run, labels=[labels_file], n_resamples=RESAMPLES, seed=0)
-    entry = audit["relabel"][str(labels_file)]
-    assert entry["split"] == "random" and entry["file"] == str(labels_file)
-    assert (entry["matched"], entry["removed"], entry["flipped"], entry["added"]) == (357, 3, 5, 1)
+    entry = audit.relabel[str(labels_file)]
+    assert entry.split == "random" and entry.file == str(labels_file) and entry.files is None
+    assert (entry.matched, entry.removed, entry.flipped, entry.added) == (357, 3, 5, 1)
     to_yes = sum(1 for q in original if q["question_id"] in flip and q["label"] == "no")
-    assert (entry["flipped_to_yes"], entry["flipped_to_no"]) == (to_yes, 5 - to_yes)
+    assert (entry.flipped_to_yes, entry.flipped_to_no) == (to_yes, 5 - to_yes)
 
     # by hand: the same answers, the random split's labels replaced and removed questions dropped
     new_labels = {q["question_id"]: q["label"] for q in relabelled}
@@ -546,13 +550,15 @@ def test_relabelling_counts_flips_removals_additions_and_shifts(scripted: dict[s
         rescored.append(x)
     for r in ("dynamic", "text:pope"):
         new_macro, old_macro = _macro_f1(rescored, r), _macro_f1(lines, r)
-        assert entry["metrics"][r]["macro"]["f1"] == pytest.approx(new_macro)
-        assert entry["shift"][r]["macro"]["f1"] == pytest.approx(new_macro - old_macro)
-        assert entry["shift"][r]["pooled"]["f1"] == pytest.approx(_f1(rescored, r) - _f1(lines, r))
-        assert entry["metrics"][r]["splits"]["random"]["n"] == 357
-    assert entry["shift"]["dynamic"]["macro"]["f1"] != 0
-    assert "legacy_2tok" not in entry["metrics"]  # forced readouts are not rescored
-    assert "relabel_combined" not in audit
+        assert entry.metrics[r].macro.f1 == pytest.approx(new_macro)
+        assert entry.shift[r].macro["f1"] == pytest.approx(new_macro - old_macro)
+        assert entry.shift[r].pooled["f1"] == pytest.approx(_f1(rescored, r) - _f1(lines, r))
+        assert entry.metrics[r].splits["random"].n == 357
+    assert entry.shift["dynamic"].macro["f1"] != 0
+    assert "legacy_2tok" not in entry.metrics  # forced readouts are not rescored
+    assert audit.relabel_combined is None and "relabel_combined" not in audit.to_json_dict()
+    # the per-file entry's JSON has file and split first, and no "files" key
+    assert list(audit.to_json_dict()["relabel"][str(labels_file)])[:3] == ["file", "split", "splits"]
 
     # SPLIT=FILE names the split; two files of distinct splits are also scored together
     plain = tmp_path / "fixed.json"
@@ -560,10 +566,13 @@ def test_relabelling_counts_flips_removals_additions_and_shifts(scripted: dict[s
     adversarial = tmp_path / "x_pope_adversarial.json"
     adversarial.write_text(scripted["files"]["adversarial"].read_text())
     both = audit_run(run, labels=[f"random={plain}", adversarial], n_resamples=0)
-    assert both["relabel"][f"random={plain}"]["flipped"] == 5
-    assert both["relabel"][str(adversarial)]["flipped"] == 0 and both["relabel"][str(adversarial)]["matched"] == 360
-    assert both["relabel_combined"]["flipped"] == 5 and both["relabel_combined"]["matched"] == 717
-    assert both["relabel_combined"]["shift"]["dynamic"]["macro"]["f1"] == pytest.approx(entry["shift"]["dynamic"]["macro"]["f1"])
+    assert both.relabel[f"random={plain}"].flipped == 5
+    assert both.relabel[str(adversarial)].flipped == 0 and both.relabel[str(adversarial)].matched == 360
+    combined = both.relabel_combined
+    assert combined is not None and combined.flipped == 5 and combined.matched == 717
+    assert combined.files == [f"random={plain}", str(adversarial)] and combined.file is None
+    assert list(both.to_json_dict()["relabel_combined"])[:2] == ["files", "splits"]
+    assert combined.shift["dynamic"].macro["f1"] == pytest.approx(entry.shift["dynamic"].macro["f1"])
 
     with pytest.raises(InputError, match="not in the run"):
         audit_run(run, labels=[f"nosuchsplit={plain}"], n_resamples=0)
@@ -590,32 +599,34 @@ def test_compare_runs_differing_in_template_then_in_model(scripted: dict[str, An
     a = _scripted_run(tmp_path / "a", images, files, script, template="llava")
     b = _scripted_run(tmp_path / "b", images, files, script, template="Q: {question} A:")
     result = compare_runs([a, b], n_resamples=RESAMPLES)
-    assert result["differ_in"] == "template" and result["common_questions"] == 240
-    assert [r["label"] for r in result["runs"]] == ["llava", "Q: {question} A:"]
+    assert result.differ_in == "template" and result.common_questions == 240
+    assert [r.label for r in result.runs] == ["llava", "Q: {question} A:"]
     # the scripted backend's answers do not depend on the prompt: identical decisions
-    entry = result["paired"]["Q: {question} A:"]
-    assert (entry["b"], entry["c"], entry["mcnemar_p"], entry["delta_f1"]) == (0, 0, 1.0, 0.0)
-    assert entry["delta_f1_ci"] == [0.0, 0.0]
-    assert result["table"]["llava"]["macro"] == result["table"]["Q: {question} A:"]["macro"]
+    entry = result.paired["Q: {question} A:"]
+    assert (entry.b, entry.c, entry.mcnemar_p, entry.delta_f1) == (0, 0, 1.0, 0.0)
+    assert entry.delta_f1_ci == (0.0, 0.0) and entry.forced is None
+    assert "forced" not in result.to_json_dict()["paired"]["Q: {question} A:"]  # runs compared carry no forced flag
+    assert result.table["llava"].macro == result.table["Q: {question} A:"].macro
 
     # another "model" (script) over the same questions: real differences, checked by hand
     _, _, script2 = _scripted_world(tmp_path / "w", n_images=20, splits=("random", "adversarial"), hallucinate={"dog": 0.1, "bus": 0.7, "apple": 0.5}, seed=2)
     c = _scripted_run(tmp_path / "c", images, files, script2, template="llava")
     result = compare_runs([a, c], n_resamples=RESAMPLES, seed=4)
-    assert result["differ_in"] == "model" and result["differs"] == {"model": True, "template": False}
-    first, second = (r["label"] for r in result["runs"])
+    assert result.differ_in == "model" and (result.differs.model, result.differs.template) == (True, False)
+    first, second = (r.label for r in result.runs)
     assert (first, second) == ("script1.json", "script2.json")
     la, lc = _lines(a), {(x["split"], x["question_id"]): x for x in _lines(c)}
     right_a = [_decision(x, "dynamic") == x["label"] for x in la]
     right_c = [_decision(lc[(x["split"], x["question_id"])], "dynamic") == x["label"] for x in la]
     nb = sum(q and not p for p, q in zip(right_a, right_c))
     nc = sum(p and not q for p, q in zip(right_a, right_c))
-    entry = result["paired"][second]
-    assert (entry["b"], entry["c"]) == (nb, nc) and nb + nc > 0
-    assert entry["mcnemar_p"] == pytest.approx(binomtest(min(nb, nc), nb + nc, 0.5).pvalue)
-    assert entry["delta_f1"] == pytest.approx(_macro_f1(list(lc.values()), "dynamic") - _macro_f1(la, "dynamic"))
-    lo, hi = entry["delta_f1_ci"]
-    assert lo <= entry["delta_f1"] <= hi
+    entry = result.paired[second]
+    assert (entry.b, entry.c) == (nb, nc) and nb + nc > 0
+    assert entry.mcnemar_p == pytest.approx(binomtest(min(nb, nc), nb + nc, 0.5).pvalue)
+    assert entry.delta_f1 == pytest.approx(_macro_f1(list(lc.values()), "dynamic") - _macro_f1(la, "dynamic"))
+    assert entry.delta_f1_ci is not None and entry.delta_f1 is not None
+    lo, hi = entry.delta_f1_ci
+    assert lo <= entry.delta_f1 <= hi
 
     # runs that share no question
     _, other_files, _ = _scripted_world(tmp_path / "v", n_images=4, splits=("other",))
@@ -624,3 +635,65 @@ def test_compare_runs_differing_in_template_then_in_model(scripted: dict[str, An
         compare_runs([a, d], n_resamples=0)
     with pytest.raises(InputError, match="at least two"):
         compare_runs([a], n_resamples=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the typed records against files written before the audit was typed
+
+# Written by the untyped audit (commit 81a45a1, the dict that json.dumps wrote) for a scripted
+# run of 4 images x 2 splits with an errored image, an off-set argmax, the text:pope rule and
+# two label files (so every optional key is present: relabel_combined, paired "forced").
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def test_audit_json_written_before_typing_reads_and_writes_back_byte_identical(tmp_path: Path) -> None:
+    data = (GOLDEN / "audit_v1.json").read_bytes()
+    audit = AuditReport.model_validate_json(data)
+    assert audit.relabel_combined is not None and audit.relabel_combined.files is not None
+    assert audit.paired["legacy_2tok"].forced is True and audit.readouts["legacy_2tok"].forced is True
+    assert audit.run.errors == 12 and audit.offset_pieces == [("▁Maybe", 12)]
+    assert audit.to_json().encode() == data  # key order, float repr, indentation, UTF-8
+    assert audit.to_json_dict() == json.loads(data)  # what `audit --json` printed
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.audit_path.write_bytes(data)
+    assert run.read_audit() == audit
+    assert run.write_audit(audit).read_bytes() == data
+
+
+def test_comparison_json_written_before_typing_reads_and_writes_back_byte_identical() -> None:
+    data = (GOLDEN / "compare_v1.json").read_bytes()
+    comparison = RunComparison.model_validate_json(data)
+    assert comparison.differ_in == "model" and len(comparison.runs) == 2
+    assert all(p.forced is None for p in comparison.paired.values())
+    assert comparison.to_json().encode() == data
+    assert comparison.to_json_dict() == json.loads(data)
+
+
+def test_fresh_audit_round_trips_through_its_json(scripted: dict[str, Any]) -> None:
+    audit = audit_run(scripted["run"], n_resamples=RESAMPLES, seed=2, top=4)
+    text = audit.to_json()
+    again = AuditReport.model_validate_json(text)
+    assert again == audit and again.to_json() == text
+
+
+def test_reading_a_missing_or_broken_audit_is_an_input_error(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    with pytest.raises(InputError, match="no audit file") as missing:
+        run.read_audit()
+    assert missing.value.path == str(run.audit_path)
+    data = json.loads((GOLDEN / "audit_v1.json").read_text())
+    del data["headline"]
+    run.audit_path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="invalid audit file: headline") as broken:
+        run.read_audit()
+    assert broken.value.path == str(run.audit_path)
+
+
+def test_overwriting_a_run_removes_its_stale_audit(tmp_path: Path) -> None:
+    images, files, script = _scripted_world(tmp_path / "w", n_images=3, splits=("random",))
+    run = _scripted_run(tmp_path / "run", images, files, script)
+    write_audit(run, audit_run(run, n_resamples=0))
+    assert RunDir(run).audit_path.exists()
+    _scripted_run(run, images, files, script)  # overwrite=True: a new run, the old audit is not its audit
+    assert not RunDir(run).audit_path.exists()

@@ -25,6 +25,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from halluprobe.audit import audit_run, compare_runs
+from halluprobe.records import AuditReport
+from halluprobe.rundir import RunDir
 from halluprobe.cli import app
 from halluprobe.report import SECTIONS, render_report
 from halluprobe.report.view import fmt_count, fmt_pct
@@ -103,7 +105,7 @@ def audits(runs: list[Path]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def single(runs: list[Path], audits: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
+def single(runs: list[Path], audits: list[AuditReport], tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
     out = tmp_path_factory.mktemp("single") / "report.html"
     html, md = render_report(runs[:1], out, audits=audits[:1])
     assert (html, md) == (out, out.with_suffix(".md"))
@@ -111,7 +113,7 @@ def single(runs: list[Path], audits: list[dict[str, Any]], tmp_path_factory: pyt
 
 
 @pytest.fixture(scope="module")
-def board(runs: list[Path], audits: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
+def board(runs: list[Path], audits: list[AuditReport], tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
     out = tmp_path_factory.mktemp("board") / "board.html"
     comparison = compare_runs(runs, n_resamples=100, seed=0)
     html, md = render_report(runs, out, audits=audits, comparison=comparison)
@@ -169,7 +171,7 @@ def test_page_is_self_contained(single: tuple[str, str, Path]) -> None:
     assert not re.search(r'=\s*"(https?:)?//', no_ns)
 
 
-def test_every_section_and_figure_is_present(single: tuple[str, str, Path], audits: list[dict[str, Any]]) -> None:
+def test_every_section_and_figure_is_present(single: tuple[str, str, Path], audits: list[AuditReport]) -> None:
     html, _, _ = single
     parsed = _parse(html)
     assert parsed.sections[: len(SECTION_IDS)] == SECTION_IDS  # in page order
@@ -183,43 +185,42 @@ def test_every_section_and_figure_is_present(single: tuple[str, str, Path], audi
     # the run header: model, token pieces with ids, the exact prompt, versions
     run = _section(html, "run")
     audit = audits[0]
-    assert audit["run"]["model"] in run
-    for piece_id, piece in zip(audit["run"]["token_sets"]["yes_ids"], audit["run"]["token_sets"]["yes_pieces"]):
+    assert audit.run.model in run and audit.run.token_sets is not None
+    for piece_id, piece in zip(audit.run.token_sets.yes_ids, audit.run.token_sets.yes_pieces):
         assert f"<code>{piece!r}</code><sub>{piece_id}</sub>".replace("'", "&#39;") in run
     assert "USER: &lt;image&gt;" in run and "halluprobe" in run
-    assert audit["run"]["errors"] == 18 and "18 errors" in run  # img3.png: 6 questions in each of 3 splits
+    assert audit.run.errors == 18 and "18 errors" in run  # img3.png: 6 questions in each of 3 splits
 
 
-def test_headline_table_carries_counts_and_cis(single: tuple[str, str, Path], audits: list[dict[str, Any]]) -> None:
+def test_headline_table_carries_counts_and_cis(single: tuple[str, str, Path], audits: list[AuditReport]) -> None:
     html, _, _ = single
     table = _section(html, "headline")
-    head = audits[0]["readouts"]["dynamic"]
+    head = audits[0].readouts["dynamic"]
     for split in SPLITS:
-        m = head["splits"][split]
+        m = head.splits[split]
         row = table[table.index(f"<td class=\"l\">{split}</td>") :]
         row = row[: row.index("</tr>")]
-        for key in ("n", "tp", "fp", "tn", "fn"):
-            assert f">{fmt_count(m[key])}<" in row, (split, key)
-        lo, hi = m["ci"]["f1"]
-        assert fmt_pct(m["f1"]) in row and f"[{100 * lo:.1f}, {100 * hi:.1f}]" in row
-    macro = head["macro"]
-    assert f"{fmt_pct(macro['f1'])}</span>" in table[table.index('class="macro"') :]
+        for count in (m.n, m.tp, m.fp, m.tn, m.fn):
+            assert f">{fmt_count(count)}<" in row, split
+        ci = m.ci["f1"]
+        assert ci is not None and fmt_pct(m.f1) in row and f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" in row
+    assert f"{fmt_pct(head.macro.f1)}</span>" in table[table.index('class="macro"') :]
     # numbers are right-aligned tabular figures
     assert "tabular-nums" in html and 'class="num"' in table
 
 
-def test_readout_comparison_shows_deltas_and_p_values(single: tuple[str, str, Path], audits: list[dict[str, Any]]) -> None:
+def test_readout_comparison_shows_deltas_and_p_values(single: tuple[str, str, Path], audits: list[AuditReport]) -> None:
     html, markdown, _ = single
     table = _section(html, "readouts")
     audit = audits[0]
-    for name in audit["readouts"]:
+    for name in audit.readouts:
         assert f"<code>{name}</code>" in table
-    exact = audit["paired"]["text:exact"]  # "Yes." is no exact match: every answer unknown
-    assert exact["c"] > 0 and exact["mcnemar_p"] < 0.001
+    exact = audit.paired["text:exact"]  # "Yes." is no exact match: every answer unknown
+    assert exact.c > 0 and exact.mcnemar_p < 0.001
     # c counts questions only the headline got right: both captions must say so
     assert "b / c = questions only this readout / only the headline got right" in table
     assert "b / c = questions only this readout / only the headline got right" in markdown
-    assert f"{fmt_count(exact['b'])} / {fmt_count(exact['c'])}" in table and "&lt;0.001" in table
+    assert f"{fmt_count(exact.b)} / {fmt_count(exact.c)}" in table and "&lt;0.001" in table
     assert "\u2212" in table  # a negative delta, with a real minus sign
     # invalid legacy ids on this vocabulary: shown, flagged, never the headline
     assert "<sup>†</sup>" in table and 'class=" forced"' in table
@@ -238,7 +239,7 @@ def test_plots_are_valid_svg(single: tuple[str, str, Path]) -> None:
         assert root.find(f".//{SVG_NS}metadata") is None
 
 
-def test_markdown_twin_has_headline_table_and_readout_comparison(single: tuple[str, str, Path], audits: list[dict[str, Any]]) -> None:
+def test_markdown_twin_has_headline_table_and_readout_comparison(single: tuple[str, str, Path], audits: list[AuditReport]) -> None:
     _, md, html_path = single
     audit = audits[0]
     assert md.startswith("# halluprobe report: ")
@@ -247,13 +248,13 @@ def test_markdown_twin_has_headline_table_and_readout_comparison(single: tuple[s
     assert "| split | n | TP | FP | TN | FN | unk | err | acc | prec | rec | F1 | yes | HTR | AUROC | ECE |" in headline
     for split in (*SPLITS, "pooled", "**macro**"):
         assert re.search(rf"^\| {re.escape(split)} \| ", headline, flags=re.MULTILINE), split
-    macro = audit["readouts"]["dynamic"]["macro"]
-    lo, hi = macro["ci"]["f1"]
-    assert f"{fmt_pct(macro['f1'])} [{100 * lo:.1f}, {100 * hi:.1f}]" in headline
+    macro = audit.readouts["dynamic"].macro
+    ci = macro.ci["f1"]
+    assert ci is not None and f"{fmt_pct(macro.f1)} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" in headline
     readouts = md[md.index("## 3. Readout comparison") : md.index("## 4.")]
-    for name, entry in audit["paired"].items():
+    for name, entry in audit.paired.items():
         line = next(line for line in readouts.splitlines() if line.startswith(f"| `{name}`"))
-        assert f"{fmt_count(entry['b'])} / {fmt_count(entry['c'])}" in line
+        assert f"{fmt_count(entry.b)} / {fmt_count(entry.c)}" in line
     assert "| `dynamic` (headline) |" in readouts
     for title in ("Confusion matrices", "Convergence", "Calibration", "Hallucination profile", "Token diagnostic"):
         assert f". {title}\n" in md
@@ -274,12 +275,9 @@ def test_leaderboard_puts_runs_side_by_side(board: tuple[str, str, Path], runs: 
     assert "## 1. Leaderboard" in md and "| 1 | 2. model_b" in md
 
 
-def test_report_renders_without_p_yes_or_first_tokens(runs: list[Path], audits: list[dict[str, Any]], tmp_path: Path) -> None:
+def test_report_renders_without_p_yes_or_first_tokens(runs: list[Path], audits: list[AuditReport], tmp_path: Path) -> None:
     """A text-only audit (no logit readout) still renders every section, saying what is missing."""
-    audit = json.loads(json.dumps(audits[0]))
-    for key in ("p_yes", "calibration", "greedy"):
-        audit[key] = {}
-    audit["first_pieces"], audit["offset_pieces"] = [], []
+    audit = audits[0].model_copy(update={"p_yes": {}, "calibration": {}, "greedy": {}, "first_pieces": [], "offset_pieces": []})
     html_path, md_path = render_report([], tmp_path / "r.html", audits=[audit])
     html = html_path.read_text()
     assert _parse(html).sections[: len(SECTION_IDS)] == SECTION_IDS
@@ -301,14 +299,14 @@ def test_relabel_section_shows_the_shift(runs: list[Path], tmp_path: Path) -> No
     labels = tmp_path / "toy_repope_random.json"
     labels.write_text("\n".join(relabelled) + "\n")
     audit = audit_run(runs[0], labels=[labels], n_resamples=20)
-    entry = audit["relabel"][str(labels)]
-    assert entry["removed"] == 1 and entry["flipped"] == 16
+    entry = audit.relabel[str(labels)]
+    assert entry.removed == 1 and entry.flipped == 16
     html_path, md_path = render_report(runs[:1], tmp_path / "r.html", audits=[audit])
     html = html_path.read_text()
     body = _section(html, "relabel")
     assert f"<code>{labels}</code>" in body and ">16<" in body
-    shift = entry["shift"]["dynamic"]["macro"]["f1"]
-    assert shift < 0 and f"\u2212{abs(100 * shift):.1f}" in body
+    shift = entry.shift["dynamic"].macro["f1"]
+    assert shift is not None and shift < 0 and f"\u2212{abs(100 * shift):.1f}" in body
     md = md_path.read_text()
     assert ". Labels\n" in md and f"| `{labels}` | " in md
 
@@ -319,6 +317,28 @@ def test_render_report_audits_when_not_given(runs: list[Path], tmp_path: Path) -
     assert "20 resamples" in html_path.read_text()
     with pytest.raises(ValueError):
         render_report(runs, tmp_path / "x.html", audits=[{}])
+
+
+def _same_ids(html: str) -> str:
+    return re.sub(r"\bhp\d+-", "hp-", html)
+
+
+def test_report_from_a_stored_audit_json_equals_the_fresh_one(
+    runs: list[Path], audits: list[AuditReport], single: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    """The typed record read back from RUNDIR/audit.json (or its plain JSON object) renders the
+    same page as the audit it was written from."""
+    html, md, _ = single
+    rundir = RunDir(runs[0])
+    rundir.write_audit(audits[0])
+    html_path, md_path = render_report(runs[:1], tmp_path / "report.html", audits=[rundir.read_audit()])
+    # figure ids are numbered per process (unique in a page), the rest is the same bytes
+    assert _same_ids(html_path.read_text(encoding="utf-8")) == _same_ids(html) and md_path.read_text(encoding="utf-8") == md
+    plain = json.loads(rundir.audit_path.read_text(encoding="utf-8"))
+    _, md_path = render_report(runs[:1], tmp_path / "again" / "report.html", audits=[plain])
+    assert md_path.read_text(encoding="utf-8") == md
+    with pytest.raises(ValueError, match="run"):  # a JSON object that is no audit
+        render_report(runs[:1], tmp_path / "x.html", audits=[{"headline": "dynamic"}])
 
 
 def test_importing_the_report_package_imports_neither_matplotlib_nor_jinja2() -> None:

@@ -265,3 +265,17 @@ def test_a_folder_where_a_file_is_due_or_a_negative_count_is_one_line(tmp_path: 
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_audit_of_two_runs_prints_the_typed_audits_as_json(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert runner.invoke(app, _run_args(world, one, "--limit", "3")).exit_code == 0
+    assert runner.invoke(app, _run_args(world, two, "--limit", "3", "--template", "Q: {question} A:")).exit_code == 0
+    result = runner.invoke(app, ["audit", str(one), str(two), "--json", "--resamples", "20"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert [a["run"]["template"] for a in payload["audits"]] == ["chat", "Q: {question} A:"]
+    assert payload["comparison"]["differ_in"] == "template" and (one / "audit.json").exists()
+    text = runner.invoke(app, ["audit", str(one), str(two), "--resamples", "20"])
+    assert text.exit_code == 0 and f"{one}/audit.json" in text.stdout

@@ -5,7 +5,9 @@ puts every readout side by side (invalid legacy readouts computed anyway, marked
 tests each against the headline readout on the same questions, measures agreement between
 readouts, diagnoses the first token, follows F1 as questions accumulate, profiles which absent
 objects get "yes", and rescores the stored answers against alternative label files.
-``compare_runs`` does the paired comparison between runs over the same questions.
+``compare_runs`` does the paired comparison between runs over the same questions. The results are
+typed records (``records.AuditReport``, ``records.RunComparison``); ``RunDir.write_audit``
+stores the audit as ``audit.json``.
 
 Nothing here computes a metric of its own: per-split / pooled / macro metrics and their CIs come
 from :func:`halluprobe.metrics.score.score_rows`; McNemar, percentile CIs, ECE, convergence and
@@ -30,20 +32,18 @@ Conventions (the design note ``docs/design/audit.md`` says why):
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
 from halluprobe.errors import InputError
-from halluprobe.files import write_atomic
 from halluprobe.metrics.binary import (
     _N_RAW,
     METRIC_NAMES,
@@ -67,8 +67,39 @@ from halluprobe.metrics.stats import (
 )
 from halluprobe.readouts.logits import LEGACY_READOUTS, LOGIT_READOUTS
 from halluprobe.readouts.tokensets import greedy_answer
-from halluprobe.records import Question, QuestionKey, RunHeader, Sample, ScoreReport
-from halluprobe.rundir import RunDir
+from halluprobe.records import (
+    AUDIT_SCHEMA_VERSION,
+    AuditReport,
+    BootstrapSettings,
+    Calibration,
+    CalibrationBin,
+    ComparedRun,
+    ConfusionCounts,
+    ConvergenceRule,
+    CurvePoint,
+    GreedyAgreement,
+    HallucinationProfile,
+    MetricShift,
+    ObjectRate,
+    PairedTest,
+    PairRate,
+    PieceCount,
+    PieceShare,
+    PYesByLabel,
+    Question,
+    QuestionKey,
+    ReadoutScores,
+    Relabel,
+    RunComparison,
+    RunDifferences,
+    RunHeader,
+    RunInfo,
+    Sample,
+    ScoreReport,
+    ScoreTables,
+    TextDynamicDisagreement,
+)
+from halluprobe.rundir import AUDIT, RunDir
 from halluprobe.scoring import readout_results
 
 __all__ = [
@@ -82,8 +113,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-AUDIT_SCHEMA_VERSION = 1
-AUDIT_FILE = "audit.json"
+AUDIT_FILE = AUDIT  # kept for callers that import it from here
 
 _LEVEL = 0.95
 _CONVERGENCE_STEP = 100
@@ -195,12 +225,12 @@ def _rows(samples: Sequence[Sample], decisions: np.ndarray, p_yes: np.ndarray, l
     ]
 
 
-def _report_dict(report: ScoreReport) -> dict[str, Any]:
-    return {
-        "splits": {name: m.model_dump(mode="json") for name, m in report.splits.items()},
-        "pooled": report.pooled.model_dump(mode="json"),
-        "macro": report.macro.model_dump(mode="json"),
-    }
+def _tables(report: ScoreReport) -> ScoreTables:
+    return ScoreTables(splits=report.splits, pooled=report.pooled, macro=report.macro)
+
+
+def _bootstrap(n_resamples: int, seed: int) -> BootstrapSettings:
+    return BootstrapSettings(n_resamples=n_resamples, seed=seed, level=_LEVEL, unit="image", method="percentile")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +297,8 @@ class _PairedBootstrap:
         return np.mean(by_split, axis=0), pooled
 
     def diff(self, dec_a: np.ndarray, dec_b: np.ndarray, keep: np.ndarray) -> dict[str, Any]:
-        """A minus B: delta macro / pooled F1 with percentile CIs, over the rows in ``keep``."""
+        """A minus B: delta macro / pooled F1 with percentile CIs, over the rows in ``keep``
+        (the ``delta_*`` fields of a ``PairedTest``)."""
         if not keep.any():
             return {"delta_f1": None, "delta_f1_ci": None, "delta_f1_pooled": None, "delta_f1_pooled_ci": None}
         a, b = self._per_image(dec_a, keep), self._per_image(dec_b, keep)
@@ -279,11 +310,8 @@ class _PairedBootstrap:
             macro_reps.append(ra - rb)
             pooled_reps.append(qa - qb)
 
-        def ci(reps: list[np.ndarray]) -> list[float] | None:
-            if not reps:
-                return None
-            interval = percentile_ci(np.concatenate(reps), _LEVEL)
-            return None if interval is None else [interval[0], interval[1]]
+        def ci(reps: list[np.ndarray]) -> tuple[float, float] | None:
+            return percentile_ci(np.concatenate(reps), _LEVEL) if reps else None
 
         return {
             "delta_f1": _num(ma[0] - mb[0]),
@@ -294,13 +322,20 @@ class _PairedBootstrap:
 
 
 def _paired_entry(
-    boot: _PairedBootstrap, dec_a: np.ndarray, dec_b: np.ndarray, labels_yes: np.ndarray, policy: UnknownPolicy
-) -> dict[str, Any]:
+    boot: _PairedBootstrap,
+    dec_a: np.ndarray,
+    dec_b: np.ndarray,
+    labels_yes: np.ndarray,
+    policy: UnknownPolicy,
+    forced: bool | None = None,
+) -> PairedTest:
     keep = np.ones(dec_a.shape, dtype=bool)
     if policy == "drop":  # over the same questions: one side's unknown drops the question for both
         keep = (dec_a != "unknown") & (dec_b != "unknown")
     test = mcnemar_exact(_correct(dec_a[keep], labels_yes[keep], policy), _correct(dec_b[keep], labels_yes[keep], policy))
-    return {"n": test.n, "mcnemar_p": test.p_value, "b": test.b, "c": test.c, **boot.diff(dec_a, dec_b, keep)}
+    return PairedTest(
+        forced=forced, n=test.n, mcnemar_p=test.p_value, b=test.b, c=test.c, **boot.diff(dec_a, dec_b, keep)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,6 +358,17 @@ def _ranked(counter: Counter[str], top: int) -> list[tuple[str, int]]:
     return sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
 
 
+@dataclass(frozen=True)
+class _TokenDiagnostics:
+    """The first-token fields of the audit (flat in ``audit.json``)."""
+
+    offset_rate: float | None
+    offset_pieces: list[PieceCount]
+    first_pieces: list[PieceShare]
+    first_pieces_total: int
+    first_pieces_distinct: int
+
+
 def _agreement(t: _Table) -> dict[str, dict[str, float | None]]:
     ans = t.answered
     n = int(ans.sum())
@@ -332,21 +378,21 @@ def _agreement(t: _Table) -> dict[str, dict[str, float | None]]:
     }
 
 
-def _token_diagnostics(t: _Table, top: int) -> dict[str, Any]:
+def _token_diagnostics(t: _Table, top: int) -> _TokenDiagnostics:
     answered = [s for s in t.samples if s.error is None]
     offset = Counter(s.offset_argmax for s in answered if s.offset_argmax is not None)
     with_token = [s for s in answered if s.first_token]
     first = Counter(s.first_token[0].piece for s in with_token)
-    return {
-        "offset_rate": _frac(sum(offset.values()), len(answered)),
-        "offset_pieces": [[piece, count] for piece, count in _ranked(offset, top)],
-        "first_pieces": [[piece, count, count / len(with_token)] for piece, count in _ranked(first, top)],
-        "first_pieces_total": len(with_token),
-        "first_pieces_distinct": len(first),
-    }
+    return _TokenDiagnostics(
+        offset_rate=_frac(sum(offset.values()), len(answered)),
+        offset_pieces=[PieceCount(piece, count) for piece, count in _ranked(offset, top)],
+        first_pieces=[PieceShare(piece, count, count / len(with_token)) for piece, count in _ranked(first, top)],
+        first_pieces_total=len(with_token),
+        first_pieces_distinct=len(first),
+    )
 
 
-def _greedy(t: _Table) -> dict[str, dict[str, int]]:
+def _greedy(t: _Table) -> dict[str, GreedyAgreement]:
     """Each logit readout against the greedy first token (its id in the run's yes / no set).
 
     ``offset``: the argmax is in neither set (no greedy yes/no to compare); ``disagree``: the
@@ -359,48 +405,48 @@ def _greedy(t: _Table) -> dict[str, dict[str, int]]:
     greedy = [
         greedy_answer(s.first_token[0], sets) if (s.error is None and s.first_token) else None for s in t.samples
     ]
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, GreedyAgreement] = {}
     for r in t.readouts:
         if r not in LOGIT_READOUTS:
             continue
-        counts = {"in_set": 0, "agree": 0, "disagree": 0, "offset": 0}
+        in_set = agree = offset = 0
         for i, g in enumerate(greedy):
             if t.errors[i]:
                 continue
             if g is None:
-                counts["offset"] += 1
+                offset += 1
                 continue
-            counts["in_set"] += 1
-            counts["agree" if t.decisions[r][i] == g else "disagree"] += 1
-        out[r] = counts
+            in_set += 1
+            agree += int(t.decisions[r][i] == g)
+        out[r] = GreedyAgreement(in_set=in_set, agree=agree, disagree=in_set - agree, offset=offset)
     return out
 
 
-def _text_vs_dynamic(t: _Table) -> dict[str, dict[str, int]]:
+def _text_vs_dynamic(t: _Table) -> dict[str, TextDynamicDisagreement]:
     if "dynamic" not in t.decisions:
         return {}
     ans = t.answered
     dyn = t.decisions["dynamic"][ans]
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, TextDynamicDisagreement] = {}
     for r in t.readouts:
         if not r.startswith("text:"):
             continue
         txt = t.decisions[r][ans]
         txt_known, dyn_known = txt != "unknown", dyn != "unknown"
-        out[r.removeprefix("text:")] = {
-            "n": int(ans.sum()),
-            "differ": int(np.sum(txt_known & dyn_known & (txt != dyn))),
-            "text_unknown": int(np.sum(~txt_known & dyn_known)),
-            "dynamic_unknown": int(np.sum(txt_known & ~dyn_known)),
-            "both_unknown": int(np.sum(~txt_known & ~dyn_known)),
-        }
+        out[r.removeprefix("text:")] = TextDynamicDisagreement(
+            n=int(ans.sum()),
+            differ=int(np.sum(txt_known & dyn_known & (txt != dyn))),
+            text_unknown=int(np.sum(~txt_known & dyn_known)),
+            dynamic_unknown=int(np.sum(txt_known & ~dyn_known)),
+            both_unknown=int(np.sum(~txt_known & ~dyn_known)),
+        )
     return out
 
 
-def _convergence(t: _Table, policy: UnknownPolicy) -> tuple[dict[str, list[list[Any]]], dict[str, int | None]]:
+def _convergence(t: _Table, policy: UnknownPolicy) -> tuple[dict[str, list[CurvePoint]], dict[str, int | None]]:
     """Pooled F1 after the first k samples in run order (k = 100, 200, ..., n)."""
     labels = np.where(t.labels_yes, "yes", "no")
-    curves: dict[str, list[list[Any]]] = {}
+    curves: dict[str, list[CurvePoint]] = {}
     stable: dict[str, int | None] = {}
     for r in t.readouts:
         cats = _categorize(labels, t.decisions[r], t.errors)
@@ -410,12 +456,12 @@ def _convergence(t: _Table, policy: UnknownPolicy) -> tuple[dict[str, list[list[
             return metrics_from_counts(_counts_from_raw(cum[k - 1], policy))["f1"]
 
         curve = convergence(f1_after, t.n, step=_CONVERGENCE_STEP)
-        curves[r] = [[k, value] for k, value in curve]
+        curves[r] = [CurvePoint(k, value) for k, value in curve]
         stable[r] = stable_after(curve, curve[-1][1], tol=_STABLE_TOL)
     return curves, stable
 
 
-def _profile(t: _Table, readout: str, top: int) -> dict[str, Any]:
+def _profile(t: _Table, readout: str, top: int) -> HallucinationProfile:
     """Which absent objects get "yes" from ``readout``; adversarial negatives by their positive."""
     dec = t.decisions[readout]
     yes: Counter[str] = Counter()
@@ -426,7 +472,7 @@ def _profile(t: _Table, readout: str, top: int) -> dict[str, Any]:
             total[obj] += 1
             yes[obj] += int(dec[i] == "yes")
     objects = [
-        {"object": o, "yes": yes[o], "n": total[o], "rate": yes[o] / total[o]}
+        ObjectRate(object=o, yes=yes[o], n=total[o], rate=yes[o] / total[o])
         for o in sorted(total, key=lambda o: (-yes[o] / total[o], -yes[o], o))
     ][:top]
 
@@ -451,38 +497,38 @@ def _profile(t: _Table, readout: str, top: int) -> dict[str, Any]:
         pair_n[(positive, obj)] += 1
         pair_yes[(positive, obj)] += int(dec[i] == "yes")
     pairs = [
-        {"positive": p, "negative": q, "yes": pair_yes[(p, q)], "n": pair_n[(p, q)], "rate": pair_yes[(p, q)] / pair_n[(p, q)]}
+        PairRate(positive=p, negative=q, yes=pair_yes[(p, q)], n=pair_n[(p, q)], rate=pair_yes[(p, q)] / pair_n[(p, q)])
         # by yes count first: a pair seen once and answered yes once is not the top finding
         for p, q in sorted(pair_n, key=lambda k: (-pair_yes[k], -pair_yes[k] / pair_n[k], k))
     ][:top]
-    return {
-        "readout": readout,
-        "absent_questions": sum(total.values()),
-        "absent_yes": sum(yes.values()),
-        "objects": objects,
-        "adversarial_pairs": pairs,
-        "adversarial_unpaired": unpaired,
-    }
+    return HallucinationProfile(
+        readout=readout,
+        absent_questions=sum(total.values()),
+        absent_yes=sum(yes.values()),
+        objects=objects,
+        adversarial_pairs=pairs,
+        adversarial_unpaired=unpaired,
+    )
 
 
-def _calibration(labels_yes: np.ndarray, p: np.ndarray) -> dict[str, Any]:
+def _calibration(labels_yes: np.ndarray, p: np.ndarray) -> Calibration:
     have = ~np.isnan(p)
     y, q = labels_yes[have], p[have]
     bins = np.minimum((q * _CALIBRATION_BINS).astype(np.int64), _CALIBRATION_BINS - 1)
-    out = []
+    out: list[CalibrationBin] = []
     for b in range(_CALIBRATION_BINS):
         inside = bins == b
         count = int(inside.sum())
         out.append(
-            {
-                "lo": b / _CALIBRATION_BINS,
-                "hi": (b + 1) / _CALIBRATION_BINS,
-                "count": count,
-                "mean_p": float(q[inside].mean()) if count else None,
-                "frac_yes": float(y[inside].mean()) if count else None,
-            }
+            CalibrationBin(
+                lo=b / _CALIBRATION_BINS,
+                hi=(b + 1) / _CALIBRATION_BINS,
+                count=count,
+                mean_p=float(q[inside].mean()) if count else None,
+                frac_yes=float(y[inside].mean()) if count else None,
+            )
         )
-    return {"n": int(have.sum()), "bins": out, "ece": expected_calibration_error(y, q, n_bins=_CALIBRATION_BINS)}
+    return Calibration(n=int(have.sum()), bins=out, ece=expected_calibration_error(y, q, n_bins=_CALIBRATION_BINS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,13 +551,19 @@ def _relabel(
     t: _Table,
     files: list[tuple[str, Path, str, dict[int, Question]]],
     readouts: list[str],
-    base: dict[str, dict[str, Any]],
+    base: dict[str, ReadoutScores],
     *,
     policy: UnknownPolicy,
     n_resamples: int,
     seed: int,
-) -> dict[str, Any]:
-    """Rescore the stored answers with the splits of ``files`` relabelled (other splits as stored)."""
+    file: str | None = None,
+    split: str | None = None,
+    names: list[str] | None = None,
+) -> Relabel:
+    """Rescore the stored answers with the splits of ``files`` relabelled (other splits as stored).
+
+    ``file`` and ``split`` name the one file of a per-file entry, ``names`` the files of the
+    combined entry."""
     relabelled = {split: new for split, _, _, new in files}
     keep = np.ones(t.n, dtype=bool)
     labels = [s.label for s in t.samples]
@@ -539,31 +591,34 @@ def _relabel(
     idx = np.flatnonzero(keep)
     samples = [t.samples[i] for i in idx]
     kept_labels = [labels[i] for i in idx]
-    metrics: dict[str, Any] = {}
-    shift: dict[str, Any] = {}
+    metrics: dict[str, ScoreTables] = {}
+    shift: dict[str, MetricShift] = {}
     if samples:
         for r in readouts:
             report = score_rows(
                 _rows(samples, t.decisions[r][idx], t.p_yes[r][idx], kept_labels),
                 readout=r, policy=policy, n_resamples=n_resamples, seed=seed,
             )  # fmt: skip
-            metrics[r] = _report_dict(report)
-            shift[r] = {
-                table: {m: _delta(metrics[r][table].get(m), base[r][table].get(m)) for m in _SHIFT_METRICS}
-                for table in ("macro", "pooled")
-            }
-    return {
-        "splits": sorted(relabelled),
-        "matched": matched,
-        "removed": removed,
-        "flipped": flipped,
-        "flipped_to_yes": to_yes,
-        "flipped_to_no": to_no,
-        "added": added,
-        "image_mismatches": images,
-        "metrics": metrics,
-        "shift": shift,
-    }
+            metrics[r] = _tables(report)
+            shift[r] = MetricShift(
+                macro={m: _delta(getattr(report.macro, m), getattr(base[r].macro, m)) for m in _SHIFT_METRICS},
+                pooled={m: _delta(getattr(report.pooled, m), getattr(base[r].pooled, m)) for m in _SHIFT_METRICS},
+            )
+    return Relabel(
+        file=file,
+        split=split,
+        files=names,
+        splits=sorted(relabelled),
+        matched=matched,
+        removed=removed,
+        flipped=flipped,
+        flipped_to_yes=to_yes,
+        flipped_to_no=to_no,
+        added=added,
+        image_mismatches=images,
+        metrics=metrics,
+        shift=shift,
+    )
 
 
 def _delta(new: float | None, old: float | None) -> float | None:
@@ -583,10 +638,10 @@ def audit_run(
     n_resamples: int = 1000,
     seed: int = 0,
     top: int = 20,
-) -> dict[str, Any]:
-    """The audit of one run directory as a JSON-ready dict (see the module docstring and
-    ``docs/design/audit.md`` for every key). Deterministic: the same arguments and run give
-    the same dict. Raises InputError on a missing or empty run, an unknown or invalid headline,
+) -> AuditReport:
+    """The audit of one run directory (see the module docstring, ``records.AuditReport`` and
+    ``docs/design/audit.md`` for every field). Deterministic: the same arguments and run give
+    the same record, and ``RunDir.write_audit`` the same bytes. Raises InputError on a missing or empty run, an unknown or invalid headline,
     or a labels file that cannot be read or names a split the run does not have."""
     policy = _check_policy(policy)
     if n_resamples < 0:
@@ -614,16 +669,16 @@ def audit_run(
         label_files.append((split, file, name, {q.question_id: q for q in questions}))
 
     log.info("auditing %s: %d samples, %d readouts", path, t.n, len(t.readouts))
-    readouts: dict[str, Any] = {}
-    confusion: dict[str, Any] = {}
+    readouts: dict[str, ReadoutScores] = {}
+    confusion: dict[str, dict[str, ConfusionCounts]] = {}
     for r in t.readouts:
         report = score_rows(
             _rows(t.samples, t.decisions[r], t.p_yes[r]), readout=r, policy=policy, n_resamples=n_resamples, seed=seed
         )
         valid = t.valid(r)
-        readouts[r] = {"valid": valid, "forced": not valid, **_report_dict(report)}
+        readouts[r] = ReadoutScores(valid=valid, forced=not valid, splits=report.splits, pooled=report.pooled, macro=report.macro)
         confusion[r] = {
-            split: {k: getattr(m, k) for k in ("tp", "fp", "tn", "fn", "unknown")} for split, m in report.splits.items()
+            split: ConfusionCounts(tp=m.tp, fp=m.fp, tn=m.tn, fn=m.fn, unknown=m.unknown) for split, m in report.splits.items()
         }
 
     ans = t.answered
@@ -632,16 +687,17 @@ def audit_run(
         [s.image for s in samples_ans], t.split_code[ans], t.labels_yes[ans],
         policy=policy, n_resamples=n_resamples, seed=seed,
     )  # fmt: skip
-    paired = {}
+    paired: dict[str, PairedTest] = {}
     for r in t.readouts:
         if r == headline:
             continue
-        entry = _paired_entry(boot, t.decisions[r][ans], t.decisions[headline][ans], t.labels_yes[ans], policy)
-        paired[r] = {"forced": not t.valid(r), **entry}
+        paired[r] = _paired_entry(
+            boot, t.decisions[r][ans], t.decisions[headline][ans], t.labels_yes[ans], policy, forced=not t.valid(r)
+        )
 
     curves, stable = _convergence(t, policy)
-    p_yes: dict[str, Any] = {}
-    calibration: dict[str, Any] = {}
+    p_yes: dict[str, PYesByLabel] = {}
+    calibration: dict[str, Calibration] = {}
     for r in t.readouts:
         if r not in LOGIT_READOUTS:
             continue
@@ -649,96 +705,96 @@ def audit_run(
         have = ~np.isnan(p)
         if not have.any():
             continue
-        p_yes[r] = {
-            "yes": [round(float(v), _P_DECIMALS) for v in p[have & t.labels_yes]],
-            "no": [round(float(v), _P_DECIMALS) for v in p[have & ~t.labels_yes]],
-        }
+        p_yes[r] = PYesByLabel(
+            yes=[round(float(v), _P_DECIMALS) for v in p[have & t.labels_yes]],
+            no=[round(float(v), _P_DECIMALS) for v in p[have & ~t.labels_yes]],
+        )
         calibration[r] = _calibration(t.labels_yes, p)
 
-    relabel: dict[str, Any] = {}
-    combined: dict[str, Any] | None = None
+    relabel: dict[str, Relabel] = {}
+    combined: Relabel | None = None
     if label_files:
         rescore = [r for r in t.readouts if t.valid(r)]
         for split, file, name, new in label_files:
-            entry = _relabel(t, [(split, file, name, new)], rescore, readouts, policy=policy, n_resamples=n_resamples, seed=seed)
-            relabel[name] = {"file": str(file), "split": split, **entry}
+            relabel[name] = _relabel(
+                t, [(split, file, name, new)], rescore, readouts,
+                policy=policy, n_resamples=n_resamples, seed=seed, file=str(file), split=split,
+            )  # fmt: skip
         splits = [split for split, _, _, _ in label_files]
         if len(label_files) > 1 and len(set(splits)) == len(splits):  # RePOPE: one file per split, together
-            entry = _relabel(t, label_files, rescore, readouts, policy=policy, n_resamples=n_resamples, seed=seed)
-            combined = {"files": [name for _, _, name, _ in label_files], **entry}
+            combined = _relabel(
+                t, label_files, rescore, readouts,
+                policy=policy, n_resamples=n_resamples, seed=seed, names=[name for _, _, name, _ in label_files],
+            )  # fmt: skip
 
     sets = header.token_sets
-    audit: dict[str, Any] = {
-        "schema_version": AUDIT_SCHEMA_VERSION,
-        "run": {
-            "path": str(path),
-            "model": header.model,
-            "backend": header.backend,
-            "template": header.template,
-            "halluprobe_version": header.halluprobe_version,
-            "fingerprint": header.fingerprint,
-            "created_at": header.created_at,
-            "packages": dict(header.packages),
-            "token_sets": None if sets is None else sets.model_dump(mode="json"),
-            "legacy_valid": None if sets is None else sets.legacy_valid,
-            "n": t.n,
-            "answered": int(ans.sum()),
-            "errors": int(t.errors.sum()),
-            "splits": {name: int(np.sum(t.split_code == i)) for i, name in enumerate(t.splits)},
-            "complete": RunDir(path).complete_path.exists(),
-            "readouts": list(t.readouts),
-            "missing_readouts": [r for r in header.readouts if r not in t.readouts],
-        },
-        "headline": headline,
-        "policy": policy,
-        "bootstrap": {
-            "n_resamples": n_resamples,
-            "seed": seed,
-            "level": _LEVEL,
-            "unit": "image",
-            "method": "percentile",
-        },
-        "readouts": readouts,
-        "paired": paired,
-        "agreement": _agreement(t),
-        **_token_diagnostics(t, top),
-        "greedy": _greedy(t),
-        "text_dynamic_disagreements": _text_vs_dynamic(t),
-        "convergence": curves,
-        "stable_after": stable,
-        "convergence_rule": {"step": _CONVERGENCE_STEP, "metric": "pooled f1", "tol": _STABLE_TOL},
-        "hallucination_profile": _profile(t, headline, top),
-        "confusion": confusion,
-        "p_yes": p_yes,
-        "calibration": calibration,
-        "relabel": relabel,
-    }
-    if combined is not None:
-        audit["relabel_combined"] = combined
-    return audit
+    tokens = _token_diagnostics(t, top)
+    return AuditReport(
+        run=RunInfo(
+            path=str(path),
+            model=header.model,
+            backend=header.backend,
+            template=header.template,
+            halluprobe_version=header.halluprobe_version,
+            fingerprint=header.fingerprint,
+            created_at=header.created_at,
+            packages=dict(header.packages),
+            token_sets=sets,
+            legacy_valid=None if sets is None else sets.legacy_valid,
+            n=t.n,
+            answered=int(ans.sum()),
+            errors=int(t.errors.sum()),
+            splits={name: int(np.sum(t.split_code == i)) for i, name in enumerate(t.splits)},
+            complete=RunDir(path).complete_path.exists(),
+            readouts=list(t.readouts),
+            missing_readouts=[r for r in header.readouts if r not in t.readouts],
+        ),
+        headline=headline,
+        policy=policy,
+        bootstrap=_bootstrap(n_resamples, seed),
+        readouts=readouts,
+        paired=paired,
+        agreement=_agreement(t),
+        offset_rate=tokens.offset_rate,
+        offset_pieces=tokens.offset_pieces,
+        first_pieces=tokens.first_pieces,
+        first_pieces_total=tokens.first_pieces_total,
+        first_pieces_distinct=tokens.first_pieces_distinct,
+        greedy=_greedy(t),
+        text_dynamic_disagreements=_text_vs_dynamic(t),
+        convergence=curves,
+        stable_after=stable,
+        convergence_rule=ConvergenceRule(step=_CONVERGENCE_STEP, metric="pooled f1", tol=_STABLE_TOL),
+        hallucination_profile=_profile(t, headline, top),
+        confusion=confusion,
+        p_yes=p_yes,
+        calibration=calibration,
+        relabel=relabel,
+        relabel_combined=combined,
+    )
 
 
-def write_audit(rundir: str | Path, audit: dict[str, Any]) -> Path:
-    """Write ``RUNDIR/audit.json`` atomically (write a temporary file, then rename)."""
-    target = Path(rundir) / AUDIT_FILE
-    return write_atomic(target, json.dumps(audit, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+def write_audit(rundir: str | Path, audit: AuditReport) -> Path:
+    """Write ``RUNDIR/audit.json`` atomically: ``RunDir(rundir).write_audit(audit)`` for callers
+    that hold a path (the CLI)."""
+    return RunDir(rundir).write_audit(audit)
 
 
 # ---------------------------------------------------------------------------------------------
 # several runs
 
 
-def _run_labels(headers: list[RunHeader], paths: list[Path]) -> tuple[list[str], dict[str, bool]]:
+def _run_labels(headers: list[RunHeader], paths: list[Path]) -> tuple[list[str], RunDifferences]:
     """Short distinguishing names: what differs (model, template, both), else the dir name."""
     models = [h.model for h in headers]
     templates = [h.template for h in headers]
-    differs = {"model": len(set(models)) > 1, "template": len(set(templates)) > 1}
+    differs = RunDifferences(model=len(set(models)) > 1, template=len(set(templates)) > 1)
     names = []
     for h, p in zip(headers, paths):
         parts = []
-        if differs["model"]:
+        if differs.model:
             parts.append(Path(h.model).name or h.model)
-        if differs["template"]:
+        if differs.template:
             parts.append(h.template)
         names.append(" | ".join(parts) or p.name or str(p))
     if len(set(names)) < len(names):  # e.g. two models with the same folder name
@@ -755,7 +811,7 @@ def compare_runs(
     policy: UnknownPolicy = "wrong",
     n_resamples: int = 1000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> RunComparison:
     """Several runs over the same questions (differing in prompt template or model), one readout.
 
     ``table``: each run's metrics over the questions every run has; ``paired``: each later run
@@ -783,7 +839,7 @@ def compare_runs(
             if t.samples[idx[k]].label != first.samples[index[0][k]].label:
                 raise InputError(f"the runs disagree on the label of question {k}: not the same benchmark", p)
 
-    table: dict[str, Any] = {}
+    table: dict[str, ScoreTables] = {}
     for name, t, idx in zip(names, tables, index):
         rows_at = np.array([idx[k] for k in common], dtype=np.int64)
         samples = [t.samples[i] for i in rows_at]
@@ -791,9 +847,9 @@ def compare_runs(
             _rows(samples, t.decisions[readout][rows_at], t.p_yes[readout][rows_at]),
             readout=readout, policy=policy, n_resamples=n_resamples, seed=seed,
         )  # fmt: skip
-        table[name] = _report_dict(report)
+        table[name] = _tables(report)
 
-    paired: dict[str, Any] = {}
+    paired: dict[str, PairedTest] = {}
     ref_idx = index[0]
     for name, t, idx in zip(names[1:], tables[1:], index[1:]):
         both = [k for k in common if not first.errors[ref_idx[k]] and not t.errors[idx[k]]]
@@ -806,32 +862,33 @@ def compare_runs(
         )  # fmt: skip
         paired[name] = _paired_entry(boot, t.decisions[readout][a_at], first.decisions[readout][b_at], labels_yes, policy)
 
-    kind = {(True, True): "both", (True, False): "model", (False, True): "template", (False, False): "neither"}
-    return {
-        "schema_version": AUDIT_SCHEMA_VERSION,
-        "readout": readout,
-        "policy": policy,
-        "bootstrap": {"n_resamples": n_resamples, "seed": seed, "level": _LEVEL, "unit": "image", "method": "percentile"},
-        "runs": [
-            {
-                "path": str(p),
-                "label": name,
-                "model": h.model,
-                "template": h.template,
-                "n": t.n,
-                "errors": int(t.errors.sum()),
-                "valid": t.valid(readout),
-                "forced": not t.valid(readout),
-            }
+    kind: dict[tuple[bool, bool], Literal["both", "model", "template", "neither"]] = {
+        (True, True): "both", (True, False): "model", (False, True): "template", (False, False): "neither"
+    }  # fmt: skip
+    return RunComparison(
+        readout=readout,
+        policy=policy,
+        bootstrap=_bootstrap(n_resamples, seed),
+        runs=[
+            ComparedRun(
+                path=str(p),
+                label=name,
+                model=h.model,
+                template=h.template,
+                n=t.n,
+                errors=int(t.errors.sum()),
+                valid=t.valid(readout),
+                forced=not t.valid(readout),
+            )
             for p, name, h, t in zip(paths, names, headers, tables)
         ],
-        "differ_in": kind[(differs["model"], differs["template"])],
-        "differs": differs,
-        "common_questions": len(common),
-        "reference": names[0],
-        "table": table,
-        "paired": paired,
-    }
+        differ_in=kind[(differs.model, differs.template)],
+        differs=differs,
+        common_questions=len(common),
+        reference=names[0],
+        table=table,
+        paired=paired,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -846,40 +903,43 @@ def _fmt_ci(ci: Sequence[float] | None, digits: int = 4) -> str:
     return "" if not ci else f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
-def summarise_audit(audit: dict[str, Any]) -> list[str]:
+def summarise_audit(audit: AuditReport) -> list[str]:
     """A few plain lines for the terminal: headline F1 with CI, each readout's delta and p,
     the off-set rate, and where F1 settles."""
-    run = audit["run"]
-    head = audit["headline"]
-    macro = audit["readouts"][head]["macro"]
+    run = audit.run
+    head = audit.headline
+    macro = audit.readouts[head].macro
     lines = [
-        f"{run['path']}: {run['n']} questions, {run['errors']} errors; model {run['model']}, template {run['template']}",
+        f"{run.path}: {run.n} questions, {run.errors} errors; model {run.model}, template {run.template}",
         (
-            f"headline {head}: macro F1 {_fmt(macro['f1'])}{_fmt_ci(macro['ci'].get('f1'))} "
-            f"({audit['bootstrap']['n_resamples']} image resamples, unknown={audit['policy']})"
+            f"headline {head}: macro F1 {_fmt(macro.f1)}{_fmt_ci(macro.ci.get('f1'))} "
+            f"({audit.bootstrap.n_resamples} image resamples, unknown={audit.policy})"
         ),
     ]
-    for name, entry in audit["paired"].items():
-        forced = " (FORCED: invalid for this vocabulary)" if entry.get("forced") else ""
-        delta = entry["delta_f1"]
+    for name, entry in audit.paired.items():
+        forced = " (FORCED: invalid for this vocabulary)" if entry.forced else ""
+        delta = entry.delta_f1
         sign = "" if delta is None else ("+" if delta >= 0 else "")
         lines.append(
-            f"  {name}{forced}: macro F1 {_fmt(audit['readouts'][name]['macro']['f1'])}, "
-            f"delta {sign}{_fmt(delta)}{_fmt_ci(entry['delta_f1_ci'])}, McNemar p={entry['mcnemar_p']:.3g} "
-            f"(b={entry['b']}, c={entry['c']})"
+            f"  {name}{forced}: macro F1 {_fmt(audit.readouts[name].macro.f1)}, "
+            f"delta {sign}{_fmt(delta)}{_fmt_ci(entry.delta_f1_ci)}, McNemar p={entry.mcnemar_p:.3g} "
+            f"(b={entry.b}, c={entry.c})"
         )
-    rate = audit["offset_rate"]
-    pieces = ", ".join(f"{p!r} {c}" for p, c in audit["offset_pieces"][:5])
+    rate = audit.offset_rate
+    pieces = ", ".join(f"{p.piece!r} {p.count}" for p in audit.offset_pieces[:5])
     lines.append(f"first-token argmax outside both sets: {_fmt(None if rate is None else 100 * rate, 1)}%" + (f" ({pieces})" if pieces else ""))
-    stable = ", ".join(f"{name} {'never' if k is None else k}" for name, k in audit["stable_after"].items())
-    lines.append(f"F1 within ±{audit['convergence_rule']['tol']} of its final value after k questions: {stable}")
-    for name, entry in audit.get("relabel", {}).items():
-        d = entry["shift"].get(head, {}).get("macro", {}).get("f1")
+    stable = ", ".join(f"{name} {'never' if k is None else k}" for name, k in audit.stable_after.items())
+    lines.append(f"F1 within ±{audit.convergence_rule.tol} of its final value after k questions: {stable}")
+    for name, entry in audit.relabel.items():
         lines.append(
-            f"labels {name}: {entry['matched']} matched, {entry['flipped']} flipped, {entry['removed']} removed, "
-            f"{entry['added']} added; macro F1 shift {_fmt(d)}"
+            f"labels {name}: {entry.matched} matched, {entry.flipped} flipped, {entry.removed} removed, "
+            f"{entry.added} added; macro F1 shift {_fmt(_macro_f1_shift(entry, head))}"
         )
-    if "relabel_combined" in audit:
-        d = audit["relabel_combined"]["shift"].get(head, {}).get("macro", {}).get("f1")
-        lines.append(f"all label files together: macro F1 shift {_fmt(d)}")
+    if audit.relabel_combined is not None:
+        lines.append(f"all label files together: macro F1 shift {_fmt(_macro_f1_shift(audit.relabel_combined, head))}")
     return lines
+
+
+def _macro_f1_shift(entry: Relabel, readout: str) -> float | None:
+    shift = entry.shift.get(readout)
+    return None if shift is None else shift.macro.get("f1")

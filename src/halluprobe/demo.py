@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from halluprobe.records import ScoreReport
+from halluprobe.records import AuditReport, ScoreReport
+from halluprobe.rundir import RunDir
 
 __all__ = ["DEMO_IMAGES", "DEMO_MODEL_DIR", "DEMO_SEED", "DemoResult", "run_demo"]
 
@@ -54,7 +55,7 @@ def run_demo(
     """Generate scenes, build POPE, run the demo model, score, audit and report into ``out``."""
     import time
 
-    from halluprobe.audit import audit_run, write_audit
+    from halluprobe.audit import audit_run
     from halluprobe.backends.hf import HFBackend
     from halluprobe.benchmarks.objects import read_objects
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
@@ -62,7 +63,7 @@ def run_demo(
     from halluprobe.errors import RuntimeFailure
     from halluprobe.readouts.tokensets import describe_token_sets
     from halluprobe.report import render_report
-    from halluprobe.rundir import RunDir, sha256_file
+    from halluprobe.rundir import sha256_file
     from halluprobe.runner import RunConfig, make_header, run_questions
     from halluprobe.scoring import score_rundir
 
@@ -93,12 +94,12 @@ def run_demo(
     headline = score_rundir(rundir.path, readout="dynamic", n_resamples=n_resamples)
     result.reports.append(("demo model on held-out synthetic scenes, readout dynamic", headline))
     audit = audit_run(rundir.path, n_resamples=n_resamples)
-    write_audit(rundir.path, audit)
+    rundir.write_audit(audit)
     html, md = render_report([rundir.path], out / "report.html", audits=[audit])
     result.report_html = html
-    for name, entry in audit["readouts"].items():
-        row: dict[str, float | None] = {s: m["f1"] for s, m in entry["splits"].items()}
-        row["macro"] = entry["macro"]["f1"]
+    for name, entry in audit.readouts.items():
+        row: dict[str, float | None] = {s: m.f1 for s, m in entry.splits.items()}
+        row["macro"] = entry.macro.f1
         result.f1[name] = row
 
     sets = describe_token_sets(backend.token_sets())
@@ -110,11 +111,11 @@ def run_demo(
 
 
 def _summary_lines(
-    result: DemoResult, audit: dict[str, Any], sets: dict[str, Any], *, n_questions: int, n_errors: int, n_images: int, md: Path
+    result: DemoResult, audit: AuditReport, sets: dict[str, Any], *, n_questions: int, n_errors: int, n_images: int, md: Path
 ) -> list[str]:
     f1 = result.f1
-    dyn = audit["readouts"]["dynamic"]["splits"]
-    fp = {s: f"{m['fp']}/{m['fp'] + m['tn']}" for s, m in dyn.items()}
+    dyn = audit.readouts["dynamic"].splits
+    fp = {s: f"{m.fp}/{m.fp + m.tn}" for s, m in dyn.items()}
     lines = [
         f"{n_questions} questions about {n_images} synthetic scenes the model never saw, {n_errors} errors; "
         f"run dir {result.run_dir}",
@@ -125,12 +126,11 @@ def _summary_lines(
             f"adversarial {fp.get('adversarial')}"
         ),
     ]
-    profile = audit["hallucination_profile"]
-    pairs = [p for p in profile["adversarial_pairs"] if p["yes"]][:3]
+    pairs = [p for p in audit.hallucination_profile.adversarial_pairs if p.yes][:3]
     if pairs:
         lines.append(
             "objects that go with the scene fool it: "
-            + ", ".join(f"{p['negative']} beside a {p['positive']} {p['yes']}/{p['n']}" for p in pairs)
+            + ", ".join(f"{p.negative} beside a {p.positive} {p.yes}/{p.n}" for p in pairs)
         )
     lines.append(f"token sets from its tokenizer (Mistral v1): yes {sets['yes_pieces']}, no {sets['no_pieces']}")
     if not sets["legacy_valid"]:
@@ -143,18 +143,18 @@ def _summary_lines(
     else:
         lines.append("legacy LLaMA-2 ids on this vocabulary: valid")
     text = []
-    for name, entry in audit["readouts"].items():
+    for name, entry in audit.readouts.items():
         if name.startswith("text:"):
-            unknown = entry["macro"]["unknown_rate"]
+            unknown = entry.macro.unknown_rate
             calls = f" ({100 * unknown:.0f}% unknown)" if unknown else ""
-            text.append(f"{name.removeprefix('text:')} {_num(entry['macro']['f1'])}{calls}")
+            text.append(f"{name.removeprefix('text:')} {_num(entry.macro.f1)}{calls}")
     if text:
         lines.append("text rules on its greedy answers, macro F1: " + ", ".join(text))
-    rate = audit.get("offset_rate")
+    rate = audit.offset_rate
     if rate is not None:
         lines.append(f"first-token argmax outside the yes/no sets: {100 * rate:.1f}% of answers")
     lines.append(f"rescore any readout: halluprobe score {result.run_dir} --readout text:pope")
-    lines.append(f"audit: {result.run_dir / 'audit.json'}; report: {result.report_html} (and {md})")
+    lines.append(f"audit: {RunDir(result.run_dir).audit_path}; report: {result.report_html} (and {md})")
     return lines
 
 

@@ -13,17 +13,19 @@ import hashlib
 import json
 from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from halluprobe.errors import InputError
 from halluprobe.files import append_durable, drop_cut_tail, write_atomic
 from halluprobe.jsonl import loads, read_log_lines, read_text
-from halluprobe.records import QuestionKey, RunHeader, Sample
+from halluprobe.records import AuditReport, QuestionKey, RunHeader, Sample, ScoreReport
 
 __all__ = ["RunDir", "OWNED_FILES", "AUDIT", "fingerprint_of", "sha256_file", "sum_counts"]
 
+
+_R = TypeVar("_R", bound=BaseModel)
 
 HEADER = "run.json"
 SAMPLES = "samples.jsonl"
@@ -31,7 +33,7 @@ COMPLETE = "complete.json"
 METRICS = "metrics.json"
 # request counts of a server backend, one entry per `run` invocation (written at its end)
 REQUESTS = "requests.json"
-# written by `halluprobe audit` (halluprobe.audit.AUDIT_FILE)
+# written by `halluprobe audit` (RunDir.write_audit)
 AUDIT = "audit.json"
 # every file a run writes into its directory: `run --overwrite` removes them all, so nothing of
 # the previous run (its metrics, its audit) is read as the new run's
@@ -77,6 +79,10 @@ class RunDir:
     @property
     def requests_path(self) -> Path:
         return self.path / REQUESTS
+
+    @property
+    def audit_path(self) -> Path:
+        return self.path / AUDIT
 
     def exists(self) -> bool:
         return self.header_path.exists()
@@ -161,6 +167,14 @@ class RunDir:
         payload = {"schema_version": 1, "sessions": sessions, "total": sum_counts(sessions)}
         write_atomic(self.requests_path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
+    def write_metrics(self, report: ScoreReport) -> Path:
+        """``metrics.json`` (atomic replace)."""
+        return write_atomic(self.metrics_path, report.model_dump_json(indent=2) + "\n")
+
+    def write_audit(self, audit: AuditReport) -> Path:
+        """``audit.json`` (atomic replace), in the bytes ``AuditReport.to_json`` gives."""
+        return write_atomic(self.audit_path, audit.to_json())
+
     def mark_complete(self, counts: dict[str, Any]) -> None:
         self.complete_path.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
 
@@ -174,6 +188,31 @@ class RunDir:
             return RunHeader.model_validate_json(text)
         except ValidationError as err:
             raise InputError(f"invalid run header: {_first_error(err)}", self.header_path, 1) from None
+
+    def read_metrics(self) -> ScoreReport:
+        """``metrics.json`` as ``score`` last wrote it."""
+        return _read_record(self.metrics_path, ScoreReport, "metrics", "run `halluprobe score` first")
+
+    def read_audit(self) -> AuditReport:
+        """``audit.json`` as ``audit`` last wrote it (also one written before the audit was typed:
+        the file format is the same)."""
+        return _read_record(self.audit_path, AuditReport, "audit", "run `halluprobe audit` first")
+
+    def read_first_sample(self) -> Sample | None:
+        """The first sample (None when there is none yet), without reading the others."""
+        if not self.samples_path.exists():
+            return None
+        try:
+            with open(self.samples_path, encoding="utf-8") as fh:
+                for number, line in enumerate(fh, start=1):
+                    if line.strip():
+                        try:
+                            return Sample.model_validate_json(line)
+                        except ValidationError as err:
+                            raise InputError(f"invalid sample: {_first_error(err)}", self.samples_path, number) from None
+        except UnicodeDecodeError:
+            raise InputError("not UTF-8 text", self.samples_path) from None
+        return None
 
     def read_samples(self) -> list[Sample]:
         """All complete samples; a truncated last line (a crash mid-write: no newline after it,
@@ -213,6 +252,15 @@ def sum_counts(sessions: Iterable[dict[str, Any]]) -> dict[str, Any]:
             else:
                 total[key] = total.get(key, 0) + value
     return total
+
+
+def _read_record(path: Path, record: type[_R], what: str, hint: str) -> _R:
+    if not path.exists():
+        raise InputError(f"no {what} file here: {hint}", path)
+    try:
+        return record.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as err:
+        raise InputError(f"invalid {what} file: {_first_error(err)}", path) from None
 
 
 def _first_error(err: ValidationError) -> str:

@@ -95,7 +95,7 @@ def score_rundir(
     rows = readout_rows(readout, header, samples)
     report = score_rows(rows, readout=readout, policy=policy, n_resamples=n_resamples, seed=seed)
     if write:
-        write_atomic(rundir.metrics_path, report.model_dump_json(indent=2) + "\n")
+        rundir.write_metrics(report)
     if per_question is not None:
         write_per_question(per_question, rows, samples)
     return report

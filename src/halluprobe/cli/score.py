@@ -76,7 +76,8 @@ def audit_cmd(
 ) -> None:
     """Audit run dirs: every readout side by side, paired tests, token diagnostic, convergence,
     hallucination profile, relabelling. Writes RUNDIR/audit.json; reads run dirs only."""
-    from halluprobe.audit import audit_run, compare_runs, summarise_audit, write_audit
+    from halluprobe.audit import audit_run, compare_runs, summarise_audit
+    from halluprobe.rundir import RunDir
 
     audits = []
     with errors():
@@ -84,7 +85,7 @@ def audit_cmd(
             audit = audit_run(
                 rundir, headline=headline, labels=labels or (), policy=unknown, n_resamples=resamples, seed=seed  # type: ignore[arg-type]
             )
-            write_audit(rundir, audit)
+            RunDir(rundir).write_audit(audit)
             audits.append(audit)
         comparison = (
             compare_runs(rundirs, readout=headline, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
@@ -92,7 +93,11 @@ def audit_cmd(
             else None
         )
     if as_json:
-        payload: Any = audits[0] if comparison is None else {"audits": audits, "comparison": comparison}
+        payload: Any = (
+            audits[0].to_json_dict()
+            if comparison is None
+            else {"audits": [a.to_json_dict() for a in audits], "comparison": comparison.to_json_dict()}
+        )
         typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
         return
     for rundir, audit in zip(rundirs, audits):
@@ -100,7 +105,7 @@ def audit_cmd(
         for line in summarise_audit(audit):
             typer.echo(f"  {line}")
     if comparison is not None:
-        typer.echo(json.dumps(comparison.get("paired", {}), indent=2))
+        typer.echo(json.dumps(comparison.to_json_dict()["paired"], indent=2))
 
 
 @app.command("report")

@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from halluprobe.report.view import SECTIONS, build_view
+from halluprobe.files import write_atomic
+from halluprobe.records import AuditReport, Metrics, PYesByLabel, RunComparison
+from halluprobe.report.view import SECTIONS, ReportView, RunView, build_view
 
 __all__ = ["SECTIONS", "build_figures", "render_html", "render_markdown", "render_report"]
 
@@ -25,8 +27,8 @@ def render_report(
     rundirs: Sequence[str | Path],
     out_html: str | Path,
     *,
-    audits: list[dict[str, Any]] | None = None,
-    comparison: dict[str, Any] | None = None,
+    audits: Sequence[AuditReport | Mapping[str, Any]] | None = None,
+    comparison: RunComparison | Mapping[str, Any] | None = None,
     headline: str = "dynamic",
     n_resamples: int = 1000,
     seed: int = 0,
@@ -34,7 +36,8 @@ def render_report(
     """Write ``out_html`` and its Markdown twin (same name, ``.md``); return both paths.
 
     ``audits`` (one per run dir, in order) and ``comparison`` are computed with
-    ``halluprobe.audit`` when not given; pass them to reuse an ``audit.json``.
+    ``halluprobe.audit`` when not given; pass them to reuse an ``audit.json``
+    (``RunDir.read_audit``; a plain JSON object is validated into an ``AuditReport``).
     """
     paths = [Path(p) for p in rundirs]
     out_html = Path(out_html)
@@ -55,22 +58,21 @@ def render_report(
     view = build_view(audits, paths or [None] * len(audits), comparison)
     build_figures(view)
     out_md = out_html.with_suffix(".md")
-    out_html.parent.mkdir(parents=True, exist_ok=True)
-    out_html.write_text(render_html(view), encoding="utf-8")
-    out_md.write_text(render_markdown(view, html_name=out_html.name), encoding="utf-8")
+    write_atomic(out_html, render_html(view))
+    write_atomic(out_md, render_markdown(view, html_name=out_html.name))
     log.info("wrote %s and %s", out_html, out_md)
     return out_html, out_md
 
 
-def build_figures(view: dict[str, Any]) -> None:
-    """Fill ``view["runs"][i]["figures"]`` (section id -> SVG) and the leaderboard figure.
+def build_figures(view: ReportView) -> None:
+    """Fill each run's ``figures`` (section id -> SVG) and the leaderboard figure.
 
     Side-by-side panels of a leaderboard share their scales (F1 axis, histogram height, bar
     lengths), so the eye compares runs and not axis ticks.
     """
     from halluprobe.report import plots
 
-    runs = view["runs"]
+    runs = view.runs
     # several runs sit side by side (at most 3 a row): draw their figures at column width, so
     # the text in them keeps the size it has in a one-run report instead of being shrunk
     n_cols = max(1, min(len(runs), 3))
@@ -83,69 +85,68 @@ def build_figures(view: dict[str, Any]) -> None:
     forests = {id(run): _forest_rows(run) for run in runs}
     curves = {id(run): _valid_curves(run) for run in runs}
     f1_lim = _span([v for rows in forests.values() for r in rows for v in (r[1], *(r[2] or ()))], pad=2.0) if shared else None
-    conv_lim = _span([100 * v for c in curves.values() for curve in c.values() for _, v in curve if v is not None], pad=2.0) if shared else None
-    hist_max = max((_hist_peak(run["p_yes"]) for run in runs), default=None) if shared else None
-    profile_max = max((100 * (o.get("rate") or 0) for run in runs for o in run["profile_objects"][:15]), default=None) if shared else None
-    pieces_max = max((100 * p[2] for run in runs for p in run["tokens"]["first_pieces"][:10] if len(p) > 2 and p[2] is not None), default=None) if shared else None
+    conv_lim = _span([100 * p.f1 for c in curves.values() for curve in c.values() for p in curve if p.f1 is not None], pad=2.0) if shared else None
+    hist_max = max((_hist_peak(run.p_yes) for run in runs), default=None) if shared else None
+    profile_max = max((100 * o.rate for run in runs for o in run.profile_objects[:15]), default=None) if shared else None
+    pieces_max = max((100 * p.share for run in runs for p in run.tokens.first_pieces[:10]), default=None) if shared else None
 
     for run in runs:
-        figures: dict[str, str] = run["figures"]
-        headline = run["headline"]
+        figures = run.figures
+        headline = run.headline
         rows = forests[id(run)]
         head_f1 = next((r[1] for r in rows if r[0] == headline), None)
         if rows:
             figures["readouts"] = plots.forest_plot(rows, reference=head_f1, width=width(0.58), xlim=f1_lim)
-        if run["confusion"]:
-            figures["confusion"] = plots.confusion_plot(run["confusion"], title=f"confusion, {headline}", width=width(1.0))
+        if run.confusion:
+            figures["confusion"] = plots.confusion_plot(run.confusion, title=f"confusion, {headline}", width=width(1.0))
         if curves[id(run)]:
-            pooled = next((r["m"] for r in run["headline_rows"] if r["kind"] == "pooled"), {})
             figures["convergence"] = plots.convergence_plot(
                 curves[id(run)],
                 headline=headline,
-                final_ci=_ci(pooled, "f1"),
-                stable_after=run["stable_after"].get(headline),
+                final_ci=_ci(run.metrics_row("pooled"), "f1"),
+                stable_after=run.stable_after.get(headline),
                 width=width(0.72),
                 ylim=conv_lim,
             )
-        if _has_values(run["p_yes"]):
-            figures["p-yes"] = plots.p_yes_histograms(run["p_yes"], width=width(1.0), ymax=hist_max)
-        if run["calibration"]:
-            figures["calibration"] = plots.reliability_diagram(run["calibration"], width=width(0.46))
-        if run["profile_objects"]:
-            figures["profile"] = plots.profile_plot(run["profile_objects"], width=width(0.5), xmax=profile_max)
-        tokens = run["tokens"]
-        if tokens["first_pieces"]:
+        if _has_values(run.p_yes):
+            figures["p-yes"] = plots.p_yes_histograms(run.p_yes, width=width(1.0), ymax=hist_max)
+        if run.calibration:
+            figures["calibration"] = plots.reliability_diagram(run.calibration, width=width(0.46))
+        if run.profile_objects:
+            figures["profile"] = plots.profile_plot(run.profile_objects, width=width(0.5), xmax=profile_max)
+        tokens = run.tokens
+        if tokens.first_pieces:
             figures["tokens"] = plots.first_pieces_plot(
-                tokens["first_pieces"],
-                yes_pieces=[p for _, p in tokens["yes"]],
-                no_pieces=[p for _, p in tokens["no"]],
+                tokens.first_pieces,
+                yes_pieces=[p for _, p in tokens.yes],
+                no_pieces=[p for _, p in tokens.no],
                 width=width(0.46),
                 xmax=pieces_max,
             )
-    board = view.get("leaderboard")
+    board = view.leaderboard
     if board:
-        rows = [(r["label"], _pct(r["macro"].get("f1")), _pct_ci(r["macro"], "f1"), False) for r in board["rows"]]
-        view["figures"]["leaderboard"] = plots.forest_plot(rows, width=0.58 * plots.TEXT_WIDTH_IN)
+        rows = [(r.label, _pct(r.macro.f1), _pct_ci(r.macro, "f1"), False) for r in board.rows]
+        view.figures["leaderboard"] = plots.forest_plot(rows, width=0.58 * plots.TEXT_WIDTH_IN)
 
 
-def _pct(value: Any) -> float | None:
-    return 100 * float(value) if isinstance(value, (int, float)) else None
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100 * float(value)
 
 
-def _pct_ci(metrics: Mapping[str, Any], name: str) -> tuple[float, float] | None:
+def _pct_ci(metrics: Metrics, name: str) -> tuple[float, float] | None:
     ci = _ci(metrics, name)
     return None if ci is None else (100 * ci[0], 100 * ci[1])
 
 
-def _forest_rows(run: Mapping[str, Any]) -> list[tuple[str, float | None, tuple[float, float] | None, bool]]:
-    rows = [(r["name"], _pct(r["m"].get("f1")), _pct_ci(r["m"], "f1"), r["forced"] or not r["valid"]) for r in run["readouts"]]
+def _forest_rows(run: RunView) -> list[tuple[str, float | None, tuple[float, float] | None, bool]]:
+    rows = [(r.name, _pct(r.m.f1), _pct_ci(r.m, "f1"), r.muted) for r in run.readouts]
     return [r for r in rows if r[1] is not None]
 
 
-def _valid_curves(run: Mapping[str, Any]) -> dict[str, Any]:
+def _valid_curves(run: RunView) -> dict[str, Any]:
     # a forced readout (ids not in this vocabulary) would only flatten the axis at F1 = 0
-    invalid = {r["name"] for r in run["readouts"] if r["forced"] or not r["valid"]}
-    return {name: curve for name, curve in run["curves"].items() if name not in invalid}
+    invalid = {r.name for r in run.readouts if r.muted}
+    return {name: curve for name, curve in run.curves.items() if name not in invalid}
 
 
 def _span(values: list[float | None], pad: float) -> tuple[float, float] | None:
@@ -155,30 +156,27 @@ def _span(values: list[float | None], pad: float) -> tuple[float, float] | None:
     return (max(0.0, min(finite) - pad), min(100.0, max(finite) + pad))
 
 
-def _hist_peak(p_yes: Mapping[str, Any], bins: int = 20) -> float:
+def _hist_peak(p_yes: Mapping[str, PYesByLabel], bins: int = 20) -> float:
     import numpy as np
 
     peak = 0.0
     for by_label in p_yes.values():
-        for values in (by_label or {}).values():
+        for values in (by_label.yes, by_label.no):
             if values:
                 counts, _ = np.histogram(np.clip(np.asarray(values, dtype=float), 0, 1), bins=bins, range=(0.0, 1.0))
                 peak = max(peak, float(counts.max()))
     return peak
 
 
-def _has_values(p_yes: Mapping[str, Any]) -> bool:
-    return any(isinstance(by_label, Mapping) and any(by_label.values()) for by_label in p_yes.values())
+def _has_values(p_yes: Mapping[str, PYesByLabel]) -> bool:
+    return any(by_label.yes or by_label.no for by_label in p_yes.values())
 
 
-def _ci(metrics: Mapping[str, Any], name: str) -> tuple[float, float] | None:
-    ci = (metrics.get("ci") or {}).get(name)
-    if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci):
-        return (float(ci[0]), float(ci[1]))
-    return None
+def _ci(metrics: Metrics, name: str) -> tuple[float, float] | None:
+    return metrics.ci.get(name)
 
 
-def render_html(view: Mapping[str, Any]) -> str:
+def render_html(view: ReportView) -> str:
     """The page, from the packaged Jinja2 template (found through importlib.resources)."""
     from importlib.resources import files
 
@@ -191,7 +189,7 @@ def render_html(view: Mapping[str, Any]) -> str:
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,  # a renamed audit key fails loudly, not as an empty cell
+        undefined=jinja2.StrictUndefined,  # a renamed field fails loudly, not as an empty cell
         extensions=["jinja2.ext.do"],
     )
     env.filters.update(
@@ -204,10 +202,10 @@ def render_html(view: Mapping[str, Any]) -> str:
         piece=fmt.piece,
         short=fmt.short_readout,
     )
-    return env.from_string(source).render(**view)
+    return env.from_string(source).render(**view.template_context())
 
 
-def render_markdown(view: Mapping[str, Any], *, html_name: str = "report.html") -> str:
+def render_markdown(view: ReportView, *, html_name: str = "report.html") -> str:
     from halluprobe.report.markdown import markdown_report
 
     return markdown_report(view, html_name=html_name)

@@ -7,10 +7,13 @@ two cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from halluprobe.records import Metrics, PairedTest
 from halluprobe.report.view import (
+    ReportView,
+    RunView,
     fmt_ci,
     fmt_count,
     fmt_delta,
@@ -46,57 +49,71 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence
     return lines
 
 
-def _with_ci(m: Mapping[str, Any], name: str) -> str:
-    ci = fmt_ci((m.get("ci") or {}).get(name))
-    return fmt_pct(m.get(name)) + (f" {ci}" if ci else "")
+def _with_ci(m: Metrics | None, name: str) -> str:
+    if m is None:
+        return fmt_pct(None)
+    ci = fmt_ci(m.ci.get(name))
+    return fmt_pct(getattr(m, name)) + (f" {ci}" if ci else "")
+
+
+def _paired_cells(paired: PairedTest | None, absent: str) -> list[str]:
+    """ΔF1 with its CI, b / c, McNemar p; ``absent`` in the first cell when there is no test."""
+    if paired is None:
+        return [absent, "–", "–"]
+    return [
+        (fmt_delta(paired.delta_f1) + " " + fmt_ci(paired.delta_f1_ci, signed=True)).strip(),
+        f"{fmt_count(paired.b)} / {fmt_count(paired.c)}",
+        fmt_p(paired.mcnemar_p),
+    ]
+
+
+def _run_cell(run: RunView) -> str:
+    return f"{run.index + 1}. {run.label}"
 
 
 def _section(number: int, title: str) -> list[str]:
     return ["", f"## {number}. {title}", ""]
 
 
-def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") -> str:
-    runs: list[Mapping[str, Any]] = list(view["runs"])
+def markdown_report(view: ReportView, *, html_name: str = "report.html") -> str:
+    runs = view.runs
     multi = len(runs) > 1
-    headline = view["headline"]
+    headline = view.headline
     lines: list[str] = []
     kind = "leaderboard" if multi else "report"
-    title = f"{len(runs)} runs on POPE" if multi else runs[0]["label"]
+    title = f"{len(runs)} runs on POPE" if multi else runs[0].label
     lines += [f"# halluprobe {kind}: {title}", ""]
-    byline = [f"Headline readout `{headline}`", f"unknown answers counted as **{view['policy']}**"]
-    if view.get("bootstrap_text"):
-        byline.append("95% CIs: " + view["bootstrap_text"])
-    if view.get("version"):
-        byline.append(f"halluprobe {view['version']}")
+    byline = [f"Headline readout `{headline}`", f"unknown answers counted as **{view.policy}**"]
+    if view.bootstrap_text:
+        byline.append("95% CIs: " + view.bootstrap_text)
+    if view.version:
+        byline.append(f"halluprobe {view.version}")
     lines.append(" · ".join(byline) + ".")
     lines += ["", f"Ratios in %, 95% CI in brackets. The figures are in [{html_name}]({html_name})."]
     number = 0
 
-    board = view.get("leaderboard")
+    board = view.leaderboard
     if board:
         number += 1
         lines += _section(number, "Leaderboard")
         lines.append(
-            f"Ranked by macro F1 ({board.get('readout')} readout)"
-            + (f", on the {fmt_count(board['common_questions'])} questions every run answered" if board.get("common_questions") else "")
-            + f"; paired columns compare each run with run 1 ({board.get('reference')})."
+            f"Ranked by macro F1 ({board.readout} readout)"
+            + (f", on the {fmt_count(board.common_questions)} questions every run answered" if board.common_questions else "")
+            + f"; paired columns compare each run with run 1 ({board.reference})."
         )
         lines.append("")
         rows = []
-        for row in board["rows"]:
-            paired = row.get("paired") or {}
+        for row in board.rows:
             rows.append(
                 [
-                    row["rank"],
-                    f"{row['run']['index'] + 1}. {row['label']}",
-                    _code(row["run"].get("template")),
-                    _with_ci(row["macro"], "accuracy"),
-                    _with_ci(row["macro"], "f1"),
-                    _with_ci(row["macro"], "yes_ratio"),
-                    _with_ci(row["macro"], "htr"),
-                    (fmt_delta(paired.get("delta_f1")) + " " + fmt_ci(paired.get("delta_f1_ci"), signed=True)).strip() if paired else "–",
-                    f"{fmt_count(paired.get('b'))} / {fmt_count(paired.get('c'))}" if paired else "–",
-                    fmt_p(paired.get("mcnemar_p")) if paired else "–",
+                    row.rank,
+                    f"{row.run.index + 1}. {row.label}",
+                    _code(row.run.template),
+                    _with_ci(row.macro, "accuracy"),
+                    _with_ci(row.macro, "f1"),
+                    _with_ci(row.macro, "yes_ratio"),
+                    _with_ci(row.macro, "htr"),
+                    *_paired_cells(row.paired, "–"),
                 ]
             )
         lines += _table(["#", "run", "template", "acc", "F1", "yes", "HTR", "ΔF1 (pp)", "b / c", "p"], rows)
@@ -105,24 +122,24 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines += _section(number, "Run")
     for run in runs:
         if multi:
-            lines += [f"### {run['index'] + 1}. {run['label']}", ""]
-        tokens = run["tokens"]
-        legacy = "valid" if tokens.get("legacy_valid") else "**invalid** on this vocabulary" + (
-            ": " + ", ".join(f"{i}={piece(p) if p is not None else '—'}" for i, p in tokens["legacy"]) if tokens["legacy"] else ""
+            lines += [f"### {_run_cell(run)}", ""]
+        tokens = run.tokens
+        legacy = "valid" if tokens.legacy_valid else "**invalid** on this vocabulary" + (
+            ": " + ", ".join(f"{i}={piece(p) if p is not None else '—'}" for i, p in tokens.legacy) if tokens.legacy else ""
         )
         rows = [
-            ["Model", f"{_code(run.get('model'))} (backend {run.get('backend')})"],
-            ["Prompt", f"template {_code(run.get('template'))}" + (f": {_code(piece(run['prompt']))}" if run.get("prompt") else "")],
-            ["Tokenizer", f"{_code(str(tokens.get('fingerprint') or '–')[:16])}, {fmt_count(tokens.get('vocab_size'))} ids"],
-            ["Yes set", _PER_SAMPLE if tokens.get("by_piece") else ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens["yes"]) or "none found"],
-            ["No set", _PER_SAMPLE if tokens.get("by_piece") else ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens["no"]) or "none found"],
+            ["Model", f"{_code(run.model)} (backend {run.backend})"],
+            ["Prompt", f"template {_code(run.template)}" + (f": {_code(piece(run.prompt))}" if run.prompt else "")],
+            ["Tokenizer", f"{_code(str(tokens.fingerprint or '–')[:16])}, {fmt_count(tokens.vocab_size)} ids"],
+            ["Yes set", _PER_SAMPLE if tokens.by_piece else ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens.yes) or "none found"],
+            ["No set", _PER_SAMPLE if tokens.by_piece else ", ".join(f"{_code(piece(p))} ({i})" for i, p in tokens.no) or "none found"],
             ["Legacy ids", legacy],
-            ["Questions", f"{fmt_count(run.get('n'))}, {fmt_count(run.get('errors') or 0)} errors"],
+            ["Questions", f"{fmt_count(run.n)}, {fmt_count(run.errors)} errors"],
         ]
-        if run.get("benchmarks"):
-            rows.append(["Benchmarks", ", ".join(f"{s} {_code(str(sha)[:12])}" for s, sha in run["benchmarks"].items())])
-        rows.append(["Software", ", ".join(f"{k} {v}" for k, v in run.get("packages", {}).items()) or "–"])
-        rows.append(["Created", f"{run.get('created_at') or '–'}, {_code(run.get('path'))}"])
+        if run.benchmarks:
+            rows.append(["Benchmarks", ", ".join(f"{s} {_code(sha[:12])}" for s, sha in run.benchmarks.items())])
+        rows.append(["Software", ", ".join(f"{k} {v}" for k, v in run.packages.items()) or "–"])
+        rows.append(["Created", f"{run.created_at or '–'}, {_code(run.path)}"])
         lines += _table(["", ""], rows, align=["l", "l"])
         lines.append("")
 
@@ -131,19 +148,19 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines.append(f"Readout `{headline}` per split, pooled, and the macro mean over splits. HTR = FP / (FP + TN).")
     lines.append("")
     header = ["split", "n", "TP", "FP", "TN", "FN", "unk", "acc", "prec", "rec", "F1", "yes", "HTR", "AUROC", "ECE"]
-    if view.get("show_errors"):
+    if view.show_errors:
         header.insert(7, "err")
     rows = []
     for run in runs:
-        for row in run["headline_rows"]:
-            m = row["m"]
-            name = f"**{row['name']}**" if row["kind"] == "macro" else row["name"]
-            cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
-            cells += [name, *(fmt_count(m.get(k)) for k in ("n", "tp", "fp", "tn", "fn", "unknown"))]
-            if view.get("show_errors"):
-                cells.append(fmt_count(m.get("errors")))
+        for row in run.headline_rows:
+            m = row.m
+            name = f"**{row.name}**" if row.kind == "macro" else row.name
+            cells = [_run_cell(run)] if multi else []
+            cells += [name, *(fmt_count(v) for v in (m.n, m.tp, m.fp, m.tn, m.fn, m.unknown))]
+            if view.show_errors:
+                cells.append(fmt_count(m.errors))
             cells += [_with_ci(m, k) for k in ("accuracy", "precision", "recall", "f1", "yes_ratio", "htr")]
-            cells += [fmt_score(m.get("auroc")), fmt_score(m.get("ece"))]
+            cells += [fmt_score(m.auroc), fmt_score(m.ece)]
             rows.append(cells)
     lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
 
@@ -156,26 +173,23 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines.append("")
     rows = []
     for run in runs:
-        for r in run["readouts"]:
-            paired = r.get("paired") or {}
-            name = _code(r["name"]) + (" (headline)" if r["headline"] else "") + (" †" if r["forced"] or not r["valid"] else "")
-            cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+        for r in run.readouts:
+            name = _code(r.name) + (" (headline)" if r.headline else "") + (" †" if r.muted else "")
+            cells = [_run_cell(run)] if multi else []
             cells += [
                 name,
-                _with_ci(r["m"], "accuracy"),
-                _with_ci(r["m"], "f1"),
-                _with_ci(r["m"], "yes_ratio"),
-                fmt_pct(r["m"].get("unknown_rate")),
-                fmt_score(r["m"].get("auroc")),
-                (fmt_delta(paired.get("delta_f1")) + " " + fmt_ci(paired.get("delta_f1_ci"), signed=True)).strip() if paired else ("ref." if r["headline"] else "–"),
-                f"{fmt_count(paired.get('b'))} / {fmt_count(paired.get('c'))}" if paired else "–",
-                fmt_p(paired.get("mcnemar_p")) if paired else "–",
-                fmt_pct(r.get("agreement")),
+                _with_ci(r.m, "accuracy"),
+                _with_ci(r.m, "f1"),
+                _with_ci(r.m, "yes_ratio"),
+                fmt_pct(r.m.unknown_rate),
+                fmt_score(r.m.auroc),
+                *_paired_cells(r.paired, "ref." if r.headline else "–"),
+                fmt_pct(r.agreement),
             ]
             rows.append(cells)
     header = ["readout", "acc", "F1", "yes", "unk", "AUROC", "ΔF1 (pp)", "b / c", "p", "agree"]
     lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
-    if view.get("any_forced"):
+    if view.any_forced:
         lines += ["", "† Not valid for this vocabulary (the legacy LLaMA-2 ids are not yes/no pieces here): scored only to show what the legacy evaluator would report."]
 
     number += 1
@@ -184,9 +198,9 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines.append("")
     rows = []
     for run in runs:
-        for split, c in run["confusion"].items():
-            cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
-            cells += [split, *(fmt_count(c.get(k, 0)) for k in ("tp", "fn", "fp", "tn", "unknown"))]
+        for split, c in run.confusion.items():
+            cells = [_run_cell(run)] if multi else []
+            cells += [split, *(fmt_count(v) for v in (c.tp, c.fn, c.fp, c.tn, c.unknown))]
             rows.append(cells)
     lines += _table((["run"] if multi else []) + ["split", "TP", "FN", "FP", "TN", "unknown"], rows)
 
@@ -196,14 +210,14 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines.append("")
     rows = []
     for run in runs:
-        for name, curve in run["curves"].items():
-            points = [p for p in curve if p[1] is not None]
-            cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
-            stable = run["stable_after"].get(name)
+        for name, curve in run.curves.items():
+            points = [p for p in curve if p.f1 is not None]
+            cells = [_run_cell(run)] if multi else []
+            stable = run.stable_after.get(name)
             cells += [
                 _code(name),
-                fmt_pct(points[0][1]) + f" (k = {fmt_count(points[0][0])})" if points else "–",
-                fmt_pct(points[-1][1]) + f" (k = {fmt_count(points[-1][0])})" if points else "–",
+                fmt_pct(points[0].f1) + f" (k = {fmt_count(points[0].k)})" if points else "–",
+                fmt_pct(points[-1].f1) + f" (k = {fmt_count(points[-1].k)})" if points else "–",
                 fmt_count(stable) if stable is not None else "never",
             ]
             rows.append(cells)
@@ -213,14 +227,13 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines += _section(number, "Distribution of p(yes)")
     rows = []
     for run in runs:
-        for name, by_label in run["p_yes"].items():
-            for label in ("yes", "no"):
-                values = [v for v in (by_label or {}).get(label, []) if isinstance(v, (int, float))]
-                if not values:
+        for name, by_label in run.p_yes.items():
+            for label, stored in (("yes", by_label.yes), ("no", by_label.no)):
+                if not stored:
                     continue
-                values.sort()
+                values = sorted(stored)
                 above = sum(v > 0.5 for v in values) / len(values)
-                cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+                cells = [_run_cell(run)] if multi else []
                 cells += [_code(name), label, fmt_count(len(values)), fmt_score(values[len(values) // 2]), fmt_pct(above)]
                 rows.append(cells)
     if rows:
@@ -232,18 +245,18 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines += _section(number, "Calibration")
     rows = []
     for run in runs:
-        for name, cal in run["calibration"].items():
-            for b in cal.get("bins", []):
-                if not b.get("count"):
+        for name, cal in run.calibration.items():
+            for b in cal.bins:
+                if not b.count:
                     continue
-                cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
-                cells += [_code(name), f"{b.get('lo', 0):.1f}–{b.get('hi', 0):.1f}", fmt_count(b.get("count")), fmt_score(b.get("mean_p")), fmt_score(b.get("frac_yes"))]
+                cells = [_run_cell(run)] if multi else []
+                cells += [_code(name), f"{b.lo:.1f}–{b.hi:.1f}", fmt_count(b.count), fmt_score(b.mean_p), fmt_score(b.frac_yes)]
                 rows.append(cells)
     if rows:
         eces = [
-            f"{_code(name)} {fmt_score(cal.get('ece'))}" + (f" ({run['label']})" if multi else "")
+            f"{_code(name)} {fmt_score(cal.ece)}" + (f" ({run.label})" if multi else "")
             for run in runs
-            for name, cal in run["calibration"].items()
+            for name, cal in run.calibration.items()
         ]
         lines.append("ECE: " + ", ".join(eces) + ".")
         lines.append("")
@@ -255,20 +268,20 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines += _section(number, "Hallucination profile")
     for run in runs:
         if multi:
-            lines += [f"### {run['index'] + 1}. {run['label']}", ""]
-        objects = run["profile_objects"][:15]
+            lines += [f"### {_run_cell(run)}", ""]
+        objects = run.profile_objects[:15]
         if objects:
             lines.append("Objects most often answered yes when absent:")
             lines.append("")
-            lines += _table(["object", "yes / n", "rate"], [[o.get("object"), f"{fmt_count(o.get('yes'))} / {fmt_count(o.get('n'))}", fmt_pct(o.get("rate"))] for o in objects])
+            lines += _table(["object", "yes / n", "rate"], [[o.object, f"{fmt_count(o.yes)} / {fmt_count(o.n)}", fmt_pct(o.rate)] for o in objects])
             lines.append("")
-        pairs = run["profile_pairs"][:12]
+        pairs = run.profile_pairs[:12]
         if pairs:
             lines.append("Adversarial pairs (present object, absent object asked about):")
             lines.append("")
             lines += _table(
                 ["present", "asked (absent)", "yes / n", "rate"],
-                [[p.get("positive"), p.get("negative"), f"{fmt_count(p.get('yes'))} / {fmt_count(p.get('n'))}", fmt_pct(p.get("rate"))] for p in pairs],
+                [[p.positive, p.negative, f"{fmt_count(p.yes)} / {fmt_count(p.n)}", fmt_pct(p.rate)] for p in pairs],
                 align=["l", "l", "r", "r"],
             )
             lines.append("")
@@ -279,59 +292,59 @@ def markdown_report(view: Mapping[str, Any], *, html_name: str = "report.html") 
     lines += _section(number, "Token diagnostic")
     for run in runs:
         if multi:
-            lines += [f"### {run['index'] + 1}. {run['label']}", ""]
-        t = run["tokens"]
-        offset = ", ".join(f"{_code(piece(p[0]))} {fmt_count(p[1])}" for p in t["offset_pieces"][:6])
-        lines.append(f"- First-token argmax outside both sets: **{fmt_pct(t.get('offset_rate'))}%** of questions" + (f" ({offset})." if offset else "."))
+            lines += [f"### {_run_cell(run)}", ""]
+        t = run.tokens
+        offset = ", ".join(f"{_code(piece(p.piece))} {fmt_count(p.count)}" for p in t.offset_pieces[:6])
+        lines.append(f"- First-token argmax outside both sets: **{fmt_pct(t.offset_rate)}%** of questions" + (f" ({offset})." if offset else "."))
         lines.append("")
-        if t.get("greedy"):
+        if t.greedy:
             lines.append("Logit readouts against the greedy first token, where its argmax is a yes or no piece:")
             lines.append("")
             lines += _table(
                 ["readout", "in a set", "agree", "disagree", "outside"],
-                [[_code(name), *(fmt_count(g.get(k)) for k in ("in_set", "agree", "disagree", "offset"))] for name, g in t["greedy"].items()],
+                [[_code(name), *(fmt_count(v) for v in (g.in_set, g.agree, g.disagree, g.offset))] for name, g in t.greedy.items()],
             )
             lines.append("")
-        if t.get("text_dynamic"):
+        if t.text_dynamic:
             lines.append("Text rules against `dynamic` (both decided and differ, or one side unknown):")
             lines.append("")
             lines += _table(
                 ["rule", "differ", "text unknown", "dynamic unknown", "both unknown"],
                 [
-                    [_code(f"text:{rule}"), *(fmt_count(d.get(k)) for k in ("differ", "text_unknown", "dynamic_unknown", "both_unknown"))]
-                    for rule, d in t["text_dynamic"].items()
+                    [_code(f"text:{rule}"), *(fmt_count(v) for v in (d.differ, d.text_unknown, d.dynamic_unknown, d.both_unknown))]
+                    for rule, d in t.text_dynamic.items()
                 ],
             )
             lines.append("")
-        if t["first_pieces"]:
+        if t.first_pieces:
             lines += _table(
                 ["first-token argmax", "questions", "share (%)"],
-                [[_code(piece(p[0])), fmt_count(p[1]), fmt_pct(p[2]) if len(p) > 2 else "–"] for p in t["first_pieces"][:10]],
+                [[_code(piece(p.piece)), fmt_count(p.count), fmt_pct(p.share)] for p in t.first_pieces[:10]],
             )
             lines.append("")
-        names = [r["name"] for r in run["readouts"]]
-        if len(names) > 1 and run.get("agreement"):
+        names = [r.name for r in run.readouts]
+        if len(names) > 1 and run.agreement:
             lines.append("Agreement between readouts (% of questions with the same decision):")
             lines.append("")
-            lines += _table([""] + [_code(n) for n in names], [[_code(a)] + [fmt_pct(run["agreement"].get(a, {}).get(b)) for b in names] for a in names])
+            lines += _table([""] + [_code(n) for n in names], [[_code(a)] + [fmt_pct(run.agreement.get(a, {}).get(b)) for b in names] for a in names])
             lines.append("")
-    if any(run["relabel"] for run in runs):
+    if any(run.relabel for run in runs):
         number += 1
         lines += _section(number, "Labels")
         lines.append(f"The stored answers scored against other label files; headline `{headline}`, macro, shifts in percentage points.")
         lines.append("")
         rows = []
         for run in runs:
-            for r in run["relabel"]:
-                cells = [f"{run['index'] + 1}. {run['label']}"] if multi else []
+            for r in run.relabel:
+                cells = [_run_cell(run)] if multi else []
                 cells += [
-                    _code(r["name"]),
-                    *(fmt_count(r.get(k)) for k in ("matched", "removed", "flipped")),
-                    f"{fmt_count(r.get('to_yes'))} / {fmt_count(r.get('to_no'))}",
-                    fmt_count(r.get("added")),
-                    _with_ci(r["before"], "f1"),
-                    _with_ci(r["after"], "f1"),
-                    *(fmt_delta(r["shift"].get(k)) for k in ("f1", "accuracy", "yes_ratio")),
+                    _code(r.name),
+                    *(fmt_count(v) for v in (r.matched, r.removed, r.flipped)),
+                    f"{fmt_count(r.to_yes)} / {fmt_count(r.to_no)}",
+                    fmt_count(r.added),
+                    _with_ci(r.before, "f1"),
+                    _with_ci(r.after, "f1"),
+                    *(fmt_delta(r.shift.get(k)) for k in ("f1", "accuracy", "yes_ratio")),
                 ]
                 rows.append(cells)
         header = ["label file", "matched", "removed", "flipped", "to yes / to no", "added", "F1 before", "F1 after", "ΔF1", "Δacc", "Δyes"]

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from halluprobe.records import Calibration, ConfusionCounts, CurvePoint, ObjectRate, PieceShare, PYesByLabel
+
 __all__ = [
     "LABEL_COLOURS",
     "PALETTE",
@@ -220,12 +222,11 @@ def forest_plot(
         return _svg(fig, title or xlabel)
 
 
-def confusion_plot(confusion: Mapping[str, Mapping[str, int]], *, title: str = "", width: float = TEXT_WIDTH_IN) -> str:
+def confusion_plot(confusion: Mapping[str, ConfusionCounts], *, title: str = "", width: float = TEXT_WIDTH_IN) -> str:
     """One panel per split: true label (rows) x decision (columns), count and row share per cell.
 
-    Shading is the row share, so splits of different sizes compare. An "unknown" column appears
-    only when some split has unknown answers by label (``unknown_yes`` / ``unknown_no``);
-    with only a total, the total is written under the panel.
+    Shading is the row share, so splits of different sizes compare. Unknown answers (a total,
+    not split by label) are written under the panel.
     """
     import matplotlib
     import numpy as np
@@ -233,17 +234,13 @@ def confusion_plot(confusion: Mapping[str, Mapping[str, int]], *, title: str = "
 
     splits = list(confusion)
     n = max(len(splits), 1)
-    any_unknown = any(c.get("unknown", 0) or c.get("unknown_yes", 0) or c.get("unknown_no", 0) for c in confusion.values())
-    by_label = any("unknown_yes" in c or "unknown_no" in c for c in confusion.values())
-    cols = 3 if any_unknown and by_label else 2
+    any_unknown = any(c.unknown for c in confusion.values())
+    cols = 2
     width = min(width, 0.6 + (1.25 * cols + 0.35) * n)
     with _figure(width, 2.05, ncols=n) as (fig, axes):
         for ax, split in zip(axes[0], splits):
             c = confusion[split]
-            rows = [[c.get("tp", 0), c.get("fn", 0)], [c.get("fp", 0), c.get("tn", 0)]]
-            if cols == 3:
-                rows[0].append(c.get("unknown_yes", 0))
-                rows[1].append(c.get("unknown_no", 0))
+            rows = [[c.tp, c.fn], [c.fp, c.tn]]
             grid = np.array(rows, dtype=float)
             share = grid / np.maximum(grid.sum(axis=1, keepdims=True), 1)
             # cells as vector rectangles (imshow would embed a PNG: blurry when zoomed or printed)
@@ -266,8 +263,8 @@ def confusion_plot(confusion: Mapping[str, Mapping[str, int]], *, title: str = "
                 ax.spines[side].set_visible(False)
             ax.set_title(split, fontsize=_FONT_PT, loc="center")
             xlabel = "decision"
-            if any_unknown and cols == 2:
-                xlabel += f"  (unknown: {_count(c.get('unknown', 0))})"
+            if any_unknown:
+                xlabel += f"  (unknown: {_count(c.unknown)})"
             ax.set_xlabel(xlabel, fontsize=_FONT_PT - 1)
         axes[0][0].set_ylabel("label")
         fig.subplots_adjust(wspace=0.22)
@@ -275,7 +272,7 @@ def confusion_plot(confusion: Mapping[str, Mapping[str, int]], *, title: str = "
 
 
 def convergence_plot(
-    curves: Mapping[str, Sequence[Sequence[float | None]]],
+    curves: Mapping[str, Sequence[CurvePoint]],
     *,
     headline: str,
     final_ci: tuple[float, float] | None = None,
@@ -341,7 +338,7 @@ def convergence_plot(
 
 
 def p_yes_histograms(
-    p_yes: Mapping[str, Mapping[str, Sequence[float]]],
+    p_yes: Mapping[str, PYesByLabel],
     *,
     bins: int = 20,
     title: str = "",
@@ -351,14 +348,14 @@ def p_yes_histograms(
     """Distribution of ``p_yes`` by true label, one panel per readout; the 0.5 threshold dashed."""
     import numpy as np
 
-    names = [name for name, by_label in p_yes.items() if any(len(v) for v in by_label.values())]
+    names = [name for name, by_label in p_yes.items() if by_label.yes or by_label.no]
     n = max(len(names), 1)
     width = min(width, 0.6 + 2.9 * n)
     edges = np.linspace(0.0, 1.0, bins + 1)
     with _figure(width, 2.1, ncols=n, sharey=False) as (fig, axes):
         for ax, name in zip(axes[0], names):
-            for label in ("yes", "no"):
-                values = np.asarray(p_yes[name].get(label, []), dtype=float)
+            for label, by_label in (("yes", p_yes[name].yes), ("no", p_yes[name].no)):
+                values = np.asarray(by_label, dtype=float)
                 values = values[np.isfinite(values)]
                 if values.size == 0:
                     continue
@@ -385,7 +382,7 @@ def p_yes_histograms(
         return _svg(fig, title or "p_yes histograms by label")
 
 
-def reliability_diagram(calibration: Mapping[str, Mapping[str, Any]], *, title: str = "", width: float = 4.2) -> str:
+def reliability_diagram(calibration: Mapping[str, Calibration], *, title: str = "", width: float = 4.2) -> str:
     """Fraction of label-yes questions against mean ``p_yes`` per bin, one line per readout,
     above a bar chart of how many questions each bin holds (so sparse bins are visible)."""
     import numpy as np
@@ -399,17 +396,17 @@ def reliability_diagram(calibration: Mapping[str, Mapping[str, Any]], *, title: 
         names = list(calibration)
         share = 1.0 / max(len(names), 1)
         for index, name in enumerate(names):
-            bins = [b for b in calibration[name].get("bins", []) if b.get("count")]
+            bins = [b for b in calibration[name].bins if b.count]
             if not bins:
                 continue
             colour, style, marker = readout_style(name, index)
-            ece = calibration[name].get("ece")
+            ece = calibration[name].ece
             label = name + (f" (ECE {ece:.3f})" if _finite(ece) else "")
-            top.plot([b["mean_p"] for b in bins], [b["frac_yes"] for b in bins], color=colour, ls=style, marker=marker, ms=3.4, lw=1.1, label=label)
-            lo = np.array([b["lo"] for b in bins])
-            hi = np.array([b["hi"] for b in bins])
+            top.plot([b.mean_p for b in bins], [b.frac_yes for b in bins], color=colour, ls=style, marker=marker, ms=3.4, lw=1.1, label=label)
+            lo = np.array([b.lo for b in bins])
+            hi = np.array([b.hi for b in bins])
             bar_w = (hi - lo) * share
-            bottom.bar(lo + bar_w * index, [b["count"] for b in bins], width=bar_w, align="edge", color=colour, alpha=0.75, lw=0)
+            bottom.bar(lo + bar_w * index, [b.count for b in bins], width=bar_w, align="edge", color=colour, alpha=0.75, lw=0)
         top.set_xlim(0, 1)
         top.set_ylim(-0.02, 1.02)
         top.set_ylabel("fraction labelled yes")
@@ -434,7 +431,7 @@ def _hbar_axes(ax: Any) -> None:
 
 
 def profile_plot(
-    objects: Sequence[Mapping[str, Any]],
+    objects: Sequence[ObjectRate],
     *,
     top: int = 15,
     title: str = "",
@@ -445,19 +442,19 @@ def profile_plot(
 
     Bars are sorted, with the counts beside them (3 of 4 is not 300 of 400).
     """
-    rows = [o for o in objects if _finite(o.get("rate"))][:top]
-    rows = sorted(rows, key=lambda o: o["rate"])
+    rows = [o for o in objects if _finite(o.rate)][:top]
+    rows = sorted(rows, key=lambda o: o.rate)
     height = 0.6 + 0.19 * max(len(rows), 1)
     with _figure(width, height) as (fig, axes):
         ax = axes[0][0]
         _hbar_axes(ax)
         ys = list(range(len(rows)))
-        rates = [100 * o["rate"] for o in rows]
+        rates = [100 * o.rate for o in rows]
         ax.barh(ys, rates, height=0.68, color=PALETTE["vermillion"], alpha=0.85, lw=0)
         top_x = xmax if xmax is not None else max(rates + [5.0])
         for y, rate, o in zip(ys, rates, rows):
-            ax.text(rate + top_x * 0.015, y, f"{_count(o.get('yes', 0))}/{_count(o.get('n', 0))}", va="center", fontsize=_FONT_PT - 1.5, color="#444444")
-        ax.set_yticks(ys, [str(o.get("object", "?")) for o in rows])
+            ax.text(rate + top_x * 0.015, y, f"{_count(o.yes)}/{_count(o.n)}", va="center", fontsize=_FONT_PT - 1.5, color="#444444")
+        ax.set_yticks(ys, [o.object for o in rows])
         ax.set_xlim(0, min(100.0, top_x * 1.2))
         ax.set_xlabel("answered yes when absent (%)")
         if title:
@@ -466,7 +463,7 @@ def profile_plot(
 
 
 def first_pieces_plot(
-    pieces: Sequence[Sequence[Any]],
+    pieces: Sequence[PieceShare],
     *,
     yes_pieces: Sequence[str],
     no_pieces: Sequence[str],
@@ -479,9 +476,7 @@ def first_pieces_plot(
     the yes set, in the no set, or outside both (where every logit readout reads the tail)."""
     from matplotlib.patches import Patch
 
-    rows = [(str(p[0]), int(p[1]), float(p[2]) if len(p) > 2 and _finite(p[2]) else None) for p in pieces][:top]
-    total = sum(r[1] for r in rows) or 1
-    rows = [(piece, count, 100 * (frac if frac is not None else count / total)) for piece, count, frac in rows][::-1]
+    rows = [(p.piece, p.count, 100 * p.share) for p in pieces[:top]][::-1]
     yes, no = set(yes_pieces), set(no_pieces)
     height = 0.75 + 0.21 * max(len(rows), 1)
     with _figure(width, height) as (fig, axes):

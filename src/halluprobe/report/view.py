@@ -1,22 +1,53 @@
-"""Audit dicts -> one view model that both the HTML template and the Markdown twin read.
+"""Typed audits -> one typed view model that both the HTML template and the Markdown twin read.
 
-Everything that depends on the audit's key names lives here, so a renamed key is fixed in one
-place, and the two outputs cannot drift apart. Missing keys become ``None`` or empty lists:
-a report of a run without logit readouts (no ``p_yes``) still renders, with that section
-saying why it is empty.
+The view holds the audit's own records (``Metrics``, ``PairedTest``, ``Calibration``, ...)
+arranged by section, so the template, the Markdown twin and the figures read attributes that a
+type checker (and Jinja's StrictUndefined) can verify, and the two outputs cannot drift apart.
+Empty sections are empty lists or dicts: a report of a run without logit readouts (no
+``p_yes``) still renders, with that section saying why it is empty.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from halluprobe.jsonl import loads
+from halluprobe.errors import InputError
+from halluprobe.records import (
+    AuditReport,
+    BootstrapSettings,
+    Calibration,
+    ConfusionCounts,
+    CurvePoint,
+    GreedyAgreement,
+    Metrics,
+    ObjectRate,
+    PairedTest,
+    PairRate,
+    PieceCount,
+    PieceShare,
+    PYesByLabel,
+    Relabel,
+    RunComparison,
+    RunHeader,
+    TextDynamicDisagreement,
+)
+from halluprobe.rundir import RunDir
 
 __all__ = [
     "SECTIONS",
+    "Leaderboard",
+    "LeaderboardRow",
+    "MetricsRow",
+    "ReadoutRow",
+    "RelabelRow",
+    "ReportView",
+    "RunView",
+    "TokenView",
+    "as_audit",
     "build_view",
     "fmt_ci",
     "fmt_count",
@@ -118,266 +149,395 @@ def short_readout(name: str) -> str:
     return name.removeprefix("text:").removeprefix("legacy_")
 
 
+# -- the view model ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """A row of the headline table: one split, pooled or macro."""
+
+    name: str
+    kind: Literal["split", "pooled", "macro"]
+    m: Metrics
+
+
+@dataclass(frozen=True)
+class ReadoutRow:
+    """A readout in the comparison table: its macro metrics and its test against the headline."""
+
+    name: str
+    headline: bool
+    valid: bool
+    forced: bool
+    m: Metrics  # macro
+    pooled: Metrics
+    paired: PairedTest | None  # None for the headline itself
+    agreement: float | None  # with the headline
+
+    @property
+    def muted(self) -> bool:
+        """Scored only because it was forced (legacy ids that are not yes/no here)."""
+        return self.forced or not self.valid
+
+
+@dataclass(frozen=True)
+class TokenView:
+    yes: list[tuple[int, str]]  # (id, piece)
+    no: list[tuple[int, str]]
+    # a server backend reports pieces, not ids: its sets are derived per sample (no list to show)
+    by_piece: bool
+    legacy_valid: bool | None
+    legacy: list[tuple[str, str | None]]  # (id, the piece this vocabulary has there)
+    vocab_size: int | None
+    fingerprint: str | None
+    offset_rate: float | None
+    offset_pieces: list[PieceCount]
+    first_pieces: list[PieceShare]
+    first_total: int
+    text_dynamic: dict[str, TextDynamicDisagreement]  # text rule -> counts
+    greedy: dict[str, GreedyAgreement]  # logit readout -> against the greedy first token
+
+
+@dataclass(frozen=True)
+class RelabelRow:
+    """One label file (or all of them together): what changed, and how far the headline's
+    macro metrics move when the stored answers are scored against it."""
+
+    name: str
+    split: str
+    matched: int
+    removed: int
+    flipped: int
+    to_yes: int
+    to_no: int
+    added: int
+    before: Metrics
+    after: Metrics | None  # None when nothing was left to rescore
+    shift: dict[str, float | None]  # macro metric -> new minus old
+    combined: bool
+
+
+@dataclass(frozen=True)
+class RunView:
+    index: int
+    label: str
+    path: str
+    model: str
+    backend: str
+    backend_info: dict[str, Any]
+    template: str
+    prompt: str | None
+    created_at: str
+    n: int
+    errors: int
+    complete: bool
+    split_sizes: dict[str, int]
+    missing_readouts: list[str]
+    packages: dict[str, str]
+    version: str | None
+    benchmarks: dict[str, str]
+    benchmark_paths: dict[str, str]
+    seed: int | None
+    headline: str
+    policy: str
+    bootstrap: BootstrapSettings
+    headline_rows: list[MetricsRow]
+    readouts: list[ReadoutRow]
+    confusion: dict[str, ConfusionCounts]  # headline readout, split -> counts
+    curves: dict[str, list[CurvePoint]]
+    stable_after: dict[str, int | None]
+    convergence_tol: float
+    convergence_metric: str
+    p_yes: dict[str, PYesByLabel]
+    calibration: dict[str, Calibration]
+    profile_objects: list[ObjectRate]
+    profile_pairs: list[PairRate]
+    tokens: TokenView
+    relabel: list[RelabelRow]
+    agreement: dict[str, dict[str, float | None]]
+    figures: dict[str, str] = field(default_factory=dict)  # section id -> SVG, filled by build_figures
+
+    def metrics_row(self, kind: Literal["pooled", "macro"]) -> Metrics:
+        return next(r.m for r in self.headline_rows if r.kind == kind)
+
+
+@dataclass(frozen=True)
+class LeaderboardRow:
+    run: RunView
+    label: str
+    macro: Metrics
+    pooled: Metrics
+    paired: PairedTest | None  # None for the reference run
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    rows: list[LeaderboardRow]  # ranked by macro F1
+    reference: str | None
+    common_questions: int | None
+    readout: str | None
+    paired_available: bool
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """The whole page: one run view per audit, and the leaderboard when there are several."""
+
+    title: str
+    runs: list[RunView]
+    leaderboard: Leaderboard | None
+    sections: list[tuple[str, str]]
+    headline: str
+    policy: str
+    bootstrap: BootstrapSettings | None
+    bootstrap_text: str
+    show_errors: bool
+    any_forced: bool
+    version: str | None
+    figures: dict[str, str] = field(default_factory=dict)  # the leaderboard figure
+
+    def template_context(self) -> dict[str, Any]:
+        """The top-level names the Jinja template reads (the fields, not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 # -- reading the run directory for what an audit does not carry -----------------------------
 
 
-def _run_facts(rundir: Path) -> dict[str, Any]:
-    """Header fields and the first stored prompt, read straight from the run directory.
+@dataclass(frozen=True)
+class _RunFacts:
+    header: RunHeader | None = None
+    prompt: str | None = None
 
-    The audit summarises the run; the report also shows the exact prompt and the benchmark
-    fingerprints, which only the run directory has. Read failures leave the fields empty: the
-    audit is enough to render.
+
+def _run_facts(rundir: Path) -> _RunFacts:
+    """The header and the first stored prompt, read from the run directory.
+
+    The audit summarises the run; the report also shows the exact prompt, the backend's
+    settings and the benchmark fingerprints, which only the run directory has. Read failures
+    leave them empty: the audit is enough to render.
     """
-    facts: dict[str, Any] = {}
+    run = RunDir(rundir)
     try:
-        header = loads((rundir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        header = {}
-    if isinstance(header, dict):
-        facts["header"] = header
+        header = run.read_header()
+    except (InputError, OSError):
+        header = None
     try:
-        with open(rundir / "samples.jsonl", encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    facts["prompt"] = loads(line).get("prompt")
-                    break
-    except (OSError, ValueError):
-        pass
-    return facts
+        first = run.read_first_sample()
+    except (InputError, OSError):
+        first = None
+    return _RunFacts(header=header, prompt=None if first is None else first.prompt)
 
 
-# -- view model ----------------------------------------------------------------------------
+# -- building the view ---------------------------------------------------------------------
 
 
-def _get(mapping: Any, *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        if not isinstance(mapping, Mapping) or key not in mapping:
-            return default
-        mapping = mapping[key]
-    return mapping
+def as_audit(audit: AuditReport | Mapping[str, Any]) -> AuditReport:
+    """An ``AuditReport``; a mapping (an ``audit.json`` read as JSON) is validated into one."""
+    return audit if isinstance(audit, AuditReport) else AuditReport.model_validate(audit)
 
 
-def _short_label(run: Mapping[str, Any], index: int) -> str:
-    model = str(run.get("model") or f"run {index + 1}")
+def _short_label(audit: AuditReport, index: int) -> str:
+    model = audit.run.model or f"run {index + 1}"
     name = Path(model).name or model
     return name.removesuffix(".json")
 
 
-def _metrics_row(name: str, metrics: Mapping[str, Any] | None, kind: str) -> dict[str, Any]:
-    return {"name": name, "kind": kind, "m": dict(metrics or {})}
+def _readout_rows(audit: AuditReport) -> list[ReadoutRow]:
+    headline = audit.headline
+    agreement = audit.agreement.get(headline, {})
+    return [
+        ReadoutRow(
+            name=name,
+            headline=name == headline,
+            valid=r.valid,
+            forced=r.forced,
+            m=r.macro,
+            pooled=r.pooled,
+            paired=audit.paired.get(name),
+            agreement=agreement.get(name),
+        )
+        for name, r in audit.readouts.items()
+    ]
 
 
-def _readout_rows(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
-    headline = audit.get("headline", "dynamic")
-    readouts: Mapping[str, Any] = audit.get("readouts") or {}
-    paired: Mapping[str, Any] = audit.get("paired") or {}
-    agreement: Mapping[str, Any] = audit.get("agreement") or {}
+def _token_view(audit: AuditReport) -> TokenView:
+    sets = audit.run.token_sets
+    legacy = {} if sets is None else sets.legacy_pieces
+    return TokenView(
+        yes=[] if sets is None else list(zip(sets.yes_ids, sets.yes_pieces)),
+        no=[] if sets is None else list(zip(sets.no_ids, sets.no_pieces)),
+        by_piece=sets is not None and sets.keyed_by == "piece",
+        legacy_valid=None if sets is None else sets.legacy_valid,
+        legacy=sorted(legacy.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0),
+        vocab_size=None if sets is None else sets.vocab_size,
+        fingerprint=None if sets is None else sets.tokenizer_fingerprint,
+        offset_rate=audit.offset_rate,
+        offset_pieces=list(audit.offset_pieces),
+        first_pieces=list(audit.first_pieces),
+        first_total=audit.first_pieces_total,
+        text_dynamic=dict(audit.text_dynamic_disagreements),
+        greedy=dict(audit.greedy),
+    )
+
+
+def _relabel_view(audit: AuditReport) -> list[RelabelRow]:
+    headline = audit.headline
+    base = audit.readouts[headline].macro
+    entries: list[tuple[str, Relabel, bool]] = [(name, e, False) for name, e in audit.relabel.items()]
+    if audit.relabel_combined is not None:
+        entries.append(("all files together", audit.relabel_combined, True))
     rows = []
-    for name, r in readouts.items():
-        macro = r.get("macro") or {}
+    for name, e, combined in entries:
+        after = e.metrics.get(headline)
+        shift = e.shift.get(headline)
         rows.append(
-            {
-                "name": name,
-                "headline": name == headline,
-                "valid": bool(r.get("valid", True)),
-                "forced": bool(r.get("forced", False)),
-                "m": macro,
-                "pooled": r.get("pooled") or {},
-                "paired": paired.get(name),
-                "agreement": _get(agreement, headline, name),
-            }
+            RelabelRow(
+                name=name,
+                split=e.split or ", ".join(e.splits),
+                matched=e.matched,
+                removed=e.removed,
+                flipped=e.flipped,
+                to_yes=e.flipped_to_yes,
+                to_no=e.flipped_to_no,
+                added=e.added,
+                before=base,
+                after=None if after is None else after.macro,
+                shift={} if shift is None else dict(shift.macro),
+                combined=combined,
+            )
         )
     return rows
 
 
-def _token_view(audit: Mapping[str, Any], header: Mapping[str, Any]) -> dict[str, Any]:
-    sets = _get(audit, "run", "token_sets") or header.get("token_sets") or {}
-    yes = list(zip(sets.get("yes_ids", []), sets.get("yes_pieces", [])))
-    no = list(zip(sets.get("no_ids", []), sets.get("no_pieces", [])))
-    legacy = sets.get("legacy_pieces") or {}
-    return {
-        "yes": yes,
-        "no": no,
-        # a server backend reports pieces, not ids: its sets are derived per sample (no list to show)
-        "by_piece": sets.get("keyed_by") == "piece",
-        "legacy_valid": sets.get("legacy_valid"),
-        "legacy": sorted(legacy.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0),
-        "vocab_size": sets.get("vocab_size"),
-        "fingerprint": sets.get("tokenizer_fingerprint"),
-        "offset_rate": audit.get("offset_rate"),
-        "offset_pieces": [list(p) for p in audit.get("offset_pieces") or []],
-        "first_pieces": [list(p) for p in audit.get("first_pieces") or []],
-        "first_total": audit.get("first_pieces_total"),
-        # rule -> {n, differ, text_unknown, dynamic_unknown, both_unknown}
-        "text_dynamic": {k: v for k, v in (audit.get("text_dynamic_disagreements") or {}).items() if isinstance(v, Mapping)},
-        # logit readout -> {in_set, agree, disagree, offset}: against the greedy first token
-        "greedy": {k: v for k, v in (audit.get("greedy") or {}).items() if isinstance(v, Mapping)},
-    }
-
-
-def _relabel_view(audit: Mapping[str, Any], headline: str) -> list[dict[str, Any]]:
-    """One row per label file (and one for all of them together): what changed, and how far
-    the headline's macro metrics move when the stored answers are scored against it."""
-    base = _get(audit, "readouts", headline, "macro") or {}
-    entries = [(name, e) for name, e in (audit.get("relabel") or {}).items() if isinstance(e, Mapping)]
-    combined = audit.get("relabel_combined")
-    if isinstance(combined, Mapping):
-        entries.append(("all files together", combined))
-    rows = []
-    for name, e in entries:
-        after = _get(e, "metrics", headline, "macro") or {}
-        rows.append(
-            {
-                "name": name,
-                "split": e.get("split") or ", ".join(e.get("splits") or []),
-                "matched": e.get("matched"),
-                "removed": e.get("removed"),
-                "flipped": e.get("flipped"),
-                "to_yes": e.get("flipped_to_yes"),
-                "to_no": e.get("flipped_to_no"),
-                "added": e.get("added"),
-                "before": base,
-                "after": after,
-                "shift": _get(e, "shift", headline, "macro") or {},
-                "combined": name == "all files together",
-            }
-        )
-    return rows
-
-
-def _run_view(audit: Mapping[str, Any], rundir: Path | None, index: int, label: str | None) -> dict[str, Any]:
-    facts = _run_facts(rundir) if rundir is not None else {}
-    header: Mapping[str, Any] = facts.get("header") or {}
-    run: Mapping[str, Any] = audit.get("run") or {}
-    headline = audit.get("headline", "dynamic")
-    head = (audit.get("readouts") or {}).get(headline) or {}
-    splits = head.get("splits") or {}
-    confusion = _get(audit, "confusion", headline)
-    if not confusion:
-        confusion = {s: {k: m.get(k, 0) for k in ("tp", "fp", "tn", "fn", "unknown")} for s, m in splits.items()}
-    curves = audit.get("convergence") or {}
-    profile = audit.get("hallucination_profile") or {}
-    return {
-        "index": index,
-        "label": label or _short_label(run, index),
-        "path": str(run.get("path") or rundir or ""),
-        "model": run.get("model") or header.get("model"),
-        "backend": run.get("backend") or header.get("backend"),
-        "backend_info": header.get("backend_info") or {},
-        "template": run.get("template") or header.get("template"),
-        "prompt": facts.get("prompt") or run.get("prompt"),
-        "created_at": run.get("created_at") or header.get("created_at"),
-        "n": run.get("n") or head.get("pooled", {}).get("n"),
-        "errors": run.get("errors"),
-        "complete": run.get("complete"),
-        "split_sizes": run.get("splits") or {},
-        "missing_readouts": run.get("missing_readouts") or [],
-        "packages": run.get("packages") or header.get("packages") or {},
-        "version": run.get("halluprobe_version") or header.get("halluprobe_version") or (run.get("packages") or {}).get("halluprobe"),
-        "benchmarks": header.get("benchmarks") or {},
-        "benchmark_paths": header.get("benchmark_paths") or {},
-        "seed": header.get("seed"),
-        "headline": headline,
-        "policy": audit.get("policy", "wrong"),
-        "bootstrap": audit.get("bootstrap") or {},
-        "headline_rows": [
-            *(_metrics_row(s, m, "split") for s, m in splits.items()),
-            _metrics_row("pooled", head.get("pooled"), "pooled"),
-            _metrics_row("macro", head.get("macro"), "macro"),
+def _run_view(audit: AuditReport, rundir: Path | None, index: int, label: str) -> RunView:
+    facts = _run_facts(rundir) if rundir is not None else _RunFacts()
+    header = facts.header
+    run = audit.run
+    headline = audit.headline
+    head = audit.readouts[headline]
+    profile = audit.hallucination_profile
+    return RunView(
+        index=index,
+        label=label,
+        path=run.path or str(rundir or ""),
+        model=run.model,
+        backend=run.backend,
+        backend_info={} if header is None else dict(header.backend_info),
+        template=run.template,
+        prompt=facts.prompt,
+        created_at=run.created_at,
+        n=run.n,
+        errors=run.errors,
+        complete=run.complete,
+        split_sizes=dict(run.splits),
+        missing_readouts=list(run.missing_readouts),
+        packages=dict(run.packages),
+        version=run.halluprobe_version or run.packages.get("halluprobe"),
+        benchmarks={} if header is None else dict(header.benchmarks),
+        benchmark_paths={} if header is None else dict(header.benchmark_paths),
+        seed=None if header is None else header.seed,
+        headline=headline,
+        policy=audit.policy,
+        bootstrap=audit.bootstrap,
+        headline_rows=[
+            *(MetricsRow(name=s, kind="split", m=m) for s, m in head.splits.items()),
+            MetricsRow(name="pooled", kind="pooled", m=head.pooled),
+            MetricsRow(name="macro", kind="macro", m=head.macro),
         ],
-        "readouts": _readout_rows(audit),
-        "confusion": confusion,
-        "curves": curves,
-        "stable_after": audit.get("stable_after") or {},
-        "convergence_tol": _get(audit, "convergence_rule", "tol", default=0.005),
-        "convergence_metric": _get(audit, "convergence_rule", "metric", default="pooled f1"),
-        "p_yes": audit.get("p_yes") or {},
-        "calibration": audit.get("calibration") or {},
-        "profile_objects": list(profile.get("objects") or []),
+        readouts=_readout_rows(audit),
+        confusion=dict(audit.confusion.get(headline, {})),
+        curves=dict(audit.convergence),
+        stable_after=dict(audit.stable_after),
+        convergence_tol=audit.convergence_rule.tol,
+        convergence_metric=audit.convergence_rule.metric,
+        p_yes=dict(audit.p_yes),
+        calibration=dict(audit.calibration),
+        profile_objects=list(profile.objects),
         # the audit ranks by rate, where 1 of 1 comes first; a reader wants the frequent ones
-        "profile_pairs": sorted(profile.get("adversarial_pairs") or [], key=lambda p: (-(p.get("yes") or 0), -(p.get("rate") or 0))),
-        "tokens": _token_view(audit, header),
-        "relabel": _relabel_view(audit, headline),
-        "agreement": audit.get("agreement") or {},
-        "figures": {},
-    }
+        profile_pairs=sorted(profile.adversarial_pairs, key=lambda p: (-p.yes, -p.rate)),
+        tokens=_token_view(audit),
+        relabel=_relabel_view(audit),
+        agreement=dict(audit.agreement),
+    )
 
 
 def build_view(
-    audits: Sequence[Mapping[str, Any]],
+    audits: Sequence[AuditReport | Mapping[str, Any]],
     rundirs: Sequence[Path | None],
-    comparison: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    comparison: RunComparison | Mapping[str, Any] | None = None,
+) -> ReportView:
     """The whole page: one run view per audit, and the leaderboard when there are several."""
-    labels: list[str | None] = [None] * len(audits)
-    if comparison:
-        for i, run in enumerate(comparison.get("runs") or []):
-            if i < len(labels) and run.get("label"):
-                labels[i] = str(run["label"])
-    runs = [_run_view(a, d, i, labels[i]) for i, (a, d) in enumerate(zip(audits, rundirs))]
-    _dedupe_labels(runs)
-    board = _leaderboard(runs, comparison) if len(runs) > 1 else None
-    first = runs[0] if runs else {}
-    boot = first.get("bootstrap") or {}
-    return {
-        "title": "Leaderboard: " + ", ".join(r["label"] for r in runs) if board else f"Report: {first.get('label', '')}",
-        "runs": runs,
-        "leaderboard": board,
-        "sections": ([LEADERBOARD] if board else []) + list(SECTIONS) + ([RELABEL] if any(r["relabel"] for r in runs) else []),
-        "headline": first.get("headline", "dynamic"),
-        "policy": first.get("policy", "wrong"),
-        "bootstrap": boot,
-        "bootstrap_text": _bootstrap_text(boot),
-        "show_errors": any(r.get("errors") for r in runs),
-        "any_forced": any(r["forced"] or not r["valid"] for run in runs for r in run["readouts"]),
-        "version": first.get("version"),
-        "figures": {},
-    }
+    typed = [as_audit(a) for a in audits]
+    compared = comparison if comparison is None or isinstance(comparison, RunComparison) else RunComparison.model_validate(comparison)
+    labels = [_short_label(a, i) for i, a in enumerate(typed)]
+    if compared is not None:
+        for i, run in enumerate(compared.runs[: len(labels)]):
+            if run.label:
+                labels[i] = run.label
+    runs = [_run_view(a, d, i, label) for i, (a, d, label) in enumerate(zip(typed, rundirs, _dedupe(labels)))]
+    board = _leaderboard(runs, compared) if len(runs) > 1 else None
+    first = runs[0] if runs else None
+    boot = None if first is None else first.bootstrap
+    return ReportView(
+        title="Leaderboard: " + ", ".join(r.label for r in runs) if board else f"Report: {first.label if first else ''}",
+        runs=runs,
+        leaderboard=board,
+        sections=([LEADERBOARD] if board else []) + list(SECTIONS) + ([RELABEL] if any(r.relabel for r in runs) else []),
+        headline=first.headline if first else "dynamic",
+        policy=first.policy if first else "wrong",
+        bootstrap=boot,
+        bootstrap_text=_bootstrap_text(boot),
+        show_errors=any(r.errors for r in runs),
+        any_forced=any(r.muted for run in runs for r in run.readouts),
+        version=first.version if first else None,
+    )
 
 
-def _bootstrap_text(boot: Mapping[str, Any]) -> str:
-    if not boot:
+def _bootstrap_text(boot: BootstrapSettings | None) -> str:
+    if boot is None:
         return ""
-    n, seed = boot.get("n_resamples"), boot.get("seed")
-    text = "percentile bootstrap over images"
-    details = [f"{fmt_count(n)} resamples" if isinstance(n, int) else "", f"seed {seed}" if seed is not None else ""]
-    details = [d for d in details if d]
-    return text + (f" ({', '.join(details)})" if details else "")
+    return f"percentile bootstrap over images ({fmt_count(boot.n_resamples)} resamples, seed {boot.seed})"
 
 
-def _dedupe_labels(runs: list[dict[str, Any]]) -> None:
+def _dedupe(labels: list[str]) -> list[str]:
+    """Repeated labels get their occurrence number: ``a``, ``a (2)``."""
     seen: dict[str, int] = {}
-    for run in runs:
-        count = seen.get(run["label"], 0)
-        seen[run["label"]] = count + 1
-        if count:
-            run["label"] = f"{run['label']} ({count + 1})"
+    out = []
+    for label in labels:
+        count = seen.get(label, 0)
+        seen[label] = count + 1
+        out.append(f"{label} ({count + 1})" if count else label)
+    return out
 
 
-def _leaderboard(runs: list[dict[str, Any]], comparison: Mapping[str, Any] | None) -> dict[str, Any]:
+def _leaderboard(runs: list[RunView], comparison: RunComparison | None) -> Leaderboard:
     """Rows ranked by macro F1; the paired test of each run against the reference run.
 
     With a ``compare_runs`` result the numbers are its own (computed on the questions all runs
     share); without one they fall back to each run's own headline macro, unpaired.
     """
-    table: Mapping[str, Any] = (comparison or {}).get("table") or {}
-    paired: Mapping[str, Any] = (comparison or {}).get("paired") or {}
-    comp_runs = list((comparison or {}).get("runs") or [])
+    comp_runs = comparison.runs if comparison is not None else []
     rows = []
     for i, run in enumerate(runs):
-        key = comp_runs[i].get("label") if i < len(comp_runs) else run["label"]
-        entry = table.get(key) or {}
-        macro = entry.get("macro") or next((r["m"] for r in run["headline_rows"] if r["kind"] == "macro"), {})
-        pooled = entry.get("pooled") or next((r["m"] for r in run["headline_rows"] if r["kind"] == "pooled"), {})
-        rows.append({"run": run, "label": run["label"], "macro": macro, "pooled": pooled, "paired": paired.get(key)})
-    reference = rows[0]["label"] if rows else None
-    ranked = sorted(rows, key=lambda r: -(r["macro"].get("f1") or -1.0))
-    for rank, row in enumerate(ranked, start=1):
-        row["rank"] = rank
-    return {
-        "rows": ranked,
-        "reference": reference,
-        "common_questions": (comparison or {}).get("common_questions"),
-        "readout": (comparison or {}).get("readout") or (runs[0]["headline"] if runs else None),
-        "paired_available": bool(paired),
-    }
+        key = comp_runs[i].label if i < len(comp_runs) else run.label
+        tables = comparison.table.get(key) if comparison is not None else None
+        rows.append(
+            LeaderboardRow(
+                run=run,
+                label=run.label,
+                macro=tables.macro if tables is not None else run.metrics_row("macro"),
+                pooled=tables.pooled if tables is not None else run.metrics_row("pooled"),
+                paired=comparison.paired.get(key) if comparison is not None else None,
+            )
+        )
+    reference = rows[0].label if rows else None
+    ranked = sorted(rows, key=lambda r: -(r.macro.f1 or -1.0))
+    return Leaderboard(
+        rows=[replace(row, rank=rank) for rank, row in enumerate(ranked, start=1)],
+        reference=reference,
+        common_questions=None if comparison is None else comparison.common_questions,
+        readout=comparison.readout if comparison is not None else (runs[0].headline if runs else None),
+        paired_available=bool(comparison is not None and comparison.paired),
+    )
