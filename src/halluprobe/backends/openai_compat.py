@@ -6,7 +6,7 @@ are token STRINGS (the servers report no ids), so the run's token sets are keyed
 (:func:`halluprobe.readouts.tokensets.piece_token_sets`): ``dynamic`` derives the yes / no sets
 from the returned pieces with the project's one rule, and the legacy id readouts are invalid.
 
-Concurrency lives inside the backend (STYLE 3-4): an asyncio loop in a worker thread runs
+Concurrency lives inside the backend (it receives the whole request list): an asyncio loop in a worker thread runs
 ``concurrency`` workers over the requests, ordered by image (so a server's prefix cache sees
 one image's questions together); several endpoints are balanced by in-flight count, with an
 image sticking to the endpoint its first question went to. The runner's thread receives
