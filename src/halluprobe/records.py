@@ -26,6 +26,7 @@ __all__ = [
     "GenerateConfig",
     "YES_NO_STOP_STRINGS",
     "TokenLogprob",
+    "SignalLogprobs",
     "Response",
     "ReadoutResult",
     "Sample",
@@ -127,6 +128,9 @@ class GenerateConfig(FrozenRecord):
     max_new_tokens: int = Field(default=0, ge=0)
     top_k: int = Field(default=10, ge=1)
     stop_strings: tuple[str, ...] | None = None
+    # contrast inputs to capture beside the plain pass, for corrections read at score time
+    # (halluprobe.corrections): "noised", "no-image", "instruction", "layer:N", ...
+    signals: tuple[str, ...] = ()
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -144,6 +148,22 @@ class TokenLogprob(FrozenRecord):
     logprob: float
 
 
+class SignalLogprobs(FrozenRecord):
+    """A contrast input's first step (a correction's signal): the log-probability of every yes/no
+    id, and the step's largest logit and log-normaliser (the plausibility cut-offs need the
+    largest log-probability, ``max_logit - log_normaliser``). Nothing vocabulary-sized."""
+
+    candidates: dict[str, float]
+    max_logit: float
+    log_normaliser: float
+    # DoLa: Jensen-Shannon divergence of this layer's next-token distribution from the final one
+    jsd: float | None = None
+
+    @property
+    def max_logprob(self) -> float:
+        return self.max_logit - self.log_normaliser
+
+
 class Response(FrozenRecord):
     """What a backend returns for one request: first-token log-probabilities, text, timing."""
 
@@ -154,6 +174,7 @@ class Response(FrozenRecord):
     # for a backend with TokenSets.keyed_by == "piece": every returned piece, keyed by the piece
     candidates: dict[str, float] = Field(default_factory=dict)
     text: str | None = None
+    signals: dict[str, SignalLogprobs] = Field(default_factory=dict)
     latency_s: float = 0.0
     error: str | None = None
 
@@ -192,6 +213,7 @@ class Sample(FrozenRecord):
     offset_argmax: str | None = None
     text: str | None = None
     readouts: dict[str, ReadoutResult] = Field(default_factory=dict)
+    signals: dict[str, SignalLogprobs] = Field(default_factory=dict)
     latency_s: float = 0.0
     error: str | None = None
 

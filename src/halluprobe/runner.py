@@ -75,6 +75,8 @@ class RunConfig:
     retry_errors: bool = True
     # mark the run complete even though some samples are errors
     accept_errors: bool = False
+    # contrast passes recorded per question for corrections read at score time (halluprobe.corrections)
+    signals: tuple[str, ...] = ()
 
     @property
     def generates_text(self) -> bool:
@@ -86,6 +88,7 @@ class RunConfig:
             max_new_tokens=self.max_new_tokens if self.generates_text else 0,
             top_k=self.top_k,
             stop_strings=() if self.open_ended else None,
+            signals=self.signals,
         )
 
 
@@ -140,6 +143,7 @@ def make_sample(question: Question, prompt: str, response: Response, sets: Token
         candidates=response.candidates,
         offset_argmax=None if response.error else _offset_argmax(response, sets),
         text=response.text,
+        signals=response.signals,
         latency_s=response.latency_s,
         error=response.error,
     )
@@ -181,6 +185,7 @@ def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
             "benchmarks": dict(sorted(header.benchmarks.items())),
             # only when set, so the fingerprints of existing yes/no runs do not change
             **({"open_ended": True} if header.open_ended else {}),
+            **({"signals": list(header.generate.signals)} if header.generate is not None and header.generate.signals else {}),
         }
     )
 

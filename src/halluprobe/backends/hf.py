@@ -98,6 +98,8 @@ class HFBackend:
             pad = getattr(self._model.generation_config, "pad_token_id", None)
         self._pad_id = int(pad) if isinstance(pad, int) else 0
         self._fallback_logged = False
+        self._noise_step: int | None = None  # the current call's signals (GenerateConfig.signals)
+        self._signal_layers: list[int] = []
 
     # -- Backend protocol ----------------------------------------------------------------
 
@@ -120,8 +122,12 @@ class HFBackend:
         return self._inputs.render_prompt(question, template)
 
     def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
+        from halluprobe.backends.hf_signals import parse_signals
+
         max_new_tokens, top_k = config.max_new_tokens, config.top_k
         self._stops = config.stops
+        # the correction signals of this call, checked before any request runs
+        self._noise_step, self._signal_layers = parse_signals(config.signals, len(self._model.get_decoder().layers))
         # Questions about one image sit together (across splits): each image is read once.
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
         pending = [requests[i] for i in order]
@@ -158,6 +164,7 @@ class HFBackend:
                 inputs = self._inputs.encode([r.prompt for r in ok], images)
                 inputs = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
                 first_logits, texts = self._forward(inputs, max_new_tokens)
+                signals = self._signals(inputs, [r.image_path for r in ok])
             except Exception as err:
                 if _is_oom(err):
                     raise
@@ -167,8 +174,32 @@ class HFBackend:
             else:
                 latency = (time.perf_counter() - started) / len(batch)
                 rows = [[r] for r in ok]
-                results.update(self._responses(rows, first_logits, texts, latency, top_k))
+                responses = self._responses(rows, first_logits, texts, latency, top_k)
+                results.update(_with_signals(responses, rows, signals))
         return [results[r.key] for r in batch]
+
+    def _signals(self, inputs: dict[str, Any], image_paths: list[str]) -> list[dict[str, Any]] | None:
+        """The correction signals of a batch of full prompts (one image each), from extra
+        forward passes over the same inputs: noised pixels, and early layers' logits."""
+        if self._noise_step is None and not self._signal_layers:
+            return None
+        import torch
+
+        from halluprobe.backends.hf_signals import layer_signals, noised_inputs, step_signal
+
+        plain = {k: v for k, v in inputs.items() if k != "past_key_values"}
+        out: list[dict[str, Any]] = [{} for _ in image_paths]
+        with torch.inference_mode():
+            if self._noise_step is not None:
+                logits = self._model(**noised_inputs(plain, image_paths, self._noise_step), **self._keep_last).logits[:, -1, :]
+                for row, signal in enumerate(out):
+                    signal["noised"] = step_signal(logits[row], self._candidates)
+            if self._signal_layers:
+                result = self._model(**plain, output_hidden_states=True)
+                by_layer = layer_signals(self._model, result.hidden_states, self._signal_layers, self._candidates, result.logits[:, -1, :])
+                for signal, layers in zip(out, by_layer):
+                    signal.update(layers)
+        return out
 
     # -- prefix-cache engine: one image at a time -----------------------------------------------
 
@@ -193,7 +224,8 @@ class HFBackend:
             log.exception("image %s failed", group[0].image_path)
             yield [_error(r, f"{type(err).__name__}: {err}") for r in group]
             return
-        del image
+        if self._noise_step is None and not self._signal_layers:
+            del image  # signals are read from full prompts with the image (below)
         if shared is None or prefix is None:
             if not self._fallback_logged:
                 log.info("prompts share no image prefix; answering them with full prompts")
@@ -210,6 +242,12 @@ class HFBackend:
                 suffixes = shared.suffixes[start : start + len(chunk)]
                 inputs = self._suffix_inputs(prefix, suffixes, max_new_tokens)
                 first_logits, texts = self._forward(inputs, max_new_tokens)
+                signals = None
+                if self._noise_step is not None or self._signal_layers:
+                    # signals from full prompts: the same numbers as the plain engine's
+                    full = self._inputs.encode(chunk, [image] * len(chunk))
+                    full = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in full.items()}
+                    signals = self._signals(full, [group[0].image_path] * len(chunk))
             except Exception as err:
                 if _is_oom(err) and self._batch_size > 1:
                     inputs = None  # drop the expanded cache before retrying smaller
@@ -225,7 +263,7 @@ class HFBackend:
                 # latency: this batch's own time plus its share of the image's prefix pass
                 share = prefix.seconds * len(chunk) / len(prompts)
                 latency = (time.perf_counter() - batch_started + share) / n
-                responses = self._responses(rows, first_logits, texts, latency, top_k)
+                responses = _with_signals(self._responses(rows, first_logits, texts, latency, top_k), rows, signals)
                 yield [responses[r.key] for row in rows for r in row]
             start += len(chunk)
 
@@ -443,6 +481,18 @@ class HFBackend:
         new_tokens = generated.sequences[:, prompt_len:]
         texts = self._tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         return generated.logits[0], texts
+
+
+def _with_signals(
+    responses: dict[tuple[str, int], Response], rows: list[list[Request]], signals: list[dict[str, Any]] | None
+) -> dict[tuple[str, int], Response]:
+    """Each row's signals onto the responses of its requests (a row may answer several)."""
+    if signals is None:
+        return responses
+    for row, signal in zip(rows, signals):
+        for r in row:
+            responses[r.key] = responses[r.key].model_copy(update={"signals": signal})
+    return responses
 
 
 def _error(request: Request, message: str) -> Response:

@@ -18,7 +18,9 @@ matches are answered as yes/no questions.
 The object is read from the prompt ("Is there a/an X in the image?"). Answers come with
 first-token log-probabilities over a small SentencePiece-like vocabulary, so every readout
 runs; the yes/no decision is a seeded hash of (seed, image, object), hence reproducible in
-any order and batch size.
+any order and batch size. Asked for correction signals (``GenerateConfig.signals``: ``noised``,
+``layers``), it returns scripted contrast passes whose evidence is weaker than the plain one's
+(see :meth:`ScriptedBackend._signal`), so corrections can be tested without a model.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
-from halluprobe.records import GenerateConfig, Request, Response, TokenLogprob, TokenSets
+from halluprobe.records import GenerateConfig, Request, Response, SignalLogprobs, TokenLogprob, TokenSets
 
 __all__ = ["ScriptedBackend", "SCRIPTED_VOCAB"]
 
@@ -92,7 +94,24 @@ class ScriptedBackend:
         digest = hashlib.sha256(f"{self._seed}|{image}|{obj}".encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
 
-    def _respond(self, request: Request, max_new_tokens: int) -> Response:
+    def _signal(self, name: str, obj: str, says_yes: bool, signal: str) -> SignalLogprobs:
+        """A scripted contrast pass: the image's evidence weakened (``noised``: the top piece's
+        probability pulled towards uniform) or an early layer (``layer:0``, near uniform, with a
+        JSD from the final layer); deterministic per (image, object)."""
+        strength = 0.5 if signal == "noised" else 0.15
+        p_top = 1 / len(SCRIPTED_VOCAB) + strength * (0.6 + 0.35 * self._uniform(name, obj + "#" + signal))
+        rest = (1.0 - p_top) / (len(SCRIPTED_VOCAB) - 1)
+        probs = {piece: rest for piece in SCRIPTED_VOCAB}
+        probs["▁Yes" if says_yes else "▁No"] = p_top
+        logprobs = {i: math.log(probs[piece]) for i, piece in enumerate(SCRIPTED_VOCAB)}
+        return SignalLogprobs(
+            candidates={str(i): lp for i, lp in logprobs.items() if i in (1, 2, 3, 4, 5, 6)},
+            max_logit=max(logprobs.values()),
+            log_normaliser=0.0,
+            jsd=0.1 if signal.startswith("layer:") else None,
+        )
+
+    def _respond(self, request: Request, max_new_tokens: int, signals: Sequence[str] = ()) -> Response:
         start = time.perf_counter()
         name = Path(request.image_path).name
         if name in self._errors or not Path(request.image_path).exists():
@@ -125,11 +144,16 @@ class ScriptedBackend:
             first_token=[TokenLogprob(id=i, piece=SCRIPTED_VOCAB[i], logprob=lp) for i, lp in ranked[:5]],
             candidates={str(i): lp for i, lp in logprobs.items() if i in (1, 2, 3, 4, 5, 6)},
             text=("Yes." if says_yes else "No.") if max_new_tokens > 0 else None,
+            signals={name_: self._signal(name, obj, says_yes, name_) for name_ in signals},
             latency_s=time.perf_counter() - start,
         )
 
     def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
         max_new_tokens = config.max_new_tokens
+        bad = [s for s in config.signals if s not in ("noised", "layers")]
+        if bad:
+            raise InputError(f"the scripted backend records the signals noised, layers, not {bad[0]!r}")
+        signals = ["layer:0" if s == "layers" else s for s in config.signals]
         for start in range(0, len(requests), self._batch_size):
             time.sleep(self._delay_s)
-            yield [self._respond(r, max_new_tokens) for r in requests[start : start + self._batch_size]]
+            yield [self._respond(r, max_new_tokens, signals) for r in requests[start : start + self._batch_size]]

@@ -38,6 +38,12 @@ def read_benchmarks(files: list[Path]) -> tuple[list[Any], dict[str, tuple[Path,
     return questions, fingerprints
 
 
+def _split_signals(text: str) -> tuple[str, ...]:
+    """``noised,layers:0;2`` -> ("noised", "layers:0,2"): commas separate signals, so a signal's
+    own list (early layers) is written with semicolons."""
+    return tuple(s.strip().replace(";", ",") for s in text.split(",") if s.strip())
+
+
 @app.command("run")
 @with_backend
 def run_cmd(
@@ -60,6 +66,13 @@ def run_cmd(
         bool, typer.Option("--open-ended", help="Open questions (PROVE): full greedy answers, no stop at '.', no yes/no readouts.")
     ] = False,
     top_k: Annotated[int, typer.Option(min=1, help="First-token alternatives stored per sample.")] = 10,
+    signals: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated contrast passes stored per question for corrections read at score time "
+            "(hf: noised, noised:STEP, layers, layers:N;M): see `halluprobe corrections`."
+        ),
+    ] = "",
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions of each split.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue an existing run dir, skipping answered questions.")] = False,
     retry_errors: Annotated[
@@ -106,6 +119,7 @@ def run_cmd(
             open_ended=open_ended,
             retry_errors=retry_errors,
             accept_errors=accept_errors,
+            signals=_split_signals(signals),
         )
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from halluprobe.corrections import CORRECTIONS, apply_correction, is_correction, parse_correction, required_signals
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import LEGACY_READOUTS, LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES, parse_text
@@ -44,7 +45,11 @@ TEXT_PREFIX = "text:"
 
 def is_recomputable(readout: str) -> bool:
     """Whether ``readout`` is computed from raw outputs (else it can only be read as stored)."""
-    return readout in LOGIT_READOUTS or (readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in TEXT_RULES)
+    return (
+        readout in LOGIT_READOUTS
+        or (readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in TEXT_RULES)
+        or is_correction(readout)
+    )
 
 
 def apply(readout: str, sample: Sample, token_sets: TokenSets | None) -> ReadoutResult | None:
@@ -55,6 +60,8 @@ def apply(readout: str, sample: Sample, token_sets: TokenSets | None) -> Readout
     is nothing to read (an errored sample too), which scoring counts as unknown."""
     if sample.error is not None:
         return None
+    if is_correction(readout):  # a correction over stored signals (halluprobe.corrections)
+        return apply_correction(readout, sample, token_sets)
     if readout in LOGIT_READOUTS and token_sets is not None and sample.candidates:
         return LOGIT_READOUTS[readout](sample.candidates, token_sets)
     if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in TEXT_RULES and sample.text is not None:
@@ -94,6 +101,19 @@ def _stores_text(header: RunHeader) -> bool:
 
 def check_readout(readout: str, header: RunHeader, samples: Sequence[Sample], *, force_invalid: bool, source: object) -> None:
     """Refuse a readout this run cannot give, or a legacy readout its vocabulary makes invalid."""
+    if is_correction(readout):
+        parse_correction(readout)  # an unknown parameter is one line
+        recorded = {name for s in samples for name in s.signals}
+        for signal in required_signals(readout):
+            present = any(n.startswith("layer:") for n in recorded) if signal == "layer:*" else signal in recorded
+            if not present:
+                flag = "layers" if signal == "layer:*" else signal
+                raise InputError(
+                    f"{readout} reads the {flag!r} signal, which this run did not record: "
+                    f"run the model with `halluprobe run --signals {flag}`",
+                    source,  # type: ignore[arg-type]
+                )
+        return
     available = available_readouts(header, samples)
     if readout not in available:
         if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] not in TEXT_RULES:
@@ -102,7 +122,10 @@ def check_readout(readout: str, header: RunHeader, samples: Sequence[Sample], *,
             reason = "this run stored no text (it was run with --text-rules ''): text rules need its greedy answers"
         else:
             reason = f"readout {readout!r} is not in this run"
-        raise InputError(f"{reason}; it has: {', '.join(available)}", source)  # type: ignore[arg-type]
+        raise InputError(
+            f"{reason}; it has: {', '.join(available)}, and the corrections {', '.join(CORRECTIONS)} over recorded signals",
+            source,  # type: ignore[arg-type]
+        )
     sets = header.token_sets
     if readout in LEGACY_READOUTS and sets is not None and not sets.legacy_valid and not force_invalid:
         raise InputError(

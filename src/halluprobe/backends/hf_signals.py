@@ -1,0 +1,143 @@
+"""Signals for inference-time corrections, captured by the hf backend beside the plain pass.
+
+A signal is a contrast input's first step, reduced to what the corrections read at score time
+(:class:`~halluprobe.records.SignalLogprobs`: the yes/no ids' log-probabilities, the step's
+largest logit and log-normaliser, and for early layers their Jensen-Shannon divergence from the
+final layer). Signals the hf backend captures:
+
+- ``noised`` (VCD): the same prompt with the preprocessed pixel tensor diffusion-noised with
+  VCD's schedule, ``betas = sigmoid(linspace(-6, 6, 1000)) * (0.5e-2 - 1e-5) + 1e-5``,
+  ``x_t = sqrt(abar_t) x_0 + sqrt(1 - abar_t) eps`` at step 500 (``noised:STEP`` for another),
+  ``eps`` drawn from a generator seeded by the image file's sha256, so the noise of an image
+  does not depend on the batch it is in.
+- ``layers`` (DoLa): the first-step logits of early layers, through the model's final norm and
+  LM head: every 2nd layer of the first half (``layers:0,2,4`` to choose; on the command line
+  ``--signals layers:0;2;4``), stored as
+  ``layer:N`` (N = 0 is the embedding output).
+
+torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from halluprobe.errors import InputError
+from halluprobe.records import SignalLogprobs
+
+__all__ = ["HF_SIGNALS", "parse_signals", "noise_seed", "add_diffusion_noise", "step_signal", "layer_signals"]
+
+HF_SIGNALS = ("noised", "layers")
+VCD_NOISE_STEP = 500
+_VCD_STEPS = 1000
+
+
+def parse_signals(signals: Sequence[str], n_layers: int) -> tuple[int | None, list[int]]:
+    """(noise step or None, early layers to read) from a ``GenerateConfig.signals`` tuple."""
+    noise_step: int | None = None
+    layers: list[int] = []
+    for signal in signals:
+        name, _, arg = signal.partition(":")
+        if name == "noised":
+            try:
+                noise_step = int(arg) if arg else VCD_NOISE_STEP
+            except ValueError:
+                raise InputError(f"signal {signal!r}: the noise step must be an integer") from None
+            if not 0 <= noise_step < _VCD_STEPS:
+                raise InputError(f"signal {signal!r}: the noise step must lie in [0, {_VCD_STEPS})")
+        elif name == "layers":
+            try:
+                layers = [int(x) for x in arg.split(",")] if arg else list(range(0, max(1, n_layers // 2), 2))
+            except ValueError:
+                raise InputError(f"signal {signal!r}: layers are integers, e.g. layers:0,2,4") from None
+            bad = [n for n in layers if not 0 <= n < n_layers]
+            if bad:
+                raise InputError(f"signal {signal!r}: the model has layers 0..{n_layers - 1} (0: the embeddings)")
+        else:
+            raise InputError(f"the hf backend records the signals {', '.join(HF_SIGNALS)}, not {signal!r}")
+    return noise_step, layers
+
+
+def noise_seed(image_path: str) -> int:
+    """A seed from the image file's bytes: the same image gets the same noise in any batch."""
+    digest = hashlib.sha256()
+    with open(image_path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return int.from_bytes(digest.digest()[:8], "big") & ((1 << 63) - 1)
+
+
+def add_diffusion_noise(pixels: Any, step: int, seed: int) -> Any:
+    """VCD's forward diffusion of one image's preprocessed pixels to ``step``."""
+    import torch
+
+    betas = torch.sigmoid(torch.linspace(-6, 6, _VCD_STEPS, dtype=torch.float64)) * (0.5e-2 - 1e-5) + 1e-5
+    abar = torch.cumprod(1 - betas, dim=0)[step]
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    eps = torch.randn(pixels.shape, generator=generator, dtype=torch.float32).to(device=pixels.device, dtype=pixels.dtype)
+    return (math.sqrt(float(abar)) * pixels + math.sqrt(float(1 - abar)) * eps).to(pixels.dtype)
+
+
+def noised_inputs(inputs: dict[str, Any], image_paths: Sequence[str], step: int) -> dict[str, Any]:
+    """The model inputs with each image's pixels noised (one image per row)."""
+    import torch
+
+    pixels = inputs["pixel_values"]
+    seeds = [noise_seed(p) for p in image_paths]
+    if "image_grid_thw" in inputs:  # Qwen2-VL family: rows of patches, image after image
+        sizes = [int(torch.prod(thw)) for thw in inputs["image_grid_thw"]]
+        if len(sizes) != len(seeds):
+            raise InputError("the noised signal needs one image per prompt")
+        parts = torch.split(pixels, sizes, dim=0)
+        noised = torch.cat([add_diffusion_noise(part, step, seed) for part, seed in zip(parts, seeds)], dim=0)
+    elif pixels.dim() >= 4 and pixels.shape[0] == len(seeds):
+        noised = torch.stack([add_diffusion_noise(row, step, seed) for row, seed in zip(pixels, seeds)])
+    else:
+        raise InputError(f"the noised signal cannot split this model's pixel tensor {tuple(pixels.shape)} by image")
+    return {**inputs, "pixel_values": noised}
+
+
+def step_signal(logits: Any, ids: Sequence[int], jsd: float | None = None) -> SignalLogprobs:
+    """One row's last-position logits -> the stored signal (float32 arithmetic)."""
+    import torch
+
+    row = logits.float()
+    normaliser = torch.logsumexp(row, dim=-1)
+    values = (row[list(ids)] - normaliser).tolist()
+    return SignalLogprobs(
+        candidates={str(i): float(v) for i, v in zip(ids, values)},
+        max_logit=float(row.max()),
+        log_normaliser=float(normaliser),
+        jsd=jsd,
+    )
+
+
+def _jsd(p_log: Any, q_log: Any) -> float:
+    """Jensen-Shannon divergence of two distributions given as log-probabilities."""
+    import torch
+
+    m_log = torch.logsumexp(torch.stack([p_log, q_log]), dim=0) - math.log(2.0)
+    kl_pm = torch.sum(torch.exp(p_log) * (p_log - m_log))
+    kl_qm = torch.sum(torch.exp(q_log) * (q_log - m_log))
+    return float(0.5 * (kl_pm + kl_qm))
+
+
+def layer_signals(model: Any, hidden_states: Sequence[Any], layers: Sequence[int], ids: Sequence[int], final_logits: Any) -> list[dict[str, SignalLogprobs]]:
+    """Per row: ``layer:N`` signals from the last position's hidden state of layer N, through the
+    final norm and the LM head, each with its JSD from the final layer's distribution."""
+    import torch
+
+    norm = model.get_decoder().norm
+    head = model.get_output_embeddings()
+    final_log = torch.log_softmax(final_logits.float(), dim=-1)
+    out: list[dict[str, SignalLogprobs]] = [{} for _ in range(final_logits.shape[0])]
+    with torch.inference_mode():
+        for n in layers:
+            logits = head(norm(hidden_states[n][:, -1, :])).float()
+            early_log = torch.log_softmax(logits, dim=-1)
+            for row in range(logits.shape[0]):
+                out[row][f"layer:{n}"] = step_signal(logits[row], ids, jsd=_jsd(final_log[row], early_log[row]))
+    return out

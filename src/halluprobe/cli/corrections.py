@@ -1,0 +1,73 @@
+"""The corrections verb: inference-time corrections read from one run's stored signals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from halluprobe.cli._app import ResamplesOption, SeedOption, UnknownOption, app, console, errors
+
+__all__ = ["corrections_cmd"]
+
+
+def _cell(value: Optional[float], ci: Any = None, signed: bool = False) -> str:
+    from halluprobe.formatting import format_ratio
+
+    if value is None:
+        return "-"
+    return ("+" if signed and value >= 0 else "") + format_ratio(value, ci)
+
+
+@app.command("corrections")
+def corrections_cmd(
+    rundir: Annotated[Path, typer.Argument(help="Run directory recorded with `halluprobe run --signals ...`.")],
+    correction: Annotated[
+        Optional[list[str]],
+        typer.Option(help="Correction to read, e.g. vcd:alpha=1,beta=0.1, dola:relative_top=0.1, bias:b=0.5 (repeatable)."),
+    ] = None,
+    grid: Annotated[Optional[Path], typer.Option(help="TOML grid of settings per method ([vcd] alpha = [0.5, 1, 2]).")] = None,
+    folds: Annotated[int, typer.Option(min=2, help="Image folds on which a grid setting is chosen (held-out F1).")] = 5,
+    unknown: UnknownOption = "wrong",
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
+) -> None:
+    """Corrections (VCD, ICD, M3ID, PAI, DoLa, bias) read from stored signals, against the greedy
+    dynamic baseline, the sampled baseline and the readout confound of the same run."""
+    from halluprobe.corrections_table import corrections_table, read_grid
+
+    with errors():
+        specs = read_grid(grid) if grid is not None else []
+        report = corrections_table(
+            rundir, correction or [], grid=specs, folds=folds, policy=unknown, n_resamples=resamples, seed=seed  # type: ignore[arg-type]
+        )
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+        return
+    header = ["method", "kind", "acc", "P", "R", "F1 [95% CI]", "yes", "ΔF1 vs greedy [95% CI]", "McNemar p", "F1 sampled", "Δ vs sampled"]
+    lines = []
+    for row in report.rows:
+        kind = row.kind + (f", chosen on {row.chosen_on}" if row.chosen_on else "") + (f", inert: {row.inert}" if row.inert else "")
+        lines.append([
+            row.name, kind, _cell(row.accuracy), _cell(row.precision), _cell(row.recall), _cell(row.f1, row.f1_ci),
+            _cell(row.yes_ratio), _cell(row.delta_f1, row.delta_f1_ci, signed=True),
+            "-" if row.mcnemar_p is None else f"{row.mcnemar_p:.3g}", _cell(row.f1_sampled), _cell(row.delta_sampled, signed=True),
+        ])  # fmt: skip
+    title = f"{rundir}: corrections, macro over splits, unknown={unknown}, {report.n} questions"
+    if markdown:
+        typer.echo(f"**{title}**\n\n| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
+        for cells in lines:
+            typer.echo("| " + " | ".join(cells) + " |")
+        return
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in header:
+        table.add_column(col, justify="left" if col in ("method", "kind") else "right")
+    for cells in lines:
+        table.add_row(*cells)
+    console().print(table)

@@ -1,0 +1,216 @@
+"""Inference-time corrections as readouts: decision rules over signals stored per sample.
+
+A correction method (VCD, ICD, M3ID, PAI, DoLa, a logit bias) changes the first answer token's
+logits using a second forward pass (a *signal*: the same prompt with a noised image, without
+the image, with a disturbing instruction, an early layer's logits, a pass with amplified image
+attention). ``halluprobe run --signals ...`` stores each signal's log-probabilities over the
+yes/no ids (:class:`~halluprobe.records.SignalLogprobs`); the rules below apply the method's
+formula to those numbers at score time, so any setting of any method is read from one run.
+
+A correction is named like a readout, ``NAME`` or ``NAME:key=value,...``: ``vcd:alpha=1,beta=0.1``.
+Every rule reads the base pass (``Sample.candidates``, and the first token's top log-probability
+as the step's maximum) and its signals, builds contrast scores for every yes/no id, and decides
+as ``dynamic`` does: log-sum-exp over the yes set against the no set
+(:func:`halluprobe.readouts.logits.decide`). Ids that fail the method's plausibility cut-off get
+no mass. Working on log-probabilities instead of logits changes every contrast score of one
+step by the same constant, which leaves decisions and ``p_yes`` (the yes set against the no
+set) unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from halluprobe.errors import InputError
+from halluprobe.readouts.logits import decide, logsumexp
+from halluprobe.records import ReadoutResult, Sample, SignalLogprobs, TokenSets
+
+__all__ = [
+    "CORRECTIONS",
+    "Correction",
+    "apply_correction",
+    "inert_reason",
+    "is_correction",
+    "parse_correction",
+    "required_signals",
+]
+
+Scores = dict[int, float]  # token id -> score
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One method: its signals, its parameters with defaults, and its rule."""
+
+    signals: tuple[str, ...]
+    defaults: Mapping[str, float]
+    rule: Callable[[Scores, float, Mapping[str, SignalLogprobs], Mapping[str, float], list[int]], Scores | None]
+    reference: str
+
+
+def _scores(candidates: Mapping[str, float], ids: list[int]) -> Scores | None:
+    values = {i: candidates.get(str(i)) for i in ids}
+    if any(v is None for v in values.values()):
+        return None
+    return {i: float(v) for i, v in values.items() if v is not None}
+
+
+def _cutoff(base: Scores, base_max: float, beta: float) -> Callable[[int], bool]:
+    """The adaptive plausibility constraint: an id is kept when its base probability is at least
+    ``beta`` times the step's largest (``beta`` = 0 keeps every id)."""
+    threshold = math.log(beta) + base_max if beta > 0 else -math.inf
+    return lambda i: base[i] >= threshold
+
+
+def _contrast(base: Scores, base_max: float, other: SignalLogprobs, alpha: float, beta: float, ids: list[int]) -> Scores | None:
+    """``(1 + alpha) * base - alpha * other`` on the ids the plausibility cut-off keeps."""
+    theirs = _scores(other.candidates, ids)
+    if theirs is None:
+        return None
+    keep = _cutoff(base, base_max, beta)
+    return {i: (1 + alpha) * base[i] - alpha * theirs[i] if keep(i) else -math.inf for i in ids}
+
+
+def _vcd(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+    """VCD (Leng et al., CVPR 2024; github.com/DAMO-NLP-SG/VCD, ``vcd_sample.py``):
+    ``(1 + alpha) * l(v) - alpha * l(v')`` with ``v'`` the diffusion-noised image, on the tokens
+    with ``p(v) >= beta * max p(v)``."""
+    return _contrast(base, base_max, signals["noised"], p["alpha"], p["beta"], ids)
+
+
+def _icd(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+    """ICD (Wang et al., ACL Findings 2024): VCD's contrast with the same image under a disturbing
+    system instruction instead of a noised image; the same plausibility cut-off."""
+    return _contrast(base, base_max, signals["instruction"], p["alpha"], p["beta"], ids)
+
+
+def _m3id_weight(p: Mapping[str, float]) -> float:
+    # M3ID's guidance weight at step t: (1 - exp(-lambda t)) / exp(-lambda t); 0 at t = 0
+    decay = math.exp(-p["lambda"] * p["t"])
+    return (1 - decay) / decay
+
+
+def _m3id(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+    """M3ID (Favero et al., CVPR 2024): ``l(v) + w_t * (l(v) - l(no image))`` with
+    ``w_t = (1 - exp(-lambda t)) / exp(-lambda t)``. At the first answer token (t = 0) the weight
+    is 0: the method cannot change a yes/no answer read there (:func:`inert_reason` says so)."""
+    w = _m3id_weight(p)
+    if w == 0.0:  # inert: the base pass, whatever the signal says (none is needed)
+        return dict(base)
+    theirs = _scores(signals["no-image"].candidates, ids)
+    if theirs is None:
+        return None
+    return {i: base[i] + w * (base[i] - theirs[i]) for i in ids}
+
+
+def _pai(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+    """PAI (Liu et al., ECCV 2024; github.com/LALBJ/PAI): image-centric logit refinement
+    ``gamma * l(amplified image attention) - (gamma - 1) * l(no image)``. With the attention
+    signal recorded at alpha = 0 and gamma = 1 this is the base pass."""
+    amplified = _scores(signals["attention"].candidates, ids)
+    text_only = _scores(signals["no-image"].candidates, ids)
+    if amplified is None or text_only is None:
+        return None
+    g = p["gamma"]
+    return {i: g * amplified[i] - (g - 1) * text_only[i] for i in ids}
+
+
+def _dola(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+    """DoLa (Chuang et al., ICLR 2024; github.com/voidism/DoLa): the premature layer is the
+    candidate whose next-token distribution is furthest (Jensen-Shannon) from the final one;
+    score = ``log p_final - log p_premature`` on the tokens with
+    ``p_final >= relative_top * max p_final``."""
+    layers = {name: s for name, s in signals.items() if name.startswith("layer:") and s.jsd is not None}
+    if not layers:
+        return None
+    premature = max(layers.values(), key=lambda s: s.jsd or 0.0)
+    return _contrast_dola(base, base_max, premature, p["relative_top"], ids)
+
+
+def _contrast_dola(base: Scores, base_max: float, premature: SignalLogprobs, relative_top: float, ids: list[int]) -> Scores | None:
+    early = _scores(premature.candidates, ids)
+    if early is None:
+        return None
+    keep = _cutoff(base, base_max, relative_top)
+    return {i: base[i] - early[i] if keep(i) else -math.inf for i in ids}
+
+
+def _bias(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+    """A logit bias against "yes": every yes id's log-probability lowered by ``b`` (the no ids
+    keep theirs), i.e. the yes-vs-no log-odds shifted by ``-b``. Needs no signal."""
+    return dict(base)  # the shift is applied to the yes set in apply_correction
+
+
+CORRECTIONS: dict[str, Correction] = {
+    "vcd": Correction(("noised",), {"alpha": 1.0, "beta": 0.1}, _vcd, "Leng et al. 2024"),
+    "icd": Correction(("instruction",), {"alpha": 1.0, "beta": 0.1}, _icd, "Wang et al. 2024"),
+    "m3id": Correction(("no-image",), {"lambda": 0.02, "t": 0.0}, _m3id, "Favero et al. 2024"),
+    "pai": Correction(("attention", "no-image"), {"gamma": 1.1}, _pai, "Liu et al. 2024"),
+    "dola": Correction(("layer:*",), {"relative_top": 0.1}, _dola, "Chuang et al. 2024"),
+    "bias": Correction((), {"b": 0.5}, _bias, "a constant logit bias"),
+}
+
+
+def is_correction(readout: str) -> bool:
+    return readout.partition(":")[0] in CORRECTIONS
+
+
+def parse_correction(spec: str) -> tuple[str, dict[str, float]]:
+    """``NAME`` or ``NAME:key=value,...`` -> (name, every parameter with its value or default)."""
+    name, _, rest = spec.partition(":")
+    if name not in CORRECTIONS:
+        raise InputError(f"unknown correction {name!r}; known: {', '.join(CORRECTIONS)}")
+    params = dict(CORRECTIONS[name].defaults)
+    for pair in filter(None, (x.strip() for x in rest.split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep or key.strip() not in params:
+            raise InputError(f"{spec}: {name} takes {', '.join(f'{k}=NUMBER' for k in params)}, not {pair!r}")
+        try:
+            params[key.strip()] = float(value)
+        except ValueError:
+            raise InputError(f"{spec}: {key.strip()} must be a number, not {value!r}") from None
+    return name, params
+
+
+def required_signals(spec: str) -> tuple[str, ...]:
+    """The signals a correction reads (``layer:*``: at least one early layer); none when its
+    settings make it inert."""
+    return () if inert_reason(spec) is not None else CORRECTIONS[parse_correction(spec)[0]].signals
+
+
+def inert_reason(spec: str) -> str | None:
+    """Why a correction cannot change a first-token yes/no answer with these settings, if so."""
+    name, params = parse_correction(spec)
+    if name == "m3id" and _m3id_weight(params) == 0.0:
+        return "M3ID's guidance weight (1 - exp(-lambda t)) / exp(-lambda t) is 0 at t = 0, the first answer token"
+    return None
+
+
+def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) -> ReadoutResult | None:
+    """One correction applied to one stored sample; None when the sample lacks what it reads."""
+    name, params = parse_correction(spec)
+    if sample.error is not None or token_sets is None or token_sets.keyed_by != "id" or not sample.candidates:
+        return None
+    ids = [*token_sets.yes_ids, *token_sets.no_ids]
+    base = _scores(sample.candidates, ids)
+    if base is None:
+        return None
+    base_max = sample.first_token[0].logprob if sample.first_token else max(base.values())
+    correction = CORRECTIONS[name]
+    for signal in correction.signals if inert_reason(spec) is None else ():
+        if signal == "layer:*":
+            if not any(k.startswith("layer:") for k in sample.signals):
+                return None
+        elif signal not in sample.signals:
+            return None
+    scores = correction.rule(base, base_max, sample.signals, params, ids)
+    if scores is None:
+        return None
+    shift = params["b"] if name == "bias" else 0.0
+    yes = [scores[i] - shift for i in token_sets.yes_ids]
+    no = [scores[i] for i in token_sets.no_ids]
+    if not yes or not no:
+        return None
+    return decide(logsumexp(yes), logsumexp(no))

@@ -1,0 +1,248 @@
+"""The corrections table: every correction read from one run, against a correctly read greedy
+baseline, beside the sampled baseline and the readout confound of the same run.
+
+Rows: ``dynamic`` (the greedy baseline, read from the model's own yes/no sets), the readout
+confound (``legacy_2tok`` where its ids are valid for the vocabulary, else the text rule that
+scores worst), and each correction. Columns: macro accuracy, precision, recall, F1 with its
+image-bootstrap CI, yes-ratio; the paired difference in macro F1 from the greedy baseline with
+its paired image-bootstrap CI and McNemar's exact p; and each row's F1 under sampling at
+temperature 1 (*expected* counts: every answer contributes its probability of yes, no random
+draw), with its difference from the sampled baseline (the comparison contrastive-decoding
+papers make). A grid sweep chooses each method's setting on image folds and reports its
+held-out F1; the best setting on the whole run is shown too, labelled optimistic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from halluprobe.corrections import CORRECTIONS, inert_reason, parse_correction
+from halluprobe.errors import InputError
+from halluprobe.metrics.binary import UnknownPolicy, count, metrics_from_counts
+from halluprobe.metrics.score import ScoreRow, score_rows
+from halluprobe.metrics.stats import mcnemar_exact, paired_bootstrap_diff
+from halluprobe.readouts.apply import check_readout
+from halluprobe.readouts.logits import LEGACY_READOUTS
+from halluprobe.readouts.text import TEXT_RULES
+from halluprobe.records import RunHeader, Sample
+from halluprobe.scoring import read_scored_run, readout_rows
+
+__all__ = ["CorrectionRow", "CorrectionsReport", "corrections_table", "read_grid", "expected_f1"]
+
+BASELINE = "dynamic"
+
+
+@dataclass(frozen=True)
+class CorrectionRow:
+    name: str
+    kind: str  # "baseline", "confound", "correction"
+    accuracy: float | None
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    f1_ci: tuple[float, float] | None
+    yes_ratio: float | None
+    delta_f1: float | None  # minus the greedy baseline's macro F1
+    delta_f1_ci: tuple[float, float] | None
+    mcnemar_p: float | None
+    f1_sampled: float | None  # macro F1 of the expected counts at temperature 1
+    delta_sampled: float | None  # minus the sampled baseline's
+    inert: str | None = None
+    chosen_on: str | None = None  # grid rows: "folds" (held-out) or "test (optimistic)"
+
+
+@dataclass
+class CorrectionsReport:
+    run: str
+    policy: str
+    n: int
+    rows: list[CorrectionRow] = field(default_factory=list)
+    bootstrap: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run, "policy": self.policy, "n": self.n, "bootstrap": self.bootstrap,
+            "rows": [row.__dict__ for row in self.rows],
+        }  # fmt: skip
+
+
+def expected_f1(rows: Sequence[ScoreRow]) -> float | None:
+    """Macro F1 of the expected confusion counts when each answer is sampled: a question whose
+    readout gives ``p_yes`` is answered yes with that probability (an errored or unreadable one
+    is never right). F1 per split from the summed probabilities, then the mean over splits."""
+    by_split: dict[str, list[ScoreRow]] = {}
+    for r in rows:
+        by_split.setdefault(r.split, []).append(r)
+    values = []
+    for split_rows in by_split.values():
+        tp = sum(r.p_yes or 0.0 for r in split_rows if r.label == "yes" and not r.error)
+        fp = sum(r.p_yes or 0.0 for r in split_rows if r.label == "no" and not r.error)
+        positives = sum(1 for r in split_rows if r.label == "yes")
+        denominator = tp + fp + positives  # 2TP + FP + (every yes label not answered yes)
+        values.append(2 * tp / denominator if denominator else None)
+    defined = [v for v in values if v is not None]
+    return sum(defined) / len(defined) if defined and len(defined) == len(values) else None
+
+
+class _Arrays:
+    """One readout's rows as arrays, for replicate statistics over row indices."""
+
+    def __init__(self, rows: Sequence[ScoreRow], policy: UnknownPolicy) -> None:
+        self.labels = np.array([r.label for r in rows], dtype=object)
+        self.decisions = np.array([r.decision for r in rows], dtype=object)
+        self.errors = np.array([r.error for r in rows], dtype=bool)
+        self.splits = np.array([r.split for r in rows], dtype=object)
+        self.policy = policy
+
+    def macro_f1(self, idx: np.ndarray) -> float | None:
+        values = []
+        for split in dict.fromkeys(self.splits.tolist()):
+            rows = idx[self.splits[idx] == split]
+            if not len(rows):
+                return None
+            f1 = metrics_from_counts(count(self.labels[rows], self.decisions[rows], self.errors[rows], self.policy))["f1"]
+            if f1 is None:
+                return None
+            values.append(f1)
+        return sum(values) / len(values) if values else None
+
+    def correct(self) -> np.ndarray:
+        return (~self.errors) & (self.decisions == self.labels)
+
+
+def _confound(header: RunHeader, samples: Sequence[Sample], policy: UnknownPolicy) -> str | None:
+    """legacy_2tok where its ids are this vocabulary's yes/no pieces, else the worst text rule."""
+    sets = header.token_sets
+    if sets is not None and sets.legacy_valid and "legacy_2tok" in header.readouts:
+        return "legacy_2tok"
+    worst: tuple[float, str] | None = None
+    for rule in TEXT_RULES:
+        name = f"text:{rule}"
+        try:
+            check_readout(name, header, samples, force_invalid=False, source=None)
+        except InputError:
+            continue
+        f1 = score_rows(readout_rows(name, header, samples), readout=name, policy=policy, n_resamples=0).macro.f1
+        if f1 is not None and (worst is None or f1 < worst[0]):
+            worst = (f1, name)
+    return worst[1] if worst else None
+
+
+def read_grid(path: str | Path) -> list[str]:
+    """A grid TOML file: one table per method, each key a list of values (or one value);
+    every combination is one correction spec, e.g. ``[vcd] alpha = [0.5, 1, 2]``."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise InputError(f"cannot read the grid: {err}", p) from None
+    specs: list[str] = []
+    for method, table in data.items():
+        if method not in CORRECTIONS:
+            raise InputError(f"unknown correction {method!r} in the grid; known: {', '.join(CORRECTIONS)}", p)
+        if not isinstance(table, dict):
+            raise InputError(f"[{method}] must be a table of parameter lists", p)
+        keys = list(table)
+        for key in keys:
+            if key not in CORRECTIONS[method].defaults:
+                raise InputError(f"[{method}] has no parameter {key!r}; it takes {', '.join(CORRECTIONS[method].defaults)}", p)
+        lists = [v if isinstance(v, list) else [v] for v in table.values()]
+        for values in itertools.product(*lists):
+            specs.append(method + (":" + ",".join(f"{k}={v}" for k, v in zip(keys, values)) if keys else ""))
+    if not specs:
+        raise InputError("the grid names no correction", p)
+    return specs
+
+
+def _folds(images: Sequence[str], k: int, seed: int) -> dict[str, int]:
+    distinct = sorted(set(images))
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    return {distinct[i]: rank % k for rank, i in enumerate(order)}
+
+
+def corrections_table(
+    path: str | Path,
+    specs: Sequence[str],
+    *,
+    grid: Sequence[str] = (),
+    folds: int = 5,
+    policy: UnknownPolicy = "wrong",
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> CorrectionsReport:
+    """The table for one run dir; ``specs`` are shown as given, ``grid`` settings are chosen per
+    method on image folds (held-out F1) and on the whole run (optimistic)."""
+    _, header, samples = read_scored_run(path, BASELINE)
+    for spec in [*specs, *grid]:
+        parse_correction(spec)  # a correction, not any readout
+        check_readout(spec, header, samples, force_invalid=False, source=Path(path) / "run.json")
+    base_rows = readout_rows(BASELINE, header, samples)
+    base = _Arrays(base_rows, policy)
+    images = [r.image for r in base_rows]
+    base_sampled = expected_f1(base_rows)
+    report = CorrectionsReport(run=str(path), policy=policy, n=len(samples), bootstrap={"n_resamples": n_resamples, "seed": seed})
+
+    def row(name: str, kind: str, rows: list[ScoreRow], chosen_on: str | None = None) -> CorrectionRow:
+        scored = score_rows(rows, readout=name, policy=policy, n_resamples=n_resamples, seed=seed).macro
+        arrays = _Arrays(rows, policy)
+        is_base = name == BASELINE and kind == "baseline"
+        delta_ci = None if is_base or not n_resamples else paired_bootstrap_diff(images, arrays.macro_f1, base.macro_f1, n_resamples=n_resamples, seed=seed)
+        sampled = expected_f1(rows)
+        return CorrectionRow(
+            name=name, kind=kind, accuracy=scored.accuracy, precision=scored.precision, recall=scored.recall,
+            f1=scored.f1, f1_ci=scored.ci.get("f1"), yes_ratio=scored.yes_ratio,
+            delta_f1=None if is_base or scored.f1 is None or base_f1 is None else scored.f1 - base_f1,
+            delta_f1_ci=delta_ci,
+            mcnemar_p=None if is_base else mcnemar_exact(arrays.correct(), base.correct()).p_value,
+            f1_sampled=sampled,
+            delta_sampled=None if sampled is None or base_sampled is None else sampled - base_sampled,
+            inert=inert_reason(name) if kind == "correction" and chosen_on != "folds" else None,
+            chosen_on=chosen_on,
+        )  # fmt: skip
+
+    base_f1 = score_rows(base_rows, readout=BASELINE, policy=policy, n_resamples=0).macro.f1
+    report.rows.append(row(BASELINE, "baseline", base_rows))
+    confound = _confound(header, samples, policy)
+    if confound is not None:
+        report.rows.append(row(confound, "confound", readout_rows(confound, header, samples)))
+    for spec in specs:
+        report.rows.append(row(spec, "correction", readout_rows(spec, header, samples)))
+    if grid:
+        report.rows.extend(_grid_rows(grid, header, samples, images, folds, seed, policy, row))
+    return report
+
+
+def _grid_rows(grid: Sequence[str], header: RunHeader, samples: Sequence[Sample], images: list[str], k: int, seed: int,
+               policy: UnknownPolicy, row: Any) -> list[CorrectionRow]:  # fmt: skip
+    """Per method: the setting chosen on k-1 image folds, evaluated on the held-out fold (the
+    held-out decisions of all folds scored together), and the best setting on the whole run."""
+    if k < 2:
+        raise InputError(f"--folds must be at least 2, not {k}")
+    fold_of = _folds(images, k, seed)
+    fold = np.array([fold_of[i] for i in images])
+    rows_of = {spec: readout_rows(spec, header, samples) for spec in grid}
+    arrays = {spec: _Arrays(rows, policy) for spec, rows in rows_of.items()}
+    out: list[CorrectionRow] = []
+    for method in dict.fromkeys(parse_correction(s)[0] for s in grid):
+        settings = [s for s in grid if parse_correction(s)[0] == method]
+        held_out: list[ScoreRow] = [None] * len(images)  # type: ignore[list-item]
+        chosen: list[str] = []
+        for f in range(k):
+            train = np.flatnonzero(fold != f)
+            best = max(settings, key=lambda s: arrays[s].macro_f1(train) or -1.0)
+            chosen.append(best)
+            for i in np.flatnonzero(fold == f):
+                held_out[i] = rows_of[best][i]
+        label = f"{method} (chosen on {k} image folds: {', '.join(sorted(set(chosen)))})"
+        out.append(row(label, "correction", held_out, chosen_on="folds"))
+        whole = np.arange(len(images))
+        best_on_test = max(settings, key=lambda s: arrays[s].macro_f1(whole) or -1.0)
+        out.append(row(best_on_test, "correction", rows_of[best_on_test], chosen_on="test (optimistic)"))
+    return out

@@ -1,0 +1,161 @@
+"""Corrections read at score time from stored signals: each rule against an independent
+recomputation by its published formula, the settings that reproduce the baseline, inert rules,
+bad input, the corrections table, and the hf backend's signals (both engines)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from test_pipeline import _make_world, _run_args
+from typer.testing import CliRunner
+
+from halluprobe.cli import app
+from halluprobe.rundir import RunDir
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def signal_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("signals")
+    world = _make_world(root)
+    out = root / "run"
+    result = runner.invoke(app, _run_args(world, out, "--signals", "noised,layers"))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _per_question(run: Path, readout: str, tmp: Path) -> list[dict]:
+    path = tmp / f"{readout.replace(':', '_')}.jsonl"
+    result = runner.invoke(app, ["score", str(run), "--readout", readout, "--resamples", "0", "--per-question", str(path)])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _lse(values: list[float]) -> float:
+    top = max(values)
+    return top if top == -math.inf else top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _decide(yes: float, no: float) -> tuple[str, float | None]:
+    if yes == no == -math.inf:
+        return "unknown", None
+    return ("yes" if yes > no else "no" if no > yes else "unknown"), 1 / (1 + math.exp(no - yes))
+
+
+def _by_hand(run: Path, score) -> list[tuple[str, float | None]]:  # type: ignore[no-untyped-def]
+    rundir = RunDir(run)
+    sets = rundir.read_header().token_sets
+    assert sets is not None
+    out = []
+    for s in rundir.read_samples():
+        base = {i: s.candidates[str(i)] for i in [*sets.yes_ids, *sets.no_ids]}
+        scores = score(s, base, s.first_token[0].logprob)
+        out.append(_decide(_lse([scores[i] for i in sets.yes_ids]), _lse([scores[i] for i in sets.no_ids])))
+    return out
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(1.0, 0.1), (2.5, 0.0), (0.5, 0.5)])
+def test_vcd_equals_its_formula(signal_run: Path, tmp_path: Path, alpha: float, beta: float) -> None:
+    def vcd(s, base, top):  # type: ignore[no-untyped-def]
+        noised = s.signals["noised"].candidates
+        cut = math.log(beta) + top if beta > 0 else -math.inf
+        return {i: (1 + alpha) * lp - alpha * noised[str(i)] if lp >= cut else -math.inf for i, lp in base.items()}
+
+    expected = _by_hand(signal_run, vcd)
+    got = _per_question(signal_run, f"vcd:alpha={alpha},beta={beta}", tmp_path)
+    assert [g["decision"] for g in got] == [e[0] for e in expected]
+    for g, (_, p) in zip(got, expected):
+        assert g.get("p_yes") == pytest.approx(p, abs=1e-12)
+
+
+def test_dola_equals_its_formula(signal_run: Path, tmp_path: Path) -> None:
+    def dola(s, base, top):  # type: ignore[no-untyped-def]
+        early = max((v for k, v in s.signals.items() if k.startswith("layer:")), key=lambda v: v.jsd).candidates
+        cut = math.log(0.1) + top
+        return {i: lp - early[str(i)] if lp >= cut else -math.inf for i, lp in base.items()}
+
+    expected = _by_hand(signal_run, dola)
+    got = _per_question(signal_run, "dola:relative_top=0.1", tmp_path)
+    assert [(g["decision"], g.get("p_yes")) for g in got] == [(d, p) for d, p in expected]
+
+
+@pytest.mark.parametrize("neutral", ["vcd:alpha=0,beta=0", "bias:b=0", "m3id:t=0"])
+def test_neutral_settings_reproduce_the_baseline_exactly(signal_run: Path, tmp_path: Path, neutral: str) -> None:
+    assert _per_question(signal_run, neutral, tmp_path) == _per_question(signal_run, "dynamic", tmp_path)
+
+
+def test_a_bias_against_yes_lowers_the_yes_ratio(signal_run: Path, tmp_path: Path) -> None:
+    base = _per_question(signal_run, "dynamic", tmp_path)
+    biased = _per_question(signal_run, "bias:b=3", tmp_path)
+    assert sum(x["decision"] == "yes" for x in biased) < sum(x["decision"] == "yes" for x in base)
+    for b, x in zip(base, biased):  # log-odds shifted by exactly -3
+        logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+        assert logit(x["p_yes"]) == pytest.approx(logit(b["p_yes"]) - 3, abs=1e-9)
+
+
+def test_the_table_reports_inert_rules_baselines_and_the_confound(signal_run: Path) -> None:
+    result = runner.invoke(app, ["corrections", str(signal_run), "--correction", "vcd", "--correction", "m3id",
+                                 "--correction", "bias:b=1", "--resamples", "30", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    table = json.loads(result.stdout)
+    rows = {r["name"]: r for r in table["rows"]}
+    assert rows["dynamic"]["kind"] == "baseline" and rows["dynamic"]["delta_f1"] is None
+    dynamic = json.loads(runner.invoke(app, ["score", str(signal_run), "--json", "--resamples", "30"]).stdout)
+    assert rows["dynamic"]["f1"] == dynamic["macro"]["f1"]  # the table's counts are score's
+    assert "t = 0" in rows["m3id"]["inert"] and rows["m3id"]["delta_f1"] == 0.0
+    assert rows["bias:b=1"]["delta_f1"] == pytest.approx(rows["bias:b=1"]["f1"] - rows["dynamic"]["f1"])
+    assert [r["kind"] for r in table["rows"]].count("confound") == 1
+    # the sampled baseline: each answer's p_yes summed, F1 of those expected counts, per split
+    lines = _per_question(signal_run, "dynamic", signal_run.parent)
+    f1s = []
+    for split in ("random", "adversarial"):
+        mine = [x for x in lines if x["split"] == split]
+        tp = sum(x["p_yes"] for x in mine if x["label"] == "yes")
+        fp = sum(x["p_yes"] for x in mine if x["label"] == "no")
+        f1s.append(2 * tp / (tp + fp + sum(x["label"] == "yes" for x in mine)))
+    assert rows["dynamic"]["f1_sampled"] == pytest.approx(sum(f1s) / 2)
+
+
+def test_a_grid_chooses_on_folds_and_shows_the_optimistic_choice(signal_run: Path, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[bias]\nb = [0, 1, 3]\n")
+    result = runner.invoke(app, ["corrections", str(signal_run), "--grid", str(grid), "--folds", "3", "--resamples", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    chosen = [r for r in json.loads(result.stdout)["rows"] if r["chosen_on"]]
+    assert [r["chosen_on"] for r in chosen] == ["folds", "test (optimistic)"]
+    assert chosen[0]["name"].startswith("bias (chosen on 3 image folds")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--correction", "vcdx"], "unknown correction 'vcdx'"),
+        (["--correction", "vcd:gamma=2"], "vcd takes alpha=NUMBER, beta=NUMBER"),
+        (["--correction", "vcd:alpha=big"], "alpha must be a number"),
+        (["--correction", "pai"], "reads the 'attention' signal, which this run did not record"),
+    ],
+)
+def test_bad_corrections_are_one_line(signal_run: Path, args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["corrections", str(signal_run), *args, "--resamples", "0"])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_grid_with_an_unknown_key_is_one_line(signal_run: Path, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[vcd]\nalpha = [1]\ngamma = [2]\n")
+    result = runner.invoke(app, ["corrections", str(signal_run), "--grid", str(grid)])
+    assert result.exit_code == 2 and "[vcd] has no parameter 'gamma'" in result.output
+
+
+def test_signals_are_part_of_the_fingerprint(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--limit", "2", "--signals", "noised")).exit_code == 0
+    refused = runner.invoke(app, _run_args(world, out, "--resume", "--signals", "noised,layers"))
+    assert refused.exit_code == 2 and "refusing to resume" in refused.output
+    unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "instruction"))
+    assert unsupported.exit_code == 2 and "not 'instruction'" in unsupported.output
