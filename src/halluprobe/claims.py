@@ -182,8 +182,9 @@ def _text_pattern(text: str) -> re.Pattern[str]:
         pieces = re.split(r"(\d+(?:\.\d+)?)", part)
         return "".join(r"\d+(?:\.\d+)?" if i % 2 else re.escape(p) for i, p in enumerate(pieces))
 
-    value = r"(\S+?)" if after else r"(\S+)"
-    return re.compile(literal(before) + value + literal(after))
+    # greedy: the longest run of non-space before what follows ("0.702" of "0.702.", not "0"),
+    # and "points" after a difference's number
+    return re.compile(literal(before) + r"(\S+(?:\s+(?:points?|pp)\b)?)" + literal(after))
 
 
 def check_claims(claims: Sequence[Claim], texts: Mapping[str, str], runs: Sequence[Path], cache: Any) -> list[Any]:
