@@ -169,6 +169,8 @@ def _markdown_table(lines: list[str], index: int, path: str) -> tuple[Style, tup
         if all(re.fullmatch(r":?-+:?", c) for c in cells):
             continue  # the separator under the header
         rows.append((j + 1, cells))
+    if not rows:
+        raise InputError("the pipe table under the provenance comment has no rows", path, start + 1)
     return "markdown", rows[0], rows[1:]
 
 

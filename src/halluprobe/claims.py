@@ -210,7 +210,9 @@ def check_claims(claims: Sequence[Claim], texts: Mapping[str, str], runs: Sequen
             values.append(getattr(metrics[target.split], target.metric))
         if not usable:
             continue
-        value: float | int | None = None if None in values else (values[0] if len(values) == 1 else values[0] - values[1])  # type: ignore[operator]
+        value: float | int | None = None
+        if None not in values:
+            value = values[0] if len(values) == 1 else values[0] - values[1]  # type: ignore[operator]
         written = parse_written(claim.value)
         if value is None or written is None or not _matches(value, written):
             findings.append(Finding("differs", claim.path, claim.line, _describe(claim), _expected_like(value, written), claim.value))
@@ -241,9 +243,11 @@ def _check_text(claim: Claim, value: float | int | None, texts: Mapping[str, str
                 found = match.group(1) if (claim.text or "").split("{}")[1] else match.group(1).rstrip(".,;:)")
                 written = parse_written(found)
                 if written is None:
-                    findings.append(Finding("unparseable", name, number, f"cannot read the number of the claim at {claim.path}:{claim.line}", claim.value, found))
+                    message = f"cannot read the number of the claim at {claim.path}:{claim.line}"
+                    findings.append(Finding("unparseable", name, number, message, claim.value, found))
                 elif value is None or not _matches(value, written):
                     findings.append(Finding("differs", name, number, _describe(claim), _expected_like(value, written), found))
     if not seen:
-        findings.append(Finding("text-not-found", claim.path, claim.line, f"no line of {', '.join(texts) or 'the checked files'} reads {claim.text!r}"))
+        where = ", ".join(texts) or "the checked files"
+        findings.append(Finding("text-not-found", claim.path, claim.line, f"no line of {where} reads {claim.text!r}"))
     return findings

@@ -141,7 +141,8 @@ def parse_provenance(line: str, path: str | Path, number: int) -> tuple[Provenan
         if match:
             break
     else:
-        raise InputError(f"malformed provenance comment: expected '% {PROVENANCE_MARK} {{...}}' or '<!-- {PROVENANCE_MARK} {{...}} -->'", path, number)
+        forms = f"'% {PROVENANCE_MARK} {{...}}' or '<!-- {PROVENANCE_MARK} {{...}} -->'"
+        raise InputError(f"malformed provenance comment: expected {forms}", path, number)
     try:
         data = json.loads(match.group(1))
     except json.JSONDecodeError as err:
@@ -153,7 +154,9 @@ def parse_provenance(line: str, path: str | Path, number: int) -> tuple[Provenan
         where = ".".join(str(p) for p in first.get("loc", ())) or "comment"
         raise InputError(f"malformed provenance comment: {where}: {first.get('msg', 'invalid')}", path, number) from None
     if provenance.provenance != PROVENANCE_SCHEMA:
-        raise InputError(f"provenance version {provenance.provenance} is not readable by this halluprobe (reads {PROVENANCE_SCHEMA})", path, number)
+        raise InputError(
+            f"provenance version {provenance.provenance} is not readable by this halluprobe (reads {PROVENANCE_SCHEMA})", path, number
+        )
     if not provenance.runs:
         raise InputError("malformed provenance comment: no runs", path, number)
     return provenance, syntax  # type: ignore[return-value]

@@ -21,7 +21,9 @@ def check_cmd(
         Optional[list[Path]],
         typer.Option(help="Run dir to recompute from, serving the tables and claims whose run path it ends with; repeatable."),
     ] = None,
-    claims: Annotated[Optional[Path], typer.Option(help="TOML file of numbers in prose (run, readout, split, metric, value as written).")] = None,
+    claims: Annotated[
+        Optional[Path], typer.Option(help="TOML file of numbers in prose (run, readout, split, metric, value as written).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON (for CI).")] = False,
 ) -> None:
     """Check every table with a provenance comment, and every claim, against the run dirs:
@@ -38,5 +40,6 @@ def check_cmd(
             typer.echo(finding.describe())
         failing = sum(f.fails for f in result.findings)
         verdict = "everything matches" if failing == 0 else f"{failing} problem{'s' if failing != 1 else ''}"
-        typer.echo(f"checked {result.tables} table{'s' if result.tables != 1 else ''} ({result.cells} cells) and {result.claims} claims: {verdict}")
+        tables = f"{result.tables} table{'s' if result.tables != 1 else ''} ({result.cells} cells)"
+        typer.echo(f"checked {tables} and {result.claims} claims: {verdict}")
     raise typer.Exit(result.exit_code)
