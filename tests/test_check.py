@@ -240,3 +240,22 @@ def test_readme_quotes_what_the_demo_prints(tmp_path: Path) -> None:
     table_line = text.split("\n").index(next(line for line in text.split("\n") if line.startswith(" adversarial  720"))) + 1
     prose_line = next(i for i, line in enumerate(text.split("\n"), start=1) if "F1 0.858 vs 0.702" in line)
     assert code == 1 and f"{drifted}:{table_line}: differs" in output and f"{drifted}:{prose_line}: differs" in output, output
+
+
+def test_readouts_table_side_by_side_checks(run_dir: Path, tmp_path: Path) -> None:
+    """The audit's table (every readout side by side), written by the library, checked by `check`."""
+    from halluprobe.tables import readouts_provenance, readouts_reports, render_readouts
+
+    reports, forced = readouts_reports(run_dir, n_resamples=30)
+    assert {"dynamic", "text:pope", "text:strict"} <= set(reports)
+    provenance = readouts_provenance(run_dir, reports, forced, "dynamic")
+    tex, md = tmp_path / "readouts.tex", tmp_path / "readouts.md"
+    tex.write_text(render_readouts(reports, "every readout", "latex", provenance, forced) + "\n")
+    md.write_text(render_readouts(reports, "every readout", "markdown", provenance, forced) + "\n")
+    code, output = _check(str(tex), str(md))
+    assert code == 0 and "checked 2 tables" in output, output
+    f1 = reports["text:pope"].splits["adversarial"].f1
+    assert f"text:pope & {reports['text:pope'].splits['random'].f1:.4f} & {f1:.4f} &" in tex.read_text()
+    line = _edit_digit(md, "dynamic", 3)
+    code, output = _check(str(tex), str(md))
+    assert code == 1 and f"{md}:{line}: differs: dynamic / F1 adversarial" in output, output

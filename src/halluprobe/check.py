@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from halluprobe.errors import InputError
 from halluprobe.records import ScoreReport
-from halluprobe.tables import Cell, Grid, Provenance, RunSource, Style, parse_provenance, score_grid
+from halluprobe.tables import Cell, Grid, Provenance, RunSource, Style, parse_provenance, readouts_grid, score_grid
 
 __all__ = [
     "Finding",
@@ -322,23 +322,24 @@ class RunCache:
         self.runs = list(runs)
         self._reports: dict[tuple[str, str, str, int, int], ScoreReport] = {}
 
-    def report(self, path: Path, readout: str, policy: str, seed: int, resamples: int) -> ScoreReport:
+    def report(self, path: Path, readout: str, policy: str, seed: int, resamples: int, force_invalid: bool = False) -> ScoreReport:
         from halluprobe.scoring import score_rundir
 
         key = (str(path.resolve()), readout, policy, seed, resamples)
         if key not in self._reports:
             self._reports[key] = score_rundir(
-                path, readout=readout, policy=policy, n_resamples=resamples, seed=seed, write=False  # type: ignore[arg-type]
+                path, readout=readout, policy=policy, n_resamples=resamples, seed=seed, write=False,  # type: ignore[arg-type]
+                force_invalid=force_invalid,
             )  # fmt: skip
         return self._reports[key]
 
-    def point_report(self, path: Path, readout: str, policy: str) -> ScoreReport:
+    def point_report(self, path: Path, readout: str, policy: str, force_invalid: bool = False) -> ScoreReport:
         """Point values only: any report already computed for the run serves, else one without bootstrap."""
         resolved = str(path.resolve())
         for (run, r, p, _, _), report in self._reports.items():
             if (run, r, p) == (resolved, readout, policy):
                 return report
-        return self.report(path, readout, policy, 0, 0)
+        return self.report(path, readout, policy, 0, 0, force_invalid=force_invalid)
 
 
 def run_findings(source: RunSource, path: Path, readout: str, policy: str, where: tuple[str, int]) -> tuple[list[Finding], bool]:
@@ -406,14 +407,22 @@ def check_files(files: Sequence[str | Path], *, runs: Sequence[str | Path] = (),
 def _check_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> None:
     prov = table.provenance
     if len(prov.runs) != 1:
-        raise InputError(f"a score table is computed from one run dir; this comment names {len(prov.runs)}", table.path, table.line)
+        raise InputError(f"a {prov.table} table is computed from one run dir; this comment names {len(prov.runs)}", table.path, table.line)
     source = prov.runs[0]
     path = locate_run(source.path, runs)
     findings, usable = run_findings(source, path, prov.readout, prov.unknown, (table.path, table.line))
     result.findings.extend(findings)
     if not usable:
         return
-    report = cache.report(path, prov.readout, prov.unknown, prov.seed, prov.resamples)
-    cell_findings, compared = compare_table(table, score_grid(report, table.style))
+    if prov.table == "readouts":
+        if not prov.readouts:
+            raise InputError("a readouts table's provenance lists no readouts", table.path, table.line)
+        reports = {
+            r: cache.report(path, r, prov.unknown, prov.seed, prov.resamples, force_invalid=r in prov.forced) for r in prov.readouts
+        }
+        grid = readouts_grid(reports, prov.forced, table.style)
+    else:
+        grid = score_grid(cache.report(path, prov.readout, prov.unknown, prov.seed, prov.resamples), table.style)
+    cell_findings, compared = compare_table(table, grid)
     result.findings.extend(cell_findings)
     result.cells += compared

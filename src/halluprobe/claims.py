@@ -3,7 +3,8 @@
 A claims file is TOML: top-level ``run``, ``readout`` and ``unknown`` are defaults for every
 ``[[claim]]``; a claim names ``split`` and ``metric`` and gives ``value`` as written, a string
 that keeps its rounding: ``"0.858"``, ``"84.5%"``, ``"6.13 points"`` (percentage points),
-``"93/360"`` (a ratio written as counts). ``minus = {split = "adversarial"}`` makes the claim a
+``"93/360"`` (a ratio written as counts). ``forced = true`` scores a legacy readout that is
+invalid for the run's vocabulary anyway (as the audit shows it). ``minus = {split = "adversarial"}`` makes the claim a
 difference (the keys it gives replace the claim's own). ``text = "random {}, popular"`` is the
 prose around the value in the checked files, ``{}`` where the value stands: every line that
 reads so is checked too (numbers in the rest of ``text`` match any number, so an edited one
@@ -28,7 +29,7 @@ CLAIM_METRICS = (
     "accuracy", "precision", "recall", "f1", "yes_ratio", "unknown_rate", "htr", "auroc", "ece",
 )  # fmt: skip
 _POLICIES = ("wrong", "no", "yes", "drop")
-_CLAIM_KEYS = {"run", "readout", "unknown", "split", "metric", "value", "text", "minus"}
+_CLAIM_KEYS = {"run", "readout", "unknown", "split", "metric", "value", "text", "minus", "forced"}
 _TARGET_KEYS = ("run", "readout", "unknown", "split", "metric")
 
 
@@ -41,6 +42,7 @@ class Target:
     unknown: str
     split: str
     metric: str
+    forced: bool = False  # a legacy readout scored although invalid for the vocabulary
 
 
 @dataclass(frozen=True)
@@ -119,11 +121,14 @@ def _target(entry: Mapping[str, Any], defaults: Mapping[str, Any], path: str, li
         if not isinstance(value, str):
             raise InputError(f"claim key {key!r} must be a string" if value is not None else f"claim has no {key!r}", path, line)
         values[key] = value
+    forced = entry.get("forced", False)
+    if not isinstance(forced, bool):
+        raise InputError("claim key 'forced' must be true or false", path, line)
     if values["metric"] not in CLAIM_METRICS:
         raise InputError(f"unknown metric {values['metric']!r}; known: {', '.join(CLAIM_METRICS)}", path, line)
     if values["unknown"] not in _POLICIES:
         raise InputError(f"unknown policy {values['unknown']!r}; known: {', '.join(_POLICIES)}", path, line)
-    return Target(**values)
+    return Target(**values, forced=forced)
 
 
 def read_claims(path: str | Path) -> list[Claim]:
@@ -203,7 +208,7 @@ def check_claims(claims: Sequence[Claim], texts: Mapping[str, str], runs: Sequen
             if not ok:
                 usable = False
                 break
-            report = cache.point_report(path, target.readout, target.unknown)
+            report = cache.point_report(path, target.readout, target.unknown, force_invalid=target.forced)
             metrics = {**report.splits, "pooled": report.pooled, "macro": report.macro}
             if target.split not in metrics:
                 raise InputError(f"unknown split {target.split!r}; the run has {', '.join(metrics)}", claim.path, claim.line)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -37,6 +37,10 @@ __all__ = [
     "score_grid",
     "render_markdown",
     "render_latex",
+    "readouts_grid",
+    "readouts_reports",
+    "readouts_provenance",
+    "render_readouts",
     "latex_escape",
 ]
 
@@ -70,9 +74,13 @@ class Provenance(FrozenRecord):
     """What a table was computed from and how: enough to recompute every cell."""
 
     provenance: int = PROVENANCE_SCHEMA
-    table: Literal["score"]
+    # score: one readout, a row per split; readouts: every readout side by side (the audit's
+    # table), one row each, ``readout`` being the headline
+    table: Literal["score", "readouts"]
     runs: tuple[RunSource, ...]
     readout: str
+    readouts: tuple[str, ...] = ()
+    forced: tuple[str, ...] = ()  # legacy readouts scored although invalid for the vocabulary
     unknown: Literal["wrong", "no", "yes", "drop"]
     seed: int
     resamples: int
@@ -203,19 +211,26 @@ def _bootstrap_note(report: ScoreReport) -> str | None:
 
 def render_markdown(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
     """A pipe table to paste into a paper or an issue, under its provenance comment."""
-    grid = score_grid(report, "markdown")
+    return _markdown(score_grid(report, "markdown"), title, _bootstrap_note(report), provenance)
+
+
+def render_latex(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
+    """A booktabs table (``\\usepackage{booktabs}``), one row a line, under its provenance comment;
+    pooled and macro under a rule of their own."""
+    grid = score_grid(report, "latex")
+    return _latex(grid, title, _bootstrap_note(report), provenance, rule_before=len(grid.rows) - 2)
+
+
+def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance | None) -> str:
     lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
     lines += [f"**{title}**", "", "| " + " | ".join(grid.header) + " |", "|---" * len(grid.header) + "|"]
     lines += ["| " + " | ".join(c.text for c in row) + " |" for row in grid.rows]
-    note = _bootstrap_note(report)
     if note:
         lines += ["", note]
     return "\n".join(lines)
 
 
-def render_latex(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
-    """A booktabs table (``\\usepackage{booktabs}``), one row a line, under its provenance comment."""
-    grid = score_grid(report, "latex")
+def _latex(grid: Grid, title: str, note: str | None, provenance: Provenance | None, rule_before: int | None = None) -> str:
     lines = [provenance_comment(provenance, "latex")] if provenance is not None else []
     lines += [
         r"\begin{table}[t]",
@@ -226,17 +241,102 @@ def render_latex(report: ScoreReport, title: str, provenance: Provenance | None 
         " & ".join(grid.header) + r" \\",
         r"\midrule",
     ]
-    n_splits = len(grid.rows) - 2  # pooled and macro close the table under their own rule
     for index, row in enumerate(grid.rows):
-        if index == n_splits:
+        if index == rule_before:
             lines.append(r"\midrule")
         lines.append(" & ".join(c.text for c in row) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
-    note = _bootstrap_note(report)
     if note:
         lines.append(r"\par\smallskip{\footnotesize " + latex_escape(note) + "}")
     lines.append(r"\end{table}")
     return "\n".join(lines)
+
+
+# -- every readout side by side (the audit's table) -----------------------------------------
+
+_READOUT_MACRO = ("accuracy", "precision", "recall", "f1", "yes_ratio", "unknown_rate")
+_READOUT_HEADERS = {
+    "markdown": {"accuracy": "accuracy", "precision": "precision", "recall": "recall", "f1": "F1", "yes_ratio": "yes_ratio",
+                 "unknown_rate": "unknown_rate"},
+    "latex": {"accuracy": "Acc.", "precision": "Prec.", "recall": "Rec.", "f1": r"F1 [95\% CI]", "yes_ratio": "Yes ratio",
+              "unknown_rate": "Unk. rate"},
+}  # fmt: skip
+
+
+def readouts_grid(reports: Mapping[str, ScoreReport], forced: Collection[str], style: Style) -> Grid:
+    """A row per readout: F1 per split, then the macro ratios with the F1 CI; a legacy readout
+    scored although invalid for the vocabulary is marked ``(forced)``."""
+    if not reports:
+        raise InputError("a readouts table needs at least one readout")
+    headers = _READOUT_HEADERS["latex" if style == "latex" else "markdown"]
+    splits = list(next(iter(reports.values())).splits)
+    missing = "--" if style == "latex" else "-"
+    rows = []
+    for name, report in reports.items():
+        label = name + (" (forced)" if name in forced else "")
+        cells = [Cell(latex_escape(label) if style == "latex" else label)]
+        for split in splits:
+            m = report.splits.get(split)
+            value = None if m is None else m.f1
+            cells.append(Cell(format_ratio(value, missing=missing), (value,)))
+        cells += [_ratio_cell(report.macro, field, 4, missing) for field in _READOUT_MACRO]
+        rows.append(tuple(cells))
+    split_headers = [f"F1 {latex_escape(s) if style == 'latex' else s}" for s in splits]
+    macro_headers = [f"macro {headers[f]}" for f in _READOUT_MACRO]
+    return Grid(header=("readout", *split_headers, *macro_headers), rows=tuple(rows))
+
+
+def readouts_reports(
+    rundir: str | Path, *, readouts: Sequence[str] | None = None, policy: str = "wrong", n_resamples: int = 1000, seed: int = 0
+) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
+    """Every readout of a run (or those named) scored through ``score_rundir``, and which of
+    them are forced (legacy ids that are other words in this vocabulary)."""
+    from halluprobe.readouts.apply import available_readouts
+    from halluprobe.readouts.logits import LEGACY_READOUTS
+    from halluprobe.rundir import RunDir
+    from halluprobe.scoring import score_rundir
+
+    run = RunDir(rundir)
+    header = run.read_yes_no_header()
+    names = list(dict.fromkeys(readouts if readouts is not None else available_readouts(header, run.read_samples())))
+    sets = header.token_sets
+    forced = tuple(r for r in names if r in LEGACY_READOUTS and sets is not None and not sets.legacy_valid)
+    reports = {
+        r: score_rundir(rundir, readout=r, policy=policy, n_resamples=n_resamples, seed=seed, write=False, force_invalid=r in forced)  # type: ignore[arg-type]
+        for r in names
+    }
+    return reports, forced
+
+
+def readouts_provenance(rundir: str | Path, reports: Mapping[str, ScoreReport], forced: Collection[str], headline: str) -> Provenance:
+    """The provenance of a readouts table of ``rundir``."""
+    from halluprobe import __version__
+
+    first = reports[headline]
+    return Provenance(
+        table="readouts",
+        runs=(run_source(rundir),),
+        readout=headline,
+        readouts=tuple(reports),
+        forced=tuple(r for r in reports if r in forced),
+        unknown=first.unknown_policy,
+        seed=int(first.bootstrap.get("seed", 0)),
+        resamples=int(first.bootstrap.get("n_resamples", 0)),
+        halluprobe=__version__,
+    )
+
+
+def render_readouts(
+    reports: Mapping[str, ScoreReport],
+    title: str,
+    syntax: Literal["markdown", "latex"],
+    provenance: Provenance | None = None,
+    forced: Collection[str] = (),
+) -> str:
+    """Every readout side by side, as Markdown or booktabs LaTeX, under its provenance comment."""
+    grid = readouts_grid(reports, forced, syntax)
+    note = _bootstrap_note(next(iter(reports.values())))
+    return _markdown(grid, title, note, provenance) if syntax == "markdown" else _latex(grid, title, note, provenance)
 
 
 _LATEX_SPECIALS = {
