@@ -11,6 +11,7 @@ shape is not its source's: bad input, exit 2 with file:line. See ``docs/design/p
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -316,16 +317,15 @@ def locate_run(reference: str, runs: Sequence[Path]) -> Path:
 
 
 class RunCache:
-    """Recomputed score reports, one per (run, readout, policy, seed, resamples)."""
+    """Recomputed score reports, one per (run, readout, policy, seed, resamples, forced)."""
 
-    def __init__(self, runs: Sequence[Path]) -> None:
-        self.runs = list(runs)
-        self._reports: dict[tuple[str, str, str, int, int], ScoreReport] = {}
+    def __init__(self) -> None:
+        self._reports: dict[tuple[str, str, str, int, int, bool], ScoreReport] = {}
 
     def report(self, path: Path, readout: str, policy: str, seed: int, resamples: int, force_invalid: bool = False) -> ScoreReport:
         from halluprobe.scoring import score_rundir
 
-        key = (str(path.resolve()), readout, policy, seed, resamples)
+        key = (str(path.resolve()), readout, policy, seed, resamples, force_invalid)
         if key not in self._reports:
             self._reports[key] = score_rundir(
                 path, readout=readout, policy=policy, n_resamples=resamples, seed=seed, write=False,  # type: ignore[arg-type]
@@ -336,16 +336,14 @@ class RunCache:
     def point_report(self, path: Path, readout: str, policy: str, force_invalid: bool = False) -> ScoreReport:
         """Point values only: any report already computed for the run serves, else one without bootstrap."""
         resolved = str(path.resolve())
-        for (run, r, p, _, _), report in self._reports.items():
-            if (run, r, p) == (resolved, readout, policy):
+        for (run, r, p, _, _, forced), report in self._reports.items():
+            if (run, r, p, forced) == (resolved, readout, policy, force_invalid):
                 return report
         return self.report(path, readout, policy, 0, 0, force_invalid=force_invalid)
 
 
 def run_findings(source: RunSource, path: Path, readout: str, policy: str, where: tuple[str, int]) -> tuple[list[Finding], bool]:
     """What is wrong with a named run dir, and whether it can be recomputed at all."""
-    import json
-
     from halluprobe.rundir import RunDir, sha256_file
 
     file, line = where
@@ -382,7 +380,7 @@ def check_files(files: Sequence[str | Path], *, runs: Sequence[str | Path] = (),
     from halluprobe.claims import check_claims, read_claims
 
     run_paths = [Path(r) for r in runs]
-    cache = RunCache(run_paths)
+    cache = RunCache()
     result = CheckResult()
     texts: dict[str, str] = {}
     for file in files:
