@@ -302,7 +302,9 @@ def readouts_reports(
     sets = header.token_sets
     forced = tuple(r for r in names if r in LEGACY_READOUTS and sets is not None and not sets.legacy_valid)
     reports = {
-        r: score_rundir(rundir, readout=r, policy=policy, n_resamples=n_resamples, seed=seed, write=False, force_invalid=r in forced)  # type: ignore[arg-type]
+        r: score_rundir(
+            rundir, readout=r, policy=policy, n_resamples=n_resamples, seed=seed, write=False, force_invalid=r in forced  # type: ignore[arg-type]
+        )
         for r in names
     }
     return reports, forced
