@@ -1,7 +1,8 @@
 """How numbers are written for people: one place for ratios, confidence intervals and tables.
 
 The terminal table (rich) and the Markdown table of a :class:`~halluprobe.records.ScoreReport`
-are built here, from the same rows, so a number reads the same wherever it is printed.
+are built from the same grid of cells (:mod:`halluprobe.tables`, which also writes LaTeX), so a
+number reads the same wherever it is printed.
 """
 
 from __future__ import annotations
@@ -42,41 +43,24 @@ def score_rows_named(report: ScoreReport) -> list[tuple[str, Metrics]]:
     return [*report.splits.items(), ("pooled", report.pooled), ("macro", report.macro)]
 
 
-def score_markdown(report: ScoreReport, title: str) -> str:
-    """A table to paste into a paper or an issue: counts beside every ratio, F1 with its CI."""
+def score_markdown(report: ScoreReport, title: str, provenance: Any = None) -> str:
+    """A Markdown table to paste into a paper or an issue: counts beside every ratio, F1 with
+    its CI, under a provenance comment when given (see :mod:`halluprobe.tables`)."""
+    from halluprobe.tables import render_markdown
 
-    def cell(m: Metrics, col: str) -> str:
-        value = getattr(m, col)
-        if isinstance(value, int) or value is None:
-            return "-" if value is None else str(value)
-        return format_ratio(value, m.ci.get("f1") if col == "f1" else None, ci_digits=4)
-
-    lines = [f"**{title}**", "", "| split | " + " | ".join(MARKDOWN_COLUMNS) + " |", "|---" * (len(MARKDOWN_COLUMNS) + 1) + "|"]
-    for name, m in score_rows_named(report):
-        lines.append(f"| {name} | " + " | ".join(cell(m, c) for c in MARKDOWN_COLUMNS) + " |")
-    boot = report.bootstrap
-    if boot:
-        lines += ["", f"95% CIs: bootstrap over images, {boot.get('n_resamples')} resamples, seed {boot.get('seed')}."]
-    return "\n".join(lines)
+    return render_markdown(report, title, provenance)
 
 
 def score_table(report: ScoreReport, title: str) -> Any:
-    """The terminal table (a rich Table) of a score report."""
+    """The terminal table (a rich Table) of a score report: the cells of the "terminal" grid."""
     from rich.table import Table
 
+    from halluprobe.tables import score_grid
+
+    grid = score_grid(report, "terminal")
     table = Table(title=title)
-    for col in ("split", "n", "TP", "FP", "TN", "FN", "unk", "err", "acc", "prec", "rec", "F1 [95% CI]", "yes", "HTR", "AUROC"):
+    for col in grid.header:
         table.add_column(col, justify="right" if col != "split" else "left")
-    for name, m in score_rows_named(report):
-        table.add_row(
-            name,
-            *(str(v) for v in (m.n, m.tp, m.fp, m.tn, m.fn, m.unknown, m.errors)),
-            format_ratio(m.accuracy),
-            format_ratio(m.precision),
-            format_ratio(m.recall),
-            format_ratio(m.f1, m.ci.get("f1")),
-            format_ratio(m.yes_ratio),
-            format_ratio(m.htr),
-            format_ratio(m.auroc),
-        )
+    for row in grid.rows:
+        table.add_row(*(cell.text for cell in row))
     return table

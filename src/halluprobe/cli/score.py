@@ -33,6 +33,7 @@ def score_cmd(
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the score object as JSON.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table to paste into a paper.")] = False,
+    latex: Annotated[bool, typer.Option("--latex", help="Print a booktabs LaTeX table (with a provenance comment for `check`).")] = False,
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.formatting import score_markdown, score_table
@@ -56,8 +57,12 @@ def score_cmd(
             title = f"{rundir}: {readout}, unknown={unknown}"
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
-    elif markdown:
-        typer.echo(score_markdown(report, title))
+    elif markdown or latex:
+        from halluprobe.tables import render_latex, score_provenance
+
+        with errors():  # a run dir's tables name their source; an answers file's cannot (yet)
+            provenance = score_provenance(rundir, report) if rundir is not None else None
+        typer.echo(render_latex(report, title, provenance) if latex else score_markdown(report, title, provenance))
     else:
         console().print(score_table(report, title))
 

@@ -1,0 +1,352 @@
+"""Tables that know their source: score tables for papers (Markdown, booktabs LaTeX, the
+terminal's plain text) built from one grid of cells, and the provenance comment they carry.
+
+A provenance comment is one line, ``% halluprobe-provenance {JSON}`` in LaTeX or
+``<!-- halluprobe-provenance {JSON} -->`` in Markdown, placed just above the table. The JSON
+names the run dirs (path, fingerprint, samples.jsonl sha256), the readout, the unknown policy,
+the bootstrap seed and resamples, and the halluprobe version: everything ``halluprobe check``
+needs to recompute every cell (see ``docs/design/provenance.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from halluprobe.errors import InputError
+from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, score_rows_named
+from halluprobe.records import FrozenRecord, Metrics, ScoreReport
+
+__all__ = [
+    "PROVENANCE_MARK",
+    "Style",
+    "RunSource",
+    "Provenance",
+    "Cell",
+    "Grid",
+    "run_source",
+    "score_provenance",
+    "provenance_comment",
+    "parse_provenance",
+    "score_grid",
+    "render_markdown",
+    "render_latex",
+    "readouts_grid",
+    "readouts_reports",
+    "readouts_provenance",
+    "render_readouts",
+    "latex_escape",
+]
+
+PROVENANCE_MARK = "halluprobe-provenance"
+PROVENANCE_SCHEMA = 1
+
+# markdown: a pipe table; latex: a booktabs tabular; terminal: the rich table `score` prints
+Style = Literal["markdown", "latex", "terminal"]
+
+_LATEX_HEADERS = {
+    "n": "$n$", "tp": "TP", "fp": "FP", "tn": "TN", "fn": "FN", "unknown": "unk.", "errors": "err.",
+    "accuracy": "Acc.", "precision": "Prec.", "recall": "Rec.", "f1": r"F1 [95\% CI]", "yes_ratio": "Yes ratio", "htr": "HTR",
+}  # fmt: skip
+_TERMINAL_COLUMNS = (
+    ("n", "n"), ("tp", "TP"), ("fp", "FP"), ("tn", "TN"), ("fn", "FN"), ("unknown", "unk"), ("errors", "err"),
+    ("accuracy", "acc"), ("precision", "prec"), ("recall", "rec"), ("f1", "F1 [95% CI]"), ("yes_ratio", "yes"),
+    ("htr", "HTR"), ("auroc", "AUROC"),
+)  # fmt: skip
+
+
+class RunSource(FrozenRecord):
+    """One run dir a table was computed from. Without ``fingerprint`` and ``samples_sha256``
+    (a run anyone regenerates, such as the README's demo run) only the numbers are checked."""
+
+    path: str
+    fingerprint: str | None = None
+    samples_sha256: str | None = None
+
+
+class Provenance(FrozenRecord):
+    """What a table was computed from and how: enough to recompute every cell."""
+
+    provenance: int = PROVENANCE_SCHEMA
+    # score: one readout, a row per split; readouts: every readout side by side (the audit's
+    # table), one row each, ``readout`` being the headline
+    table: Literal["score", "readouts"]
+    runs: tuple[RunSource, ...]
+    readout: str
+    readouts: tuple[str, ...] = ()
+    forced: tuple[str, ...] = ()  # legacy readouts scored although invalid for the vocabulary
+    unknown: Literal["wrong", "no", "yes", "drop"]
+    seed: int
+    resamples: int
+    halluprobe: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell as printed, and the unrounded numbers it shows (none for a label or a header;
+    ``None`` for an undefined ratio, printed as a dash)."""
+
+    text: str
+    values: tuple[float | int | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class Grid:
+    header: tuple[str, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+
+
+def run_source(path: str | Path) -> RunSource:
+    """A run dir as a table names it: the path as given, its fingerprint and samples sha256."""
+    from halluprobe.rundir import RunDir, sha256_file
+
+    rundir = RunDir(path)
+    header = rundir.read_header()
+    return RunSource(path=str(path), fingerprint=header.fingerprint, samples_sha256=sha256_file(rundir.samples_path))
+
+
+def score_provenance(rundir: str | Path, report: ScoreReport) -> Provenance:
+    """The provenance of a score table of ``rundir`` (readout, policy and bootstrap from ``report``)."""
+    from halluprobe import __version__
+
+    return Provenance(
+        table="score",
+        runs=(run_source(rundir),),
+        readout=report.readout,
+        unknown=report.unknown_policy,
+        seed=int(report.bootstrap.get("seed", 0)),
+        resamples=int(report.bootstrap.get("n_resamples", 0)),
+        halluprobe=__version__,
+    )
+
+
+def provenance_comment(provenance: Provenance, syntax: Literal["markdown", "latex"]) -> str:
+    """The one-line comment: ``% halluprobe-provenance {...}`` or ``<!-- ... -->``."""
+    payload = json.dumps(provenance.model_dump(mode="json", exclude_none=True), ensure_ascii=True, separators=(", ", ": "))
+    if syntax == "latex":
+        return f"% {PROVENANCE_MARK} {payload}"
+    # a path holding "-->" would end the comment early: JSON lets '>' be written escaped
+    return f"<!-- {PROVENANCE_MARK} {payload.replace('>', chr(92) + 'u003e')} -->"
+
+
+_LATEX_COMMENT = re.compile(r"^\s*%\s*" + PROVENANCE_MARK + r"\s+(.*?)\s*$")
+_MARKDOWN_COMMENT = re.compile(r"^\s*<!--\s*" + PROVENANCE_MARK + r"\s+(.*?)\s*-->\s*$")
+
+
+def parse_provenance(line: str, path: str | Path, number: int) -> tuple[Provenance, Literal["markdown", "latex"]] | None:
+    """The provenance a line carries and its comment syntax; None for a line without the mark.
+    A line that has the mark but not the form is bad input (file:line)."""
+    if PROVENANCE_MARK not in line:
+        return None
+    for syntax, pattern in (("latex", _LATEX_COMMENT), ("markdown", _MARKDOWN_COMMENT)):
+        match = pattern.match(line)
+        if match:
+            break
+    else:
+        forms = f"'% {PROVENANCE_MARK} {{...}}' or '<!-- {PROVENANCE_MARK} {{...}} -->'"
+        raise InputError(f"malformed provenance comment: expected {forms}", path, number)
+    try:
+        data = json.loads(match.group(1))
+    except json.JSONDecodeError as err:
+        raise InputError(f"malformed provenance comment: {err.msg} at column {err.colno}", path, number) from None
+    try:
+        provenance = Provenance.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "comment"
+        raise InputError(f"malformed provenance comment: {where}: {first.get('msg', 'invalid')}", path, number) from None
+    if provenance.provenance != PROVENANCE_SCHEMA:
+        raise InputError(
+            f"provenance version {provenance.provenance} is not readable by this halluprobe (reads {PROVENANCE_SCHEMA})", path, number
+        )
+    if not provenance.runs:
+        raise InputError("malformed provenance comment: no runs", path, number)
+    return provenance, syntax  # type: ignore[return-value]
+
+
+def _ratio_cell(m: Metrics, field: str, ci_digits: int, missing: str) -> Cell:
+    value = getattr(m, field)
+    ci = m.ci.get("f1") if field == "f1" else None
+    text = format_ratio(value, ci, ci_digits=ci_digits, missing=missing)
+    values: tuple[float | int | None, ...] = (value,) if value is None or not ci else (value, ci[0], ci[1])
+    return Cell(text, values)
+
+
+def score_grid(report: ScoreReport, style: Style) -> Grid:
+    """The cells of a score table: each split, then pooled and macro; counts beside every ratio,
+    F1 with its CI (4 digits in papers, 3 in the terminal)."""
+    if style == "terminal":
+        columns: Sequence[tuple[str, str]] = _TERMINAL_COLUMNS
+    elif style == "latex":
+        columns = [(c, _LATEX_HEADERS[c]) for c in MARKDOWN_COLUMNS]
+    else:
+        columns = [(c, c) for c in MARKDOWN_COLUMNS]
+    missing = "--" if style == "latex" else "-"
+    ci_digits = 3 if style == "terminal" else 4
+    rows = []
+    for name, m in score_rows_named(report):
+        cells = [Cell(latex_escape(name) if style == "latex" else name)]
+        for field, _ in columns:
+            value = getattr(m, field)
+            if isinstance(value, int):
+                cells.append(Cell(str(value), (value,)))
+            else:
+                cells.append(_ratio_cell(m, field, ci_digits, missing))
+        rows.append(tuple(cells))
+    return Grid(header=("split", *(h for _, h in columns)), rows=tuple(rows))
+
+
+def _bootstrap_note(report: ScoreReport) -> str | None:
+    boot = report.bootstrap
+    if not boot or not boot.get("n_resamples"):
+        return None
+    return f"95% CIs: bootstrap over images, {boot.get('n_resamples')} resamples, seed {boot.get('seed')}."
+
+
+def render_markdown(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
+    """A pipe table to paste into a paper or an issue, under its provenance comment."""
+    return _markdown(score_grid(report, "markdown"), title, _bootstrap_note(report), provenance)
+
+
+def render_latex(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
+    """A booktabs table (``\\usepackage{booktabs}``), one row a line, under its provenance comment;
+    pooled and macro under a rule of their own."""
+    grid = score_grid(report, "latex")
+    return _latex(grid, title, _bootstrap_note(report), provenance, rule_before=len(grid.rows) - 2)
+
+
+def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance | None) -> str:
+    lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
+    lines += [f"**{title}**", "", "| " + " | ".join(grid.header) + " |", "|---" * len(grid.header) + "|"]
+    lines += ["| " + " | ".join(c.text for c in row) + " |" for row in grid.rows]
+    if note:
+        lines += ["", note]
+    return "\n".join(lines)
+
+
+def _latex(grid: Grid, title: str, note: str | None, provenance: Provenance | None, rule_before: int | None = None) -> str:
+    lines = [provenance_comment(provenance, "latex")] if provenance is not None else []
+    lines += [
+        r"\begin{table}[t]",
+        r"\centering",
+        rf"\caption{{{latex_escape(title)}}}",
+        r"\begin{tabular}{l" + "r" * (len(grid.header) - 1) + "}",
+        r"\toprule",
+        " & ".join(grid.header) + r" \\",
+        r"\midrule",
+    ]
+    for index, row in enumerate(grid.rows):
+        if index == rule_before:
+            lines.append(r"\midrule")
+        lines.append(" & ".join(c.text for c in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if note:
+        lines.append(r"\par\smallskip{\footnotesize " + latex_escape(note) + "}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines)
+
+
+# -- every readout side by side (the audit's table) -----------------------------------------
+
+_READOUT_MACRO = ("accuracy", "precision", "recall", "f1", "yes_ratio", "unknown_rate")
+_READOUT_HEADERS = {
+    "markdown": {"accuracy": "accuracy", "precision": "precision", "recall": "recall", "f1": "F1", "yes_ratio": "yes_ratio",
+                 "unknown_rate": "unknown_rate"},
+    "latex": {"accuracy": "Acc.", "precision": "Prec.", "recall": "Rec.", "f1": r"F1 [95\% CI]", "yes_ratio": "Yes ratio",
+              "unknown_rate": "Unk. rate"},
+}  # fmt: skip
+
+
+def readouts_grid(reports: Mapping[str, ScoreReport], forced: Collection[str], style: Style) -> Grid:
+    """A row per readout: F1 per split, then the macro ratios with the F1 CI; a legacy readout
+    scored although invalid for the vocabulary is marked ``(forced)``."""
+    if not reports:
+        raise InputError("a readouts table needs at least one readout")
+    headers = _READOUT_HEADERS["latex" if style == "latex" else "markdown"]
+    splits = list(next(iter(reports.values())).splits)
+    missing = "--" if style == "latex" else "-"
+    rows = []
+    for name, report in reports.items():
+        label = name + (" (forced)" if name in forced else "")
+        cells = [Cell(latex_escape(label) if style == "latex" else label)]
+        for split in splits:
+            m = report.splits.get(split)
+            value = None if m is None else m.f1
+            cells.append(Cell(format_ratio(value, missing=missing), (value,)))
+        cells += [_ratio_cell(report.macro, field, 4, missing) for field in _READOUT_MACRO]
+        rows.append(tuple(cells))
+    split_headers = [f"F1 {latex_escape(s) if style == 'latex' else s}" for s in splits]
+    macro_headers = [f"macro {headers[f]}" for f in _READOUT_MACRO]
+    return Grid(header=("readout", *split_headers, *macro_headers), rows=tuple(rows))
+
+
+def readouts_reports(
+    rundir: str | Path, *, readouts: Sequence[str] | None = None, policy: str = "wrong", n_resamples: int = 1000, seed: int = 0
+) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
+    """Every readout of a run (or those named) scored through ``score_rundir``, and which of
+    them are forced (legacy ids that are other words in this vocabulary)."""
+    from halluprobe.readouts.apply import available_readouts
+    from halluprobe.readouts.logits import LEGACY_READOUTS
+    from halluprobe.rundir import RunDir
+    from halluprobe.scoring import score_rundir
+
+    run = RunDir(rundir)
+    header = run.read_yes_no_header()
+    names = list(dict.fromkeys(readouts if readouts is not None else available_readouts(header, run.read_samples())))
+    sets = header.token_sets
+    forced = tuple(r for r in names if r in LEGACY_READOUTS and sets is not None and not sets.legacy_valid)
+    reports = {
+        r: score_rundir(
+            rundir, readout=r, policy=policy, n_resamples=n_resamples, seed=seed, write=False, force_invalid=r in forced  # type: ignore[arg-type]
+        )
+        for r in names
+    }
+    return reports, forced
+
+
+def readouts_provenance(rundir: str | Path, reports: Mapping[str, ScoreReport], forced: Collection[str], headline: str) -> Provenance:
+    """The provenance of a readouts table of ``rundir``."""
+    from halluprobe import __version__
+
+    first = reports[headline]
+    return Provenance(
+        table="readouts",
+        runs=(run_source(rundir),),
+        readout=headline,
+        readouts=tuple(reports),
+        forced=tuple(r for r in reports if r in forced),
+        unknown=first.unknown_policy,
+        seed=int(first.bootstrap.get("seed", 0)),
+        resamples=int(first.bootstrap.get("n_resamples", 0)),
+        halluprobe=__version__,
+    )
+
+
+def render_readouts(
+    reports: Mapping[str, ScoreReport],
+    title: str,
+    syntax: Literal["markdown", "latex"],
+    provenance: Provenance | None = None,
+    forced: Collection[str] = (),
+) -> str:
+    """Every readout side by side, as Markdown or booktabs LaTeX, under its provenance comment."""
+    grid = readouts_grid(reports, forced, syntax)
+    note = _bootstrap_note(next(iter(reports.values())))
+    return _markdown(grid, title, note, provenance) if syntax == "markdown" else _latex(grid, title, note, provenance)
+
+
+_LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+}  # fmt: skip
+
+
+def latex_escape(text: str) -> str:
+    """Text as LaTeX typesets it literally (paths and readout names hold ``_`` and ``:``)."""
+    return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
