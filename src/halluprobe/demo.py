@@ -29,6 +29,9 @@ DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 DEMO_SEED = 7
 DEMO_IMAGES = 120
 _N_RESAMPLES = 300  # bootstrap resamples: enough for a demo's CIs, and fast
+# signals cheap on the demo model, and the corrections read from them for the summary line
+DEMO_SIGNALS = ("noised", "layers")
+DEMO_CORRECTIONS = ("vcd:alpha=1,beta=0.1", "dola:relative_top=0.1")
 
 
 @dataclass
@@ -40,6 +43,7 @@ class DemoResult:
     report_html: Path | None = None
     # readout -> split -> F1 (macro under "macro"); legacy readouts forced, for the summary
     f1: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    corrections: Any = None  # the corrections table of the run (corrections_table.CorrectionsReport)
     seconds: float = 0.0
 
 
@@ -57,6 +61,7 @@ def run_demo(
 
     from halluprobe.audit import audit_run
     from halluprobe.backends.hf import HFBackend
+    from halluprobe.corrections_table import corrections_table
     from halluprobe.benchmarks.objects import read_objects
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
     from halluprobe.benchmarks.synthetic import write_synthetic
@@ -84,7 +89,8 @@ def run_demo(
         split = split_name(path)
         questions.extend(read_questions(path, split=split))
         fingerprints[split] = (path.resolve(), sha256_file(path))
-    config = RunConfig(model=str(model), backend="hf", template="llava", overwrite=True)
+    # the signals that are cheap on this model, for the corrections line (VCD's noised image, DoLa's layers)
+    config = RunConfig(model=str(model), backend="hf", template="llava", overwrite=True, signals=DEMO_SIGNALS)
     backend = HFBackend(str(model), batch_size=16, dtype="float32", device="cpu")
     header = make_header(config, backend, fingerprints, scenes.images_dir)
     rundir = RunDir(out / "run")
@@ -102,6 +108,7 @@ def run_demo(
         row["macro"] = entry.macro.f1
         result.f1[name] = row
 
+    result.corrections = corrections_table(rundir.path, DEMO_CORRECTIONS, n_resamples=n_resamples)
     sets = describe_token_sets(backend.token_sets())
     result.seconds = time.perf_counter() - started
     result.summary = "\n".join(
@@ -153,9 +160,25 @@ def _summary_lines(
     rate = audit.offset_rate
     if rate is not None:
         lines.append(f"first-token argmax outside the yes/no sets: {100 * rate:.1f}% of answers")
+    if result.corrections is not None:
+        lines.append(_corrections_line(result.corrections, result.run_dir))
     lines.append(f"rescore any readout: halluprobe score {result.run_dir} --readout text:pope")
     lines.append(f"audit: {RunDir(result.run_dir).audit_path}; report: {result.report_html} (and {md})")
     return lines
+
+
+def _corrections_line(table: Any, run_dir: Path) -> str:
+    """The best correction's gain beside the readout confound of the same run."""
+    corrections = [r for r in table.rows if r.kind == "correction" and r.delta_f1 is not None]
+    confound = next((r for r in table.rows if r.kind == "confound"), None)
+    if not corrections:
+        return "corrections: none could be read from this run"
+    best = max(corrections, key=lambda r: r.delta_f1)
+    ci = f" [{best.delta_f1_ci[0]:+.3f}, {best.delta_f1_ci[1]:+.3f}]" if best.delta_f1_ci else ""
+    line = f"best correction on the same run: {best.name} macro F1 {best.delta_f1:+.3f}{ci} vs greedy dynamic"
+    if confound is not None and confound.delta_f1 is not None:
+        line += f"; reading it with {confound.name} instead moves F1 {confound.delta_f1:+.3f}"
+    return line + f" (halluprobe corrections {run_dir})"
 
 
 def _num(value: float | None) -> str:
