@@ -22,7 +22,9 @@ def score_cmd(
     ] = "dynamic",
     unknown: UnknownOption = "wrong",
     answers: Annotated[Optional[Path], typer.Option(help="Third-party answers file ({question, answer} lines).")] = None,
-    labels: Annotated[Optional[Path], typer.Option(help="POPE-format labels file for --answers.")] = None,
+    labels: Annotated[
+        Optional[list[Path]], typer.Option(help="POPE-format labels file for --answers, one per split; repeatable.")
+    ] = None,
     rule: Annotated[str, typer.Option(help="Text rule for --answers: pope, exact, yorn or strict.")] = "pope",
     force_invalid: Annotated[bool, typer.Option(help="Score a legacy readout even where its ids are invalid.")] = False,
     per_question: Annotated[
@@ -40,7 +42,7 @@ def score_cmd(
 
     with errors():
         if answers is not None or labels is not None:
-            if answers is None or labels is None or rundir is not None:
+            if answers is None or not labels or rundir is not None:
                 raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
             if per_question is not None:
                 raise InputError("--per-question is for a run dir")

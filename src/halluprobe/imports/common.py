@@ -70,6 +70,7 @@ class ImportResult:
     max_new_tokens: int = 128
     tool_rules: dict[str, str] = field(default_factory=dict)  # readout name -> what it is
     notes: list[str] = field(default_factory=list)
+    unanswered: dict[str, int] = field(default_factory=dict)  # split -> labelled questions without an answer
 
 
 def yes_no(value: object) -> Decision:
@@ -133,6 +134,12 @@ class LabelIndex:
 
     def by_id(self, split: str, question_id: int) -> Question | None:
         return self._by_id[split].get(question_id)
+
+    def unanswered(self, answers: Iterable[Imported]) -> dict[str, int]:
+        """Per split, how many labelled questions no answer pairs with (answers of an older,
+        smaller version: LLaVA-1.5's 2,910 random questions against the current 3,000)."""
+        answered = {(a.split, a.question_id) for a in answers}
+        return {s: sum((s, q.question_id) not in answered for q in qs) for s, qs in self.questions.items()}
 
     def versions(self) -> dict[str, list[str]]:
         return {split: label_version(split, path, self.questions[split]) for split, path in self.files.items()}
@@ -210,6 +217,7 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
         "pope_version": result.versions,
         "imported": {"total": len(result.answers), "splits": counts},
         "skipped": result.skipped,
+        "unanswered": result.unanswered,
         "tool_readouts": result.tool_rules,
         "notes": result.notes,
     }

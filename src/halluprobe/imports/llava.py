@@ -105,4 +105,5 @@ def read_llava(answer_files: list[Path], questions_path: Path, labels: LabelInde
                     source=f"{path}:{line}",
                 )
             )
+    result.unanswered = labels.unanswered(result.answers)
     return result

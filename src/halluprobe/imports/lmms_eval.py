@@ -146,6 +146,8 @@ def read_lmms_eval(files: list[Path], labels: LabelIndex | None = None, split_ov
                     tool_readouts={TOOL_READOUT: prediction if prediction in ("yes", "no") else "unknown"},
                 )
             )
+    if labels is not None:
+        result.unanswered = labels.unanswered(result.answers)
     result.notes.append(f"lmms-eval log layout: {', '.join(sorted(layouts))}")
     if labels is None:
         result.notes.append("no --labels: labels are the logs' targets; no image names, so CIs resample questions, not images")
