@@ -37,7 +37,7 @@ TASK_SPLITS = {"pope_random": "random", "pope_pop": "popular", "pope_adv": "adve
 LMMS_MAX_NEW_TOKENS = 128  # the POPE tasks' generation_kwargs
 TOOL_READOUT = "lmms-eval:exact"
 _METRIC = "pope_accuracy"
-_TASK_IN_NAME = re.compile(r"(?:^|_samples_)(pope(?:_random|_pop|_adv)?)\.jsonl?$")
+_TASK_IN_NAME = re.compile(r"(?:^|_)(?:samples_)?(pope(?:_random|_pop|_adv)?)\.jsonl?$")
 
 
 def task_of_file(path: Path) -> str | None:
