@@ -326,3 +326,33 @@ def test_data_pope_version_fetches_at_its_commit_and_checks_the_pin(tmp_path: Pa
     assert requested[0] == "/e3e39262c85a6a83f26cf5094022a782cb0df58d/coco_pope_random.json"
     bad = CliRunner().invoke(app, ["data", "pope", "--version", "1999", "--out", str(tmp_path / "out")])
     assert bad.exit_code == 2 and "unknown POPE version '1999'" in bad.output
+
+
+# -- text rules naming their version ------------------------------------------------------------
+
+
+NUMBERED = "".join(f"{i}. The object {i} is here.\n" for i in range(1, 17)) + "So the answer is no."
+
+
+def test_yorn_current_and_2024_period_rules() -> None:
+    from halluprobe.readouts.text import TEXT_RULES, parse_text, yorn, yorn_2024
+
+    # 33 periods: 2024 removes the 32 first (the list numbers' too) and keeps "no." -> unknown;
+    # since 2025-05-13 the periods after digits stay and do not count, so "no." loses its period
+    assert yorn_2024(NUMBERED) == "unknown"
+    assert yorn(NUMBERED) == "no"
+    assert parse_text("yorn@2024", NUMBERED) == "unknown"
+    assert "yorn@2024" not in TEXT_RULES  # not in the default list a new run records
+    assert yorn("Yes. 2.5 cats") == yorn_2024("Yes. 2.5 cats") == "yes"
+
+
+def test_score_with_an_alternative_rule_version(tmp_path: Path) -> None:
+    splits = make_labels(tmp_path / "labels")
+    answers, questions = make_llava(tmp_path, splits)
+    rows = [json.loads(l) for l in answers.read_text().splitlines()]
+    rows[0]["text"] = NUMBERED  # adversarial question 1, label yes
+    write_lines(answers, rows)
+    assert import_llava(tmp_path, answers, questions, tmp_path / "labels").exit_code == 0
+    new, old = score_json(tmp_path / "run", "text:yorn"), score_json(tmp_path / "run", "text:yorn@2024")
+    assert old["splits"]["adversarial"]["unknown"] == new["splits"]["adversarial"]["unknown"] + 1
+    assert new["splits"]["adversarial"]["fn"] == old["splits"]["adversarial"]["fn"] + 1

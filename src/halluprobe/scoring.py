@@ -18,7 +18,7 @@ from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.files import write_atomic
 from halluprobe.readouts.apply import apply, check_readout, cross_check
-from halluprobe.readouts.text import TEXT_RULES, parse_text
+from halluprobe.readouts.text import ALL_TEXT_RULES, parse_text
 from halluprobe.records import ReadoutResult, RunHeader, Sample, ScoreReport
 from halluprobe.rundir import RunDir
 
@@ -134,8 +134,8 @@ def score_answers_file(
     from halluprobe.imports.answers import pair_answers
     from halluprobe.imports.common import LabelIndex
 
-    if rule not in TEXT_RULES:
-        raise InputError(f"unknown text rule {rule!r}; known: {', '.join(TEXT_RULES)}")
+    if rule not in ALL_TEXT_RULES:
+        raise InputError(f"unknown text rule {rule!r}; known: {', '.join(ALL_TEXT_RULES)}")
     label_paths = [labels_path] if isinstance(labels_path, (str, Path)) else list(labels_path)
     labels = LabelIndex(label_paths)
     pairs = pair_answers(read_answers(Path(answers_path)), labels)
