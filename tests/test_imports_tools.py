@@ -213,3 +213,56 @@ def test_export_round_trip(tmp_path: Path, fmt: str) -> None:
     assert score_json(tmp_path / "run2", "text:pope")["pooled"]["tp"] == sum(
         score_json(tmp_path / "run", "text:pope")["splits"][s]["tp"] for s in {b[0] for b in before}
     )
+
+
+# -- compatibility: the numbers lmms-eval and VLMEvalKit print ---------------------------------------
+
+
+def test_compat_lmms_eval_reproduces_its_printed_numbers(tmp_path: Path) -> None:
+    splits = make_labels(tmp_path / "labels")
+    files = write_lmms(tmp_path / "logs", splits, "v0.4+")
+    assert CliRunner().invoke(app, ["import", *map(str, files), "--out", str(tmp_path / "run")]).exit_code == 0
+    result = CliRunner().invoke(app, ["score", str(tmp_path / "run"), "--readout", "lmms-eval:exact", "--compat", "lmms-eval"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    for path in files:
+        logs = [json.loads(l) for l in path.read_text().splitlines()]
+        split = {v: k for k, v in TASKS.items()}[path.stem.split("_samples_")[1]]
+        # lmms-eval's aggregation functions over the logged metric entries, as its utils.py does them
+        entries = [log["pope_accuracy"] for log in logs]
+        tp = sum(e["ground_truth"] == "yes" and e["prediction"] == "yes" for e in entries)
+        fp = sum(e["ground_truth"] == "no" and e["prediction"] == "yes" for e in entries)
+        fn = sum(e["ground_truth"] == "yes" and e["prediction"] == "no" for e in entries)
+        precision = tp / (tp + fp) if tp + fp else 0
+        recall = tp / (tp + fn) if tp + fn else 0
+        expected = {
+            "pope_accuracy": sum(e["score"] for e in entries) / len(entries),
+            "pope_precision": precision,
+            "pope_recall": recall,
+            "pope_f1_score": 2 * precision * recall / (precision + recall) if precision + recall else 0,
+            "pope_yes_ratio": sum(e["ground_truth"] == "yes" for e in entries) / len(entries),
+        }
+        for key, value in expected.items():
+            assert printed[split][key] == pytest.approx(value, abs=1e-12), (split, key)
+    # no --unknown policy gives these: accuracy is `wrong`'s, recall `drop`'s
+    wrong = score_json(tmp_path / "run", "lmms-eval:exact")
+    assert wrong["splits"]["random"]["recall"] != pytest.approx(printed["random"]["pope_recall"])
+
+
+def test_compat_vlmevalkit_counts_unknown_as_no_in_f1(tmp_path: Path) -> None:
+    splits = make_labels(tmp_path / "labels")
+    rows = vlmeval_rows(splits, extracted=True)
+    path = tmp_path / "m_POPE_auxmatch.json"
+    path.write_text(json.dumps(rows))
+    assert CliRunner().invoke(app, ["import", str(path), "--out", str(tmp_path / "run")]).exit_code == 0
+    result = CliRunner().invoke(app, ["score", str(tmp_path / "run"), "--readout", "vlmevalkit:auxmatch", "--compat", "vlmevalkit"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    for split in splits:
+        sub = [r for r in rows if split in r["category"].split(",")]
+        tp = sum(r["answer"] == "Yes" and r["extracted"] == "Yes" for r in sub)
+        fp = sum(r["answer"] == "No" and r["extracted"] == "Yes" for r in sub)
+        fn = sum(r["answer"] == "Yes" and r["extracted"] != "Yes" for r in sub)
+        p, rc = (tp / (tp + fp) if tp + fp else 0), (tp / (tp + fn) if tp + fn else 0)
+        assert printed[split]["acc"] == pytest.approx(100 * sum(r["answer"] == r["extracted"] for r in sub) / len(sub))
+        assert printed[split]["Overall"] == pytest.approx(100 * (2 * p * rc / (p + rc) if p + rc else 0))

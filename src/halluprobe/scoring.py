@@ -25,6 +25,7 @@ from halluprobe.rundir import RunDir
 __all__ = [
     "score_rundir",
     "score_answers_file",
+    "compat_rundir",
     "read_answers",
     "read_scored_run",
     "readout_results",
@@ -99,6 +100,15 @@ def score_rundir(
     if per_question is not None:
         write_per_question(per_question, rows, samples)
     return report
+
+
+def compat_rundir(path: str | Path, *, readout: str, tool: str) -> dict[str, dict[str, float | int]]:
+    """The numbers ``tool`` (lmms-eval, vlmevalkit) would print for ``readout``'s decisions on a
+    run dir, its counting quirks included (:mod:`halluprobe.metrics.compat`)."""
+    from halluprobe.metrics.compat import tool_numbers
+
+    _, header, samples = read_scored_run(path, readout)
+    return tool_numbers(readout_rows(readout, header, samples), tool)
 
 
 def write_per_question(path: str | Path, rows: Sequence[ScoreRow], samples: Sequence[Sample]) -> Path:

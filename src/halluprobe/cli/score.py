@@ -35,6 +35,9 @@ def score_cmd(
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the score object as JSON.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table to paste into a paper.")] = False,
+    compat: Annotated[
+        Optional[str], typer.Option(help="Print the numbers lmms-eval or vlmevalkit would print (their quirks included), as JSON.")
+    ] = None,
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.formatting import score_markdown, score_table
@@ -44,10 +47,15 @@ def score_cmd(
         if answers is not None or labels is not None:
             if answers is None or not labels or rundir is not None:
                 raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
-            if per_question is not None:
-                raise InputError("--per-question is for a run dir")
+            if per_question is not None or compat is not None:
+                raise InputError("--per-question and --compat are for a run dir")
             report = score_answers_file(answers, labels, rule=rule, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
             title = f"{answers.name}: text:{rule}, unknown={unknown}"
+        elif compat is not None and rundir is not None:
+            from halluprobe.scoring import compat_rundir
+
+            typer.echo(json.dumps(compat_rundir(rundir, readout=readout, tool=compat), indent=2))
+            return
         else:
             if rundir is None:
                 raise InputError("give a RUNDIR, or --answers and --labels")
