@@ -120,7 +120,13 @@ def test_llava_import_scores_like_llavas_own_rule(tmp_path: Path) -> None:
     assert score_json(tmp_path / "run", "text:strict")["splits"]["random"]["unknown"] > 0
     audit = CliRunner().invoke(app, ["audit", str(tmp_path / "run"), "--headline", "text:pope", "--resamples", "5"])
     assert audit.exit_code == 0, audit.output
-    assert "text:yorn" in json.loads((tmp_path / "run" / "audit.json").read_text())["readouts"]
+    written = json.loads((tmp_path / "run" / "audit.json").read_text())
+    assert "text:yorn" in written["readouts"]
+    # no first-token outputs: no token diagnostic, rather than a made-up 0% offset rate
+    assert written["offset_rate"] is None and "argmax outside" not in audit.output
+    report = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "--headline", "text:pope", "--resamples", "5",
+                                      "--out", str(tmp_path / "r.html")])  # fmt: skip
+    assert report.exit_code == 0, report.output
 
 
 def test_llava_answers_of_an_older_version_pair_by_text_not_position(tmp_path: Path) -> None:

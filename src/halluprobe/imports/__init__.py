@@ -9,6 +9,7 @@ named ``<tool>:<rule>``. :mod:`halluprobe.imports.export` writes a run's answers
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,10 +31,8 @@ def detect_format(path: Path) -> str:
         return "vlmevalkit"
     _, text = read_text(path, "answers file")
     head = text.lstrip()
-    if head.startswith("{") and '"logs"' in head[:2_000_000] and '"model_configs"' in head:
+    if head.startswith("{") and '"logs"' in head and '"model_configs"' in head:
         return "lmms-eval"
-    import json
-
     first_line = head.split("\n", 1)[0]
     try:
         first = json.loads(first_line) if not head.startswith("[") else None
