@@ -82,7 +82,8 @@ def yes_no(value: object) -> Decision:
 def as_int_id(value: object, what: str, path: Path | str, line: int | None, *, digits_ok: bool = False) -> int:
     """An integer question id; booleans, floats and (unless ``digits_ok``) strings are refused."""
     if isinstance(value, bool) or not (isinstance(value, int) or (digits_ok and isinstance(value, str) and value.strip().isdigit())):
-        raise InputError(f"{what} must be an integer, got {json.dumps(value)}", path, line)
+        shown = json.dumps(value) if isinstance(value, (str, float, type(None))) else repr(value)
+        raise InputError(f"{what} must be an integer, got {shown}", path, line)
     return int(value)  # type: ignore[arg-type]
 
 
@@ -168,6 +169,8 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
     labels = {split: str(p) for split, p in result.labels.items()}
     label_sums = {split: sha256_file(p) for split, p in result.labels.items()}
     splits = list(dict.fromkeys(a.split for a in result.answers))
+    # where a split's labels came from the answers themselves, its "benchmark" is its first file
+    first_file = {a.split: a.source.rsplit(":", 1)[0] for a in reversed(result.answers)}
     header = RunHeader(
         halluprobe_version=__version__,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -188,8 +191,8 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
         max_new_tokens=result.max_new_tokens,
         token_sets=None,
         # a split's labels file, or the answers file itself where the labels came from it
-        benchmarks={s: label_sums.get(s, sources[str(result.sources[0])]) for s in splits},
-        benchmark_paths={s: labels.get(s, str(result.sources[0])) for s in splits},
+        benchmarks={s: label_sums.get(s, sources.get(first_file[s], "")) for s in splits},
+        benchmark_paths={s: labels.get(s, first_file[s]) for s in splits},
         images_root="",
         generate=GenerateConfig(max_new_tokens=result.max_new_tokens, stop_strings=()),
     )
