@@ -94,7 +94,8 @@ def pair_answers(answers: list[dict[str, Any]], labels: LabelIndex, *, by_order:
             raise InputError(f"{len(answers)} answers for {len(ordered)} labelled questions (paired by order)", answers[0]["path"])
         for q, a in zip(ordered, answers):
             if not _same_text(a, q):
-                raise _mismatch(a, f"question text differs from the {q.split} labels' question {q.question_id}: {a['question']!r}", labels, answers)
+                what = f"question text differs from the {q.split} labels' question {q.question_id}: {a['question']!r}"
+                raise _mismatch(a, what, labels, answers)
             pairs.append((q, a))
         return pairs
     seen: dict[tuple[str, int], int] = {}

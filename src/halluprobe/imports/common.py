@@ -153,7 +153,11 @@ def refuse_duplicates(answers: Sequence[Imported]) -> None:
         key = (a.split, a.question_id)
         if key in seen:
             path, _, line = a.source.rpartition(":")
-            raise InputError(f"duplicate answer to {a.split} question {a.question_id} (first at {seen[key]})", path or a.source, int(line) if line.isdigit() else None)
+            raise InputError(
+                f"duplicate answer to {a.split} question {a.question_id} (first at {seen[key]})",
+                path or a.source,
+                int(line) if line.isdigit() else None,
+            )
         seen[key] = a.source
 
 
