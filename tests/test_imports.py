@@ -362,3 +362,13 @@ def test_score_with_an_alternative_rule_version(tmp_path: Path) -> None:
     new, old = score_json(tmp_path / "run", "text:yorn"), score_json(tmp_path / "run", "text:yorn@2024")
     assert old["splits"]["adversarial"]["unknown"] == new["splits"]["adversarial"]["unknown"] + 1
     assert new["splits"]["adversarial"]["fn"] == old["splits"]["adversarial"]["fn"] + 1
+
+
+def test_score_answers_text_mismatch_names_the_versions(tmp_path: Path) -> None:
+    splits = make_labels(tmp_path / "labels")
+    rows = answers_lines(splits["random"], ids=False)
+    rows[2]["question"] = "Is there a giraffe in the image?"
+    result = score_answers(write_lines(tmp_path / "a.jsonl", rows), tmp_path / "labels" / "coco_pope_random.json")
+    assert result.exit_code == 2
+    assert "a.jsonl:3: question text differs from the random labels' question 3" in result.output
+    assert "labels are POPE version random: unpublished" in result.output
