@@ -372,3 +372,35 @@ def test_score_answers_text_mismatch_names_the_versions(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "a.jsonl:3: question text differs from the random labels' question 3" in result.output
     assert "labels are POPE version random: unpublished" in result.output
+
+
+def test_a_run_records_the_pope_version_of_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_pipeline import _make_world, _run_args
+
+    from halluprobe.benchmarks import sources
+    from halluprobe.rundir import sha256_file
+
+    world = _make_world(tmp_path)
+    # pin the toy random file as a published version, for this test only
+    pinned = sources.PopeVersion(
+        name="toy", commit="0" * 40, date="2023-01-01", files={"toy_pope_random.json": sha256_file(world["random"])},
+        counts={}, misspelled={}, questions_digest={},
+    )  # fmt: skip
+    monkeypatch.setitem(sources.POPE_VERSIONS, "toy", pinned)
+    result = CliRunner().invoke(app, _run_args(world, tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    header = json.loads((tmp_path / "run" / "run.json").read_text())
+    same = sha256_file(world["adversarial"]) == sha256_file(world["random"])  # the toy splits may be one file's copies
+    assert header["pope_versions"] == {"random": ["toy"], "adversarial": ["toy"] if same else []}
+    monkeypatch.delitem(sources.POPE_VERSIONS, "toy")
+    assert CliRunner().invoke(app, _run_args(world, tmp_path / "run2")).exit_code == 0
+    assert json.loads((tmp_path / "run2" / "run.json").read_text())["pope_versions"] == {"random": [], "adversarial": []}
+
+
+def test_an_import_records_the_labels_version(tmp_path: Path) -> None:
+    splits = make_labels(tmp_path / "labels")
+    answers, questions = make_llava(tmp_path, splits)
+    assert import_llava(tmp_path, answers, questions, tmp_path / "labels").exit_code == 0
+    header = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert header["pope_versions"] == {"adversarial": [], "random": [], "popular": []}  # toy labels: unpublished
+    assert header["backend_info"]["pope_version"]["questions"] == {"adversarial": [], "random": [], "popular": []}

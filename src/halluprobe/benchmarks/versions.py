@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["ANSWER_SUFFIX", "normalise_question", "questions_digest", "detect_versions", "describe_versions"]
+__all__ = ["ANSWER_SUFFIX", "normalise_question", "questions_digest", "detect_versions", "describe_versions", "versions_of_file"]
 
 # What LLaVA's question file and lmms-eval's POPE prompt add after the question.
 ANSWER_SUFFIX = "answer the question using a single word or phrase."
@@ -43,6 +43,13 @@ def detect_versions(split: str, pairs: Iterable[tuple[str, str]]) -> list[str]:
 
     digest = questions_digest(pairs)
     return [name for name, v in POPE_VERSIONS.items() if v.questions_digest.get(split) == digest]
+
+
+def versions_of_file(sha256: str) -> list[str]:
+    """The published versions that include a file with this sha256 (none for any other file)."""
+    from halluprobe.benchmarks.sources import POPE_VERSIONS
+
+    return [name for name, v in POPE_VERSIONS.items() if sha256 in v.files.values()]
 
 
 def describe_versions(found: Mapping[str, list[str]]) -> str:

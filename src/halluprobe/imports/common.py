@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from halluprobe.benchmarks.versions import detect_versions, normalise_question
+from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.readouts.apply import TEXT_PREFIX
@@ -90,11 +90,8 @@ def as_int_id(value: object, what: str, path: Path | str, line: int | None, *, d
 def label_version(split: str, path: Path, questions: Sequence[Question]) -> list[str]:
     """The published versions a labels file is: by its sha256 when it is a published file as
     committed, else by its question set."""
-    from halluprobe.benchmarks.sources import POPE_VERSIONS
-
     digest = sha256_file(path)
-    by_file = [name for name, v in POPE_VERSIONS.items() if digest in v.files.values()]
-    return by_file or detect_versions(split, [(q.image, q.text) for q in questions])
+    return versions_of_file(digest) or detect_versions(split, [(q.image, q.text) for q in questions])
 
 
 class LabelIndex:
@@ -199,6 +196,7 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
         benchmark_paths={s: labels.get(s, first_file[s]) for s in splits},
         images_root="",
         generate=GenerateConfig(max_new_tokens=result.max_new_tokens, stop_strings=()),
+        pope_versions={s: list(result.versions.get("labels", {}).get(s, [])) for s in splits},
     )
     rundir = RunDir(out)
     rundir.start(header, resume=False, force=False, overwrite=overwrite)
