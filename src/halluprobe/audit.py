@@ -384,7 +384,8 @@ def _token_diagnostics(t: _Table, top: int) -> _TokenDiagnostics:
     with_token = [s for s in answered if s.first_token]
     first = Counter(s.first_token[0].piece for s in with_token)
     return _TokenDiagnostics(
-        offset_rate=_frac(sum(offset.values()), len(answered)),
+        # None when no sample stored first-token outputs (an imported or text-only run)
+        offset_rate=_frac(sum(offset.values()), len(answered)) if with_token or offset else None,
         offset_pieces=[PieceCount(piece, count) for piece, count in _ranked(offset, top)],
         first_pieces=[PieceShare(piece, count, count / len(with_token)) for piece, count in _ranked(first, top)],
         first_pieces_total=len(with_token),
@@ -927,7 +928,8 @@ def summarise_audit(audit: AuditReport) -> list[str]:
         )
     rate = audit.offset_rate
     pieces = ", ".join(f"{p.piece!r} {p.count}" for p in audit.offset_pieces[:5])
-    lines.append(f"first-token argmax outside both sets: {_fmt(None if rate is None else 100 * rate, 1)}%" + (f" ({pieces})" if pieces else ""))
+    if rate is not None:
+        lines.append(f"first-token argmax outside both sets: {_fmt(100 * rate, 1)}%" + (f" ({pieces})" if pieces else ""))
     stable = ", ".join(f"{name} {'never' if k is None else k}" for name, k in audit.stable_after.items())
     lines.append(f"F1 within ±{audit.convergence_rule.tol} of its final value after k questions: {stable}")
     for name, entry in audit.relabel.items():

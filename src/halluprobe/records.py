@@ -268,6 +268,9 @@ class RunHeader(FrozenRecord):
     generate: GenerateConfig | None = None
     seed: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
+    # split -> the published COCO POPE versions its benchmark file is (by sha256; docs/pope-versions.md);
+    # an empty list: not a published file. Absent in run dirs written before versions were pinned.
+    pope_versions: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class Metrics(FrozenRecord):

@@ -198,6 +198,7 @@ def make_header(
 ) -> RunHeader:
     """The header: written before the first sample. ``benchmarks``: split -> (path, sha256)."""
     from halluprobe import __version__
+    from halluprobe.benchmarks.versions import versions_of_file
 
     text_rules = [] if config.open_ended else list(config.text_rules)
     header = RunHeader(
@@ -221,6 +222,7 @@ def make_header(
         open_ended=config.open_ended,
         generate=config.generate_config(),
         packages=_package_versions(),
+        pope_versions={split: versions_of_file(sha) for split, (_, sha) in benchmarks.items()},
     )
     return header.model_copy(update={"fingerprint": run_fingerprint(header)})
 

@@ -13,18 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
-from halluprobe.jsonl import iter_objects, read_text
+from halluprobe.imports.answers import read_answers
 from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.files import write_atomic
 from halluprobe.readouts.apply import apply, check_readout, cross_check
-from halluprobe.readouts.text import TEXT_RULES, parse_text
+from halluprobe.readouts.text import ALL_TEXT_RULES, parse_text
 from halluprobe.records import ReadoutResult, RunHeader, Sample, ScoreReport
 from halluprobe.rundir import RunDir
 
 __all__ = [
     "score_rundir",
     "score_answers_file",
+    "compat_rundir",
     "read_answers",
     "read_scored_run",
     "readout_results",
@@ -101,6 +102,15 @@ def score_rundir(
     return report
 
 
+def compat_rundir(path: str | Path, *, readout: str, tool: str) -> dict[str, dict[str, float | int]]:
+    """The numbers ``tool`` (lmms-eval, vlmevalkit) would print for ``readout``'s decisions on a
+    run dir, its counting quirks included (:mod:`halluprobe.metrics.compat`)."""
+    from halluprobe.metrics.compat import tool_numbers
+
+    _, header, samples = read_scored_run(path, readout)
+    return tool_numbers(readout_rows(readout, header, samples), tool)
+
+
 def write_per_question(path: str | Path, rows: Sequence[ScoreRow], samples: Sequence[Sample]) -> Path:
     """One JSON line per scored question, in run order; p_yes only where the readout has one."""
     lines = []
@@ -119,75 +129,28 @@ def write_per_question(path: str | Path, rows: Sequence[ScoreRow], samples: Sequ
     return write_atomic(path, "".join(lines))
 
 
-def read_answers(path: Path) -> list[dict[str, Any]]:
-    """Answer lines: ``{"question", "answer"}``, optionally with ``question_id``.
-
-    LLaVA's answer files (``question_id``, ``prompt``, ``text`` = the answer) are read too.
-    """
-    rows: list[dict[str, Any]] = []
-    _, text = read_text(path, "answers file")
-    for number, obj in iter_objects(text, path):
-        answer = obj.get("answer", obj.get("text") if "question_id" in obj else None)
-        if not isinstance(answer, str):
-            raise InputError("missing string key 'answer'", path, number)
-        qid = obj.get("question_id")
-        if qid is not None and not isinstance(qid, int):
-            raise InputError("question_id must be an integer", path, number)
-        question = obj.get("question", obj.get("prompt"))
-        rows.append({"line": number, "question_id": qid, "question": question, "answer": answer})
-    if not rows:
-        raise InputError("empty answers file", path)
-    return rows
-
-
 def score_answers_file(
     answers_path: str | Path,
-    labels_path: str | Path,
+    labels_path: str | Path | Sequence[str | Path],
     *,
     rule: str = "pope",
     policy: UnknownPolicy = "wrong",
     n_resamples: int = 1000,
     seed: int = 0,
 ) -> ScoreReport:
-    """Score a third-party answers file against POPE-format labels with one text rule.
+    """Score a third-party answers file against POPE-format labels (one file per split) with
+    one text rule. Pairing (by id and question text, or by order; mixed files refused) is
+    :func:`halluprobe.imports.answers.pair_answers`."""
+    from halluprobe.imports.answers import pair_answers
+    from halluprobe.imports.common import LabelIndex
 
-    Paired by ``question_id`` when every answer has one, else by order after checking that the
-    question texts match.
-    """
-    from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
-
-    if rule not in TEXT_RULES:
-        raise InputError(f"unknown text rule {rule!r}; known: {', '.join(TEXT_RULES)}")
-    answers_path, labels_path = Path(answers_path), Path(labels_path)
-    labels = read_questions(labels_path, split=split_name(labels_path))
-    refuse_open_questions(labels, labels_path)
-    answers = read_answers(answers_path)
-    by_id = {q.question_id: q for q in labels}
-    pairs = []
-    if all(a["question_id"] is not None for a in answers):
-        seen: set[int] = set()
-        for a in answers:
-            q = by_id.get(a["question_id"])
-            if q is None:
-                raise InputError(f"question_id {a['question_id']} is not in {labels_path}", answers_path, a["line"])
-            if a["question_id"] in seen:
-                raise InputError(f"duplicate question_id {a['question_id']}", answers_path, a["line"])
-            seen.add(a["question_id"])
-            pairs.append((q, a))
-        missing = len(labels) - len(seen)
-        if missing:
-            raise InputError(f"{missing} labelled questions have no answer", answers_path)
-    else:
-        if len(answers) != len(labels):
-            raise InputError(f"{len(answers)} answers for {len(labels)} labelled questions", answers_path)
-        for q, a in zip(labels, answers):
-            if a["question"] is not None and a["question"].strip() != q.text.strip():
-                raise InputError(
-                    f"question text differs from the labels file's line for question_id {q.question_id}: {a['question']!r}",
-                    answers_path,
-                    a["line"],
-                )
-            pairs.append((q, a))
+    if rule not in ALL_TEXT_RULES:
+        raise InputError(f"unknown text rule {rule!r}; known: {', '.join(ALL_TEXT_RULES)}")
+    label_paths = [labels_path] if isinstance(labels_path, (str, Path)) else list(labels_path)
+    labels = LabelIndex(label_paths)
+    pairs = pair_answers(read_answers(Path(answers_path)), labels)
+    for split, names in labels.versions().items():
+        log.info("%s labels: POPE version %s", split, ", ".join(names) or "unpublished")
     rows = [
         ScoreRow(
             split=q.split,

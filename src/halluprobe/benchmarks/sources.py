@@ -33,6 +33,9 @@ from halluprobe.errors import InputError, RuntimeFailure
 __all__ = [
     "POPE_BASE_URL",
     "POPE_FILES",
+    "POPE_VERSIONS",
+    "PopeVersion",
+    "pope_version",
     "COCO_VAL2014_URL",
     "FetchReport",
     "default_cache_dir",
@@ -52,6 +55,105 @@ POPE_FILES: dict[str, str] = {
     "coco_pope_adversarial.json": "420b3407db1fa9f1187a805dca41cb7b97fd91504e6c2179706188c107fb8ef8",
 }
 COCO_VAL2014_URL = "http://images.cocodataset.org/val2014/"
+
+
+@dataclass(frozen=True)
+class PopeVersion:
+    """One published content of the three COCO POPE files (see docs/pope-versions.md).
+
+    ``files``: file name -> sha256 as committed; ``counts``: split -> questions;
+    ``misspelled``: split -> prompts reading "imange"; ``questions_digest``: split -> sha256 of
+    the split's sorted ``image<TAB>normalised text`` lines (:mod:`halluprobe.benchmarks.versions`),
+    which tells the version of a set of answered questions without its labels."""
+
+    name: str
+    commit: str
+    date: str
+    files: dict[str, str]
+    counts: dict[str, int]
+    misspelled: dict[str, int]
+    questions_digest: dict[str, str]
+    note: str = ""
+
+
+def _version(name: str, commit: str, date: str, rows: dict[str, tuple[str, int, int, str]], note: str) -> PopeVersion:
+    return PopeVersion(
+        name=name,
+        commit=commit,
+        date=date,
+        files={f"coco_pope_{split}.json": row[0] for split, row in rows.items()},
+        counts={split: row[1] for split, row in rows.items()},
+        misspelled={split: row[2] for split, row in rows.items()},
+        questions_digest={split: row[3] for split, row in rows.items()},
+        note=note,
+    )
+
+
+# The four contents the authors' repository published, oldest first (facts measured from its
+# history: sha256 as committed, line counts, "imange" counts, question-set digests).
+_D_RANDOM = "8709bef60304707531c396d1b56710b362d8f61bc82eb0a015033bdd49668ae3"
+_AD_POPULAR = "1f18a71c33db9058f9be01c971dc50989996efb13adeafecaf43fd9b7c4981c0"
+_AD_ADVERSARIAL = "f4dbfc42bdaca4f880cd859cb5e0d1ba67f3ffed5bea3ada11f294121dce1b1a"
+POPE_VERSIONS: dict[str, PopeVersion] = {
+    v.name: v
+    for v in (
+        _version(
+            "2023-08-10", "e3e39262c85a6a83f26cf5094022a782cb0df58d", "2023-08-10",
+            {
+                "random": ("c16b65d2df6d70bb0814c8a4375833d39cdb09928fd936d3fc546491efa37f35", 2910, 144,
+                           "d6ba7e68f21333c09bf58df190f0d49badce07999e46341edc2d2c91b6224682"),
+                "popular": ("5b16653023bf4f64d57eb0d168259de6627f5cde7538b85ebed3cc33034aa6cc", 3000, 44, _AD_POPULAR),
+                "adversarial": ("1d8f0906a9b50c05640f6f23abfac97523be2a1bed28f7eadc63b811699b2d26", 3000, 58,
+                                _AD_ADVERSARIAL),
+            },
+            "as first published (2023-05-31, identical); LLaVA-1.5's published POPE numbers",
+        ),
+        _version(
+            "2023-08-04", "7ef3026faa9a89ed11fd508385fad652fdc6349f", "2023-08-04",
+            {
+                "random": ("cb8dec967727fbee4b9cfadf9ba1ea9968515b12063efd313d0cf8b2b4230c86", 3000, 0,
+                           "68fcedbb839a7c18556ffab5a6b3b83c3bb1309f5dae581adf36cdd466f84139"),
+                "popular": ("eafca6ceff32c7bbb5b2845a00c6828ec8cbaf5e04f890d6902dc46b92f96076", 3000, 0,
+                            "6022706a4c8a49f80d9515ccc7001fff11a5ef7dc2311550d831929be0a70d02"),
+                "adversarial": ("412efc6fe25eb2604f2386d536bcf713dc88327cb20c36489b1f689f89617d04", 3000, 0,
+                                "7f907957d5c777aa5031d64b8a6f2a1100dd7af475a6fec431c97e3dfbdeb307"),
+            },
+            "other questions altogether, replaced six days later",
+        ),
+        _version(
+            "2023-10-09", "edebdda36a969afac02bc49972c48c38e24dc6fe", "2023-10-09",
+            {
+                "random": ("ac25245170b975a5bdf9080b23fd431dfe6be458bc038259c1f4f09a6bef7994", 3000, 0, _D_RANDOM),
+                "popular": ("72c1a8ad45d0c13514f5f22598261df41d3b533854d29682e924db50ed8aa753", 3000, 0, _AD_POPULAR),
+                "adversarial": ("207273ac3b7fdd04df206c6809b77a4e7f60360a730ade6b7e32804e8dd5602f", 3000, 57,
+                                _AD_ADVERSARIAL),
+            },
+            "3,000 random questions; adversarial prompts still misspelled",
+        ),
+        _version(
+            "2023-11-16", "109985c74a00a88ba5341f9b0c1d4900f2a1f789", "2023-11-16",
+            {
+                "random": ("ac25245170b975a5bdf9080b23fd431dfe6be458bc038259c1f4f09a6bef7994", 3000, 0, _D_RANDOM),
+                "popular": ("72c1a8ad45d0c13514f5f22598261df41d3b533854d29682e924db50ed8aa753", 3000, 0, _AD_POPULAR),
+                "adversarial": ("420b3407db1fa9f1187a805dca41cb7b97fd91504e6c2179706188c107fb8ef8", 3000, 0,
+                                _AD_ADVERSARIAL),
+            },
+            "current",
+        ),
+    )
+}  # fmt: skip
+# short names users type: the month (the issue's "2023-08" is LLaVA-1.5's version) and "current"
+_VERSION_ALIASES = {"2023-05": "2023-08-10", "2023-08": "2023-08-10", "2023-10": "2023-10-09", "2023-11": "2023-11-16",
+                    "current": "2023-11-16"}  # fmt: skip
+
+
+def pope_version(name: str) -> PopeVersion:
+    """The published POPE version ``name`` (a date or an alias); InputError listing the known ones."""
+    found = POPE_VERSIONS.get(_VERSION_ALIASES.get(name, name))
+    if found is None:
+        known = ", ".join([*POPE_VERSIONS, *_VERSION_ALIASES])
+        raise InputError(f"unknown POPE version {name!r}; known: {known}")
+    return found
 
 _ENV_CACHE = "HALLUPROBE_CACHE_DIR"
 _ENV_POPE_URL = "HALLUPROBE_POPE_URL"
@@ -105,6 +207,10 @@ def _base(url: str | None, env: str, default: str) -> str:
 def pope_urls(base_url: str | None = None, pins: dict[str, str] | None = None) -> dict[str, str]:
     """File name -> download URL of the POPE files (official ones unless ``pins`` says others)."""
     base = _base(base_url, _ENV_POPE_URL, POPE_BASE_URL)
+    return _urls(base, pins)
+
+
+def _urls(base: str, pins: dict[str, str] | None) -> dict[str, str]:
     return {name: base + urllib.parse.quote(name) for name in (pins or POPE_FILES)}
 
 
@@ -172,16 +278,29 @@ def fetch_pope(
     pins: dict[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     overwrite: bool = False,
+    version: str | None = None,
 ) -> list[Path]:
     """Download (or take from the cache) the pinned POPE files, verify them, copy them to ``out_dir``.
 
-    ``pins`` (file name -> sha256) replaces :data:`POPE_FILES`. A download whose sha256 differs
+    ``pins`` (file name -> sha256) replaces :data:`POPE_FILES`. ``version`` (a name of
+    :data:`POPE_VERSIONS`) fetches that published content instead: the files at its commit,
+    pinned by their sha256 (the cache is keyed by sha256, so versions never mix). A download whose sha256 differs
     from its pin is removed and raises RuntimeFailure naming the file, the expected and the
     received digest. A file already in ``out_dir`` with the pinned digest is kept; one with
     another digest is an InputError unless ``overwrite``.
     """
-    pins = dict(pins if pins is not None else POPE_FILES)
-    urls = pope_urls(base_url, pins)
+    if version is not None:
+        if pins is not None:
+            raise InputError("give a POPE version or pins, not both")
+        chosen = pope_version(version)
+        pins = dict(chosen.files)
+        default_base = POPE_BASE_URL.replace("/main/", f"/{chosen.commit}/")
+        # a mirror given by URL or environment serves the version's files under <base>/<commit>/
+        mirror = base_url or os.environ.get(_ENV_POPE_URL)
+        urls = _urls(_base(mirror, _ENV_POPE_URL, default_base) + (f"{chosen.commit}/" if mirror else ""), pins)
+    else:
+        pins = dict(pins if pins is not None else POPE_FILES)
+        urls = pope_urls(base_url, pins)
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     out = Path(out_dir)
     try:

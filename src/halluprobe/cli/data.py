@@ -53,13 +53,19 @@ def data_pope_cmd(
     coco_images: Annotated[
         Optional[Path], typer.Option(help="Also fetch the COCO val2014 images these questions use, into this directory.")
     ] = None,
+    version: Annotated[
+        Optional[str],
+        typer.Option(help="Published version: 2023-08-10 (alias 2023-08, LLaVA-1.5's), 2023-08-04, 2023-10-09, 2023-11-16 (current)."),
+    ] = None,
 ) -> None:
-    """Fetch the official COCO POPE files (pinned sha256, cached) and, optionally, their images."""
+    """Fetch the official COCO POPE files (pinned sha256, cached) and, optionally, their images.
+
+    --version fetches an older published content (see docs/pope-versions.md) by its commit."""
     from halluprobe.benchmarks.sources import fetch_coco_images, fetch_pope
 
     with errors():
         with progress("POPE files") as bar:
-            paths = fetch_pope(out, progress=bar)
+            paths = fetch_pope(out, progress=bar, version=version)
         for path in paths:
             typer.echo(str(path))
         if coco_images is not None:

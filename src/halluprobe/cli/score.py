@@ -22,7 +22,9 @@ def score_cmd(
     ] = "dynamic",
     unknown: UnknownOption = "wrong",
     answers: Annotated[Optional[Path], typer.Option(help="Third-party answers file ({question, answer} lines).")] = None,
-    labels: Annotated[Optional[Path], typer.Option(help="POPE-format labels file for --answers.")] = None,
+    labels: Annotated[
+        Optional[list[Path]], typer.Option(help="POPE-format labels file for --answers, one per split; repeatable.")
+    ] = None,
     rule: Annotated[str, typer.Option(help="Text rule for --answers: pope, exact, yorn or strict.")] = "pope",
     force_invalid: Annotated[bool, typer.Option(help="Score a legacy readout even where its ids are invalid.")] = False,
     per_question: Annotated[
@@ -34,6 +36,9 @@ def score_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the score object as JSON.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table to paste into a paper.")] = False,
     latex: Annotated[bool, typer.Option("--latex", help="Print a booktabs LaTeX table (with a provenance comment for `check`).")] = False,
+    compat: Annotated[
+        Optional[str], typer.Option(help="Print the numbers lmms-eval or vlmevalkit would print (their quirks included), as JSON.")
+    ] = None,
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.formatting import score_markdown, score_table
@@ -41,12 +46,17 @@ def score_cmd(
 
     with errors():
         if answers is not None or labels is not None:
-            if answers is None or labels is None or rundir is not None:
+            if answers is None or not labels or rundir is not None:
                 raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
-            if per_question is not None:
-                raise InputError("--per-question is for a run dir")
+            if per_question is not None or compat is not None:
+                raise InputError("--per-question and --compat are for a run dir")
             report = score_answers_file(answers, labels, rule=rule, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
             title = f"{answers.name}: text:{rule}, unknown={unknown}"
+        elif compat is not None and rundir is not None:
+            from halluprobe.scoring import compat_rundir
+
+            typer.echo(json.dumps(compat_rundir(rundir, readout=readout, tool=compat), indent=2))
+            return
         else:
             if rundir is None:
                 raise InputError("give a RUNDIR, or --answers and --labels")

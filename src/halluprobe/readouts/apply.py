@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from halluprobe.corrections import CORRECTIONS, apply_correction, is_correction, parse_correction, required_signals
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import LEGACY_READOUTS, LOGIT_READOUTS
-from halluprobe.readouts.text import TEXT_RULES, parse_text
+from halluprobe.readouts.text import ALL_TEXT_RULES, TEXT_RULES, parse_text
 from halluprobe.records import ReadoutResult, RunHeader, Sample, TokenSets
 
 __all__ = [
@@ -47,7 +47,7 @@ def is_recomputable(readout: str) -> bool:
     """Whether ``readout`` is computed from raw outputs (else it can only be read as stored)."""
     return (
         readout in LOGIT_READOUTS
-        or (readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in TEXT_RULES)
+        or (readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in ALL_TEXT_RULES)
         or is_correction(readout)
     )
 
@@ -64,7 +64,7 @@ def apply(readout: str, sample: Sample, token_sets: TokenSets | None) -> Readout
         return apply_correction(readout, sample, token_sets)
     if readout in LOGIT_READOUTS and token_sets is not None and sample.candidates:
         return LOGIT_READOUTS[readout](sample.candidates, token_sets)
-    if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in TEXT_RULES and sample.text is not None:
+    if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in ALL_TEXT_RULES and sample.text is not None:
         return ReadoutResult(decision=parse_text(readout[len(TEXT_PREFIX):], sample.text))
     return sample.readouts.get(readout)
 
@@ -115,9 +115,11 @@ def check_readout(readout: str, header: RunHeader, samples: Sequence[Sample], *,
                 )
         return
     available = available_readouts(header, samples)
-    if readout not in available:
-        if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] not in TEXT_RULES:
-            reason = f"unknown text rule {readout[len(TEXT_PREFIX):]!r}; known: {', '.join(TEXT_RULES)}"
+    # an alternative rule version (text:yorn@2024) is not listed, but applies wherever text is stored
+    other_version = readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in ALL_TEXT_RULES and _stores_text(header)
+    if readout not in available and not other_version:
+        if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] not in ALL_TEXT_RULES:
+            reason = f"unknown text rule {readout[len(TEXT_PREFIX):]!r}; known: {', '.join(ALL_TEXT_RULES)}"
         elif readout.startswith(TEXT_PREFIX):
             reason = "this run stored no text (it was run with --text-rules ''): text rules need its greedy answers"
         else:

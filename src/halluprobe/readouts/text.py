@@ -11,7 +11,10 @@ stored run can be re-scored the way each of them would score it; the fourth is h
   lowercase-and-strip equality.
 - ``yorn``: VLMEvalKit's ``YOrN_Extraction`` (``vlmeval/dataset/utils/yorn.py``) with the VQA
   ``process_punctuation`` it calls (``vlmeval/smp/misc.py``), i.e. VLMEvalKit without a judge
-  model (``model='exact_matching'``).
+  model (``model='exact_matching'``), as it is since 2025-05-13 (commit 928a95b); ``yorn@2024``
+  as it was from 2024-01 to then (see :func:`yorn_2024`). ``yorn@2024`` is an alternative
+  version (:data:`TEXT_RULE_VERSIONS`): any run with text can be scored with it, but it is not
+  in the default rule list a run records.
 - ``strict``: halluprobe's own; see :func:`strict`.
 
 How each tool then *counts* a non-yes/no answer is a metric question (``--unknown`` policy in
@@ -27,12 +30,15 @@ from halluprobe.records import Decision
 
 __all__ = [
     "TEXT_RULES",
+    "TEXT_RULE_VERSIONS",
+    "ALL_TEXT_RULES",
     "UnknownTextRuleError",
     "exact",
     "parse_text",
     "pope",
     "strict",
     "yorn",
+    "yorn_2024",
 ]
 
 
@@ -100,15 +106,17 @@ def exact(text: str) -> Decision:
 # The VQA-eval punctuation list VLMEvalKit's process_punctuation uses, in its order.
 _VQA_PUNCT = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
 _DIGIT_COMMA = re.compile(r"(\d)(,)(\d)")
-# The source writes `(?!<=\d)(\.)(?!\d)`: a lookahead for the text "<=digit" (a mistyped
-# lookbehind) that never matches at a '.', so it removes every '.' not followed by a digit.
-_PERIOD = re.compile(r"\.(?!\d)")
+# Since 2025-05-13: a period neither after nor before a digit ("1." of a numbered list stays).
+_PERIOD = re.compile(r"(?<!\d)\.(?!\d)")
+# 2024-01 to 2025-05 the source wrote `(?!<=\d)(\.)(?!\d)`: a lookahead for the text "<=digit"
+# (a mistyped lookbehind) that never matches at a '.', so every '.' not before a digit went.
+_PERIOD_2024 = re.compile(r"\.(?!\d)")
 # The source calls `periodStrip.sub('', outText, re.UNICODE)`: re.UNICODE (32) lands in the
 # `count` argument, so at most 32 periods are removed.
 _PERIOD_COUNT = 32
 
 
-def _vqa_process_punctuation(text: str) -> str:
+def _vqa_process_punctuation(text: str, period: re.Pattern[str] = _PERIOD) -> str:
     out = text
     has_digit_comma = _DIGIT_COMMA.search(text) is not None
     for p in _VQA_PUNCT:
@@ -117,7 +125,7 @@ def _vqa_process_punctuation(text: str) -> str:
             out = out.replace(p, "")
         else:
             out = out.replace(p, " ")
-    return _PERIOD.sub("", out, count=_PERIOD_COUNT)
+    return period.sub("", out, count=_PERIOD_COUNT)
 
 
 def yorn(text: str) -> Decision:
@@ -125,7 +133,8 @@ def yorn(text: str) -> Decision:
 
     Lowercase, apply the VQA ``process_punctuation`` (each of ``; / [ ] " { } ( ) = + \\ _ - > <
     @ ` , ? !`` becomes a space, or is deleted when it touches a space anywhere in the text or
-    the text has a digit-comma-digit; periods not before a digit are deleted, at most 32; the
+    the text has a digit-comma-digit; periods neither after nor before a digit are deleted, at
+    most 32 (VLMEvalKit since 2025-05-13; :func:`yorn_2024` for the earlier period rule); the
     apostrophe and ``:`` are kept), split on whitespace, then yes when the words contain
     ``yes`` and not ``no``, no when they contain ``no`` and not ``yes``, else unknown. So
     ``"Yes\\nNo"`` and ``"Yes, but no cat"`` are unknown, ``"Nope"``, ``"Not sure"`` and
@@ -134,7 +143,18 @@ def yorn(text: str) -> Decision:
     VLMEvalKit then scores accuracy as ``answer == extracted`` (unknown is wrong) but computes
     precision/recall/F1 with ``y_pred = extracted == 'Yes'`` (unknown counts as no).
     """
-    words = _vqa_process_punctuation(text.lower()).split()
+    return _yes_xor_no(_vqa_process_punctuation(text.lower()).split())
+
+
+def yorn_2024(text: str) -> Decision:
+    """:func:`yorn` as VLMEvalKit had it from 2024-01 to 2025-05-13: every period not before a
+    digit is deleted, so the period after a list number ("1.") is deleted too and counts
+    toward the 32. An answer with a long numbered list ending "So the answer is no." keeps
+    its last "no." there (unknown) and loses the period under :func:`yorn` (no)."""
+    return _yes_xor_no(_vqa_process_punctuation(text.lower(), _PERIOD_2024).split())
+
+
+def _yes_xor_no(words: list[str]) -> Decision:
     has_yes = "yes" in words
     has_no = "no" in words
     if has_yes and not has_no:
@@ -269,6 +289,12 @@ TEXT_RULES: dict[str, Callable[[str], Decision]] = {
     "yorn": yorn,
     "strict": strict,
 }
+# Earlier versions of a tool's rule, named RULE@VERSION: applied at score time like any rule,
+# but not in the list a new run records (its audit columns stay those of TEXT_RULES).
+TEXT_RULE_VERSIONS: dict[str, Callable[[str], Decision]] = {
+    "yorn@2024": yorn_2024,
+}
+ALL_TEXT_RULES: dict[str, Callable[[str], Decision]] = {**TEXT_RULES, **TEXT_RULE_VERSIONS}
 
 
 def parse_text(rule: str, text: str) -> Decision:
@@ -278,8 +304,8 @@ def parse_text(rule: str, text: str) -> Decision:
     rules when ``rule`` is not one of them.
     """
     try:
-        fn = TEXT_RULES[rule]
+        fn = ALL_TEXT_RULES[rule]
     except KeyError:
-        valid = ", ".join(TEXT_RULES)
+        valid = ", ".join(ALL_TEXT_RULES)
         raise UnknownTextRuleError(f"unknown text rule {rule!r}; valid rules: {valid}") from None
     return fn(text)

@@ -1,0 +1,112 @@
+"""Answers other tools made, imported as run dirs (and halluprobe's runs exported for them).
+
+``import_answers(format, files, out, ...)`` reads LLaVA, lmms-eval, VLMEvalKit, POPE or generic
+answers (:func:`detect_format` where the format can be told from the file) and writes an
+ordinary run dir (:mod:`halluprobe.imports.common`): ``score``, ``audit`` and ``report`` then
+apply every text rule at score time, and the importing tool's own stored decision is a readout
+named ``<tool>:<rule>``. :mod:`halluprobe.imports.export` writes a run's answers back out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from halluprobe.errors import InputError
+from halluprobe.imports.common import ImportResult, LabelIndex, write_imported_run
+from halluprobe.rundir import RunDir
+
+__all__ = ["FORMATS", "detect_format", "read_import", "import_answers"]
+
+FORMATS = ("llava", "lmms-eval", "vlmevalkit", "pope", "answers")
+
+
+def detect_format(path: Path) -> str:
+    """The format of ``path`` when its first record tells it unambiguously; else InputError."""
+    from halluprobe.imports.lmms_eval import looks_like_lmms_eval
+    from halluprobe.jsonl import read_text
+
+    if path.suffix.lower() in (".xlsx", ".tsv"):
+        return "vlmevalkit"
+    _, text = read_text(path, "answers file")
+    head = text.lstrip()
+    if head.startswith("{") and '"logs"' in head and '"model_configs"' in head:
+        return "lmms-eval"
+    first_line = head.split("\n", 1)[0]
+    try:
+        first = json.loads(first_line) if not head.startswith("[") else None
+    except json.JSONDecodeError:
+        first = None
+    if head.startswith("["):
+        return "vlmevalkit"  # a JSON sheet: VLMEvalKit dumps a DataFrame as a list of records
+    if isinstance(first, dict):
+        if looks_like_lmms_eval(first):
+            return "lmms-eval"
+        if {"question_id", "prompt", "text", "answer_id"} <= set(first):
+            return "llava"
+        if {"question", "answer"} <= set(first):
+            return "answers"
+    raise InputError("cannot tell the answers format from the first line: pass --format (" + ", ".join(FORMATS) + ")", path, 1)
+
+
+def read_import(
+    fmt: str | None,
+    files: Sequence[Path],
+    *,
+    labels: Sequence[Path] = (),
+    questions: Path | None = None,
+    split: str | None = None,
+) -> ImportResult:
+    """Read ``files`` as ``fmt`` (detected from the first file when None)."""
+    if not files:
+        raise InputError("no answers file given")
+    fmt = fmt or detect_format(files[0])
+    if fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    index = LabelIndex(labels) if labels else None
+    if fmt == "llava":
+        from halluprobe.imports.llava import read_llava
+
+        if questions is None or index is None:
+            raise InputError("the llava format needs --questions (LLaVA's question file) and --labels (POPE labels, one per split)")
+        return read_llava(list(files), questions, index)
+    if questions is not None:
+        raise InputError(f"--questions is for the llava format, not {fmt}")
+    if fmt == "lmms-eval":
+        from halluprobe.imports.lmms_eval import read_lmms_eval
+
+        return read_lmms_eval(list(files), index, split)
+    if split is not None:
+        raise InputError(f"--split is for the lmms-eval format, not {fmt}")
+    if fmt == "vlmevalkit":
+        from halluprobe.imports.vlmevalkit import read_vlmevalkit
+
+        if index is not None:
+            raise InputError("the vlmevalkit format takes its labels from the sheet's 'answer' column: drop --labels")
+        if len(files) != 1:
+            raise InputError("the vlmevalkit format reads one sheet at a time")
+        return read_vlmevalkit(files[0])
+    from halluprobe.imports.answers import read_answers_format
+
+    if index is None:
+        raise InputError(f"the {fmt} format needs --labels (POPE labels files, one per split)")
+    return read_answers_format(list(files), index, fmt)
+
+
+def import_answers(
+    fmt: str | None,
+    files: Sequence[Path],
+    out: Path,
+    *,
+    labels: Sequence[Path] = (),
+    questions: Path | None = None,
+    split: str | None = None,
+    model: str | None = None,
+    overwrite: bool = False,
+) -> tuple[RunDir, ImportResult]:
+    """Read and write: the run dir and what was read (for the CLI's summary)."""
+    result = read_import(fmt, files, labels=labels, questions=questions, split=split)
+    if model is not None:
+        result.model = model
+    return write_imported_run(result, out, overwrite=overwrite), result

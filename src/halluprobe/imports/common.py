@@ -1,0 +1,231 @@
+"""What every import format shares: the imported answer, the labels index, the run dir it becomes.
+
+An imported run is an ordinary run dir: one ``Sample`` per answer with the answer as ``text``
+(no first-token outputs), the label from POPE labels (or the tool's own file where it carries
+them), ``backend = "import:<format>"`` and every text rule listed, so ``score --readout
+text:RULE``, ``audit`` and ``report`` apply any rule at score time. The importing tool's own
+parse decision, where its file stores one, is kept as ``Sample.readouts["<tool>:<rule>"]``: a
+readout that cannot be recomputed, read as stored. ``manifest.json`` lists every input answer
+that was not imported, with its reason, and the counts per split.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
+from halluprobe.errors import InputError
+from halluprobe.files import write_atomic
+from halluprobe.readouts.apply import TEXT_PREFIX
+from halluprobe.readouts.text import TEXT_RULES
+from halluprobe.records import Decision, GenerateConfig, Label, Question, ReadoutResult, RunHeader, Sample
+from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
+
+__all__ = [
+    "MANIFEST",
+    "Imported",
+    "ImportResult",
+    "LabelIndex",
+    "as_int_id",
+    "label_version",
+    "refuse_duplicates",
+    "write_imported_run",
+    "yes_no",
+]
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Imported:
+    """One answer taken from a third-party file, paired with its labelled question."""
+
+    split: str
+    question_id: int
+    image: str
+    prompt: str
+    text: str
+    label: Label
+    object: str | None
+    source: str  # "file:line" (or "file:row N") of the answer, for messages and the manifest
+    tool_readouts: dict[str, Decision] = field(default_factory=dict)
+
+
+@dataclass
+class ImportResult:
+    """What a format reader produced; :func:`write_imported_run` turns it into a run dir."""
+
+    format: str
+    answers: list[Imported]
+    sources: list[Path]
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # {"source", "reason"}
+    labels: dict[str, Path] = field(default_factory=dict)  # split -> labels file used
+    versions: dict[str, Any] = field(default_factory=dict)  # split -> what version the questions match
+    model: str = "unknown"
+    max_new_tokens: int = 128
+    tool_rules: dict[str, str] = field(default_factory=dict)  # readout name -> what it is
+    notes: list[str] = field(default_factory=list)
+    unanswered: dict[str, int] = field(default_factory=dict)  # split -> labelled questions without an answer
+
+
+def yes_no(value: object) -> Decision:
+    """A tool's stored yes/no decision (any case, stripped); anything else is unknown."""
+    folded = str(value).strip().lower() if value is not None else ""
+    return folded if folded in ("yes", "no") else "unknown"  # type: ignore[return-value]
+
+
+def as_int_id(value: object, what: str, path: Path | str, line: int | None, *, digits_ok: bool = False) -> int:
+    """An integer question id; booleans, floats and (unless ``digits_ok``) strings are refused."""
+    if isinstance(value, bool) or not (isinstance(value, int) or (digits_ok and isinstance(value, str) and value.strip().isdigit())):
+        shown = json.dumps(value) if isinstance(value, (str, float, type(None))) else repr(value)
+        raise InputError(f"{what} must be an integer, got {shown}", path, line)
+    return int(value)  # type: ignore[arg-type]
+
+
+def label_version(split: str, path: Path, questions: Sequence[Question]) -> list[str]:
+    """The published versions a labels file is: by its sha256 when it is a published file as
+    committed, else by its question set."""
+    digest = sha256_file(path)
+    return versions_of_file(digest) or detect_versions(split, [(q.image, q.text) for q in questions])
+
+
+class LabelIndex:
+    """POPE label files, one per split (the split from the file name, ``coco_pope_random.json``),
+    looked up by split and image + normalised question text, or by split and question id."""
+
+    def __init__(self, paths: Iterable[str | Path]) -> None:
+        from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
+
+        self.files: dict[str, Path] = {}
+        self.questions: dict[str, list[Question]] = {}
+        self._by_text: dict[str, dict[tuple[str, str], Question]] = {}
+        self._by_id: dict[str, dict[int, Question]] = {}
+        for raw in paths:
+            path = Path(raw)
+            split = split_name(path)
+            if split in self.files:
+                raise InputError(f"two labels files for split {split!r}: {self.files[split]} and this one", path)
+            questions = read_questions(path, split=split)
+            refuse_open_questions(questions, path)
+            by_text: dict[tuple[str, str], Question] = {}
+            for q in questions:
+                key = (q.image, normalise_question(q.text))
+                if key in by_text:
+                    raise InputError(f"question {q.question_id} repeats question {by_text[key].question_id} (same image and text)", path)
+                by_text[key] = q
+            self.files[split] = path
+            self.questions[split] = questions
+            self._by_text[split] = by_text
+            self._by_id[split] = {q.question_id: q for q in questions}
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.files)
+
+    def by_text(self, split: str, image: str, text: str) -> Question | None:
+        return self._by_text[split].get((image, normalise_question(text)))
+
+    def by_id(self, split: str, question_id: int) -> Question | None:
+        return self._by_id[split].get(question_id)
+
+    def unanswered(self, answers: Iterable[Imported]) -> dict[str, int]:
+        """Per split, how many labelled questions no answer pairs with (answers of an older,
+        smaller version: LLaVA-1.5's 2,910 random questions against the current 3,000)."""
+        answered = {(a.split, a.question_id) for a in answers}
+        return {s: sum((s, q.question_id) not in answered for q in qs) for s, qs in self.questions.items()}
+
+    def versions(self) -> dict[str, list[str]]:
+        return {split: label_version(split, path, self.questions[split]) for split, path in self.files.items()}
+
+
+def refuse_duplicates(answers: Sequence[Imported]) -> None:
+    """One answer per (split, question): a second one is bad input, named by both sources."""
+    seen: dict[tuple[str, int], str] = {}
+    for a in answers:
+        key = (a.split, a.question_id)
+        if key in seen:
+            path, _, line = a.source.rpartition(":")
+            raise InputError(
+                f"duplicate answer to {a.split} question {a.question_id} (first at {seen[key]})",
+                path or a.source,
+                int(line) if line.isdigit() else None,
+            )
+        seen[key] = a.source
+
+
+def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool = False) -> RunDir:
+    """Write ``result`` as a complete run dir (``run.json``, ``samples.jsonl``,
+    ``manifest.json``, ``complete.json``); refuses an existing run unless ``overwrite``."""
+    from halluprobe import __version__
+
+    if not result.answers:
+        raise InputError("no answer could be imported: " + "; ".join(s["reason"] for s in result.skipped[:3]), result.sources[0])
+    refuse_duplicates(result.answers)
+    sources = {str(p): sha256_file(p) for p in result.sources}
+    labels = {split: str(p) for split, p in result.labels.items()}
+    label_sums = {split: sha256_file(p) for split, p in result.labels.items()}
+    splits = list(dict.fromkeys(a.split for a in result.answers))
+    # where a split's labels came from the answers themselves, its "benchmark" is its first file
+    first_file = {a.split: a.source.rsplit(":", 1)[0] for a in reversed(result.answers)}
+    header = RunHeader(
+        halluprobe_version=__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        fingerprint=fingerprint_of({"import": result.format, "sources": sources, "labels": label_sums}),
+        backend=f"import:{result.format}",
+        backend_info={
+            "format": result.format,
+            "sources": sources,
+            "labels": labels,
+            "pope_version": result.versions,
+            "tool_readouts": result.tool_rules,
+            "manifest": MANIFEST,
+        },
+        model=result.model,
+        template="(imported: the prompt of each sample is the one the answers file records)",
+        readouts=[TEXT_PREFIX + rule for rule in TEXT_RULES] + list(result.tool_rules),
+        text_rules=list(TEXT_RULES),
+        max_new_tokens=result.max_new_tokens,
+        token_sets=None,
+        # a split's labels file, or the answers file itself where the labels came from it
+        benchmarks={s: label_sums.get(s, sources.get(first_file[s], "")) for s in splits},
+        benchmark_paths={s: labels.get(s, first_file[s]) for s in splits},
+        images_root="",
+        generate=GenerateConfig(max_new_tokens=result.max_new_tokens, stop_strings=()),
+        pope_versions={s: list(result.versions.get("labels", {}).get(s, [])) for s in splits},
+    )
+    rundir = RunDir(out)
+    rundir.start(header, resume=False, force=False, overwrite=overwrite)
+    rundir.append(
+        Sample(
+            split=a.split,
+            question_id=a.question_id,
+            image=a.image,
+            object=a.object,
+            label=a.label,
+            prompt=a.prompt,
+            text=a.text,
+            readouts={name: ReadoutResult(decision=d) for name, d in a.tool_readouts.items()},
+        )
+        for a in result.answers
+    )
+    counts = {s: sum(a.split == s for a in result.answers) for s in splits}
+    manifest = {
+        "schema_version": 1,
+        "format": result.format,
+        "sources": sources,
+        "labels": labels,
+        "pope_version": result.versions,
+        "imported": {"total": len(result.answers), "splits": counts},
+        "skipped": result.skipped,
+        "unanswered": result.unanswered,
+        "tool_readouts": result.tool_rules,
+        "notes": result.notes,
+    }
+    write_atomic(rundir.path / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    rundir.mark_complete({"imported": len(result.answers), "skipped": len(result.skipped), "splits": counts})
+    return rundir
