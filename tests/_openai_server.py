@@ -193,7 +193,7 @@ class FakeChatServer:
             match = _OBJECT.search(prompt)
             obj = match.group(1) if match else ""
             answer = self._completion(body, image_sha, obj, logprobs=fault != "nologprobs")
-            if fault is not None:
+            if fault is not None and fault != "nologprobs":  # nologprobs: _completion left them out
                 _corrupt(answer, fault)
             handler._send(200, answer)
         elif fault == "echo_key":
