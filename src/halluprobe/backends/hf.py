@@ -100,6 +100,7 @@ class HFBackend:
         self._fallback_logged = False
         self._noise_step: int | None = None  # the current call's signals (GenerateConfig.signals)
         self._signal_layers: list[int] = []
+        self._pai: Any = None  # hf_signals.PaiSetting of the current call, if asked
 
     # -- Backend protocol ----------------------------------------------------------------
 
@@ -127,7 +128,7 @@ class HFBackend:
         max_new_tokens, top_k = config.max_new_tokens, config.top_k
         self._stops = config.stops
         # the correction signals of this call, checked before any request runs
-        self._noise_step, self._signal_layers = parse_signals(config.signals, len(self._model.get_decoder().layers))
+        self._noise_step, self._signal_layers, self._pai = parse_signals(config.signals, len(self._model.get_decoder().layers))
         # Questions about one image sit together (across splits): each image is read once.
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
         pending = [requests[i] for i in order]
@@ -181,11 +182,11 @@ class HFBackend:
     def _signals(self, inputs: dict[str, Any], image_paths: list[str]) -> list[dict[str, Any]] | None:
         """The correction signals of a batch of full prompts (one image each), from extra
         forward passes over the same inputs: noised pixels, and early layers' logits."""
-        if self._noise_step is None and not self._signal_layers:
+        if not self._wants_signals:
             return None
         import torch
 
-        from halluprobe.backends.hf_signals import layer_signals, noised_inputs, step_signal
+        from halluprobe.backends.hf_signals import amplified_attention, layer_signals, noised_inputs, step_signal
 
         plain = {k: v for k, v in inputs.items() if k != "past_key_values"}
         out: list[dict[str, Any]] = [{} for _ in image_paths]
@@ -199,7 +200,16 @@ class HFBackend:
                 by_layer = layer_signals(self._model, result.hidden_states, self._signal_layers, self._candidates, result.logits[:, -1, :])
                 for signal, layers in zip(out, by_layer):
                     signal.update(layers)
+            if self._pai is not None:
+                with amplified_attention(self._model, self._pai, plain["input_ids"] == self._inputs.image_token_id):
+                    logits = self._model(**plain, **self._keep_last).logits[:, -1, :]
+                for row, signal in enumerate(out):
+                    signal["attention"] = step_signal(logits[row], self._candidates)
         return out
+
+    @property
+    def _wants_signals(self) -> bool:
+        return self._noise_step is not None or bool(self._signal_layers) or self._pai is not None
 
     # -- prefix-cache engine: one image at a time -----------------------------------------------
 
@@ -224,7 +234,7 @@ class HFBackend:
             log.exception("image %s failed", group[0].image_path)
             yield [_error(r, f"{type(err).__name__}: {err}") for r in group]
             return
-        if self._noise_step is None and not self._signal_layers:
+        if not self._wants_signals:
             del image  # signals are read from full prompts with the image (below)
         if shared is None or prefix is None:
             if not self._fallback_logged:
@@ -243,7 +253,7 @@ class HFBackend:
                 inputs = self._suffix_inputs(prefix, suffixes, max_new_tokens)
                 first_logits, texts = self._forward(inputs, max_new_tokens)
                 signals = None
-                if self._noise_step is not None or self._signal_layers:
+                if self._wants_signals:
                     # signals from full prompts: the same numbers as the plain engine's
                     full = self._inputs.encode(chunk, [image] * len(chunk))
                     full = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in full.items()}

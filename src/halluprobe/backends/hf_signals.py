@@ -10,6 +10,10 @@ final layer). Signals the hf backend captures:
   ``x_t = sqrt(abar_t) x_0 + sqrt(1 - abar_t) eps`` at step 500 (``noised:STEP`` for another),
   ``eps`` drawn from a generator seeded by the image file's sha256, so the noise of an image
   does not depend on the batch it is in.
+- ``attention:ALPHA,START,END`` (PAI): a pass in which the last query row's attention to the
+  image tokens is amplified before the softmax, ``A + alpha |A|``, in the text model's layers
+  ``[START, END)``; eager attention for that pass only (a registered attention function that
+  does eager attention with the amplification; the model's own implementation is put back).
 - ``layers`` (DoLa): the first-step logits of early layers, through the model's final norm and
   LM head: every 2nd layer of the first half (``layers:0,2,4`` to choose; on the command line
   ``--signals layers:0;2;4``), stored as
@@ -22,25 +26,59 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.records import SignalLogprobs
 
-__all__ = ["HF_SIGNALS", "parse_signals", "noise_seed", "add_diffusion_noise", "step_signal", "layer_signals"]
+__all__ = [
+    "HF_SIGNALS",
+    "PaiSetting",
+    "parse_signals",
+    "noise_seed",
+    "add_diffusion_noise",
+    "step_signal",
+    "layer_signals",
+    "amplified_attention",
+]
 
-HF_SIGNALS = ("noised", "layers")
+HF_SIGNALS = ("noised", "layers", "attention")
 VCD_NOISE_STEP = 500
 _VCD_STEPS = 1000
 
 
-def parse_signals(signals: Sequence[str], n_layers: int) -> tuple[int | None, list[int]]:
-    """(noise step or None, early layers to read) from a ``GenerateConfig.signals`` tuple."""
+@dataclass(frozen=True)
+class PaiSetting:
+    alpha: float
+    start: int
+    end: int
+
+
+def _parse_pai(signal: str, arg: str, n_layers: int) -> PaiSetting:
+    parts = arg.split(",") if arg else []
+    try:
+        alpha, start, end = float(parts[0]), int(parts[1]), int(parts[2])
+    except (IndexError, ValueError):
+        raise InputError(f"signal {signal!r}: write attention:ALPHA,START,END (on the command line attention:0.5;2;16)") from None
+    if not 0 <= start < end <= n_layers:
+        raise InputError(f"signal {signal!r}: the layers [START, END) must lie in [0, {n_layers}]")
+    return PaiSetting(alpha, start, end)
+
+
+def parse_signals(signals: Sequence[str], n_layers: int) -> tuple[int | None, list[int], PaiSetting | None]:
+    """(noise step or None, early layers to read, PAI setting or None) from a
+    ``GenerateConfig.signals`` tuple."""
     noise_step: int | None = None
     layers: list[int] = []
+    pai: PaiSetting | None = None
     for signal in signals:
         name, _, arg = signal.partition(":")
+        if name == "attention":
+            pai = _parse_pai(signal, arg, n_layers)
+            continue
         if name == "noised":
             try:
                 noise_step = int(arg) if arg else VCD_NOISE_STEP
@@ -58,7 +96,7 @@ def parse_signals(signals: Sequence[str], n_layers: int) -> tuple[int | None, li
                 raise InputError(f"signal {signal!r}: the model has layers 0..{n_layers - 1} (0: the embeddings)")
         else:
             raise InputError(f"the hf backend records the signals {', '.join(HF_SIGNALS)}, not {signal!r}")
-    return noise_step, layers
+    return noise_step, layers, pai
 
 
 def noise_seed(image_path: str) -> int:
@@ -141,3 +179,48 @@ def layer_signals(model: Any, hidden_states: Sequence[Any], layers: Sequence[int
             for row in range(logits.shape[0]):
                 out[row][f"layer:{n}"] = step_signal(logits[row], ids, jsd=_jsd(final_log[row], early_log[row]))
     return out
+
+
+_PAI_NAME = "halluprobe_pai"
+_pai_state: dict[str, Any] = {}  # the setting and image columns of the pass in progress
+
+
+def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float, dropout: float = 0.0, **_: Any) -> tuple[Any, Any]:
+    """Eager attention, with the last query row's pre-softmax weights on image tokens amplified
+    (``A + alpha |A|``) in the chosen layers."""
+    import torch
+
+    repeat = query.shape[1] // key.shape[1]
+    key = key.repeat_interleave(repeat, dim=1)
+    value = value.repeat_interleave(repeat, dim=1)
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask[:, :, :, : key.shape[-2]]
+    setting: PaiSetting = _pai_state["setting"]
+    layer = getattr(module, "layer_idx", None)
+    if layer is not None and setting.start <= layer < setting.end:
+        image = _pai_state["image_columns"][:, None, :].to(weights.dtype)  # [B, 1, K]
+        last = weights[:, :, -1, :]
+        weights[:, :, -1, :] = last + setting.alpha * last.abs() * image
+    weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+@contextmanager
+def amplified_attention(model: Any, setting: PaiSetting, image_columns: Any) -> Iterator[None]:
+    """Within the block, the text model attends with PAI's amplification (eager attention);
+    its own attention implementation is put back after."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import eager_mask
+
+    AttentionInterface.register(_PAI_NAME, _pai_attention)
+    AttentionMaskInterface.register(_PAI_NAME, eager_mask)
+    config = model.get_decoder().config
+    before = config._attn_implementation
+    _pai_state.update(setting=setting, image_columns=image_columns)
+    config._attn_implementation = _PAI_NAME
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+        _pai_state.clear()
