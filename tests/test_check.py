@@ -259,3 +259,15 @@ def test_readouts_table_side_by_side_checks(run_dir: Path, tmp_path: Path) -> No
     line = _edit_digit(md, "dynamic", 3)
     code, output = _check(str(tex), str(md))
     assert code == 1 and f"{md}:{line}: differs: dynamic / F1 adversarial" in output, output
+
+
+def test_audit_prints_the_readouts_table_that_check_reads(run_dir: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["audit", str(run_dir), "--resamples", "50", "--markdown"])
+    assert result.exit_code == 0, result.output
+    table = result.stdout[result.stdout.index("<!-- halluprobe-provenance"):]
+    paper = tmp_path / "paper.md"
+    paper.write_text(table)
+    assert _check(str(paper))[0] == 0
+    line = _edit_digit(paper, "dynamic", 6)
+    code, output = _check(str(paper))
+    assert code == 1 and f"{paper}:{line}" in output

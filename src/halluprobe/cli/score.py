@@ -88,6 +88,8 @@ def audit_cmd(
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the audit object as JSON.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Also print every readout side by side as Markdown (with provenance).")] = False,
+    latex: Annotated[bool, typer.Option("--latex", help="Also print every readout side by side as booktabs LaTeX (with provenance).")] = False,
 ) -> None:
     """Audit run dirs: every readout side by side, paired tests, token diagnostic, convergence,
     hallucination profile, relabelling. Writes RUNDIR/audit.json; reads run dirs only."""
@@ -119,8 +121,20 @@ def audit_cmd(
         typer.echo(f"{rundir}/audit.json")
         for line in summarise_audit(audit):
             typer.echo(f"  {line}")
+        if markdown or latex:
+            _print_readouts_table(rundir, headline, unknown, resamples, seed, "latex" if latex else "markdown")
     if comparison is not None:
         typer.echo(json.dumps(comparison.to_json_dict()["paired"], indent=2))
+
+
+def _print_readouts_table(rundir: Path, headline: str, unknown: str, resamples: int, seed: int, syntax: str) -> None:
+    """The run's readouts side by side, under a provenance comment that `halluprobe check` reads."""
+    from halluprobe.tables import readouts_provenance, readouts_reports, render_readouts
+
+    with errors():
+        reports, forced = readouts_reports(rundir, policy=unknown, n_resamples=resamples, seed=seed)
+        provenance = readouts_provenance(rundir, reports, forced, headline)
+    typer.echo(render_readouts(reports, f"{rundir}: every readout, unknown={unknown}", syntax, provenance, forced))  # type: ignore[arg-type]
 
 
 @app.command("report")
