@@ -23,7 +23,7 @@ def signal_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("signals")
     world = _make_world(root)
     out = root / "run"
-    result = runner.invoke(app, _run_args(world, out, "--signals", "noised,layers"))
+    result = runner.invoke(app, _run_args(world, out, "--signals", "noised,layers,instruction"))
     assert result.exit_code == 0, result.output
     return out
 
@@ -70,6 +70,22 @@ def test_vcd_equals_its_formula(signal_run: Path, tmp_path: Path, alpha: float, 
     assert [g["decision"] for g in got] == [e[0] for e in expected]
     for g, (_, p) in zip(got, expected):
         assert g.get("p_yes") == pytest.approx(p, abs=1e-12)
+
+
+def test_icd_equals_its_formula(signal_run: Path, tmp_path: Path) -> None:
+    def icd(s, base, top):  # type: ignore[no-untyped-def]
+        disturbed = s.signals["instruction"].candidates
+        cut = math.log(0.1) + top
+        return {i: 2 * lp - disturbed[str(i)] if lp >= cut else -math.inf for i, lp in base.items()}
+
+    expected = _by_hand(signal_run, icd)
+    got = _per_question(signal_run, "icd:alpha=1,beta=0.1", tmp_path)
+    assert [(g["decision"], g.get("p_yes")) for g in got] == [(d, p) for d, p in expected]
+    # the instruction the variant was rendered with is recorded in run.json
+    from halluprobe.records import ICD_INSTRUCTION
+
+    generate = RunDir(signal_run).read_header().generate
+    assert generate is not None and generate.instruction == ICD_INSTRUCTION
 
 
 def test_dola_equals_its_formula(signal_run: Path, tmp_path: Path) -> None:
@@ -157,5 +173,5 @@ def test_signals_are_part_of_the_fingerprint(tmp_path: Path) -> None:
     assert runner.invoke(app, _run_args(world, out, "--limit", "2", "--signals", "noised")).exit_code == 0
     refused = runner.invoke(app, _run_args(world, out, "--resume", "--signals", "noised,layers"))
     assert refused.exit_code == 2 and "refusing to resume" in refused.output
-    unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "instruction"))
-    assert unsupported.exit_code == 2 and "not 'instruction'" in unsupported.output
+    unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "no-image"))
+    assert unsupported.exit_code == 2 and "not 'no-image'" in unsupported.output

@@ -24,6 +24,7 @@ __all__ = [
     "Question",
     "Request",
     "GenerateConfig",
+    "ICD_INSTRUCTION",
     "YES_NO_STOP_STRINGS",
     "TokenLogprob",
     "SignalLogprobs",
@@ -110,10 +111,19 @@ class Request(FrozenRecord):
     question_id: int
     image_path: str
     prompt: str
+    # other renderings of the same question that correction signals read, by signal name
+    # ("instruction": the question under ICD's disturbing instruction)
+    variants: dict[str, str] = Field(default_factory=dict)
 
     @property
     def key(self) -> QuestionKey:
         return (self.split, self.question_id)
+
+
+# ICD's disturbance instruction (Wang et al. 2024): put in front of the question for the
+# "instruction" signal. The official code draws one of several per question; one fixed
+# instruction keeps a run deterministic.
+ICD_INSTRUCTION = "You are a confused objects detector to provide a fuzzy overview or impression of the image."
 
 
 class GenerateConfig(FrozenRecord):
@@ -131,6 +141,8 @@ class GenerateConfig(FrozenRecord):
     # contrast inputs to capture beside the plain pass, for corrections read at score time
     # (halluprobe.corrections): "noised", "no-image", "instruction", "layer:N", ...
     signals: tuple[str, ...] = ()
+    # the "instruction" signal's disturbing instruction (recorded; the runner renders the variant)
+    instruction: str | None = None
 
     @property
     def stops(self) -> tuple[str, ...]:

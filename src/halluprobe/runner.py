@@ -26,6 +26,7 @@ from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import (
+    ICD_INSTRUCTION,
     GenerateConfig,
     Question,
     QuestionKey,
@@ -77,6 +78,8 @@ class RunConfig:
     accept_errors: bool = False
     # contrast passes recorded per question for corrections read at score time (halluprobe.corrections)
     signals: tuple[str, ...] = ()
+    # the disturbing instruction put in front of each question for the "instruction" signal (ICD)
+    instruction: str = ICD_INSTRUCTION
 
     @property
     def generates_text(self) -> bool:
@@ -89,6 +92,7 @@ class RunConfig:
             top_k=self.top_k,
             stop_strings=() if self.open_ended else None,
             signals=self.signals,
+            instruction=self.instruction if "instruction" in self.signals else None,
         )
 
 
@@ -186,6 +190,7 @@ def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
             # only when set, so the fingerprints of existing yes/no runs do not change
             **({"open_ended": True} if header.open_ended else {}),
             **({"signals": list(header.generate.signals)} if header.generate is not None and header.generate.signals else {}),
+            **({"instruction": header.generate.instruction} if header.generate is not None and header.generate.instruction else {}),
         }
     )
 
@@ -269,17 +274,22 @@ def run_questions(
 
     by_key: dict[QuestionKey, Question] = {q.key: q for q in todo}
     prompts: dict[str, str] = {}  # question text -> rendered prompt (18 questions share few texts)
+
+    def render(text: str) -> str:
+        if text not in prompts:
+            prompts[text] = backend.render_prompt(text, config.template)
+        return prompts[text]
+
     requests: list[Request] = []
     for q in todo:
-        prompt = prompts.get(q.text)
-        if prompt is None:
-            prompt = prompts[q.text] = backend.render_prompt(q.text, config.template)
+        variants = {"instruction": render(f"{config.instruction} {q.text}")} if "instruction" in config.signals else {}
         requests.append(
             Request(
                 split=q.split,
                 question_id=q.question_id,
                 image_path=str(resolve_image(q.image, images_root, source=header.benchmark_paths.get(q.split))),
-                prompt=prompt,
+                prompt=render(q.text),
+                variants=variants,
             )
         )
     prompt_of = {r.key: r.prompt for r in requests}

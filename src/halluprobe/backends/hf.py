@@ -98,9 +98,7 @@ class HFBackend:
             pad = getattr(self._model.generation_config, "pad_token_id", None)
         self._pad_id = int(pad) if isinstance(pad, int) else 0
         self._fallback_logged = False
-        self._noise_step: int | None = None  # the current call's signals (GenerateConfig.signals)
-        self._signal_layers: list[int] = []
-        self._pai: Any = None  # hf_signals.PaiSetting of the current call, if asked
+        self._plan: Any = None  # the current call's signals (hf_signals.SignalPlan of GenerateConfig.signals)
 
     # -- Backend protocol ----------------------------------------------------------------
 
@@ -128,7 +126,7 @@ class HFBackend:
         max_new_tokens, top_k = config.max_new_tokens, config.top_k
         self._stops = config.stops
         # the correction signals of this call, checked before any request runs
-        self._noise_step, self._signal_layers, self._pai = parse_signals(config.signals, len(self._model.get_decoder().layers))
+        self._plan = parse_signals(config.signals, len(self._model.get_decoder().layers))
         # Questions about one image sit together (across splits): each image is read once.
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
         pending = [requests[i] for i in order]
@@ -165,7 +163,7 @@ class HFBackend:
                 inputs = self._inputs.encode([r.prompt for r in ok], images)
                 inputs = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
                 first_logits, texts = self._forward(inputs, max_new_tokens)
-                signals = self._signals(inputs, [r.image_path for r in ok])
+                signals = self._signals(inputs, ok, images)
             except Exception as err:
                 if _is_oom(err):
                     raise
@@ -179,11 +177,14 @@ class HFBackend:
                 results.update(_with_signals(responses, rows, signals))
         return [results[r.key] for r in batch]
 
-    def _signals(self, inputs: dict[str, Any], image_paths: list[str]) -> list[dict[str, Any]] | None:
+    def _signals(self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any]) -> list[dict[str, Any]] | None:
         """The correction signals of a batch of full prompts (one image each), from extra
-        forward passes over the same inputs: noised pixels, and early layers' logits."""
+        forward passes: noised pixels, early layers' logits, amplified image attention, the
+        question under a disturbing instruction."""
         if not self._wants_signals:
             return None
+        plan = self._plan
+        image_paths = [r.image_path for r in requests]
         import torch
 
         from halluprobe.backends.hf_signals import amplified_attention, layer_signals, noised_inputs, step_signal
@@ -191,17 +192,23 @@ class HFBackend:
         plain = {k: v for k, v in inputs.items() if k != "past_key_values"}
         out: list[dict[str, Any]] = [{} for _ in image_paths]
         with torch.inference_mode():
-            if self._noise_step is not None:
-                logits = self._model(**noised_inputs(plain, image_paths, self._noise_step), **self._keep_last).logits[:, -1, :]
+            if plan.noise_step is not None:
+                logits = self._model(**noised_inputs(plain, image_paths, plan.noise_step), **self._keep_last).logits[:, -1, :]
                 for row, signal in enumerate(out):
                     signal["noised"] = step_signal(logits[row], self._candidates)
-            if self._signal_layers:
+            if plan.layers:
                 result = self._model(**plain, output_hidden_states=True)
-                by_layer = layer_signals(self._model, result.hidden_states, self._signal_layers, self._candidates, result.logits[:, -1, :])
+                by_layer = layer_signals(self._model, result.hidden_states, plan.layers, self._candidates, result.logits[:, -1, :])
                 for signal, layers in zip(out, by_layer):
                     signal.update(layers)
-            if self._pai is not None:
-                with amplified_attention(self._model, self._pai, plain["input_ids"] == self._inputs.image_token_id):
+            if plan.instruction:
+                variant = self._inputs.encode([r.variants["instruction"] for r in requests], images)
+                variant = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in variant.items()}
+                logits = self._model(**variant, **self._keep_last).logits[:, -1, :]
+                for row, signal in enumerate(out):
+                    signal["instruction"] = step_signal(logits[row], self._candidates)
+            if plan.pai is not None:
+                with amplified_attention(self._model, plan.pai, plain["input_ids"] == self._inputs.image_token_id):
                     logits = self._model(**plain, **self._keep_last).logits[:, -1, :]
                 for row, signal in enumerate(out):
                     signal["attention"] = step_signal(logits[row], self._candidates)
@@ -209,7 +216,7 @@ class HFBackend:
 
     @property
     def _wants_signals(self) -> bool:
-        return self._noise_step is not None or bool(self._signal_layers) or self._pai is not None
+        return self._plan is not None and self._plan.any
 
     # -- prefix-cache engine: one image at a time -----------------------------------------------
 
@@ -257,7 +264,7 @@ class HFBackend:
                     # signals from full prompts: the same numbers as the plain engine's
                     full = self._inputs.encode(chunk, [image] * len(chunk))
                     full = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in full.items()}
-                    signals = self._signals(full, [group[0].image_path] * len(chunk))
+                    signals = self._signals(full, [by_prompt[p][0] for p in chunk], [image] * len(chunk))
             except Exception as err:
                 if _is_oom(err) and self._batch_size > 1:
                     inputs = None  # drop the expanded cache before retrying smaller

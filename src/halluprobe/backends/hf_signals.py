@@ -14,6 +14,8 @@ final layer). Signals the hf backend captures:
   image tokens is amplified before the softmax, ``A + alpha |A|``, in the text model's layers
   ``[START, END)``; eager attention for that pass only (a registered attention function that
   does eager attention with the amplification; the model's own implementation is put back).
+- ``instruction`` (ICD): the same image with the question under a disturbing instruction
+  (rendered by the runner: ``Request.variants["instruction"]``).
 - ``layers`` (DoLa): the first-step logits of early layers, through the model's final norm and
   LM head: every 2nd layer of the first half (``layers:0,2,4`` to choose; on the command line
   ``--signals layers:0;2;4``), stored as
@@ -37,6 +39,7 @@ from halluprobe.records import SignalLogprobs
 __all__ = [
     "HF_SIGNALS",
     "PaiSetting",
+    "SignalPlan",
     "parse_signals",
     "noise_seed",
     "add_diffusion_noise",
@@ -45,7 +48,7 @@ __all__ = [
     "amplified_attention",
 ]
 
-HF_SIGNALS = ("noised", "layers", "attention")
+HF_SIGNALS = ("noised", "layers", "attention", "instruction")
 VCD_NOISE_STEP = 500
 _VCD_STEPS = 1000
 
@@ -68,16 +71,33 @@ def _parse_pai(signal: str, arg: str, n_layers: int) -> PaiSetting:
     return PaiSetting(alpha, start, end)
 
 
-def parse_signals(signals: Sequence[str], n_layers: int) -> tuple[int | None, list[int], PaiSetting | None]:
-    """(noise step or None, early layers to read, PAI setting or None) from a
-    ``GenerateConfig.signals`` tuple."""
+@dataclass(frozen=True)
+class SignalPlan:
+    """What the extra passes of one call are."""
+
+    noise_step: int | None = None
+    layers: tuple[int, ...] = ()
+    pai: PaiSetting | None = None
+    instruction: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.noise_step is not None or bool(self.layers) or self.pai is not None or self.instruction
+
+
+def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
+    """The plan of a ``GenerateConfig.signals`` tuple; InputError for one this backend cannot record."""
     noise_step: int | None = None
     layers: list[int] = []
     pai: PaiSetting | None = None
+    instruction = False
     for signal in signals:
         name, _, arg = signal.partition(":")
         if name == "attention":
             pai = _parse_pai(signal, arg, n_layers)
+            continue
+        if name == "instruction":
+            instruction = True
             continue
         if name == "noised":
             try:
@@ -96,7 +116,7 @@ def parse_signals(signals: Sequence[str], n_layers: int) -> tuple[int | None, li
                 raise InputError(f"signal {signal!r}: the model has layers 0..{n_layers - 1} (0: the embeddings)")
         else:
             raise InputError(f"the hf backend records the signals {', '.join(HF_SIGNALS)}, not {signal!r}")
-    return noise_step, layers, pai
+    return SignalPlan(noise_step=noise_step, layers=tuple(layers), pai=pai, instruction=instruction)
 
 
 def noise_seed(image_path: str) -> int:

@@ -12,6 +12,7 @@ import typer
 from halluprobe.cli._app import ConfigOption, app, errors, progress
 from halluprobe.cli._backend import BackendSpec, with_backend
 from halluprobe.errors import InputError
+from halluprobe.records import ICD_INSTRUCTION
 
 __all__ = ["run_cmd", "merge_cmd", "diagnose_cmd", "read_benchmarks"]
 
@@ -70,9 +71,12 @@ def run_cmd(
         str,
         typer.Option(
             help="Comma-separated contrast passes stored per question for corrections read at score time "
-            "(hf: noised, noised:STEP, layers, layers:N;M): see `halluprobe corrections`."
+            "(hf: noised, noised:STEP, layers, layers:N;M, attention:ALPHA;START;END, instruction): see `halluprobe corrections`."
         ),
     ] = "",
+    instruction: Annotated[
+        str, typer.Option(help="--signals instruction: the disturbing instruction put in front of each question (ICD's by default).")
+    ] = ICD_INSTRUCTION,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions of each split.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue an existing run dir, skipping answered questions.")] = False,
     retry_errors: Annotated[
@@ -120,6 +124,7 @@ def run_cmd(
             retry_errors=retry_errors,
             accept_errors=accept_errors,
             signals=_split_signals(signals),
+            instruction=instruction,
         )
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):
