@@ -100,6 +100,11 @@ class HFBackend:
             pad = getattr(self._model.generation_config, "pad_token_id", None)
         self._pad_id = int(pad) if isinstance(pad, int) else 0
         self._fallback_logged = False
+        family = self._inputs.family
+        if prefix_cache and family is not None and family.engine == "plain":
+            # said once, here: a shared cache would be silently wrong for this family
+            log.info("%s (%s): no prefix cache, %s; every prompt runs in full", model, family.name, family.why_plain)
+            self._prefix_cache = False
 
     # -- Backend protocol ----------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from halluprobe.backends.families import Family, family_for
 from halluprobe.errors import InputError, RuntimeFailure
 
 if TYPE_CHECKING:
@@ -113,24 +114,36 @@ class VLMInputs:
     image_processor: Any = None
     chat_template: str | None = None
     model_type: str | None = None
+    family: Family | None = None
+
+    @property
+    def image_in_prompt(self) -> bool:
+        """False where the processor puts the image tokens in front by itself (InstructBLIP)."""
+        return self.family is None or self.family.image_in_prompt
 
     def render_prompt(self, question: str, template: str | None = None) -> str:
         """The exact prompt text for ``question``, before image-token expansion.
 
-        ``template``: ``None`` or ``"chat"`` = the model's chat template with one user turn
-        (the image, then the question) and the generation prompt; ``"llava"`` =
+        ``template``: ``None`` = the model's chat template with one user turn (the image, then
+        the question) and the generation prompt, or, for a family that ships no chat template,
+        its documented prompt format (PaliGemma ``<image>answer en {question}``, InstructBLIP
+        the question itself); ``"chat"`` = the chat template, required; ``"llava"`` =
         :data:`LLAVA_TEMPLATE`; any other string must contain ``{question}`` and is filled by
         plain substitution (other braces are kept as written). In the non-chat forms
         ``<image>`` stands for the model's image placeholder (``<image>`` for LLaVA,
         ``<|vision_start|><|image_pad|><|vision_end|>`` for Qwen2-VL); a format without it gets
-        the placeholder and a newline in front, as LLaVA's own code does.
+        the placeholder and a newline in front, as LLaVA's own code does. A family whose
+        processor puts the image tokens in front itself (InstructBLIP) gets no placeholder.
         """
-        if template is None or template == "chat":
+        default = self.family.default_prompt if self.family is not None else None
+        if template == "chat" or (template is None and (self.chat_template or default is None)):
             return self._render_chat(question)
-        fmt = LLAVA_TEMPLATE if template == "llava" else template
+        fmt = (default or "") if template is None else LLAVA_TEMPLATE if template == "llava" else template
         if "{question}" not in fmt:
             raise InputError(f"prompt template must be 'chat', 'llava' or contain '{{question}}': {template!r}")
-        if IMAGE_MARKER not in fmt and self.image_placeholder not in fmt:
+        if not self.image_in_prompt:
+            fmt = fmt.replace(IMAGE_MARKER + "\n", "").replace(IMAGE_MARKER, "")
+        elif IMAGE_MARKER not in fmt and self.image_placeholder not in fmt:
             fmt = IMAGE_MARKER + "\n" + fmt
         if IMAGE_MARKER != self.image_placeholder:
             fmt = fmt.replace(IMAGE_MARKER, self.image_placeholder)
@@ -161,7 +174,7 @@ class VLMInputs:
         images = [im.convert("RGB") if im.mode != "RGB" else im for im in images]
         if not prompts:
             raise InputError("encode() needs at least one prompt")
-        n_markers = sum(p.count(self.image_token) for p in prompts)
+        n_markers = sum(p.count(self.image_token) for p in prompts) if self.image_in_prompt else len(prompts)
         if n_markers != len(images):
             raise InputError(
                 f"{n_markers} image placeholders ({self.image_token!r}) in the prompts but {len(images)} images"
@@ -193,7 +206,7 @@ class VLMInputs:
         prompts = list(prompts)
         if not prompts:
             raise InputError("encode_shared() needs at least one prompt")
-        if any(p.count(self.image_token) != 1 for p in prompts):
+        if not self.image_in_prompt or any(p.count(self.image_token) != 1 for p in prompts):
             return None
         # The first prompt goes through the full path: pixel values, extras and the
         # reference ids that the cheaper tokenizer-only encoding below must reproduce.
@@ -204,8 +217,11 @@ class VLMInputs:
         encoded = self.tokenizer(expanded, add_special_tokens=self._add_special_tokens(prompts))
         token_lists = [list(t) for t in encoded["input_ids"]]
         if token_lists[0] != ids0:
-            logger.info("tokenizer ids differ from the processor's; no shared prefix")
-            return None
+            # The processor expands the placeholder into more than copies of the image token
+            # (Gemma 3's start/end-of-image block, Idefics3's crop grid, InternVL's <img> tags):
+            # let it encode every prompt, each with the same image. Costs the image's
+            # preprocessing once per prompt, not a forward pass.
+            token_lists = [ids0] + [self.encode([p], [image])["input_ids"][0].tolist() for p in prompts[1:]]
         # at least one token of each prompt stays in its suffix: its logits are the readout
         n = min(len(os.path.commonprefix(token_lists)), min(len(t) for t in token_lists) - 1)
         if any(self.image_token_id in t[n:] for t in token_lists):
@@ -298,51 +314,113 @@ def _folder_chat_template(path: str) -> str | None:
     return None
 
 
+def _processor_class(model_type: str | None) -> Any:
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    if model_type is None:
+        return None
+    return getattr(transformers, PROCESSOR_MAPPING_NAMES.get(model_type) or "", None)
+
+
 def _processor_needs_torchvision(model_type: str | None) -> bool:
     """True when the model's processor class has a video processor and torchvision is absent.
 
-    Every transformers 5.x video processor requires torchvision. Knowing it up front skips a
-    doomed ``AutoProcessor`` call, which would load the tokenizer (1-2 s for a 150k
-    vocabulary) before failing on the video processor.
+    Every transformers 5.x video processor requires torchvision, so ``AutoProcessor`` fails
+    for these families here (LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, SmolVLM, InternVL).
     """
-    import transformers
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
     from transformers.utils import is_torchvision_available
 
-    if is_torchvision_available() or model_type is None:
-        return False
-    cls = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(model_type) or "", None)
+    cls = _processor_class(model_type)
     get_attributes = getattr(cls, "get_attributes", None)
-    return callable(get_attributes) and "video_processor" in get_attributes()
+    return not is_torchvision_available() and callable(get_attributes) and "video_processor" in get_attributes()
+
+
+def _processor_without_video(model_type: str | None, path: str, kwargs: dict[str, Any]) -> Any:
+    """The family's own processor class, built from its saved parts without a video processor.
+
+    Images never touch the video processor, so it is left out (``None``): the only change to
+    the family's class is that its constructor accepts that. Everything else (image-token
+    expansion, chat template, settings from processor_config.json) is the family's own code
+    and files.
+    """
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    base = _processor_class(model_type)
+
+    def check_argument_for_proper_class(self: Any, argument_name: str, argument: Any) -> Any:
+        if argument_name == "video_processor" and argument is None:
+            return None
+        return base.check_argument_for_proper_class(self, argument_name, argument)
+
+    cls = type(base.__name__, (base,), {"check_argument_for_proper_class": check_argument_for_proper_class})
+    parts: dict[str, Any] = {
+        "image_processor": AutoImageProcessor.from_pretrained(path, **kwargs),
+        "tokenizer": AutoTokenizer.from_pretrained(path, **kwargs),
+        "video_processor": None,
+    }
+    attributes = list(cls.get_attributes())
+    if not set(attributes) <= set(parts):
+        raise ValueError(f"{base.__name__} needs {attributes}")
+    processor_dict, instantiation_kwargs = cls.get_processor_dict(path, **kwargs)
+    processor = cls.from_args_and_dict([parts[a] for a in attributes], processor_dict, **instantiation_kwargs)
+    if not getattr(processor, "chat_template", None):
+        processor.chat_template = _folder_chat_template(path)
+    return processor
+
+
+def _token_text(token: Any) -> str | None:
+    """A processor's special token as text: some processors keep an ``AddedToken`` (InstructBLIP)."""
+    if token is None:
+        return None
+    return str(getattr(token, "content", token))
+
+
+# Families whose prompt's image token is replaced by a run of another token (the one the model
+# config names): Gemma 3 writes <start_of_image>, the ids hold <image_soft_token> (tokenizer attribute).
+_EXPANDED_IMAGE_TOKEN = {"gemma3": "image_token"}
 
 
 def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) -> VLMInputs:
-    """Load the input side of a VLM: its processor, or image processor + tokenizer (see module doc)."""
+    """Load the input side of a VLM: its processor, or image processor + tokenizer (see module doc).
+
+    A model type outside :data:`~halluprobe.backends.families.FAMILIES` is an
+    :class:`InputError` naming the supported families.
+    """
     from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
 
     path = str(model_path_or_id)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if _is_local(path):
         kwargs["local_files_only"] = True
-    config = AutoConfig.from_pretrained(path, **kwargs)
+    try:
+        config = AutoConfig.from_pretrained(path, **kwargs)
+    except ValueError as exc:  # an unknown model_type (remote code not trusted, or a newer transformers)
+        model_type = _config_model_type(path)
+        family_for(model_type, path)  # raises with the supported families
+        raise RuntimeFailure(f"{path}: cannot read the model config: {exc}") from exc
     model_type = getattr(config, "model_type", None)
+    family = family_for(model_type, path)
     image_token_id = _image_token_id(config)
 
     processor = None
-    if _processor_needs_torchvision(model_type):
-        logger.info("%s: the %s processor needs torchvision; building inputs from parts", path, model_type)
-    else:
-        try:
+    try:
+        if _processor_needs_torchvision(model_type):
+            processor = _processor_without_video(model_type, path, kwargs)
+        else:
             processor = AutoProcessor.from_pretrained(path, **kwargs)
-        except (ImportError, ValueError, TypeError, AttributeError, OSError, KeyError) as exc:
-            logger.info("%s: AutoProcessor failed (%s: %s); building inputs from parts", path, type(exc).__name__, exc)
+    except (ImportError, ValueError, TypeError, AttributeError, OSError, KeyError) as exc:
+        logger.info("%s: the processor failed (%s: %s); building inputs from parts", path, type(exc).__name__, exc)
     if processor is not None and hasattr(processor, "image_processor") and hasattr(processor, "tokenizer"):
         tokenizer = processor.tokenizer
         tokenizer.padding_side = "left"
-        image_token = getattr(processor, "image_token", None) or IMAGE_MARKER
+        image_token = _token_text(getattr(processor, "image_token", None)) or IMAGE_MARKER
         token_id = getattr(processor, "image_token_id", None)
         if token_id is None:
             token_id = tokenizer.convert_tokens_to_ids(image_token)
+        if model_type in _EXPANDED_IMAGE_TOKEN:
+            # the prompt's token is expanded into another one, which the ids (and config) hold
+            token_id = tokenizer.convert_tokens_to_ids(_token_text(getattr(tokenizer, _EXPANDED_IMAGE_TOKEN[model_type])))
         if image_token_id is not None and token_id != image_token_id:
             raise RuntimeFailure(
                 f"{path}: processor image token {image_token!r} is id {token_id}, the model expects {image_token_id}"
@@ -358,6 +436,7 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
             image_processor=processor.image_processor,
             chat_template=template,
             model_type=model_type,
+            family=family,
         )
 
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
@@ -383,7 +462,18 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
         image_processor=image_processor,
         chat_template=template,
         model_type=model_type,
+        family=family,
     )
+
+
+def _config_model_type(path: str) -> str | None:
+    """``model_type`` from a local folder's config.json, read as plain JSON (no transformers)."""
+    config_file = Path(path).expanduser() / "config.json"
+    try:
+        value = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
