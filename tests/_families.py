@@ -438,7 +438,7 @@ def _gemma3(out: Path, seed: int) -> None:
     tokens_per_image = (IMAGE // PATCH) ** 2
     ids = {role: tokenizer.convert_tokens_to_ids(piece) for role, piece in roles.items()}
     config = Gemma3Config(
-        text_config={**_llama_text(tokenizer, num_key_value_heads=1, head_dim=16), "sliding_window": 16,
+        text_config={**_llama_text(tokenizer, num_key_value_heads=1, head_dim=16), "sliding_window": 512,
                      "layer_types": ["sliding_attention", "full_attention"]},
         vision_config=_siglip_vision(),
         mm_tokens_per_image=tokens_per_image,

@@ -73,6 +73,9 @@ IMAGE_MARKER = "<image>"
 # LLaVA-1.5's POPE evaluation prompt (conv_vicuna_v1 without a system line).
 LLAVA_TEMPLATE = "USER: <image>\n{question}\nASSISTANT:"
 
+# Processors that want the images of a batch grouped per prompt.
+_NESTED_IMAGES = frozenset({"gemma3", "idefics3", "smolvlm"})
+
 # Per-token tensors of an encoding (shape [batch, seq]): what a prefix slice cuts.
 _TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 
@@ -155,7 +158,10 @@ class VLMInputs:
                 "this model has no chat template; pass template='llava' or a format containing '{question}'"
             )
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-        owner = self.processor if self.mode == "processor" else self.tokenizer
+        # A processor assembled without its video part (see _processor_without_video) renders
+        # through its tokenizer: same template, same messages, and no video settings to read.
+        with_processor = self.mode == "processor" and getattr(self.processor, "video_processor", True) is not None
+        owner = self.processor if with_processor else self.tokenizer
         text = owner.apply_chat_template(
             messages, chat_template=self.chat_template, add_generation_prompt=True, tokenize=False
         )
@@ -181,6 +187,10 @@ class VLMInputs:
             )
         add_special = self._add_special_tokens(prompts)
         if self.mode == "processor":
+            if images and self.model_type in _NESTED_IMAGES:
+                # one list of images per prompt: these processors read a flat list as one sample
+                it = iter(images)
+                images = [[next(it) for _ in range(p.count(self.image_token))] for p in prompts]
             batch = self.processor(
                 text=prompts,
                 images=images or None,
