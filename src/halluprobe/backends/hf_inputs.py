@@ -199,7 +199,16 @@ class VLMInputs:
                 padding_side="left",
                 add_special_tokens=add_special,
             )
-            return dict(batch.items())
+            out = dict(batch.items())
+            out.pop("labels", None)  # PaliGemma's processor adds training labels; a forward pass must not get them
+            qformer_tokenizer = getattr(self.processor, "qformer_tokenizer", None)
+            if qformer_tokenizer is not None and "qformer_input_ids" in out:
+                # InstructBLIP's Q-Former (BERT, absolute positions) reads the question: padded on
+                # the right, as it was trained, so a row's numbers do not depend on its batch.
+                qformer = qformer_tokenizer(prompts, padding=True, padding_side="right", return_tensors="pt")
+                out["qformer_input_ids"] = qformer["input_ids"]
+                out["qformer_attention_mask"] = qformer["attention_mask"]
+            return out
         return self._encode_grid(prompts, images, add_special)
 
     def encode_shared(self, prompts: Sequence[str], image: Image) -> SharedPrefix | None:
