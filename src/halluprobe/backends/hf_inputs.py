@@ -6,24 +6,26 @@
 
 Two ways to build inputs, chosen when the folder is loaded:
 
-- ``processor``: the model's own ``AutoProcessor`` (image-token expansion, pixel values and
-  extras are the processor's business). Used whenever it can be constructed.
-- ``grid``: ``AutoImageProcessor`` + ``AutoTokenizer`` + the model config, for processors that
-  transformers 5.x cannot build here. ``Qwen2VLProcessor`` needs a video processor, and every
-  video processor needs torchvision, which this project never installs (it breaks the CPU torch).
-  The image processor returns ``pixel_values`` and ``image_grid_thw``; each image placeholder
-  is expanded to ``prod(grid_thw) // merge_size**2`` copies of the image token (what
-  ``Qwen2VLProcessor.replace_image_token`` does), and ``mm_token_type_ids`` (1 on image tokens,
-  0 elsewhere) is added because transformers 5.x computes multimodal RoPE from it. Positions
-  are left to the model: ``get_rope_index`` skips left padding through ``attention_mask``.
-  Any model whose image processor yields ``image_grid_thw`` and whose config names
-  ``image_token_id`` fits this path.
+- ``processor``: the family's own processor (image-token expansion, pixel values and extras
+  are the processor's business). ``AutoProcessor`` where it can be built; for families whose
+  processor owns a video processor (LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, SmolVLM, InternVL),
+  every one of which needs torchvision (never installed here: it breaks the CPU torch), the
+  family's processor class is assembled from the saved tokenizer, image processor and
+  processor settings with no video part (:func:`_processor_without_video`).
+- ``grid``: the fallback when no processor can be built: ``AutoImageProcessor`` +
+  ``AutoTokenizer`` + the model config, for models whose image processor yields
+  ``image_grid_thw`` (Qwen2-VL style). Each image placeholder is expanded to
+  ``prod(grid_thw) // merge_size**2`` copies of the image token (what
+  ``Qwen2VLProcessor.replace_image_token`` does), and ``mm_token_type_ids`` (1 on image
+  tokens, 0 elsewhere) is added because transformers 5.x computes multimodal RoPE from it.
 
-Known to work (tested here on tiny random-weight models with real tokenizers):
-LLaVA-1.5 (``llava``, processor path) and Qwen2-VL (``qwen2_vl``, grid path). Expected to work
-by the same code, untested: LLaVA-NeXT / LLaVA-1.6 and other models whose ``AutoProcessor``
-builds without torchvision; Qwen2.5-VL (grid path). Models whose processor needs torchvision
-and whose image processor has no ``image_grid_thw`` get a clear error.
+Only the model types of :data:`halluprobe.backends.families.FAMILIES` load (each tested on a
+tiny random-weight build with a real tokenizer, tests/test_families.py); any other gets an
+:class:`InputError` naming them. Family quirks handled here: InstructBLIP's processor puts the
+image (query) tokens in front by itself and keeps its image token as an ``AddedToken``, and its
+Q-Former text is right-padded; PaliGemma's processor adds training ``labels``, dropped; Gemma
+3's prompt names the image ``<start_of_image>``, expanded into ``<image_soft_token>`` runs;
+Gemma 3, Idefics3 and SmolVLM take a batch's images grouped per prompt.
 
 :meth:`VLMInputs.encode_shared` serves the prefix-cache engine: the prompts about one image,
 encoded with the image preprocessed once and split at their longest common token prefix
@@ -217,10 +219,14 @@ class VLMInputs:
         prompt's tail. See :class:`SharedPrefix`.
 
         The split is found on token ids, not on text, so chat templates and tokenizers that
-        merge characters across the question boundary are handled. Returns ``None`` when the
-        prompts cannot share a prefix: a prompt without exactly one image placeholder, an image
-        token after the shared part (the image follows the question), or a tokenizer that does
-        not reproduce the processor's ids; the caller then encodes each prompt in full.
+        merge characters across the question boundary are handled. The other prompts are
+        tokenized with the image token repeated as in the first prompt's ids; where that does
+        not reproduce the processor's ids (a family that expands the placeholder into more than
+        copies of one token: Gemma 3, Idefics3, SmolVLM, InternVL) the processor encodes each
+        prompt. Returns ``None`` when the prompts cannot share a prefix: a family whose prompts
+        carry no image placeholder (InstructBLIP), a prompt without exactly one, or an image
+        token after the shared part (the image follows the question); the caller then encodes
+        each prompt in full.
         """
         prompts = list(prompts)
         if not prompts:
