@@ -77,10 +77,11 @@ def bench_family(name: str, photos: Path, args: argparse.Namespace) -> dict[str,
         for _ in range(args.runs):
             for label, backend in engines.items():
                 times[label].append(_timed(backend, requests, args.max_new_tokens))
-        prefix_tokens = None
-        shared = engines["fast"]._inputs.encode_shared([r.prompt for r in requests[:18]], _photo(photos, PHOTOS[0]))
-        if shared is not None:
-            prefix_tokens = shared.prefix_len
+        prefix_tokens = None  # the shared prefix of the first image's prompts (fast engine only)
+        if engines["fast"].info()["prefix_cache"]:
+            prompts = [r.prompt for r in requests[: len(OBJECTS)]]
+            shared = engines["fast"]._inputs.encode_shared(prompts, _photo(photos, PHOTOS[0]))
+            prefix_tokens = shared.prefix_len if shared is not None else None
         median = {label: statistics.median(values) for label, values in times.items()}
         return {
             "family": name,

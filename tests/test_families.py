@@ -14,6 +14,7 @@ and InternVL patches differ per image).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from dataclasses import replace
@@ -25,7 +26,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import _families  # noqa: E402
-from halluprobe.backends.families import FAMILIES, REMOTE_CODE, family_for, family_rows  # noqa: E402
+from halluprobe.backends.families import (  # noqa: E402
+    FAMILIES,
+    REMOTE_CODE,
+    family_for,
+    family_rows,
+    family_table_markdown,
+)
 from halluprobe.backends.hf import HFBackend  # noqa: E402
 from halluprobe.backends.hf_inputs import load_processor  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
@@ -91,10 +98,11 @@ class _Builds:
 
     def backends(self, name: str) -> dict[bool, HFBackend]:
         if name not in self._backends:
-            path = str(self.folder(name))
-            self._backends[name] = {
-                pc: HFBackend(path, batch_size=3, dtype="float32", device="cpu", prefix_cache=pc) for pc in (True, False)
-            }
+            fast = HFBackend(str(self.folder(name)), batch_size=3, dtype="float32", device="cpu", prefix_cache=True)
+            # the plain engine shares the loaded model: the engine is a flag, not a second load
+            plain = copy.copy(fast)
+            plain._prefix_cache = False
+            self._backends[name] = {True: fast, False: plain}
         return self._backends[name]
 
 
@@ -190,11 +198,14 @@ def test_prompt_is_the_familys_own(builds: _Builds, photos: Path, family: str) -
     assert prompt == EXPECTED_PROMPTS[family]
     if inputs.chat_template:
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": Q}]}]
+        kwargs = {"add_generation_prompt": True, "tokenize": False}
         if "video_processor" not in type(inputs.processor).get_attributes():  # AutoProcessor builds it here
             processor = AutoProcessor.from_pretrained(builds.folder(family), local_files_only=True)
-        else:  # its parts, as a user without torchvision renders it
-            processor = inputs.tokenizer
-        assert processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == prompt
+            assert processor.apply_chat_template(messages, **kwargs) == prompt
+        else:  # the family's processor as assembled without torchvision; SmolVLM's override reads video settings
+            from transformers.processing_utils import ProcessorMixin
+
+            assert ProcessorMixin.apply_chat_template(inputs.processor, messages, **kwargs) == prompt
     ids = inputs.encode([prompt], [_image(photos)])["input_ids"][0].tolist()
     tokenizer = inputs.tokenizer
     n_image = ids.count(inputs.image_token_id)
@@ -386,3 +397,6 @@ def test_family_rows_cover_native_and_remote_code_families() -> None:
     engines = {r["model_type"]: r["engine"] for r in rows}
     assert engines["llava"] == "prefix cache" and engines["instructblip"].startswith("plain (its Q-Former")
     assert family_for("qwen2_5_vl").name == "Qwen2.5-VL"
+    table = family_table_markdown().splitlines()
+    assert len(table) == 2 + len(rows) and table[0].startswith("| model_type | family | engine |")
+    assert "| mplug_owl2 | mPLUG-Owl2 | - | - | remote code" in table[-3]

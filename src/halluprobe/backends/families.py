@@ -35,6 +35,7 @@ __all__ = [
     "RemoteCodeFamily",
     "family_for",
     "family_rows",
+    "family_table_markdown",
 ]
 
 Engine = Literal["prefix_cache", "plain"]
@@ -153,3 +154,12 @@ def family_rows() -> list[dict[str, str]]:
         for f in REMOTE_CODE.values()
     ]
     return rows
+
+
+def family_table_markdown() -> str:
+    """:func:`family_rows` as a Markdown table (what ``halluprobe models`` prints)."""
+    columns = ("model_type", "family", "engine", "template", "support", "example")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in family_rows():
+        lines.append("| " + " | ".join(row[c].replace("|", "\\|") for c in columns) + " |")
+    return "\n".join(lines)
