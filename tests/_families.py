@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,8 @@ GEMMA3_TEMPLATE = (
     "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
     "{{ '<start_of_turn>' + role + '\n' }}"
     "{% for item in message['content'] %}"
-    "{% if item['type'] == 'image' %}{{ '<start_of_image>' }}{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}"
+    "{% if item['type'] == 'image' %}{{ '<start_of_image>' }}"
+    "{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}"
     "{% endfor %}"
     "{{ '<end_of_turn>\n' }}"
     "{% endfor %}"
@@ -92,7 +93,8 @@ INTERNVL_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' }}"
     "{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' %}{{ '<IMG_CONTEXT>\n' }}{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% if content['type'] == 'image' %}{{ '<IMG_CONTEXT>\n' }}"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
     "{% endfor %}"
     "{{ '<|im_end|>\n' }}"
     "{% endfor %}"
@@ -113,7 +115,7 @@ def _seeded(seed: int, build: Callable[[], Any]) -> Any:
     return model.eval()
 
 
-def _tokenizer(source: Path, *, special: list[str] = (), pad: str | None = None, **kwargs: Any) -> Any:
+def _tokenizer(source: Path, *, special: Sequence[str] = (), pad: str | None = None, **kwargs: Any) -> Any:
     """A real tokenizer with the family's special tokens added after its vocabulary."""
     from tokenizers import AddedToken
     from transformers import AutoTokenizer
@@ -263,7 +265,9 @@ def _llava_onevision(out: Path, seed: int) -> None:
         tie_word_embeddings=True,
     )
     model = _seeded(seed, lambda: LlavaOnevisionForConditionalGeneration(config))
-    image_processor = LlavaOnevisionImageProcessorPil(size={"height": IMAGE, "width": IMAGE}, image_grid_pinpoints=pinpoints)
+    image_processor = LlavaOnevisionImageProcessorPil(
+        size={"height": IMAGE, "width": IMAGE}, image_grid_pinpoints=pinpoints
+    )
     model.save_pretrained(str(out))
     _save_parts(
         out,

@@ -62,7 +62,9 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family("llava", "LLaVA-1.5", "llava-hf/llava-1.5-7b-hf", "prefix_cache", _CHAT),
         Family("llava_next", "LLaVA-NeXT / LLaVA-1.6", "llava-hf/llava-v1.6-mistral-7b-hf", "prefix_cache", _CHAT),
-        Family("llava_onevision", "LLaVA-OneVision", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", "prefix_cache", _CHAT),
+        Family(
+            "llava_onevision", "LLaVA-OneVision", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", "prefix_cache", _CHAT
+        ),
         Family(
             "instructblip",
             "InstructBLIP",

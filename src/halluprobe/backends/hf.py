@@ -208,7 +208,10 @@ class HFBackend:
         del image
         if shared is None or prefix is None:
             if not self._fallback_logged:
-                log.info("prompts share no image prefix (or it exceeds a sliding-attention window); answering them with full prompts")
+                log.info(
+                    "prompts share no image prefix (or it exceeds a sliding-attention window); "
+                    "answering them with full prompts"
+                )
                 self._fallback_logged = True
             yield from self._answer_plain(group, max_new_tokens, top_k)
             return

@@ -445,7 +445,8 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
             token_id = tokenizer.convert_tokens_to_ids(image_token)
         if model_type in _EXPANDED_IMAGE_TOKEN:
             # the prompt's token is expanded into another one, which the ids (and config) hold
-            token_id = tokenizer.convert_tokens_to_ids(_token_text(getattr(tokenizer, _EXPANDED_IMAGE_TOKEN[model_type])))
+            expanded = _token_text(getattr(tokenizer, _EXPANDED_IMAGE_TOKEN[model_type]))
+            token_id = tokenizer.convert_tokens_to_ids(expanded)
         if image_token_id is not None and token_id != image_token_id:
             raise RuntimeFailure(
                 f"{path}: processor image token {image_token!r} is id {token_id}, the model expects {image_token_id}"
