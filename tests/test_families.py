@@ -265,6 +265,32 @@ def test_prefix_cache_engine_equals_plain_engine(
             assert first_fast[key].candidates[token_id] == pytest.approx(value, abs=1e-4)
 
 
+@pytest.mark.parametrize("family", [f for f, spec in FAMILIES.items() if spec.engine == "prefix_cache"])
+def test_encode_shared_preprocesses_the_image_once(
+    builds: _Builds, photos: Path, family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prefix plus each suffix is the full encoding of that prompt, and the image went
+    through the image processor once for all of them (also where the processor encodes each
+    prompt because it expands the placeholder into more than one kind of token)."""
+    inputs = builds.backends(family)[True]._inputs
+    prompts = [inputs.render_prompt(q, None) for q in QUESTIONS]
+    image = _image(photos, "chelsea.jpg")
+    full = [inputs.encode([p], [image])["input_ids"][0].tolist() for p in prompts]
+    calls = []
+    real_call = type(inputs.image_processor).__call__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(inputs.image_processor), "__call__", counted)
+    shared = inputs.encode_shared(prompts, image)
+    assert shared is not None and len(calls) == 1
+    prefix = shared.prefix["input_ids"][0].tolist()
+    assert [prefix + suffix for suffix in shared.suffixes] == full
+    assert inputs.image_processor is inputs.processor.image_processor  # the stand-in is gone
+
+
 @pytest.mark.parametrize("family", [f for f, spec in FAMILIES.items() if spec.engine == "plain"])
 def test_a_family_without_a_shareable_prefix_says_so_once(
     builds: _Builds, family: str, caplog: pytest.LogCaptureFixture

@@ -39,10 +39,11 @@ expansion). torch and transformers are imported inside functions only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -234,19 +235,21 @@ class VLMInputs:
         if not self.image_in_prompt or any(p.count(self.image_token) != 1 for p in prompts):
             return None
         # The first prompt goes through the full path: pixel values, extras and the
-        # reference ids that the cheaper tokenizer-only encoding below must reproduce.
-        first = self.encode(prompts[:1], [image])
-        ids0 = first["input_ids"][0].tolist()
-        n_image = ids0.count(self.image_token_id)
-        expanded = [p.replace(self.image_token, self.image_token * n_image) for p in prompts]
-        encoded = self.tokenizer(expanded, add_special_tokens=self._add_special_tokens(prompts))
-        token_lists = [list(t) for t in encoded["input_ids"]]
-        if token_lists[0] != ids0:
-            # The processor expands the placeholder into more than copies of the image token
-            # (Gemma 3's start/end-of-image block, Idefics3's crop grid, InternVL's <img> tags):
-            # let it encode every prompt, each with the same image. Costs the image's
-            # preprocessing once per prompt, not a forward pass.
-            token_lists = [ids0] + [self.encode([p], [image])["input_ids"][0].tolist() for p in prompts[1:]]
+        # reference ids that the cheaper tokenizer-only encoding below must reproduce. The
+        # image is preprocessed once, whichever way the other prompts are encoded.
+        once = _image_processed_once(self.processor) if self.mode == "processor" else contextlib.nullcontext()
+        with once:
+            first = self.encode(prompts[:1], [image])
+            ids0 = first["input_ids"][0].tolist()
+            n_image = ids0.count(self.image_token_id)
+            expanded = [p.replace(self.image_token, self.image_token * n_image) for p in prompts]
+            encoded = self.tokenizer(expanded, add_special_tokens=self._add_special_tokens(prompts))
+            token_lists = [list(t) for t in encoded["input_ids"]]
+            if token_lists[0] != ids0:
+                # The processor expands the placeholder into more than copies of the image token
+                # (Gemma 3's start/end-of-image block, Idefics3's crop grid, InternVL's <img>
+                # tags): let it encode every prompt, each with the same, already processed image.
+                token_lists = [ids0] + [self.encode([p], [image])["input_ids"][0].tolist() for p in prompts[1:]]
         # at least one token of each prompt stays in its suffix: its logits are the readout
         n = min(len(os.path.commonprefix(token_lists)), min(len(t) for t in token_lists) - 1)
         if any(self.image_token_id in t[n:] for t in token_lists):
@@ -300,6 +303,34 @@ class VLMInputs:
         # transformers 5.x builds Qwen2-VL's 3-D rotary positions from this: 0 text, 1 image.
         out["mm_token_type_ids"] = image_mask.to(input_ids.dtype)
         return out
+
+
+class _FirstOutput:
+    """Stands in for a processor's image processor: the first call runs it, later calls get a
+    copy of that output (the processor may pop keys from it). Only for calls on one image."""
+
+    def __init__(self, image_processor: Any) -> None:
+        self._image_processor = image_processor
+        self._output: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._output is None:
+            self._output = self._image_processor(*args, **kwargs)
+        return type(self._output)(dict(self._output.items()))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._image_processor, name)
+
+
+@contextlib.contextmanager
+def _image_processed_once(processor: Any) -> Iterator[None]:
+    """While active, ``processor`` preprocesses its (single, repeated) image only once."""
+    original = processor.image_processor
+    processor.image_processor = _FirstOutput(original)
+    try:
+        yield
+    finally:
+        processor.image_processor = original
 
 
 def _is_local(path_or_id: str) -> bool:
