@@ -73,11 +73,38 @@ def test_load_processor_picks_the_path_per_family(llava: Any, qwen: Any) -> None
     assert (lv.mode, lv.model_type, lv.image_token, lv.image_token_id) == ("processor", "llava", "<image>", 32000)
     assert lv.image_placeholder == "<image>"
     _, qv, _ = qwen
-    # Qwen2VLProcessor cannot be built without torchvision: image processor + tokenizer instead
-    assert (qv.mode, qv.model_type, qv.image_token, qv.image_token_id) == ("grid", "qwen2_vl", "<|image_pad|>", 151655)
+    # AutoProcessor cannot build Qwen2VLProcessor without torchvision (its video processor):
+    # the family's class is assembled from its parts, without the video part
+    assert (qv.mode, qv.model_type, qv.image_token, qv.image_token_id) == (
+        "processor", "qwen2_vl", "<|image_pad|>", 151655
+    )
+    assert type(qv.processor).__name__ == "Qwen2VLProcessor" and qv.processor.video_processor is None
     assert qv.image_placeholder == "<|vision_start|><|image_pad|><|vision_end|>"
     assert type(qv.image_processor).__name__ == "Qwen2VLImageProcessorPil"
     assert qv.tokenizer.pad_token_id == 151643
+
+
+def test_grid_fallback_encodes_what_the_processor_encodes(
+    qwen: Any, images: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no processor can be built, the grid path (image processor + tokenizer) gives the
+    processor's inputs exactly."""
+    import halluprobe.backends.hf_inputs as hf_inputs
+
+    path, qv, _ = qwen
+
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise ImportError("no processor here")
+
+    monkeypatch.setattr(hf_inputs, "_processor_without_video", unavailable)
+    grid = load_processor(str(path))
+    assert grid.mode == "grid" and grid.processor is None
+    prompts = [qv.render_prompt(q, None) for q in QUESTIONS]
+    assert [grid.render_prompt(q, None) for q in QUESTIONS] == prompts
+    want, got = qv.encode(prompts, images), grid.encode(prompts, images)
+    assert set(want) == set(got)
+    for key, value in want.items():
+        assert torch.equal(value, got[key]), key
 
 
 def test_render_prompt_snapshots_llava(llava: Any) -> None:

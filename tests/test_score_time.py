@@ -279,3 +279,13 @@ def test_audit_of_two_runs_prints_the_typed_audits_as_json(tmp_path: Path) -> No
     assert payload["comparison"]["differ_in"] == "template" and (one / "audit.json").exists()
     text = runner.invoke(app, ["audit", str(one), str(two), "--resamples", "20"])
     assert text.exit_code == 0 and f"{one}/audit.json" in text.stdout
+
+
+def test_models_lists_the_tested_families_and_their_engine() -> None:
+    result = runner.invoke(app, ["models", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["model_type"]: r for r in json.loads(result.stdout)}
+    assert {"llava", "llava_next", "instructblip", "qwen2_vl", "paligemma", "gemma3", "internvl"} <= set(rows)
+    assert rows["instructblip"]["engine"].startswith("plain (its Q-Former") and rows["llava"]["engine"] == "prefix cache"
+    table = runner.invoke(app, ["models"]).stdout
+    assert table.startswith("| model_type | family | engine |") and "mplug_owl2" in table

@@ -229,8 +229,9 @@ def build_tiny_llava(
     return out
 
 
-def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path) -> int:
-    """Write ``tokenizer_dir``'s Qwen2 tokenizer into ``out`` with Qwen2-VL's special tokens.
+def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path, extra_tokens: dict[int, str] | None = None) -> int:
+    """Write ``tokenizer_dir``'s Qwen2 tokenizer into ``out`` with Qwen2-VL's special tokens
+    (and ``extra_tokens``, more placeholder ids given names, for other Qwen2-based families).
 
     The Qwen2 GGUF vocabulary names ids past 151645 ``[PAD151646]`` ...; Qwen2-VL gives some of
     them its vision tokens. The pieces are renamed in ``tokenizer.json`` (ids unchanged), so the
@@ -257,7 +258,7 @@ def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path) -> int:
     by_id = {t["id"]: t for t in added}
     decoder = config.get("added_tokens_decoder") or {}
     rest = text[end:]
-    for tid, piece in QWEN2VL_SPECIAL_TOKENS.items():
+    for tid, piece in {**QWEN2VL_SPECIAL_TOKENS, **(extra_tokens or {})}.items():
         entry = by_id.get(tid)
         if entry is None:
             raise ValueError(

@@ -99,6 +99,12 @@ class HFBackend:
         self._pad_id = int(pad) if isinstance(pad, int) else 0
         self._fallback_logged = False
         self._plan: Any = None  # the current call's signals (hf_signals.SignalPlan of GenerateConfig.signals)
+        self._window = _sliding_window(self._model.config)
+        family = self._inputs.family
+        if prefix_cache and family is not None and family.engine == "plain":
+            # said once, here: a shared cache would be silently wrong for this family
+            log.info("%s (%s): no prefix cache, %s; every prompt runs in full", model, family.name, family.why_plain)
+            self._prefix_cache = False
 
     # -- Backend protocol ----------------------------------------------------------------
 
@@ -234,6 +240,10 @@ class HFBackend:
         prompts = list(by_prompt)
         try:
             shared = self._inputs.encode_shared(prompts, image)
+            if shared is not None and self._window is not None:
+                # a sliding-window layer's cache would drop prefix tokens that a full prompt still sees
+                if shared.prefix_len + max(len(s) for s in shared.suffixes) + max_new_tokens > self._window:
+                    shared = None
             prefix = self._run_prefix(shared, started) if shared is not None else None
         except Exception as err:
             if _is_oom(err):
@@ -245,7 +255,10 @@ class HFBackend:
             del image  # signals are read from full prompts with the image (below)
         if shared is None or prefix is None:
             if not self._fallback_logged:
-                log.info("prompts share no image prefix; answering them with full prompts")
+                log.info(
+                    "prompts share no image prefix (or it exceeds a sliding-attention window); "
+                    "answering them with full prompts"
+                )
                 self._fallback_logged = True
             yield from self._answer_plain(group, max_new_tokens, top_k)
             return
@@ -510,6 +523,16 @@ def _with_signals(
         for r in row:
             responses[r.key] = responses[r.key].model_copy(update={"signals": signal})
     return responses
+
+
+def _sliding_window(config: Any) -> int | None:
+    """The text model's sliding-attention window, when any of its layers uses one (Gemma 3)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    window = getattr(text, "sliding_window", None)
+    layer_types = getattr(text, "layer_types", None)
+    if not isinstance(window, int) or (layer_types is not None and "sliding_attention" not in layer_types):
+        return None
+    return window
 
 
 def _error(request: Request, message: str) -> Response:

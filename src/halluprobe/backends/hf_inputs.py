@@ -6,24 +6,26 @@
 
 Two ways to build inputs, chosen when the folder is loaded:
 
-- ``processor``: the model's own ``AutoProcessor`` (image-token expansion, pixel values and
-  extras are the processor's business). Used whenever it can be constructed.
-- ``grid``: ``AutoImageProcessor`` + ``AutoTokenizer`` + the model config, for processors that
-  transformers 5.x cannot build here. ``Qwen2VLProcessor`` needs a video processor, and every
-  video processor needs torchvision, which this project never installs (it breaks the CPU torch).
-  The image processor returns ``pixel_values`` and ``image_grid_thw``; each image placeholder
-  is expanded to ``prod(grid_thw) // merge_size**2`` copies of the image token (what
-  ``Qwen2VLProcessor.replace_image_token`` does), and ``mm_token_type_ids`` (1 on image tokens,
-  0 elsewhere) is added because transformers 5.x computes multimodal RoPE from it. Positions
-  are left to the model: ``get_rope_index`` skips left padding through ``attention_mask``.
-  Any model whose image processor yields ``image_grid_thw`` and whose config names
-  ``image_token_id`` fits this path.
+- ``processor``: the family's own processor (image-token expansion, pixel values and extras
+  are the processor's business). ``AutoProcessor`` where it can be built; for families whose
+  processor owns a video processor (LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, SmolVLM, InternVL),
+  every one of which needs torchvision (never installed here: it breaks the CPU torch), the
+  family's processor class is assembled from the saved tokenizer, image processor and
+  processor settings with no video part (:func:`_processor_without_video`).
+- ``grid``: the fallback when no processor can be built: ``AutoImageProcessor`` +
+  ``AutoTokenizer`` + the model config, for models whose image processor yields
+  ``image_grid_thw`` (Qwen2-VL style). Each image placeholder is expanded to
+  ``prod(grid_thw) // merge_size**2`` copies of the image token (what
+  ``Qwen2VLProcessor.replace_image_token`` does), and ``mm_token_type_ids`` (1 on image
+  tokens, 0 elsewhere) is added because transformers 5.x computes multimodal RoPE from it.
 
-Known to work (tested here on tiny random-weight models with real tokenizers):
-LLaVA-1.5 (``llava``, processor path) and Qwen2-VL (``qwen2_vl``, grid path). Expected to work
-by the same code, untested: LLaVA-NeXT / LLaVA-1.6 and other models whose ``AutoProcessor``
-builds without torchvision; Qwen2.5-VL (grid path). Models whose processor needs torchvision
-and whose image processor has no ``image_grid_thw`` get a clear error.
+Only the model types of :data:`halluprobe.backends.families.FAMILIES` load (each tested on a
+tiny random-weight build with a real tokenizer, tests/test_families.py); any other gets an
+:class:`InputError` naming them. Family quirks handled here: InstructBLIP's processor puts the
+image (query) tokens in front by itself and keeps its image token as an ``AddedToken``, and its
+Q-Former text is right-padded; PaliGemma's processor adds training ``labels``, dropped; Gemma
+3's prompt names the image ``<start_of_image>``, expanded into ``<image_soft_token>`` runs;
+Gemma 3, Idefics3 and SmolVLM take a batch's images grouped per prompt.
 
 :meth:`VLMInputs.encode_shared` serves the prefix-cache engine: the prompts about one image,
 encoded with the image preprocessed once and split at their longest common token prefix
@@ -37,14 +39,16 @@ expansion). torch and transformers are imported inside functions only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from halluprobe.backends.families import Family, family_for
 from halluprobe.errors import InputError, RuntimeFailure
 
 if TYPE_CHECKING:
@@ -71,6 +75,9 @@ Device = Literal["cpu", "cuda", "auto"]
 IMAGE_MARKER = "<image>"
 # LLaVA-1.5's POPE evaluation prompt (conv_vicuna_v1 without a system line).
 LLAVA_TEMPLATE = "USER: <image>\n{question}\nASSISTANT:"
+
+# Processors that want the images of a batch grouped per prompt.
+_NESTED_IMAGES = frozenset({"gemma3", "idefics3", "smolvlm"})
 
 # Per-token tensors of an encoding (shape [batch, seq]): what a prefix slice cuts.
 _TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
@@ -113,24 +120,36 @@ class VLMInputs:
     image_processor: Any = None
     chat_template: str | None = None
     model_type: str | None = None
+    family: Family | None = None
+
+    @property
+    def image_in_prompt(self) -> bool:
+        """False where the processor puts the image tokens in front by itself (InstructBLIP)."""
+        return self.family is None or self.family.image_in_prompt
 
     def render_prompt(self, question: str, template: str | None = None) -> str:
         """The exact prompt text for ``question``, before image-token expansion.
 
-        ``template``: ``None`` or ``"chat"`` = the model's chat template with one user turn
-        (the image, then the question) and the generation prompt; ``"llava"`` =
+        ``template``: ``None`` = the model's chat template with one user turn (the image, then
+        the question) and the generation prompt, or, for a family that ships no chat template,
+        its documented prompt format (PaliGemma ``<image>answer en {question}``, InstructBLIP
+        the question itself); ``"chat"`` = the chat template, required; ``"llava"`` =
         :data:`LLAVA_TEMPLATE`; any other string must contain ``{question}`` and is filled by
         plain substitution (other braces are kept as written). In the non-chat forms
         ``<image>`` stands for the model's image placeholder (``<image>`` for LLaVA,
         ``<|vision_start|><|image_pad|><|vision_end|>`` for Qwen2-VL); a format without it gets
-        the placeholder and a newline in front, as LLaVA's own code does.
+        the placeholder and a newline in front, as LLaVA's own code does. A family whose
+        processor puts the image tokens in front itself (InstructBLIP) gets no placeholder.
         """
-        if template is None or template == "chat":
+        default = self.family.default_prompt if self.family is not None else None
+        if template == "chat" or (template is None and (self.chat_template or default is None)):
             return self._render_chat(question)
-        fmt = LLAVA_TEMPLATE if template == "llava" else template
+        fmt = (default or "") if template is None else LLAVA_TEMPLATE if template == "llava" else template
         if "{question}" not in fmt:
             raise InputError(f"prompt template must be 'chat', 'llava' or contain '{{question}}': {template!r}")
-        if IMAGE_MARKER not in fmt and self.image_placeholder not in fmt:
+        if not self.image_in_prompt:
+            fmt = fmt.replace(IMAGE_MARKER + "\n", "").replace(IMAGE_MARKER, "")
+        elif IMAGE_MARKER not in fmt and self.image_placeholder not in fmt:
             fmt = IMAGE_MARKER + "\n" + fmt
         if IMAGE_MARKER != self.image_placeholder:
             fmt = fmt.replace(IMAGE_MARKER, self.image_placeholder)
@@ -142,7 +161,10 @@ class VLMInputs:
                 "this model has no chat template; pass template='llava' or a format containing '{question}'"
             )
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-        owner = self.processor if self.mode == "processor" else self.tokenizer
+        # A processor assembled without its video part (see _processor_without_video) renders
+        # through its tokenizer: same template, same messages, and no video settings to read.
+        with_processor = self.mode == "processor" and getattr(self.processor, "video_processor", True) is not None
+        owner = self.processor if with_processor else self.tokenizer
         text = owner.apply_chat_template(
             messages, chat_template=self.chat_template, add_generation_prompt=True, tokenize=False
         )
@@ -161,13 +183,17 @@ class VLMInputs:
         images = [im.convert("RGB") if im.mode != "RGB" else im for im in images]
         if not prompts:
             raise InputError("encode() needs at least one prompt")
-        n_markers = sum(p.count(self.image_token) for p in prompts)
+        n_markers = sum(p.count(self.image_token) for p in prompts) if self.image_in_prompt else len(prompts)
         if n_markers != len(images):
             raise InputError(
                 f"{n_markers} image placeholders ({self.image_token!r}) in the prompts but {len(images)} images"
             )
         add_special = self._add_special_tokens(prompts)
         if self.mode == "processor":
+            if images and self.model_type in _NESTED_IMAGES:
+                # one list of images per prompt: these processors read a flat list as one sample
+                it = iter(images)
+                images = [[next(it) for _ in range(p.count(self.image_token))] for p in prompts]
             batch = self.processor(
                 text=prompts,
                 images=images or None,
@@ -176,7 +202,16 @@ class VLMInputs:
                 padding_side="left",
                 add_special_tokens=add_special,
             )
-            return dict(batch.items())
+            out = dict(batch.items())
+            out.pop("labels", None)  # PaliGemma's processor adds training labels; a forward pass must not get them
+            qformer_tokenizer = getattr(self.processor, "qformer_tokenizer", None)
+            if qformer_tokenizer is not None and "qformer_input_ids" in out:
+                # InstructBLIP's Q-Former (BERT, absolute positions) reads the question: padded on
+                # the right, as it was trained, so a row's numbers do not depend on its batch.
+                qformer = qformer_tokenizer(prompts, padding=True, padding_side="right", return_tensors="pt")
+                out["qformer_input_ids"] = qformer["input_ids"]
+                out["qformer_attention_mask"] = qformer["attention_mask"]
+            return out
         return self._encode_grid(prompts, images, add_special)
 
     def encode_shared(self, prompts: Sequence[str], image: Image) -> SharedPrefix | None:
@@ -185,27 +220,36 @@ class VLMInputs:
         prompt's tail. See :class:`SharedPrefix`.
 
         The split is found on token ids, not on text, so chat templates and tokenizers that
-        merge characters across the question boundary are handled. Returns ``None`` when the
-        prompts cannot share a prefix: a prompt without exactly one image placeholder, an image
-        token after the shared part (the image follows the question), or a tokenizer that does
-        not reproduce the processor's ids; the caller then encodes each prompt in full.
+        merge characters across the question boundary are handled. The other prompts are
+        tokenized with the image token repeated as in the first prompt's ids; where that does
+        not reproduce the processor's ids (a family that expands the placeholder into more than
+        copies of one token: Gemma 3, Idefics3, SmolVLM, InternVL) the processor encodes each
+        prompt. Returns ``None`` when the prompts cannot share a prefix: a family whose prompts
+        carry no image placeholder (InstructBLIP), a prompt without exactly one, or an image
+        token after the shared part (the image follows the question); the caller then encodes
+        each prompt in full.
         """
         prompts = list(prompts)
         if not prompts:
             raise InputError("encode_shared() needs at least one prompt")
-        if any(p.count(self.image_token) != 1 for p in prompts):
+        if not self.image_in_prompt or any(p.count(self.image_token) != 1 for p in prompts):
             return None
         # The first prompt goes through the full path: pixel values, extras and the
-        # reference ids that the cheaper tokenizer-only encoding below must reproduce.
-        first = self.encode(prompts[:1], [image])
-        ids0 = first["input_ids"][0].tolist()
-        n_image = ids0.count(self.image_token_id)
-        expanded = [p.replace(self.image_token, self.image_token * n_image) for p in prompts]
-        encoded = self.tokenizer(expanded, add_special_tokens=self._add_special_tokens(prompts))
-        token_lists = [list(t) for t in encoded["input_ids"]]
-        if token_lists[0] != ids0:
-            logger.info("tokenizer ids differ from the processor's; no shared prefix")
-            return None
+        # reference ids that the cheaper tokenizer-only encoding below must reproduce. The
+        # image is preprocessed once, whichever way the other prompts are encoded.
+        once = _image_processed_once(self.processor) if self.mode == "processor" else contextlib.nullcontext()
+        with once:
+            first = self.encode(prompts[:1], [image])
+            ids0 = first["input_ids"][0].tolist()
+            n_image = ids0.count(self.image_token_id)
+            expanded = [p.replace(self.image_token, self.image_token * n_image) for p in prompts]
+            encoded = self.tokenizer(expanded, add_special_tokens=self._add_special_tokens(prompts))
+            token_lists = [list(t) for t in encoded["input_ids"]]
+            if token_lists[0] != ids0:
+                # The processor expands the placeholder into more than copies of the image token
+                # (Gemma 3's start/end-of-image block, Idefics3's crop grid, InternVL's <img>
+                # tags): let it encode every prompt, each with the same, already processed image.
+                token_lists = [ids0] + [self.encode([p], [image])["input_ids"][0].tolist() for p in prompts[1:]]
         # at least one token of each prompt stays in its suffix: its logits are the readout
         n = min(len(os.path.commonprefix(token_lists)), min(len(t) for t in token_lists) - 1)
         if any(self.image_token_id in t[n:] for t in token_lists):
@@ -261,6 +305,34 @@ class VLMInputs:
         return out
 
 
+class _FirstOutput:
+    """Stands in for a processor's image processor: the first call runs it, later calls get a
+    copy of that output (the processor may pop keys from it). Only for calls on one image."""
+
+    def __init__(self, image_processor: Any) -> None:
+        self._image_processor = image_processor
+        self._output: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._output is None:
+            self._output = self._image_processor(*args, **kwargs)
+        return type(self._output)(dict(self._output.items()))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._image_processor, name)
+
+
+@contextlib.contextmanager
+def _image_processed_once(processor: Any) -> Iterator[None]:
+    """While active, ``processor`` preprocesses its (single, repeated) image only once."""
+    original = processor.image_processor
+    processor.image_processor = _FirstOutput(original)
+    try:
+        yield
+    finally:
+        processor.image_processor = original
+
+
 def _is_local(path_or_id: str) -> bool:
     return Path(path_or_id).expanduser().is_dir()
 
@@ -298,51 +370,114 @@ def _folder_chat_template(path: str) -> str | None:
     return None
 
 
+def _processor_class(model_type: str | None) -> Any:
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    if model_type is None:
+        return None
+    return getattr(transformers, PROCESSOR_MAPPING_NAMES.get(model_type) or "", None)
+
+
 def _processor_needs_torchvision(model_type: str | None) -> bool:
     """True when the model's processor class has a video processor and torchvision is absent.
 
-    Every transformers 5.x video processor requires torchvision. Knowing it up front skips a
-    doomed ``AutoProcessor`` call, which would load the tokenizer (1-2 s for a 150k
-    vocabulary) before failing on the video processor.
+    Every transformers 5.x video processor requires torchvision, so ``AutoProcessor`` fails
+    for these families here (LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, SmolVLM, InternVL).
     """
-    import transformers
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
     from transformers.utils import is_torchvision_available
 
-    if is_torchvision_available() or model_type is None:
-        return False
-    cls = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(model_type) or "", None)
+    cls = _processor_class(model_type)
     get_attributes = getattr(cls, "get_attributes", None)
-    return callable(get_attributes) and "video_processor" in get_attributes()
+    return not is_torchvision_available() and callable(get_attributes) and "video_processor" in get_attributes()
+
+
+def _processor_without_video(model_type: str | None, path: str, kwargs: dict[str, Any]) -> Any:
+    """The family's own processor class, built from its saved parts without a video processor.
+
+    Images never touch the video processor, so it is left out (``None``): the only change to
+    the family's class is that its constructor accepts that. Everything else (image-token
+    expansion, chat template, settings from processor_config.json) is the family's own code
+    and files.
+    """
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    base = _processor_class(model_type)
+
+    def check_argument_for_proper_class(self: Any, argument_name: str, argument: Any) -> Any:
+        if argument_name == "video_processor" and argument is None:
+            return None
+        return base.check_argument_for_proper_class(self, argument_name, argument)
+
+    cls = type(base.__name__, (base,), {"check_argument_for_proper_class": check_argument_for_proper_class})
+    parts: dict[str, Any] = {
+        "image_processor": AutoImageProcessor.from_pretrained(path, **kwargs),
+        "tokenizer": AutoTokenizer.from_pretrained(path, **kwargs),
+        "video_processor": None,
+    }
+    attributes = list(cls.get_attributes())
+    if not set(attributes) <= set(parts):
+        raise ValueError(f"{base.__name__} needs {attributes}")
+    processor_dict, instantiation_kwargs = cls.get_processor_dict(path, **kwargs)
+    processor = cls.from_args_and_dict([parts[a] for a in attributes], processor_dict, **instantiation_kwargs)
+    if not getattr(processor, "chat_template", None):
+        processor.chat_template = _folder_chat_template(path)
+    return processor
+
+
+def _token_text(token: Any) -> str | None:
+    """A processor's special token as text: some processors keep an ``AddedToken`` (InstructBLIP)."""
+    if token is None:
+        return None
+    return str(getattr(token, "content", token))
+
+
+# Families whose prompt's image token is replaced by a run of another token (the one the model
+# config names): Gemma 3 writes <start_of_image>, the ids hold <image_soft_token> (tokenizer attribute).
+_EXPANDED_IMAGE_TOKEN = {"gemma3": "image_token"}
 
 
 def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) -> VLMInputs:
-    """Load the input side of a VLM: its processor, or image processor + tokenizer (see module doc)."""
+    """Load the input side of a VLM: its processor, or image processor + tokenizer (see module doc).
+
+    A model type outside :data:`~halluprobe.backends.families.FAMILIES` is an
+    :class:`InputError` naming the supported families.
+    """
     from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
 
     path = str(model_path_or_id)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if _is_local(path):
         kwargs["local_files_only"] = True
-    config = AutoConfig.from_pretrained(path, **kwargs)
+    try:
+        config = AutoConfig.from_pretrained(path, **kwargs)
+    except ValueError as exc:  # an unknown model_type (remote code not trusted, or a newer transformers)
+        model_type = _config_model_type(path)
+        family_for(model_type, path)  # raises with the supported families
+        raise RuntimeFailure(f"{path}: cannot read the model config: {exc}") from exc
     model_type = getattr(config, "model_type", None)
+    family = family_for(model_type, path)
     image_token_id = _image_token_id(config)
 
     processor = None
-    if _processor_needs_torchvision(model_type):
-        logger.info("%s: the %s processor needs torchvision; building inputs from parts", path, model_type)
-    else:
-        try:
+    try:
+        if _processor_needs_torchvision(model_type):
+            processor = _processor_without_video(model_type, path, kwargs)
+        else:
             processor = AutoProcessor.from_pretrained(path, **kwargs)
-        except (ImportError, ValueError, TypeError, AttributeError, OSError, KeyError) as exc:
-            logger.info("%s: AutoProcessor failed (%s: %s); building inputs from parts", path, type(exc).__name__, exc)
+    except (ImportError, ValueError, TypeError, AttributeError, OSError, KeyError) as exc:
+        logger.info("%s: the processor failed (%s: %s); building inputs from parts", path, type(exc).__name__, exc)
     if processor is not None and hasattr(processor, "image_processor") and hasattr(processor, "tokenizer"):
         tokenizer = processor.tokenizer
         tokenizer.padding_side = "left"
-        image_token = getattr(processor, "image_token", None) or IMAGE_MARKER
+        image_token = _token_text(getattr(processor, "image_token", None)) or IMAGE_MARKER
         token_id = getattr(processor, "image_token_id", None)
         if token_id is None:
             token_id = tokenizer.convert_tokens_to_ids(image_token)
+        if model_type in _EXPANDED_IMAGE_TOKEN:
+            # the prompt's token is expanded into another one, which the ids (and config) hold
+            expanded = _token_text(getattr(tokenizer, _EXPANDED_IMAGE_TOKEN[model_type]))
+            token_id = tokenizer.convert_tokens_to_ids(expanded)
         if image_token_id is not None and token_id != image_token_id:
             raise RuntimeFailure(
                 f"{path}: processor image token {image_token!r} is id {token_id}, the model expects {image_token_id}"
@@ -358,6 +493,7 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
             image_processor=processor.image_processor,
             chat_template=template,
             model_type=model_type,
+            family=family,
         )
 
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
@@ -383,7 +519,18 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
         image_processor=image_processor,
         chat_template=template,
         model_type=model_type,
+        family=family,
     )
+
+
+def _config_model_type(path: str) -> str | None:
+    """``model_type`` from a local folder's config.json, read as plain JSON (no transformers)."""
+    config_file = Path(path).expanduser() / "config.json"
+    try:
+        value = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")

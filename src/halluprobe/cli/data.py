@@ -11,7 +11,7 @@ import typer
 from halluprobe.cli._app import app, build_app, console, data_app, errors, fail, progress
 from halluprobe.errors import InputError, RuntimeFailure
 
-__all__ = ["build_pope_cmd", "data_pope_cmd", "tokens_cmd", "demo_cmd"]
+__all__ = ["build_pope_cmd", "data_pope_cmd", "tokens_cmd", "models_cmd", "demo_cmd"]
 
 
 @build_app.command("pope")
@@ -101,6 +101,15 @@ def tokens_cmd(
     typer.echo(f"legacy LLaMA ids (3582/1217 and the 8-token set): {verdict}")
     if not info["legacy_valid"]:
         typer.echo("  " + ", ".join(f"{i}={p!r}" for i, p in info["legacy_pieces"].items()))
+
+
+@app.command("models")
+def models_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """The VLM families the hf backend is tested on: engine path (prefix cache or plain, and why),
+    template source, and the families that need remote code (served through --backend openai)."""
+    from halluprobe.backends.families import family_rows, family_table_markdown
+
+    typer.echo(json.dumps(family_rows(), indent=2) if as_json else family_table_markdown())
 
 
 @app.command("demo")
