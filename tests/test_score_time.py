@@ -289,3 +289,20 @@ def test_models_lists_the_tested_families_and_their_engine() -> None:
     assert rows["instructblip"]["engine"].startswith("plain (its Q-Former") and rows["llava"]["engine"] == "prefix cache"
     table = runner.invoke(app, ["models"]).stdout
     assert table.startswith("| model_type | family | engine |") and "mplug_owl2" in table
+
+
+def test_the_multi_model_table_marks_invalid_legacy_readouts(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert runner.invoke(app, _run_args(world, one)).exit_code == 0
+    assert runner.invoke(app, _run_args(world, two, "--text-rules", "")).exit_code == 0  # logits only
+    result = runner.invoke(app, ["audit", str(one), str(two), "--table"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| script.json")]
+    assert len(rows) == 6  # two runs x (random, adversarial, macro)
+    macro = json.loads(runner.invoke(app, ["score", str(one), "--json", "--resamples", "0"]).stdout)["macro"]["f1"]
+    first_macro = next(r for r in rows if r[1] == "macro")
+    assert first_macro[4] == f"{macro:.4f}" and first_macro[2].endswith("†")  # the scripted vocabulary's legacy ids are invalid
+    assert rows[-1][5:] == ["-", "-", "-", "- |"]  # no text stored: no text rule
+    latex = runner.invoke(app, ["audit", str(one), "--table", "--latex"]).stdout
+    assert latex.startswith("\\begin{tabular}") and "$^\\dagger$" in latex

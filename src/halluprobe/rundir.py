@@ -176,7 +176,7 @@ class RunDir:
         return write_atomic(self.audit_path, audit.to_json())
 
     def mark_complete(self, counts: dict[str, Any]) -> None:
-        self.complete_path.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
+        write_atomic(self.complete_path, json.dumps(counts, indent=2, sort_keys=True) + "\n")
 
     # -- reading -------------------------------------------------------------------------
 

@@ -350,3 +350,52 @@ _LATEX_SPECIALS = {
 def latex_escape(text: str) -> str:
     """Text as LaTeX typesets it literally (paths and readout names hold ``_`` and ``:``)."""
     return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+# -- the study's multi-model table: model x split rows, one F1 column per readout -------------------
+
+STUDY_READOUTS = ("legacy_2tok", "legacy_8tok", "dynamic", "text:pope", "text:exact", "text:yorn", "text:strict")
+RECOMMENDED = "dynamic"  # read from the model's own yes/no sets: the column to report
+
+
+def study_table(
+    rundirs: Sequence[str | Path], syntax: Literal["markdown", "latex"], *, policy: str = "wrong", n_resamples: int = 0, seed: int = 0
+) -> str:
+    """F1 per model, split (and macro) and readout for several runs, as the token-set study
+    tabulates it. A legacy readout whose ids are other words in a model's vocabulary is scored
+    anyway and marked (†): it is what that evaluator would report, not the model's answer. The
+    recommended column (the model's own yes/no sets) is marked (*). A readout a run cannot give
+    (text rules on a logits-only run) is '-'."""
+    from halluprobe.readouts.apply import available_readouts
+    from halluprobe.rundir import RunDir
+
+    header_cells = ["model", "split", *[f"{r}{' (*)' if r == RECOMMENDED else ''}" for r in STUDY_READOUTS]]
+    rows: list[list[str]] = []
+    for rundir in rundirs:
+        run = RunDir(rundir)
+        header = run.read_yes_no_header()
+        names = [r for r in STUDY_READOUTS if r in available_readouts(header, run.read_samples())]
+        reports, forced = readouts_reports(rundir, readouts=names, policy=policy, n_resamples=n_resamples, seed=seed)
+        model = Path(header.model).name or header.model
+        splits = [*next(iter(reports.values())).splits, "macro"] if reports else []
+        for split in splits:
+            cells = [model, split]
+            for name in STUDY_READOUTS:
+                report = reports.get(name)
+                metrics = None if report is None else (report.macro if split == "macro" else report.splits.get(split))
+                value = format_ratio(None if metrics is None else metrics.f1, digits=4)
+                cells.append(value + (" †" if name in forced and value != "-" else ""))
+            rows.append(cells)
+    note = (
+        "F1 per split and macro (mean over splits), unknown answers counted "
+        f"{policy}. (*): the model's own yes/no sets, the column to report. †: legacy ids that are "
+        "other words in this model's vocabulary, scored anyway: what that evaluator would report."
+    )
+    if syntax == "latex":
+        body = [" & ".join(latex_escape(c) for c in header_cells) + r" \\", r"\midrule"]
+        body += [" & ".join(latex_escape(c).replace("†", r"$^\dagger$") for c in row) + r" \\" for row in rows]
+        spec = "ll" + "r" * len(STUDY_READOUTS)
+        return "\n".join([rf"\begin{{tabular}}{{{spec}}}", r"\toprule", *body, r"\bottomrule", r"\end{tabular}", f"% {note}"])
+    lines = ["| " + " | ".join(header_cells) + " |", "|" + "---|" * len(header_cells)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join([*lines, "", note])

@@ -90,12 +90,21 @@ def audit_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the audit object as JSON.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Also print every readout side by side as Markdown (with provenance).")] = False,
     latex: Annotated[bool, typer.Option("--latex", help="Also print every readout side by side as booktabs LaTeX (with provenance).")] = False,
+    table: Annotated[
+        bool, typer.Option("--table", help="Print the multi-model table instead: model x split rows, F1 per readout (Markdown, or --latex).")
+    ] = False,
 ) -> None:
     """Audit run dirs: every readout side by side, paired tests, token diagnostic, convergence,
     hallucination profile, relabelling. Writes RUNDIR/audit.json; reads run dirs only."""
     from halluprobe.audit import audit_run, compare_runs, summarise_audit
     from halluprobe.rundir import RunDir
 
+    if table:
+        from halluprobe.tables import study_table
+
+        with errors():
+            typer.echo(study_table(rundirs, "latex" if latex else "markdown", policy=unknown, n_resamples=0, seed=seed))
+        return
     audits = []
     with errors():
         for rundir in rundirs:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.records import AuditReport, Metrics, PYesByLabel, RunComparison
 from halluprobe.report.view import SECTIONS, ReportView, RunView, build_view
@@ -42,7 +43,7 @@ def render_report(
     paths = [Path(p) for p in rundirs]
     out_html = Path(out_html)
     if out_html.suffix.lower() == ".md":
-        raise ValueError(f"{out_html}: the HTML page needs another name than its Markdown twin (.md)")
+        raise InputError("the HTML page needs another name than its Markdown twin (.md)", out_html)
     if not paths and not audits:
         raise ValueError("render_report needs at least one run directory or audit")
     if audits is None:

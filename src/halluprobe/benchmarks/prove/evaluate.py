@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from halluprobe.files import write_atomic
 from halluprobe.benchmarks.prove.data import ProveItem
 from halluprobe.benchmarks.prove.extraction import Extractor, TupleCache, extract_all
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
@@ -164,6 +165,6 @@ def write_scores(out_dir: str | Path, scores: list[QuestionScore], summary: Prov
         if p.exists() and not overwrite:
             raise InputError("exists; pass --overwrite to replace it", p)
     out.mkdir(parents=True, exist_ok=True)
-    lines.write_text("".join(s.model_dump_json() + "\n" for s in scores), encoding="utf-8")
-    summ.write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    write_atomic(lines, "".join(s.model_dump_json() + "\n" for s in scores))
+    write_atomic(summ, summary.model_dump_json(indent=2) + "\n")  # last: its presence means both are whole
     return lines, summ
