@@ -23,7 +23,7 @@ def signal_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("signals")
     world = _make_world(root)
     out = root / "run"
-    result = runner.invoke(app, _run_args(world, out, "--signals", "noised,layers,instruction"))
+    result = runner.invoke(app, _run_args(world, out, "--signals", "noised,layers,instruction,no-image,attention:0.5;0;2"))
     assert result.exit_code == 0, result.output
     return out
 
@@ -86,6 +86,31 @@ def test_icd_equals_its_formula(signal_run: Path, tmp_path: Path) -> None:
 
     generate = RunDir(signal_run).read_header().generate
     assert generate is not None and generate.instruction == ICD_INSTRUCTION
+
+
+@pytest.mark.parametrize(("lam", "t"), [(0.02, 10.0), (0.5, 2.0)])
+def test_m3id_equals_its_formula(signal_run: Path, tmp_path: Path, lam: float, t: float) -> None:
+    w = (1 - math.exp(-lam * t)) / math.exp(-lam * t)
+
+    def m3id(s, base, top):  # type: ignore[no-untyped-def]
+        text_only = s.signals["no-image"].candidates
+        return {i: lp + w * (lp - text_only[str(i)]) for i, lp in base.items()}
+
+    expected = _by_hand(signal_run, m3id)
+    got = _per_question(signal_run, f"m3id:lambda={lam},t={t}", tmp_path)
+    assert [g["decision"] for g in got] == [e[0] for e in expected]
+    assert all(g.get("p_yes") == pytest.approx(p, abs=1e-12) for g, (_, p) in zip(got, expected))
+
+
+def test_pai_equals_its_formula(signal_run: Path, tmp_path: Path) -> None:
+    def pai(s, base, top):  # type: ignore[no-untyped-def]
+        amplified, text_only = s.signals["attention"].candidates, s.signals["no-image"].candidates
+        return {i: 1.1 * amplified[str(i)] - 0.1 * text_only[str(i)] for i in base}
+
+    expected = _by_hand(signal_run, pai)
+    got = _per_question(signal_run, "pai:gamma=1.1", tmp_path)
+    assert [g["decision"] for g in got] == [e[0] for e in expected]
+    assert all(g.get("p_yes") == pytest.approx(p, abs=1e-12) for g, (_, p) in zip(got, expected))
 
 
 def test_dola_equals_its_formula(signal_run: Path, tmp_path: Path) -> None:
@@ -152,7 +177,7 @@ def test_a_grid_chooses_on_folds_and_shows_the_optimistic_choice(signal_run: Pat
         (["--correction", "vcdx"], "unknown correction 'vcdx'"),
         (["--correction", "vcd:gamma=2"], "vcd takes alpha=NUMBER, beta=NUMBER"),
         (["--correction", "vcd:alpha=big"], "alpha must be a number"),
-        (["--correction", "pai"], "reads the 'attention' signal, which this run did not record"),
+        (["--correction", "clip"], "unknown correction 'clip'"),
     ],
 )
 def test_bad_corrections_are_one_line(signal_run: Path, args: list[str], message: str) -> None:
@@ -173,5 +198,5 @@ def test_signals_are_part_of_the_fingerprint(tmp_path: Path) -> None:
     assert runner.invoke(app, _run_args(world, out, "--limit", "2", "--signals", "noised")).exit_code == 0
     refused = runner.invoke(app, _run_args(world, out, "--resume", "--signals", "noised,layers"))
     assert refused.exit_code == 2 and "refusing to resume" in refused.output
-    unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "no-image"))
-    assert unsupported.exit_code == 2 and "not 'no-image'" in unsupported.output
+    unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "clip"))
+    assert unsupported.exit_code == 2 and "not 'clip'" in unsupported.output

@@ -20,7 +20,7 @@ from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  #
 
 PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg"]
 QUESTIONS = ["Is there a cup in the image?", "Is there a dining table in this picture?", "Is there a dog?", "Is there a cat?"]
-SIGNALS = ("noised", "layers", "attention:0.5,0,2", "instruction")
+SIGNALS = ("noised", "layers", "attention:0.5,0,2", "instruction", "no-image")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,8 @@ def engines(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 def _ask(backend: HFBackend, photos: Path, signals: tuple[str, ...], max_new_tokens: int = 0) -> dict[tuple[str, int], Response]:
     requests = [
         Request(split="s", question_id=i, image_path=str(photos / image), prompt=backend.render_prompt(text, None),
-                variants={"instruction": backend.render_prompt(f"{ICD_INSTRUCTION} {text}", None)})  # fmt: skip
+                variants={"instruction": backend.render_prompt(f"{ICD_INSTRUCTION} {text}", None),
+                          "no-image": backend.render_prompt(text, None, image=False)})  # fmt: skip
         for i, (image, text) in enumerate((image, text) for image in PHOTOS for text in QUESTIONS)
     ]
     config = GenerateConfig(max_new_tokens=max_new_tokens, top_k=5, signals=signals)
@@ -56,7 +57,7 @@ def test_both_engines_record_the_same_signals(engines: dict[bool, HFBackend], ph
     fast, plain = _ask(engines[True], photos, SIGNALS, max_new_tokens=3), _ask(engines[False], photos, SIGNALS, max_new_tokens=3)
     for key, response in fast.items():
         other = plain[key]
-        assert set(response.signals) == set(other.signals) == {"noised", "layer:0", "attention", "instruction"}
+        assert set(response.signals) == set(other.signals) == {"noised", "layer:0", "attention", "instruction", "no-image"}
         for name, signal in response.signals.items():
             theirs = other.signals[name]
             assert signal.candidates.keys() == theirs.candidates.keys()
@@ -87,7 +88,16 @@ def test_the_noise_follows_vcds_schedule_and_is_seeded_per_image() -> None:
 
 
 def test_a_signal_the_backend_cannot_record_is_refused_before_any_request(engines: dict[bool, HFBackend], photos: Path) -> None:
-    with pytest.raises(InputError, match="not 'no-image'"):
-        _ask(engines[True], photos, ("no-image",))
+    with pytest.raises(InputError, match="not 'clip'"):
+        _ask(engines[True], photos, ("clip",))
     with pytest.raises(InputError, match=r"layers \[START, END\)"):
         _ask(engines[True], photos, ("attention:0.5,0,99",))
+
+
+def test_a_prompt_without_the_image_has_no_image_token(engines: dict[bool, HFBackend]) -> None:
+    backend = engines[False]
+    with_image = backend.render_prompt("Is there a cat?", None)
+    without = backend.render_prompt("Is there a cat?", None, image=False)
+    token = backend._inputs.image_token
+    assert token in with_image and token not in without and "Is there a cat?" in without
+    assert backend.render_prompt("Is there a cat?", "llava", image=False) == "USER: Is there a cat?\nASSISTANT:"

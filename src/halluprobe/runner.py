@@ -262,6 +262,9 @@ def run_questions(
                 f"not {header.shard or 'none (all questions)'}",
                 rundir.header_path,
             )
+    if "no-image" in config.signals and questions:
+        # a template that cannot render a prompt without the image is refused here, not mid-run
+        backend.render_prompt(questions[0].text, config.template, image=False)
     old_fingerprints = {run_fingerprint(header, legacy=True)}  # run dirs of halluprobe 0.1
     done = rundir.start(
         header, resume=config.resume, force=config.force, overwrite=config.overwrite,
@@ -275,14 +278,19 @@ def run_questions(
     by_key: dict[QuestionKey, Question] = {q.key: q for q in todo}
     prompts: dict[str, str] = {}  # question text -> rendered prompt (18 questions share few texts)
 
-    def render(text: str) -> str:
-        if text not in prompts:
-            prompts[text] = backend.render_prompt(text, config.template)
-        return prompts[text]
+    def render(text: str, image: bool = True) -> str:
+        key = text if image else "\0no-image\0" + text
+        if key not in prompts:
+            prompts[key] = backend.render_prompt(text, config.template, image=image)
+        return prompts[key]
 
     requests: list[Request] = []
     for q in todo:
-        variants = {"instruction": render(f"{config.instruction} {q.text}")} if "instruction" in config.signals else {}
+        variants: dict[str, str] = {}
+        if "instruction" in config.signals:
+            variants["instruction"] = render(f"{config.instruction} {q.text}")
+        if "no-image" in config.signals:
+            variants["no-image"] = render(q.text, image=False)
         requests.append(
             Request(
                 split=q.split,

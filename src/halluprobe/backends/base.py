@@ -37,8 +37,9 @@ class Backend(Protocol):
         """Yes/no token sets derived from the model's own tokenizer (None when it has none)."""
         ...
 
-    def render_prompt(self, question: str, template: str | None) -> str:
-        """The exact text that, passed with the image, gives the model's inputs."""
+    def render_prompt(self, question: str, template: str | None, *, image: bool = True) -> str:
+        """The exact text that, passed with the image, gives the model's inputs (``image=False``:
+        the same prompt without the image, for the ``no-image`` correction signal)."""
         ...
 
     def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:

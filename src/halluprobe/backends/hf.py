@@ -123,8 +123,8 @@ class HFBackend:
     def token_sets(self) -> TokenSets:
         return self._sets
 
-    def render_prompt(self, question: str, template: str | None) -> str:
-        return self._inputs.render_prompt(question, template)
+    def render_prompt(self, question: str, template: str | None, *, image: bool = True) -> str:
+        return self._inputs.render_prompt(question, template, image=image)
 
     def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
         from halluprobe.backends.hf_signals import parse_signals
@@ -207,12 +207,13 @@ class HFBackend:
                 by_layer = layer_signals(self._model, result.hidden_states, plan.layers, self._candidates, result.logits[:, -1, :])
                 for signal, layers in zip(out, by_layer):
                     signal.update(layers)
-            if plan.instruction:
-                variant = self._inputs.encode([r.variants["instruction"] for r in requests], images)
+            for name in [n for n, wanted in (("instruction", plan.instruction), ("no-image", plan.no_image)) if wanted]:
+                # the question rendered another way by the runner (Request.variants); no-image: no pixels
+                variant = self._inputs.encode([r.variants[name] for r in requests], images if name == "instruction" else [])
                 variant = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in variant.items()}
                 logits = self._model(**variant, **self._keep_last).logits[:, -1, :]
                 for row, signal in enumerate(out):
-                    signal["instruction"] = step_signal(logits[row], self._candidates)
+                    signal[name] = step_signal(logits[row], self._candidates)
             if plan.pai is not None:
                 with amplified_attention(self._model, plan.pai, plain["input_ids"] == self._inputs.image_token_id):
                     logits = self._model(**plain, **self._keep_last).logits[:, -1, :]

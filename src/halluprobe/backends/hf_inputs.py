@@ -127,7 +127,7 @@ class VLMInputs:
         """False where the processor puts the image tokens in front by itself (InstructBLIP)."""
         return self.family is None or self.family.image_in_prompt
 
-    def render_prompt(self, question: str, template: str | None = None) -> str:
+    def render_prompt(self, question: str, template: str | None = None, *, image: bool = True) -> str:
         """The exact prompt text for ``question``, before image-token expansion.
 
         ``template``: ``None`` = the model's chat template with one user turn (the image, then
@@ -140,27 +140,35 @@ class VLMInputs:
         ``<|vision_start|><|image_pad|><|vision_end|>`` for Qwen2-VL); a format without it gets
         the placeholder and a newline in front, as LLaVA's own code does. A family whose
         processor puts the image tokens in front itself (InstructBLIP) gets no placeholder.
+
+        ``image=False``: the same prompt without the image (the ``no-image`` correction signal);
+        refused for a family whose processor puts the image in front of every prompt.
         """
+        if not image and not self.image_in_prompt:
+            raise InputError(f"{self.model_type}: its processor puts the image in front of every prompt, so a prompt without the image cannot be rendered")
         default = self.family.default_prompt if self.family is not None else None
         if template == "chat" or (template is None and (self.chat_template or default is None)):
-            return self._render_chat(question)
+            return self._render_chat(question, image=image)
         fmt = (default or "") if template is None else LLAVA_TEMPLATE if template == "llava" else template
         if "{question}" not in fmt:
             raise InputError(f"prompt template must be 'chat', 'llava' or contain '{{question}}': {template!r}")
-        if not self.image_in_prompt:
+        if not self.image_in_prompt or not image:
             fmt = fmt.replace(IMAGE_MARKER + "\n", "").replace(IMAGE_MARKER, "")
+            if not image:
+                return fmt.replace(self.image_placeholder + "\n", "").replace(self.image_placeholder, "").replace("{question}", question)
         elif IMAGE_MARKER not in fmt and self.image_placeholder not in fmt:
             fmt = IMAGE_MARKER + "\n" + fmt
         if IMAGE_MARKER != self.image_placeholder:
             fmt = fmt.replace(IMAGE_MARKER, self.image_placeholder)
         return fmt.replace("{question}", question)
 
-    def _render_chat(self, question: str) -> str:
+    def _render_chat(self, question: str, *, image: bool = True) -> str:
         if not self.chat_template:
             raise InputError(
                 "this model has no chat template; pass template='llava' or a format containing '{question}'"
             )
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        parts: list[dict[str, str]] = [{"type": "image"}] if image else []
+        messages = [{"role": "user", "content": [*parts, {"type": "text", "text": question}]}]
         # A processor assembled without its video part (see _processor_without_video) renders
         # through its tokenizer: same template, same messages, and no video settings to read.
         with_processor = self.mode == "processor" and getattr(self.processor, "video_processor", True) is not None

@@ -16,6 +16,8 @@ final layer). Signals the hf backend captures:
   does eager attention with the amplification; the model's own implementation is put back).
 - ``instruction`` (ICD): the same image with the question under a disturbing instruction
   (rendered by the runner: ``Request.variants["instruction"]``).
+- ``no-image`` (M3ID, PAI's refinement): the question rendered without the image
+  (``Request.variants["no-image"]``), run with no pixels.
 - ``layers`` (DoLa): the first-step logits of early layers, through the model's final norm and
   LM head: every 2nd layer of the first half (``layers:0,2,4`` to choose; on the command line
   ``--signals layers:0;2;4``), stored as
@@ -48,7 +50,7 @@ __all__ = [
     "amplified_attention",
 ]
 
-HF_SIGNALS = ("noised", "layers", "attention", "instruction")
+HF_SIGNALS = ("noised", "layers", "attention", "instruction", "no-image")
 VCD_NOISE_STEP = 500
 _VCD_STEPS = 1000
 
@@ -79,10 +81,11 @@ class SignalPlan:
     layers: tuple[int, ...] = ()
     pai: PaiSetting | None = None
     instruction: bool = False
+    no_image: bool = False
 
     @property
     def any(self) -> bool:
-        return self.noise_step is not None or bool(self.layers) or self.pai is not None or self.instruction
+        return self.noise_step is not None or bool(self.layers) or self.pai is not None or self.instruction or self.no_image
 
 
 def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
@@ -90,7 +93,7 @@ def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
     noise_step: int | None = None
     layers: list[int] = []
     pai: PaiSetting | None = None
-    instruction = False
+    instruction = no_image = False
     for signal in signals:
         name, _, arg = signal.partition(":")
         if name == "attention":
@@ -98,6 +101,9 @@ def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
             continue
         if name == "instruction":
             instruction = True
+            continue
+        if name == "no-image":
+            no_image = True
             continue
         if name == "noised":
             try:
@@ -116,7 +122,7 @@ def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
                 raise InputError(f"signal {signal!r}: the model has layers 0..{n_layers - 1} (0: the embeddings)")
         else:
             raise InputError(f"the hf backend records the signals {', '.join(HF_SIGNALS)}, not {signal!r}")
-    return SignalPlan(noise_step=noise_step, layers=tuple(layers), pai=pai, instruction=instruction)
+    return SignalPlan(noise_step=noise_step, layers=tuple(layers), pai=pai, instruction=instruction, no_image=no_image)
 
 
 def noise_seed(image_path: str) -> int:

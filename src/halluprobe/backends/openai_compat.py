@@ -370,8 +370,9 @@ class OpenAIBackend:
         # top_logprobs decides which pieces the dynamic readout sees: part of the run's fingerprint
         return piece_token_sets(f"openai:{self._model}:top_logprobs={self._top_logprobs}")
 
-    def render_prompt(self, question: str, template: str | None) -> str:
-        """The user message's text; the server applies the model's chat template around it."""
+    def render_prompt(self, question: str, template: str | None, *, image: bool = True) -> str:
+        """The user message's text; the server applies the model's chat template around it (the
+        image goes as a separate message part; this backend records no correction signal)."""
         if template in (None, "chat"):
             return question
         if "{question}" in template:

@@ -19,7 +19,7 @@ The object is read from the prompt ("Is there a/an X in the image?"). Answers co
 first-token log-probabilities over a small SentencePiece-like vocabulary, so every readout
 runs; the yes/no decision is a seeded hash of (seed, image, object), hence reproducible in
 any order and batch size. Asked for correction signals (``GenerateConfig.signals``: ``noised``,
-``layers``, ``instruction``), it returns scripted contrast passes whose evidence is weaker than the plain one's
+``layers``, ``instruction``, ``no-image``, ``attention``), it returns scripted contrast passes whose evidence is weaker than the plain one's
 (see :meth:`ScriptedBackend._signal`), so corrections can be tested without a model.
 """
 
@@ -85,9 +85,9 @@ class ScriptedBackend:
             tokenizer_fingerprint="scripted-v1",
         )
 
-    def render_prompt(self, question: str, template: str | None) -> str:
+    def render_prompt(self, question: str, template: str | None, *, image: bool = True) -> str:
         if template in (None, "chat", "llava"):
-            return f"USER: <image>\n{question}\nASSISTANT:"
+            return f"USER: <image>\n{question}\nASSISTANT:" if image else f"USER: {question}\nASSISTANT:"
         return template.format(question=question)
 
     def _uniform(self, image: str, obj: str) -> float:
@@ -98,7 +98,7 @@ class ScriptedBackend:
         """A scripted contrast pass: the image's evidence weakened (``noised``: the top piece's
         probability pulled towards uniform) or an early layer (``layer:0``, near uniform, with a
         JSD from the final layer); deterministic per (image, object)."""
-        strength = {"noised": 0.5, "instruction": 0.35}.get(signal, 0.15)
+        strength = {"noised": 0.5, "instruction": 0.35, "no-image": 0.05, "attention": 0.9}.get(signal, 0.15)
         p_top = 1 / len(SCRIPTED_VOCAB) + strength * (0.6 + 0.35 * self._uniform(name, obj + "#" + signal))
         rest = (1.0 - p_top) / (len(SCRIPTED_VOCAB) - 1)
         probs = {piece: rest for piece in SCRIPTED_VOCAB}
@@ -150,10 +150,10 @@ class ScriptedBackend:
 
     def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
         max_new_tokens = config.max_new_tokens
-        bad = [s for s in config.signals if s not in ("noised", "layers", "instruction")]
+        bad = [s for s in config.signals if s.partition(":")[0] not in ("noised", "layers", "instruction", "no-image", "attention")]
         if bad:
-            raise InputError(f"the scripted backend records the signals noised, layers, instruction, not {bad[0]!r}")
-        signals = ["layer:0" if s == "layers" else s for s in config.signals]
+            raise InputError(f"the scripted backend records the signals noised, layers, instruction, no-image, attention, not {bad[0]!r}")
+        signals = ["layer:0" if s == "layers" else s.partition(":")[0] for s in config.signals]
         for start in range(0, len(requests), self._batch_size):
             time.sleep(self._delay_s)
             yield [self._respond(r, max_new_tokens, signals) for r in requests[start : start + self._batch_size]]
