@@ -21,6 +21,9 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "none": (),
     "noised": ("noised",),
     "layers": ("layers",),
+    "instruction": ("instruction",),
+    "no-image": ("no-image",),
+    "attention": ("attention:0.5,0,2",),
     "noised+layers": ("noised", "layers"),
 }
 
@@ -40,7 +43,7 @@ def main() -> None:
     from halluprobe.benchmarks.synthetic import write_synthetic
     from halluprobe.demo import DEMO_MODEL_DIR
     from halluprobe.files import resolve_image
-    from halluprobe.records import GenerateConfig, Request
+    from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,7 +56,9 @@ def main() -> None:
             backend = HFBackend(str(DEMO_MODEL_DIR), batch_size=16, dtype="float32", device="cpu", prefix_cache=prefix_cache)
             requests = [
                 Request(split=q.split, question_id=q.question_id, image_path=str(resolve_image(q.image, scenes.images_dir)),
-                        prompt=backend.render_prompt(q.text, "llava"))
+                        prompt=backend.render_prompt(q.text, "llava"),
+                        variants={"instruction": backend.render_prompt(f"{ICD_INSTRUCTION} {q.text}", "llava"),
+                                  "no-image": backend.render_prompt(q.text, "llava", image=False)})
                 for q in questions
             ]  # fmt: skip
             for _ in range(args.runs):

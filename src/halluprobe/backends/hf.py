@@ -203,7 +203,7 @@ class HFBackend:
                 for row, signal in enumerate(out):
                     signal["noised"] = step_signal(logits[row], self._candidates)
             if plan.layers:
-                result = self._model(**plain, output_hidden_states=True)
+                result = self._model(**plain, output_hidden_states=True, **self._keep_last)
                 by_layer = layer_signals(self._model, result.hidden_states, plan.layers, self._candidates, result.logits[:, -1, :])
                 for signal, layers in zip(out, by_layer):
                     signal.update(layers)
