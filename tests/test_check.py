@@ -271,3 +271,17 @@ def test_audit_prints_the_readouts_table_that_check_reads(run_dir: Path, tmp_pat
     line = _edit_digit(paper, "dynamic", 6)
     code, output = _check(str(paper))
     assert code == 1 and f"{paper}:{line}" in output
+
+
+def test_the_corrections_table_carries_provenance_and_checks(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    run = tmp_path / "runs" / "signals"
+    assert runner.invoke(app, _run_args(world, run, "--signals", "noised")).exit_code == 0
+    result = runner.invoke(app, ["corrections", str(run), "--correction", "vcd", "--correction", "bias:b=1", "--resamples", "40", "--latex"])
+    assert result.exit_code == 0, result.output
+    paper = tmp_path / "paper.tex"
+    paper.write_text(result.stdout)
+    assert "halluprobe-provenance" in result.stdout and _check(str(paper))[0] == 0
+    line = _edit_digit(paper, "bias:b=1", 5)  # its F1 under sampling
+    code, output = _check(str(paper))
+    assert code == 1 and f"{paper}:{line}" in output

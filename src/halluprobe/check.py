@@ -20,7 +20,17 @@ from typing import Any, Literal
 
 from halluprobe.errors import InputError
 from halluprobe.records import ScoreReport
-from halluprobe.tables import Cell, Grid, Provenance, RunSource, Style, parse_provenance, readouts_grid, score_grid
+from halluprobe.tables import (
+    Cell,
+    Grid,
+    Provenance,
+    RunSource,
+    Style,
+    corrections_grid,
+    parse_provenance,
+    readouts_grid,
+    score_grid,
+)
 
 __all__ = [
     "Finding",
@@ -412,7 +422,12 @@ def _check_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, resul
     result.findings.extend(findings)
     if not usable:
         return
-    if prov.table == "readouts":
+    if prov.table == "corrections":
+        from halluprobe.corrections_table import corrections_table
+
+        report = corrections_table(path, prov.readouts, policy=prov.unknown, n_resamples=prov.resamples, seed=prov.seed)  # type: ignore[arg-type]
+        grid = corrections_grid(report, table.style)
+    elif prov.table == "readouts":
         if not prov.readouts:
             raise InputError("a readouts table's provenance lists no readouts", table.path, table.line)
         reports = {

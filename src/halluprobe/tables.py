@@ -15,7 +15,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -76,7 +76,8 @@ class Provenance(FrozenRecord):
     provenance: int = PROVENANCE_SCHEMA
     # score: one readout, a row per split; readouts: every readout side by side (the audit's
     # table), one row each, ``readout`` being the headline
-    table: Literal["score", "readouts"]
+    # corrections: the corrections table (halluprobe corrections), ``readouts`` being its corrections
+    table: Literal["score", "readouts", "corrections"]
     runs: tuple[RunSource, ...]
     readout: str
     readouts: tuple[str, ...] = ()
@@ -399,3 +400,60 @@ def study_table(
     lines = ["| " + " | ".join(header_cells) + " |", "|" + "---|" * len(header_cells)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join([*lines, "", note])
+
+
+# -- the corrections table (halluprobe corrections) -------------------------------------------------
+
+_CORRECTION_COLUMNS = ("F1 [95% CI]", "yes ratio", "ΔF1 vs greedy [95% CI]", "McNemar p", "F1 sampled", "Δ vs sampled")
+
+
+def _signed(value: float | None, ci: Sequence[float] | None, missing: str) -> Cell:
+    if value is None:
+        return Cell(missing, (None,))
+    text = ("+" if value >= 0 else "") + format_ratio(value, ci, ci_digits=4)
+    return Cell(text, (value,) if not ci else (value, ci[0], ci[1]))
+
+
+def corrections_grid(report: Any, style: Style) -> Grid:
+    """The cells of a corrections table (a :class:`~halluprobe.corrections_table.CorrectionsReport`):
+    a row per method, macro figures."""
+    missing = "--" if style == "latex" else "-"
+    header = ("method", *(latex_escape(c).replace("Δ", r"$\Delta$") if style == "latex" else c for c in _CORRECTION_COLUMNS))
+    rows = []
+    for row in report.rows:
+        name = row.name + ("" if row.kind == "correction" else f" ({row.kind})")
+        rows.append((
+            Cell(latex_escape(name) if style == "latex" else name),
+            Cell(format_ratio(row.f1, row.f1_ci, ci_digits=4, missing=missing), (row.f1,) if row.f1 is None or not row.f1_ci else (row.f1, *row.f1_ci)),
+            Cell(format_ratio(row.yes_ratio, missing=missing), (row.yes_ratio,)),
+            _signed(row.delta_f1, row.delta_f1_ci, missing),
+            Cell(missing if row.mcnemar_p is None else f"{row.mcnemar_p:.4f}", (row.mcnemar_p,)),
+            Cell(format_ratio(row.f1_sampled, missing=missing), (row.f1_sampled,)),
+            _signed(row.delta_sampled, None, missing),
+        ))  # fmt: skip
+    return Grid(header=header, rows=tuple(rows))
+
+
+def corrections_provenance(rundir: str | Path, report: Any, corrections: Sequence[str]) -> Provenance:
+    """The provenance of a corrections table: the corrections named, policy and bootstrap."""
+    from halluprobe import __version__
+
+    return Provenance(
+        table="corrections",
+        runs=(run_source(rundir),),
+        readout="dynamic",
+        readouts=tuple(corrections),
+        unknown=report.policy,
+        seed=int(report.bootstrap.get("seed", 0)),
+        resamples=int(report.bootstrap.get("n_resamples", 0)),
+        halluprobe=__version__,
+    )
+
+
+def render_corrections(report: Any, title: str, syntax: Literal["markdown", "latex"], provenance: Provenance | None) -> str:
+    grid = corrections_grid(report, syntax)
+    note = (
+        f"Macro over splits. 95% CIs: bootstrap over images, {report.bootstrap.get('n_resamples')} resamples, "
+        f"seed {report.bootstrap.get('seed')}; ΔF1 paired. F1 sampled: the expected counts at temperature 1."
+    )
+    return _markdown(grid, title, note, provenance) if syntax == "markdown" else _latex(grid, title, note, provenance)

@@ -34,7 +34,8 @@ def corrections_cmd(
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
-    markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table (with a provenance comment for `check`).")] = False,
+    latex: Annotated[bool, typer.Option("--latex", help="Print a booktabs LaTeX table (with a provenance comment for `check`).")] = False,
 ) -> None:
     """Corrections (VCD, ICD, M3ID, PAI, DoLa, bias) read from stored signals, against the greedy
     dynamic baseline, the sampled baseline and the readout confound of the same run."""
@@ -48,6 +49,15 @@ def corrections_cmd(
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
         return
+    title = f"{rundir}: corrections, macro over splits, unknown={unknown}, {report.n} questions"
+    if markdown or latex:
+        from halluprobe.tables import corrections_provenance, render_corrections
+
+        # a grid's rows are chosen on folds: only a table of named corrections can be recomputed
+        with errors():
+            provenance = None if specs else corrections_provenance(rundir, report, correction or [])
+        typer.echo(render_corrections(report, title, "latex" if latex else "markdown", provenance))
+        return
     header = ["method", "kind", "acc", "P", "R", "F1 [95% CI]", "yes", "ΔF1 vs greedy [95% CI]", "McNemar p", "F1 sampled", "Δ vs sampled"]
     lines = []
     for row in report.rows:
@@ -57,12 +67,6 @@ def corrections_cmd(
             _cell(row.yes_ratio), _cell(row.delta_f1, row.delta_f1_ci, signed=True),
             "-" if row.mcnemar_p is None else f"{row.mcnemar_p:.3g}", _cell(row.f1_sampled), _cell(row.delta_sampled, signed=True),
         ])  # fmt: skip
-    title = f"{rundir}: corrections, macro over splits, unknown={unknown}, {report.n} questions"
-    if markdown:
-        typer.echo(f"**{title}**\n\n| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
-        for cells in lines:
-            typer.echo("| " + " | ".join(cells) + " |")
-        return
     from rich.table import Table
 
     table = Table(title=title)
