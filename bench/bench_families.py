@@ -40,7 +40,7 @@ PHOTOS = ("astronaut.jpg", "coffee.jpg", "chelsea.jpg", "motorcycle.jpg", "camer
 
 
 def _requests(backend: Any, photos: Path, n_images: int) -> list[Any]:
-    from halluprobe.records import Request
+    from halluprobe.records import GenerateConfig, Request
 
     out = []
     for i, image in enumerate(PHOTOS[:n_images]):
@@ -53,7 +53,7 @@ def _requests(backend: Any, photos: Path, n_images: int) -> list[Any]:
 
 def _timed(backend: Any, requests: list[Any], max_new_tokens: int) -> float:
     started = time.perf_counter()
-    for batch in backend.answer(requests, max_new_tokens=max_new_tokens, top_k=5):
+    for batch in backend.answer(requests, GenerateConfig(max_new_tokens=max_new_tokens, top_k=5)):
         if any(r.error for r in batch):
             raise RuntimeError(next(r.error for r in batch if r.error))
     return time.perf_counter() - started

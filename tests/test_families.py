@@ -25,7 +25,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import _families  # noqa: E402
+import _families
+from _scored import with_readouts  # noqa: E402
 from halluprobe.backends.families import (  # noqa: E402
     FAMILIES,
     REMOTE_CODE,
@@ -36,7 +37,9 @@ from halluprobe.backends.families import (  # noqa: E402
 from halluprobe.backends.hf import HFBackend  # noqa: E402
 from halluprobe.backends.hf_inputs import load_processor  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
-from halluprobe.records import Question, Request, Response  # noqa: E402
+from halluprobe.readouts.apply import apply  # noqa: E402
+from halluprobe.readouts.logits import LOGIT_READOUTS  # noqa: E402
+from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, make_sample, run_questions  # noqa: E402
 from halluprobe.tiny import demo_photos  # noqa: E402
@@ -132,7 +135,7 @@ def _requests(backend: HFBackend, photos: Path) -> list[Request]:
 
 
 def _answer(backend: HFBackend, requests: list[Request], max_new_tokens: int = MAX_NEW) -> dict[Any, Response]:
-    out = {r.key: r for batch in backend.answer(requests, max_new_tokens=max_new_tokens, top_k=5) for r in batch}
+    out = {r.key: r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=max_new_tokens, top_k=5)) for r in batch}
     assert len(out) == len(requests) and not [r.error for r in out.values() if r.error]
     return out
 
@@ -142,8 +145,9 @@ def _decisions(backend: HFBackend, requests: list[Request], responses: dict[Any,
     out = {}
     for r in requests:
         q = Question(split=r.split, question_id=r.question_id, image="x.jpg", text="t", label="yes")
-        sample = make_sample(q, r.prompt, responses[r.key], sets, TEXT_RULES)
-        out[r.key] = {name: res.decision for name, res in sample.readouts.items()}
+        sample = make_sample(q, r.prompt, responses[r.key], sets)
+        results = {name: apply(name, sample, sets) for name in [*LOGIT_READOUTS, *(f"text:{rule}" for rule in TEXT_RULES)]}
+        out[r.key] = {name: res.decision for name, res in results.items() if res is not None}
     return out
 
 
@@ -328,7 +332,7 @@ def test_a_killed_run_resumes_to_every_question_once(
     header = make_header(config, fast, {"random": (photos / "random.json", "0" * 64)}, photos)
     reference = RunDir(tmp_path / "reference")
     run_questions(fast, questions, photos, reference, config, header)
-    expected = {s.key: s for s in reference.read_samples()}
+    expected = {s.key: s for s in with_readouts(reference.read_samples(), reference.read_header())}
 
     real_answer = fast.answer
 
@@ -347,7 +351,8 @@ def test_a_killed_run_resumes_to_every_question_once(
     monkeypatch.setattr(fast, "answer", real_answer)
     run_questions(fast, questions, photos, RunDir(tmp_path / "killed"), replace(config, resume=True), header)
 
-    samples = RunDir(tmp_path / "killed").read_samples()
+    killed_dir = RunDir(tmp_path / "killed")
+    samples = with_readouts(killed_dir.read_samples(), killed_dir.read_header())
     keys = [s.key for s in samples]
     assert len(keys) == len(set(keys)) == len(questions) and set(keys) == set(expected)
     for s in samples:
