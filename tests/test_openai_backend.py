@@ -297,6 +297,25 @@ def test_every_request_rejected_stops_the_run(tmp_path: Path) -> None:
     assert server.requests < 16  # stopped early, not one error per question
 
 
+def test_requests_rejected_before_the_stop_are_asked_again_on_resume(tmp_path: Path) -> None:
+    """A server that rejects some requests (a misconfiguration), then is fixed: the errored
+    samples are asked again by --resume, and the run is complete only when none is left."""
+    world = _world(tmp_path, n_images=4)
+    out = tmp_path / "run"
+    rejected = world["shas"]["img1.png"][:16]
+    with FakeChatServer(fault=lambda key, attempt, body: "400" if key.startswith(rejected) else None) as server:
+        first = _invoke(_args(world, out, [server.url], "--concurrency", "2"))
+    assert first.exit_code == 0, first.output
+    errored = [s for s in RunDir(out).read_samples() if s.error]
+    assert errored and all("HTTP 400" in (s.error or "") for s in errored) and not RunDir(out).complete_path.exists()
+    with FakeChatServer() as fixed:  # the server works now
+        second = _invoke(_args(world, out, [fixed.url], "--resume"))
+    assert second.exit_code == 0, second.output
+    assert f"{len(errored)} answered" in second.output and fixed.requests == len({(s.image, s.object) for s in errored})
+    samples = RunDir(out).read_samples()
+    assert not any(s.error for s in samples) and len(samples) == 4 * 12 and RunDir(out).complete_path.exists()
+
+
 # -- concurrency, endpoints --------------------------------------------------------------------
 
 
