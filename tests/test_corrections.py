@@ -113,6 +113,16 @@ def test_pai_equals_its_formula(signal_run: Path, tmp_path: Path) -> None:
     assert all(g.get("p_yes") == pytest.approx(p, abs=1e-12) for g, (_, p) in zip(got, expected))
 
 
+@pytest.mark.parametrize("ratio", [0.25, 0.5, 0.8])
+def test_a_threshold_meets_its_yes_ratio_and_keeps_p_yes(signal_run: Path, tmp_path: Path, ratio: float) -> None:
+    base = _per_question(signal_run, "dynamic", tmp_path)
+    got = _per_question(signal_run, f"threshold:yes_ratio={ratio}", tmp_path)
+    assert [g["p_yes"] for g in got] == [b["p_yes"] for b in base]
+    yes = [g for g in got if g["decision"] == "yes"]
+    assert len(yes) == round(ratio * len(got))  # the scripted p_yes have no ties
+    assert min(g["p_yes"] for g in yes) > max(g["p_yes"] for g in got if g["decision"] == "no")
+
+
 def test_dola_equals_its_formula(signal_run: Path, tmp_path: Path) -> None:
     def dola(s, base, top):  # type: ignore[no-untyped-def]
         early = max((v for k, v in s.signals.items() if k.startswith("layer:")), key=lambda v: v.jsd).candidates

@@ -20,7 +20,7 @@ set) unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from halluprobe.errors import InputError
@@ -31,6 +31,8 @@ __all__ = [
     "CORRECTIONS",
     "Correction",
     "apply_correction",
+    "apply_threshold",
+    "RUN_LEVEL",
     "inert_reason",
     "is_correction",
     "parse_correction",
@@ -143,6 +145,11 @@ def _bias(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], 
     return dict(base)  # the shift is applied to the yes set in apply_correction
 
 
+def _threshold(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+    """A run-level rule (:func:`apply_threshold`): not applied one sample at a time."""
+    raise AssertionError("threshold is applied to the whole run by apply_threshold")
+
+
 CORRECTIONS: dict[str, Correction] = {
     "vcd": Correction(("noised",), {"alpha": 1.0, "beta": 0.1}, _vcd, "Leng et al. 2024"),
     "icd": Correction(("instruction",), {"alpha": 1.0, "beta": 0.1}, _icd, "Wang et al. 2024"),
@@ -150,7 +157,10 @@ CORRECTIONS: dict[str, Correction] = {
     "pai": Correction(("attention", "no-image"), {"gamma": 1.1}, _pai, "Liu et al. 2024"),
     "dola": Correction(("layer:*",), {"relative_top": 0.1}, _dola, "Chuang et al. 2024"),
     "bias": Correction((), {"b": 0.5}, _bias, "a constant logit bias"),
+    "threshold": Correction((), {"yes_ratio": 0.5}, _threshold, "a decision threshold on p_yes"),
 }
+# rules that read the whole run, not one sample: applied by apply_threshold
+RUN_LEVEL = frozenset({"threshold"})
 
 
 def is_correction(readout: str) -> bool:
@@ -191,6 +201,8 @@ def inert_reason(spec: str) -> str | None:
 def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) -> ReadoutResult | None:
     """One correction applied to one stored sample; None when the sample lacks what it reads."""
     name, params = parse_correction(spec)
+    if name in RUN_LEVEL:
+        raise InputError(f"{spec} reads the whole run: score it with `halluprobe score` or `halluprobe corrections`")
     if sample.error is not None or token_sets is None or token_sets.keyed_by != "id" or not sample.candidates:
         return None
     ids = [*token_sets.yes_ids, *token_sets.no_ids]
@@ -214,3 +226,30 @@ def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) ->
     if not yes or not no:
         return None
     return decide(logsumexp(yes), logsumexp(no))
+
+
+def apply_threshold(spec: str, samples: Sequence[Sample], token_sets: TokenSets | None) -> list[ReadoutResult | None]:
+    """``threshold:yes_ratio=r``: the dynamic readout's ``p_yes`` with the threshold chosen on
+    the run so that a fraction ``r`` of the answered questions is answered yes (the largest
+    ``p_yes`` first; ties at the threshold all go the same way, so the ratio is met as closely
+    as ties allow). A prior correction, not a decoding method: it shows how much of a method's
+    gain a plain change of the yes-ratio gives. ``p_yes`` is kept; only the decision moves."""
+    from halluprobe.readouts.logits import read_dynamic
+
+    _, params = parse_correction(spec)
+    ratio = params["yes_ratio"]
+    if not 0.0 <= ratio <= 1.0:
+        raise InputError(f"{spec}: yes_ratio must lie in [0, 1]")
+    base: list[ReadoutResult | None] = [
+        read_dynamic(s.candidates, token_sets) if s.error is None and token_sets is not None and s.candidates else None
+        for s in samples
+    ]
+    scored = sorted((r.p_yes for r in base if r is not None and r.p_yes is not None), reverse=True)
+    if not scored:
+        return base
+    k = round(ratio * len(scored))
+    threshold = math.inf if k == 0 else scored[k - 1]
+    return [
+        None if r is None or r.p_yes is None else r.model_copy(update={"decision": "yes" if r.p_yes >= threshold else "no"})
+        for r in base
+    ]

@@ -16,6 +16,7 @@ from halluprobe.errors import InputError
 from halluprobe.imports.answers import read_answers
 from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
+from halluprobe.corrections import RUN_LEVEL, apply_threshold
 from halluprobe.files import write_atomic
 from halluprobe.readouts.apply import apply, check_readout, cross_check
 from halluprobe.readouts.text import ALL_TEXT_RULES, parse_text
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 def readout_results(readout: str, header: RunHeader, samples: Sequence[Sample]) -> list[ReadoutResult | None]:
     """``readout`` applied to every stored sample (score time), cross-checked against the
     decisions an earlier halluprobe stored beside the raw outputs."""
+    if readout.partition(":")[0] in RUN_LEVEL:  # a rule that reads the whole run (threshold)
+        return apply_threshold(readout, samples, header.token_sets)
     results = [apply(readout, s, header.token_sets) for s in samples]
     check = cross_check(readout, samples, results)
     if check.differ:
