@@ -210,3 +210,20 @@ def test_signals_are_part_of_the_fingerprint(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "refusing to resume" in refused.output
     unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "clip"))
     assert unsupported.exit_code == 2 and "not 'clip'" in unsupported.output
+
+
+def test_the_report_has_a_corrections_section_for_a_run_with_signals(signal_run: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["report", str(signal_run), "--out", str(tmp_path / "report.html"), "--resamples", "20"])
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "report.md").read_text()
+    section = md[md.index("Corrections\n"):]
+    for method in ("vcd:alpha=1,beta=0.1", "icd:alpha=1,beta=0.1", "dola:relative_top=0.1", "pai:gamma=1.1", "m3id:lambda=0.02,t=0"):
+        assert f"`{method}`" in section
+    assert "(inert)" in section and 'id="corrections"' in (tmp_path / "report.html").read_text()
+
+
+def test_a_report_of_a_run_without_signals_has_no_corrections_section(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    assert runner.invoke(app, _run_args(world, tmp_path / "run", "--limit", "2")).exit_code == 0
+    assert runner.invoke(app, ["report", str(tmp_path / "run"), "--out", str(tmp_path / "r.html"), "--resamples", "10"]).exit_code == 0
+    assert "Corrections" not in (tmp_path / "r.md").read_text()

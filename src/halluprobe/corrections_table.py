@@ -34,7 +34,7 @@ from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import RunHeader, Sample
 from halluprobe.scoring import read_scored_run, readout_rows
 
-__all__ = ["CorrectionRow", "CorrectionsReport", "corrections_table", "read_grid", "expected_f1"]
+__all__ = ["CorrectionRow", "CorrectionsReport", "corrections_table", "default_corrections", "read_grid", "expected_f1"]
 
 BASELINE = "dynamic"
 
@@ -133,6 +133,22 @@ def _confound(header: RunHeader, samples: Sequence[Sample], policy: UnknownPolic
         if f1 is not None and (worst is None or f1 < worst[0]):
             worst = (f1, name)
     return worst[1] if worst else None
+
+
+def default_corrections(recorded: set[str]) -> list[str]:
+    """The methods a run's recorded signals allow, at their published default settings."""
+    specs = []
+    if "noised" in recorded:
+        specs.append("vcd:alpha=1,beta=0.1")
+    if "instruction" in recorded:
+        specs.append("icd:alpha=1,beta=0.1")
+    if any(name.startswith("layer:") for name in recorded):
+        specs.append("dola:relative_top=0.1")
+    if {"attention", "no-image"} <= recorded:
+        specs.append("pai:gamma=1.1")
+    if "no-image" in recorded:
+        specs.append("m3id:lambda=0.02,t=0")  # inert at the first answer token: shown as such
+    return specs
 
 
 def read_grid(path: str | Path) -> list[str]:

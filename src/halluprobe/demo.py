@@ -101,14 +101,14 @@ def run_demo(
     result.reports.append(("demo model on held-out synthetic scenes, readout dynamic", headline))
     audit = audit_run(rundir.path, n_resamples=n_resamples)
     rundir.write_audit(audit)
-    html, md = render_report([rundir.path], out / "report.html", audits=[audit])
+    result.corrections = corrections_table(rundir.path, DEMO_CORRECTIONS, n_resamples=n_resamples)
+    html, md = render_report([rundir.path], out / "report.html", audits=[audit], corrections=[result.corrections])
     result.report_html = html
     for name, entry in audit.readouts.items():
         row: dict[str, float | None] = {s: m.f1 for s, m in entry.splits.items()}
         row["macro"] = entry.macro.f1
         result.f1[name] = row
 
-    result.corrections = corrections_table(rundir.path, DEMO_CORRECTIONS, n_resamples=n_resamples)
     sets = describe_token_sets(backend.token_sets())
     result.seconds = time.perf_counter() - started
     result.summary = "\n".join(

@@ -33,12 +33,15 @@ def render_report(
     headline: str = "dynamic",
     n_resamples: int = 1000,
     seed: int = 0,
+    corrections: Sequence[Any] | None = None,
 ) -> tuple[Path, Path]:
     """Write ``out_html`` and its Markdown twin (same name, ``.md``); return both paths.
 
     ``audits`` (one per run dir, in order) and ``comparison`` are computed with
     ``halluprobe.audit`` when not given; pass them to reuse an ``audit.json``
     (``RunDir.read_audit``; a plain JSON object is validated into an ``AuditReport``).
+    ``corrections`` (one ``CorrectionsReport`` or None per run dir) likewise; when not given, a
+    run that recorded correction signals gets its table at the methods' default settings.
     """
     paths = [Path(p) for p in rundirs]
     out_html = Path(out_html)
@@ -57,12 +60,32 @@ def render_report(
 
         comparison = compare_runs(paths, readout=headline, n_resamples=n_resamples, seed=seed)
     view = build_view(audits, paths or [None] * len(audits), comparison)
+    _add_corrections(view, paths, corrections, n_resamples=n_resamples, seed=seed)
     build_figures(view)
     out_md = out_html.with_suffix(".md")
     write_atomic(out_html, render_html(view))
     write_atomic(out_md, render_markdown(view, html_name=out_html.name))
     log.info("wrote %s and %s", out_html, out_md)
     return out_html, out_md
+
+
+def _add_corrections(view: ReportView, paths: Sequence[Path], given: Sequence[Any] | None, *, n_resamples: int, seed: int) -> None:
+    """The Corrections section: each run's corrections table (runs without signals have none)."""
+    import dataclasses
+
+    from halluprobe.corrections_table import corrections_table, default_corrections
+    from halluprobe.rundir import RunDir
+
+    tables: list[Any] = list(given) if given is not None else []
+    if given is None:
+        for path in paths:
+            recorded = {name for s in RunDir(path).read_samples() for name in s.signals} if path else set()
+            specs = default_corrections(recorded)
+            tables.append(corrections_table(path, specs, n_resamples=n_resamples, seed=seed) if specs else None)
+    for index, table in enumerate(tables[: len(view.runs)]):
+        view.runs[index] = dataclasses.replace(view.runs[index], corrections=table)
+    if any(run.corrections is not None for run in view.runs):
+        view.sections.append(("corrections", "Corrections"))
 
 
 def build_figures(view: ReportView) -> None:

@@ -349,4 +349,22 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html") -> str:
                 rows.append(cells)
         header = ["label file", "matched", "removed", "flipped", "to yes / to no", "added", "F1 before", "F1 after", "ΔF1", "Δacc", "Δyes"]
         lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
+    if any(run.corrections is not None for run in runs):
+        number += 1
+        lines += _section(number, "Corrections")
+        lines.append(
+            f"Corrections read from the stored signals against the greedy `{headline}` baseline, the readout confound, "
+            "and each row's F1 under temperature-1 sampling (expected counts); macro, shifts in percentage points."
+        )
+        lines.append("")
+        rows = []
+        for run in runs:
+            for c in run.corrections.rows if run.corrections is not None else []:
+                name = _code(c.name) + ("" if c.kind == "correction" else f" ({c.kind})") + (" (inert)" if c.inert else "")
+                ci = f"[{fmt_delta(c.delta_f1_ci[0])}, {fmt_delta(c.delta_f1_ci[1])}]" if c.delta_f1_ci else "–"
+                p = "–" if c.mcnemar_p is None else f"{c.mcnemar_p:.3g}"
+                rows.append(([_run_cell(run)] if multi else []) + [name, fmt_pct(c.f1), fmt_pct(c.yes_ratio), fmt_delta(c.delta_f1), ci, p,
+                                                                    fmt_pct(c.f1_sampled), fmt_delta(c.delta_sampled)])  # fmt: skip
+        header = ["method", "F1 (%)", "yes (%)", "ΔF1 (pp)", "95% CI (pp)", "McNemar p", "F1 sampled (%)", "Δ vs sampled (pp)"]
+        lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
     return "\n".join(lines).rstrip() + "\n"

@@ -256,6 +256,8 @@ class RunView:
     relabel: list[RelabelRow]
     agreement: dict[str, dict[str, float | None]]
     figures: dict[str, str] = field(default_factory=dict)  # section id -> SVG, filled by build_figures
+    # the corrections table of a run that recorded signals (corrections_table.CorrectionsReport)
+    corrections: Any = None
 
     def metrics_row(self, kind: Literal["pooled", "macro"]) -> Metrics:
         return next(r.m for r in self.headline_rows if r.kind == kind)
