@@ -227,3 +227,16 @@ def test_a_report_of_a_run_without_signals_has_no_corrections_section(tmp_path: 
     assert runner.invoke(app, _run_args(world, tmp_path / "run", "--limit", "2")).exit_code == 0
     assert runner.invoke(app, ["report", str(tmp_path / "run"), "--out", str(tmp_path / "r.html"), "--resamples", "10"]).exit_code == 0
     assert "Corrections" not in (tmp_path / "r.md").read_text()
+
+
+def test_seeded_draws_center_on_the_expected_counts(signal_run: Path) -> None:
+    args = ["corrections", str(signal_run), "--correction", "vcd", "--resamples", "0", "--draws", "400", "--json"]
+    first, second = runner.invoke(app, args), runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    rows = json.loads(first.stdout)["rows"]
+    assert rows == json.loads(second.stdout)["rows"]  # seeded: the same draws
+    for row in rows:
+        mean, lo, hi = row["f1_draws"]
+        assert lo <= mean <= hi
+        # the mean of sampled F1 lies near the F1 of the expected counts (not equal: F1 is not linear)
+        assert abs(mean - row["f1_sampled"]) < 0.05

@@ -34,7 +34,7 @@ from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import RunHeader, Sample
 from halluprobe.scoring import read_scored_run, readout_rows
 
-__all__ = ["CorrectionRow", "CorrectionsReport", "corrections_table", "default_corrections", "read_grid", "expected_f1"]
+__all__ = ["CorrectionRow", "CorrectionsReport", "corrections_table", "default_corrections", "drawn_f1", "read_grid", "expected_f1"]
 
 BASELINE = "dynamic"
 
@@ -56,6 +56,8 @@ class CorrectionRow:
     delta_sampled: float | None  # minus the sampled baseline's
     inert: str | None = None
     chosen_on: str | None = None  # grid rows: "folds" (held-out) or "test (optimistic)"
+    # with draws: macro F1 of seeded sampled answers (temperature 1): mean, 2.5th, 97.5th percentile
+    f1_draws: tuple[float, float, float] | None = None
 
 
 @dataclass
@@ -89,6 +91,30 @@ def expected_f1(rows: Sequence[ScoreRow]) -> float | None:
         values.append(2 * tp / denominator if denominator else None)
     defined = [v for v in values if v is not None]
     return sum(defined) / len(defined) if defined and len(defined) == len(values) else None
+
+
+def drawn_f1(rows: Sequence[ScoreRow], draws: int, seed: int, policy: UnknownPolicy) -> tuple[float, float, float] | None:
+    """Macro F1 of ``draws`` seeded samplings of every answer (yes with its ``p_yes``): the mean
+    and the 2.5th and 97.5th percentiles across draws. An answer without ``p_yes`` keeps its
+    decision (an errored one stays an error)."""
+    rng = np.random.default_rng(seed)
+    arrays = _Arrays(rows, policy)
+    p = np.array([np.nan if r.p_yes is None else r.p_yes for r in rows])
+    sampled = ~np.isnan(p)
+    idx = np.arange(len(rows))
+    values = []
+    for _ in range(draws):
+        decisions = arrays.decisions.copy()
+        decisions[sampled] = np.where(rng.random(int(sampled.sum())) < p[sampled], "yes", "no")
+        arrays_draw = _Arrays(rows, policy)
+        arrays_draw.decisions = decisions
+        f1 = arrays_draw.macro_f1(idx)
+        if f1 is not None:
+            values.append(f1)
+    if not values:
+        return None
+    lo, hi = np.percentile(values, [2.5, 97.5])
+    return float(np.mean(values)), float(lo), float(hi)
 
 
 class _Arrays:
@@ -192,6 +218,7 @@ def corrections_table(
     policy: UnknownPolicy = "wrong",
     n_resamples: int = 1000,
     seed: int = 0,
+    draws: int = 0,
 ) -> CorrectionsReport:
     """The table for one run dir; ``specs`` are shown as given, ``grid`` settings are chosen per
     method on image folds (held-out F1) and on the whole run (optimistic)."""
@@ -203,7 +230,9 @@ def corrections_table(
     base = _Arrays(base_rows, policy)
     images = [r.image for r in base_rows]
     base_sampled = expected_f1(base_rows)
-    report = CorrectionsReport(run=str(path), policy=policy, n=len(samples), bootstrap={"n_resamples": n_resamples, "seed": seed})
+    report = CorrectionsReport(
+        run=str(path), policy=policy, n=len(samples), bootstrap={"n_resamples": n_resamples, "seed": seed, "draws": draws}
+    )
 
     def row(name: str, kind: str, rows: list[ScoreRow], chosen_on: str | None = None) -> CorrectionRow:
         scored = score_rows(rows, readout=name, policy=policy, n_resamples=n_resamples, seed=seed).macro
@@ -221,6 +250,7 @@ def corrections_table(
             delta_sampled=None if sampled is None or base_sampled is None else sampled - base_sampled,
             inert=inert_reason(name) if kind == "correction" and chosen_on != "folds" else None,
             chosen_on=chosen_on,
+            f1_draws=drawn_f1(rows, draws, seed, policy) if draws else None,
         )  # fmt: skip
 
     base_f1 = score_rows(base_rows, readout=BASELINE, policy=policy, n_resamples=0).macro.f1

@@ -33,6 +33,9 @@ def corrections_cmd(
     unknown: UnknownOption = "wrong",
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
+    draws: Annotated[
+        int, typer.Option(min=0, help="Also sample every answer this many times (seeded, temperature 1): F1 mean and 95% range.")
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table (with a provenance comment for `check`).")] = False,
     latex: Annotated[bool, typer.Option("--latex", help="Print a booktabs LaTeX table (with a provenance comment for `check`).")] = False,
@@ -44,7 +47,7 @@ def corrections_cmd(
     with errors():
         specs = read_grid(grid) if grid is not None else []
         report = corrections_table(
-            rundir, correction or [], grid=specs, folds=folds, policy=unknown, n_resamples=resamples, seed=seed  # type: ignore[arg-type]
+            rundir, correction or [], grid=specs, folds=folds, policy=unknown, n_resamples=resamples, seed=seed, draws=draws,  # type: ignore[arg-type]
         )
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
@@ -59,6 +62,7 @@ def corrections_cmd(
         typer.echo(render_corrections(report, title, "latex" if latex else "markdown", provenance))
         return
     header = ["method", "kind", "acc", "P", "R", "F1 [95% CI]", "yes", "ΔF1 vs greedy [95% CI]", "McNemar p", "F1 sampled", "Δ vs sampled"]
+    header += [f"F1 of {draws} draws [95%]"] if draws else []
     lines = []
     for row in report.rows:
         kind = row.kind + (f", chosen on {row.chosen_on}" if row.chosen_on else "") + (f", inert: {row.inert}" if row.inert else "")
@@ -66,6 +70,7 @@ def corrections_cmd(
             row.name, kind, _cell(row.accuracy), _cell(row.precision), _cell(row.recall), _cell(row.f1, row.f1_ci),
             _cell(row.yes_ratio), _cell(row.delta_f1, row.delta_f1_ci, signed=True),
             "-" if row.mcnemar_p is None else f"{row.mcnemar_p:.3g}", _cell(row.f1_sampled), _cell(row.delta_sampled, signed=True),
+            *([_cell(row.f1_draws[0], row.f1_draws[1:]) if row.f1_draws else "-"] if draws else []),
         ])  # fmt: skip
     from rich.table import Table
 
