@@ -48,7 +48,7 @@ class Correction:
 
     signals: tuple[str, ...]
     defaults: Mapping[str, float]
-    rule: Callable[[Scores, float, Mapping[str, SignalLogprobs], Mapping[str, float], list[int]], Scores | None]
+    rule: Callable[[Scores, float, Mapping[str, SignalLogprobs], Mapping[str, float], TokenSets], Scores | None]
     reference: str
 
 
@@ -66,8 +66,9 @@ def _cutoff(base: Scores, base_max: float, beta: float) -> Callable[[int], bool]
     return lambda i: base[i] >= threshold
 
 
-def _contrast(base: Scores, base_max: float, other: SignalLogprobs, alpha: float, beta: float, ids: list[int]) -> Scores | None:
+def _contrast(base: Scores, base_max: float, other: SignalLogprobs, alpha: float, beta: float) -> Scores | None:
     """``(1 + alpha) * base - alpha * other`` on the ids the plausibility cut-off keeps."""
+    ids = list(base)
     theirs = _scores(other.candidates, ids)
     if theirs is None:
         return None
@@ -75,17 +76,17 @@ def _contrast(base: Scores, base_max: float, other: SignalLogprobs, alpha: float
     return {i: (1 + alpha) * base[i] - alpha * theirs[i] if keep(i) else -math.inf for i in ids}
 
 
-def _vcd(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+def _vcd(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """VCD (Leng et al., CVPR 2024; github.com/DAMO-NLP-SG/VCD, ``vcd_sample.py``):
     ``(1 + alpha) * l(v) - alpha * l(v')`` with ``v'`` the diffusion-noised image, on the tokens
     with ``p(v) >= beta * max p(v)``."""
-    return _contrast(base, base_max, signals["noised"], p["alpha"], p["beta"], ids)
+    return _contrast(base, base_max, signals["noised"], p["alpha"], p["beta"])
 
 
-def _icd(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+def _icd(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """ICD (Wang et al., ACL Findings 2024): VCD's contrast with the same image under a disturbing
     system instruction instead of a noised image; the same plausibility cut-off."""
-    return _contrast(base, base_max, signals["instruction"], p["alpha"], p["beta"], ids)
+    return _contrast(base, base_max, signals["instruction"], p["alpha"], p["beta"])
 
 
 def _m3id_weight(p: Mapping[str, float]) -> float:
@@ -94,23 +95,25 @@ def _m3id_weight(p: Mapping[str, float]) -> float:
     return (1 - decay) / decay
 
 
-def _m3id(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+def _m3id(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """M3ID (Favero et al., CVPR 2024): ``l(v) + w_t * (l(v) - l(no image))`` with
     ``w_t = (1 - exp(-lambda t)) / exp(-lambda t)``. At the first answer token (t = 0) the weight
     is 0: the method cannot change a yes/no answer read there (:func:`inert_reason` says so)."""
     w = _m3id_weight(p)
     if w == 0.0:  # inert: the base pass, whatever the signal says (none is needed)
         return dict(base)
+    ids = list(base)
     theirs = _scores(signals["no-image"].candidates, ids)
     if theirs is None:
         return None
     return {i: base[i] + w * (base[i] - theirs[i]) for i in ids}
 
 
-def _pai(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+def _pai(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """PAI (Liu et al., ECCV 2024; github.com/LALBJ/PAI): image-centric logit refinement
     ``gamma * l(amplified image attention) - (gamma - 1) * l(no image)``. With the attention
     signal recorded at alpha = 0 and gamma = 1 this is the base pass."""
+    ids = list(base)
     amplified = _scores(signals["attention"].candidates, ids)
     text_only = _scores(signals["no-image"].candidates, ids)
     if amplified is None or text_only is None:
@@ -119,7 +122,7 @@ def _pai(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p
     return {i: g * amplified[i] - (g - 1) * text_only[i] for i in ids}
 
 
-def _dola(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+def _dola(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """DoLa (Chuang et al., ICLR 2024; github.com/voidism/DoLa): the premature layer is the
     candidate whose next-token distribution is furthest (Jensen-Shannon) from the final one;
     score = ``log p_final - log p_premature`` on the tokens with
@@ -128,10 +131,11 @@ def _dola(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], 
     if not layers:
         return None
     premature = max(layers.values(), key=lambda s: s.jsd or 0.0)
-    return _contrast_dola(base, base_max, premature, p["relative_top"], ids)
+    return _contrast_dola(base, base_max, premature, p["relative_top"])
 
 
-def _contrast_dola(base: Scores, base_max: float, premature: SignalLogprobs, relative_top: float, ids: list[int]) -> Scores | None:
+def _contrast_dola(base: Scores, base_max: float, premature: SignalLogprobs, relative_top: float) -> Scores | None:
+    ids = list(base)
     early = _scores(premature.candidates, ids)
     if early is None:
         return None
@@ -139,13 +143,14 @@ def _contrast_dola(base: Scores, base_max: float, premature: SignalLogprobs, rel
     return {i: base[i] - early[i] if keep(i) else -math.inf for i in ids}
 
 
-def _bias(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+def _bias(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """A logit bias against "yes": every yes id's log-probability lowered by ``b`` (the no ids
     keep theirs), i.e. the yes-vs-no log-odds shifted by ``-b``. Needs no signal."""
-    return dict(base)  # the shift is applied to the yes set in apply_correction
+    yes = set(sets.yes_ids)
+    return {i: lp - p["b"] if i in yes else lp for i, lp in base.items()}
 
 
-def _threshold(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], ids: list[int]) -> Scores | None:
+def _threshold(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """A run-level rule (:func:`apply_threshold`): not applied one sample at a time."""
     raise AssertionError("threshold is applied to the whole run by apply_threshold")
 
@@ -217,11 +222,10 @@ def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) ->
                 return None
         elif signal not in sample.signals:
             return None
-    scores = correction.rule(base, base_max, sample.signals, params, ids)
+    scores = correction.rule(base, base_max, sample.signals, params, token_sets)
     if scores is None:
         return None
-    shift = params["b"] if name == "bias" else 0.0
-    yes = [scores[i] - shift for i in token_sets.yes_ids]
+    yes = [scores[i] for i in token_sets.yes_ids]
     no = [scores[i] for i in token_sets.no_ids]
     if not yes or not no:
         return None
