@@ -183,7 +183,20 @@ class HFBackend:
                 results.update(_with_signals(responses, rows, signals))
         return [results[r.key] for r in batch]
 
-    def _signals(self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any]) -> list[dict[str, Any]] | None:
+    def _noised_prefix(self, shared: SharedPrefix, image_path: str, started: float) -> _Prefix | None:
+        """The image's prefix with its pixels noised (the noised signal), when asked."""
+        if self._plan is None or self._plan.noise_step is None:
+            return None
+        import dataclasses
+
+        from halluprobe.backends.hf_signals import noised_inputs
+
+        noised = noised_inputs(shared.prefix, [image_path], self._plan.noise_step)
+        return self._run_prefix(dataclasses.replace(shared, prefix=noised), started)
+
+    def _signals(
+        self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any], *, noise: bool = True
+    ) -> list[dict[str, Any]] | None:
         """The correction signals of a batch of full prompts (one image each), from extra
         forward passes: noised pixels, early layers' logits, amplified image attention, the
         question under a disturbing instruction."""
@@ -198,7 +211,7 @@ class HFBackend:
         plain = {k: v for k, v in inputs.items() if k != "past_key_values"}
         out: list[dict[str, Any]] = [{} for _ in image_paths]
         with torch.inference_mode():
-            if plan.noise_step is not None:
+            if plan.noise_step is not None and noise:
                 logits = self._model(**noised_inputs(plain, image_paths, plan.noise_step), **self._keep_last).logits[:, -1, :]
                 for row, signal in enumerate(out):
                     signal["noised"] = step_signal(logits[row], self._candidates)
@@ -246,6 +259,8 @@ class HFBackend:
                 if shared.prefix_len + max(len(s) for s in shared.suffixes) + max_new_tokens > self._window:
                     shared = None
             prefix = self._run_prefix(shared, started) if shared is not None else None
+            # VCD's noised image: a second prefix for the image, its suffixes batched from it
+            noised_prefix = self._noised_prefix(shared, group[0].image_path, started) if shared is not None else None
         except Exception as err:
             if _is_oom(err):
                 raise
@@ -275,10 +290,18 @@ class HFBackend:
                 first_logits, texts = self._forward(inputs, max_new_tokens)
                 signals = None
                 if self._wants_signals:
-                    # signals from full prompts: the same numbers as the plain engine's
-                    full = self._inputs.encode(chunk, [image] * len(chunk))
-                    full = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in full.items()}
-                    signals = self._signals(full, [by_prompt[p][0] for p in chunk], [image] * len(chunk))
+                    signals = [{} for _ in chunk]
+                    if self._plan.without_noise().any:
+                        # the other signals from full prompts: the same numbers as the plain engine's
+                        full = self._inputs.encode(chunk, [image] * len(chunk))
+                        full = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in full.items()}
+                        signals = self._signals(full, [by_prompt[p][0] for p in chunk], [image] * len(chunk), noise=False) or signals
+                    if noised_prefix is not None:
+                        from halluprobe.backends.hf_signals import step_signal
+
+                        noised_logits, _ = self._forward(self._suffix_inputs(noised_prefix, suffixes, 0), 0)
+                        for row, signal in enumerate(signals):
+                            signal["noised"] = step_signal(noised_logits[row], self._candidates)
             except Exception as err:
                 if _is_oom(err) and self._batch_size > 1:
                     inputs = None  # drop the expanded cache before retrying smaller

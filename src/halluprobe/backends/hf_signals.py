@@ -32,7 +32,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from halluprobe.errors import InputError
@@ -86,6 +86,11 @@ class SignalPlan:
     @property
     def any(self) -> bool:
         return self.noise_step is not None or bool(self.layers) or self.pai is not None or self.instruction or self.no_image
+
+    def without_noise(self) -> SignalPlan:
+        """The same plan without the noised pass (the prefix-cache engine runs that one from a
+        noised prefix per image)."""
+        return replace(self, noise_step=None)
 
 
 def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
