@@ -32,7 +32,7 @@ encoded with the image preprocessed once and split at their longest common token
 (:class:`SharedPrefix`); the prefix plus a prompt's suffix are exactly :meth:`VLMInputs.encode`'s
 ids for that prompt.
 
-Prompts follow DESIGN.md: :meth:`VLMInputs.render_prompt` returns the exact text that, passed
+Prompts (docs/design/runs-and-readouts.md): :meth:`VLMInputs.render_prompt` returns the exact text that, passed
 with the image to :meth:`VLMInputs.encode`, gives the model inputs (before image-token
 expansion). torch and transformers are imported inside functions only.
 """
