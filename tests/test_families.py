@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import _families
-from _scored import with_readouts  # noqa: E402
+from _resume import assert_same_as_reference, kill_then_resume, reference_samples  # noqa: E402
 from halluprobe.backends.families import (  # noqa: E402
     FAMILIES,
     REMOTE_CODE,
@@ -41,7 +40,7 @@ from halluprobe.readouts.apply import apply  # noqa: E402
 from halluprobe.readouts.logits import LOGIT_READOUTS  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
-from halluprobe.runner import RunConfig, make_header, make_sample, run_questions  # noqa: E402
+from halluprobe.runner import RunConfig, make_header, make_sample  # noqa: E402
 from halluprobe.tiny import demo_photos  # noqa: E402
 
 PHOTOS = ["coffee.jpg", "chelsea.jpg"]  # 400x300 and 451x300: tiles, crops and grids differ
@@ -318,10 +317,6 @@ def test_batch_sizes_1_and_3_agree(builds: _Builds, photos: Path, family: str, m
     assert _decisions(fast, requests, runs[1]) == _decisions(fast, requests, runs[3])
 
 
-class _Killed(Exception):
-    pass
-
-
 @pytest.mark.parametrize("family", _families.FAMILY_NAMES)
 def test_a_killed_run_resumes_to_every_question_once(
     builds: _Builds, photos: Path, family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -330,38 +325,10 @@ def test_a_killed_run_resumes_to_every_question_once(
     questions = _questions()
     config = RunConfig(model=family, template=None, max_new_tokens=MAX_NEW)
     header = make_header(config, fast, {"random": (photos / "random.json", "0" * 64)}, photos)
-    reference = RunDir(tmp_path / "reference")
-    run_questions(fast, questions, photos, reference, config, header)
-    expected = {s.key: s for s in with_readouts(reference.read_samples(), reference.read_header())}
-
-    real_answer = fast.answer
-
-    def dying(*args: Any, **kwargs: Any) -> Any:
-        for i, batch in enumerate(real_answer(*args, **kwargs)):
-            if i == 1:
-                raise _Killed
-            yield batch
-
-    monkeypatch.setattr(fast, "_batch_size", 2)
-    monkeypatch.setattr(fast, "answer", dying)
+    expected = reference_samples(fast, questions, photos, RunDir(tmp_path / "reference"), config, header)
     killed = RunDir(tmp_path / "killed")
-    with pytest.raises(_Killed):
-        run_questions(fast, questions, photos, killed, config, header)
-    assert 0 < len(killed.read_samples()) < len(questions)
-    monkeypatch.setattr(fast, "answer", real_answer)
-    run_questions(fast, questions, photos, RunDir(tmp_path / "killed"), replace(config, resume=True), header)
-
-    killed_dir = RunDir(tmp_path / "killed")
-    samples = with_readouts(killed_dir.read_samples(), killed_dir.read_header())
-    keys = [s.key for s in samples]
-    assert len(keys) == len(set(keys)) == len(questions) and set(keys) == set(expected)
-    for s in samples:
-        assert {n: r.decision for n, r in s.readouts.items()} == {
-            n: r.decision for n, r in expected[s.key].readouts.items()
-        }
-        assert s.text == expected[s.key].text
-        for token_id, value in s.candidates.items():
-            assert value == pytest.approx(expected[s.key].candidates[token_id], abs=1e-4)
+    kill_then_resume(fast, questions, photos, killed, config, header, monkeypatch, die_after=1)
+    assert_same_as_reference(killed, expected, len(questions))
 
 
 # -- engine guards -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scored import with_readouts  # noqa: E402
+from _resume import assert_same_as_reference, kill_then_resume, reference_samples  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -275,10 +275,6 @@ def test_unreadable_image_is_an_error_for_its_questions_only(
     assert "cannot read image" in out[("random", 100)].error
 
 
-class _Killed(Exception):
-    pass
-
-
 def test_killed_and_limited_runs_resume_with_every_question_once(
     backends: dict[str, dict[bool, HFBackend]], photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -287,28 +283,10 @@ def test_killed_and_limited_runs_resume_with_every_question_once(
     questions = _questions(photos)
     config = RunConfig(model="tiny-llava", template="llava", max_new_tokens=MAX_NEW)
     header = make_header(config, fast, {s: (photos / f"{s}.json", "0" * 64) for s in QUESTIONS}, photos)
-    reference = RunDir(tmp_path / "reference")
-    run_questions(fast, questions, photos, reference, config, header)
-    expected = {s.key: s for s in with_readouts(reference.read_samples(), reference.read_header())}
-
+    expected = reference_samples(fast, questions, photos, RunDir(tmp_path / "reference"), config, header)
     # killed after two batches: the generator dies mid-image, one image's cache half used
-    real_answer = fast.answer
-
-    def dying(*args: Any, **kwargs: Any) -> Any:
-        for i, batch in enumerate(real_answer(*args, **kwargs)):
-            if i == 2:
-                raise _Killed
-            yield batch
-
-    monkeypatch.setattr(fast, "_batch_size", 2)
-    monkeypatch.setattr(fast, "answer", dying)
-    killed = RunDir(tmp_path / "killed")
-    with pytest.raises(_Killed):
-        run_questions(fast, questions, photos, killed, config, header)
-    assert 0 < len(killed.read_samples()) < len(questions)
-    monkeypatch.setattr(fast, "answer", real_answer)
     resumed = RunDir(tmp_path / "killed")
-    run_questions(fast, questions, photos, resumed, replace(config, resume=True), header)
+    kill_then_resume(fast, questions, photos, resumed, config, header, monkeypatch, die_after=2)
 
     # limited to the first questions of each split (every image partly done), then grown
     limited = RunDir(tmp_path / "limited")
@@ -317,15 +295,4 @@ def test_killed_and_limited_runs_resume_with_every_question_once(
     run_questions(fast, questions, photos, limited, replace(config, resume=True), header)
 
     for run in (resumed, limited):
-        samples = with_readouts(run.read_samples(), run.read_header())
-        keys = [s.key for s in samples]
-        assert len(keys) == len(set(keys)) == len(questions)
-        assert set(keys) == set(expected)
-        assert run.complete_path.exists()
-        for s in samples:
-            assert {n: r.decision for n, r in s.readouts.items()} == {
-                n: r.decision for n, r in expected[s.key].readouts.items()
-            }
-            assert s.text == expected[s.key].text
-            for token_id, value in s.candidates.items():
-                assert value == pytest.approx(expected[s.key].candidates[token_id], abs=1e-4)
+        assert_same_as_reference(run, expected, len(questions))
