@@ -161,18 +161,20 @@ def _confound(header: RunHeader, samples: Sequence[Sample], policy: UnknownPolic
     return worst[1] if worst else None
 
 
-def default_corrections(recorded: set[str]) -> list[str]:
-    """The methods a run's recorded signals allow, at their published default settings."""
+def default_corrections(signals: Sequence[str]) -> list[str]:
+    """The methods a run's signals (``GenerateConfig.signals`` as asked: ``noised``,
+    ``layers:0,2``, ``attention:0.5,2,16``, ...) allow, at their published default settings."""
+    names = {signal.partition(":")[0] for signal in signals}
     specs = []
-    if "noised" in recorded:
+    if "noised" in names:
         specs.append("vcd:alpha=1,beta=0.1")
-    if "instruction" in recorded:
+    if "instruction" in names:
         specs.append("icd:alpha=1,beta=0.1")
-    if any(name.startswith("layer:") for name in recorded):
+    if "layers" in names:
         specs.append("dola:relative_top=0.1")
-    if {"attention", "no-image"} <= recorded:
+    if {"attention", "no-image"} <= names:
         specs.append("pai:gamma=1.1")
-    if "no-image" in recorded:
+    if "no-image" in names:
         specs.append("m3id:lambda=0.02,t=0")  # inert at the first answer token: shown as such
     return specs
 

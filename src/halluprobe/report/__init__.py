@@ -79,8 +79,8 @@ def _add_corrections(view: ReportView, paths: Sequence[Path], given: Sequence[An
     tables: list[Any] = list(given) if given is not None else []
     if given is None:
         for path in paths:
-            recorded = {name for s in RunDir(path).read_samples() for name in s.signals} if path else set()
-            specs = default_corrections(recorded)
+            generate = RunDir(path).read_header().generate if path else None  # what the run was asked to record
+            specs = default_corrections(generate.signals if generate is not None else ())
             tables.append(corrections_table(path, specs, n_resamples=n_resamples, seed=seed) if specs else None)
     for index, table in enumerate(tables[: len(view.runs)]):
         view.runs[index] = dataclasses.replace(view.runs[index], corrections=table)
