@@ -48,7 +48,8 @@ class Correction:
 
     signals: tuple[str, ...]
     defaults: Mapping[str, float]
-    rule: Callable[[Scores, float, Mapping[str, SignalLogprobs], Mapping[str, float], TokenSets], Scores | None]
+    # None: a rule that reads the whole run (RUN_LEVEL), applied by apply_threshold
+    rule: Callable[[Scores, float, Mapping[str, SignalLogprobs], Mapping[str, float], TokenSets], Scores | None] | None
     reference: str
 
 
@@ -150,11 +151,6 @@ def _bias(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], 
     return {i: lp - p["b"] if i in yes else lp for i, lp in base.items()}
 
 
-def _threshold(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
-    """A run-level rule (:func:`apply_threshold`): not applied one sample at a time."""
-    raise AssertionError("threshold is applied to the whole run by apply_threshold")
-
-
 CORRECTIONS: dict[str, Correction] = {
     "vcd": Correction(("noised",), {"alpha": 1.0, "beta": 0.1}, _vcd, "Leng et al. 2024"),
     "icd": Correction(("instruction",), {"alpha": 1.0, "beta": 0.1}, _icd, "Wang et al. 2024"),
@@ -162,7 +158,7 @@ CORRECTIONS: dict[str, Correction] = {
     "pai": Correction(("attention", "no-image"), {"gamma": 1.1}, _pai, "Liu et al. 2024"),
     "dola": Correction(("layer:*",), {"relative_top": 0.1}, _dola, "Chuang et al. 2024"),
     "bias": Correction((), {"b": 0.5}, _bias, "a constant logit bias"),
-    "threshold": Correction((), {"yes_ratio": 0.5}, _threshold, "a decision threshold on p_yes"),
+    "threshold": Correction((), {"yes_ratio": 0.5}, None, "a decision threshold on p_yes (run-level: apply_threshold)"),
 }
 # rules that read the whole run, not one sample: applied by apply_threshold
 RUN_LEVEL = frozenset({"threshold"})
@@ -222,6 +218,7 @@ def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) ->
                 return None
         elif signal not in sample.signals:
             return None
+    assert correction.rule is not None  # run-level rules were refused above
     scores = correction.rule(base, base_max, sample.signals, params, token_sets)
     if scores is None:
         return None

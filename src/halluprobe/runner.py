@@ -276,13 +276,12 @@ def run_questions(
         log.info("resuming: %d of %d questions already answered", summary.skipped, len(questions))
 
     by_key: dict[QuestionKey, Question] = {q.key: q for q in todo}
-    prompts: dict[str, str] = {}  # question text -> rendered prompt (18 questions share few texts)
+    prompts: dict[tuple[str, bool], str] = {}  # (question text, with image) -> rendered prompt: few distinct texts
 
     def render(text: str, image: bool = True) -> str:
-        key = text if image else "\0no-image\0" + text
-        if key not in prompts:
-            prompts[key] = backend.render_prompt(text, config.template, image=image)
-        return prompts[key]
+        if (text, image) not in prompts:
+            prompts[(text, image)] = backend.render_prompt(text, config.template, image=image)
+        return prompts[(text, image)]
 
     requests: list[Request] = []
     for q in todo:
