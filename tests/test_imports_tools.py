@@ -266,3 +266,15 @@ def test_compat_vlmevalkit_counts_unknown_as_no_in_f1(tmp_path: Path) -> None:
         p, rc = (tp / (tp + fp) if tp + fp else 0), (tp / (tp + fn) if tp + fn else 0)
         assert printed[split]["acc"] == pytest.approx(100 * sum(r["answer"] == r["extracted"] for r in sub) / len(sub))
         assert printed[split]["Overall"] == pytest.approx(100 * (2 * p * rc / (p + rc) if p + rc else 0))
+
+
+def test_export_refuses_a_run_with_errored_samples(tmp_path: Path) -> None:
+    """The formats pair answers by position: one gap would move every later answer onto another label."""
+    from test_pipeline import _make_world, _run_args
+
+    world = _make_world(tmp_path)
+    (world["images"] / "img1.png").unlink()
+    assert CliRunner().invoke(app, _run_args(world, tmp_path / "run")).exit_code == 0
+    result = CliRunner().invoke(app, ["export", str(tmp_path / "run"), "--format", "pope", "--out", str(tmp_path / "exp")])
+    assert result.exit_code == 2 and "12 sample(s) have no answer text" in result.output, result.output
+    assert not (tmp_path / "exp").exists()

@@ -77,5 +77,3 @@ def export_cmd(
         result = export_run(rundir, fmt, out)
     for path in result.files:
         typer.echo(str(path))
-    if result.left_out:
-        typer.echo(f"{result.left_out} samples left out (errored, or no answer text)")

@@ -38,7 +38,6 @@ _LLAVA_SUFFIX = "\nAnswer the question using a single word or phrase."
 class Export:
     files: list[Path] = field(default_factory=list)
     written: int = 0
-    left_out: int = 0  # errored samples, or samples without text
 
 
 def _question_texts(header: RunHeader) -> dict[tuple[str, int], str]:
@@ -70,8 +69,16 @@ def export_run(rundir: str | Path, fmt: str, out: str | Path) -> Export:
     kept = [s for s in samples if s.error is None and s.text is not None]
     if not kept:
         raise InputError("the run stored no answer text to export (run it with a text rule)", run.samples_path)
+    if len(kept) < len(samples):
+        # the three formats pair answers with questions by position: a gap would shift every later answer
+        first = next(s for s in samples if s.error is not None or s.text is None)
+        raise InputError(
+            f"{len(samples) - len(kept)} sample(s) have no answer text (errors, e.g. {first.split}/{first.question_id}): "
+            "their formats pair answers by position, so the run must be complete (`halluprobe run --resume`)",
+            run.samples_path,
+        )
     texts = _question_texts(header)
-    result = Export(left_out=len(samples) - len(kept))
+    result = Export()
     target = Path(out)
     if target.exists() and not target.is_dir():
         raise InputError("--out must be a folder", target)
