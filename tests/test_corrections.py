@@ -210,6 +210,7 @@ def test_signals_are_part_of_the_fingerprint(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "refusing to resume" in refused.output
     unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "clip"))
     assert unsupported.exit_code == 2 and "not 'clip'" in unsupported.output
+    assert not (tmp_path / "other").exists()  # refused before the run dir is written
 
 
 def test_the_report_has_a_corrections_section_for_a_run_with_signals(signal_run: Path, tmp_path: Path) -> None:
@@ -240,3 +241,30 @@ def test_seeded_draws_center_on_the_expected_counts(signal_run: Path) -> None:
         assert lo <= mean <= hi
         # the mean of sampled F1 lies near the F1 of the expected counts (not equal: F1 is not linear)
         assert abs(mean - row["f1_sampled"]) < 0.05
+
+
+def test_the_confound_row_of_a_text_rule_keeps_its_decisions_under_sampling(signal_run: Path) -> None:
+    result = runner.invoke(app, ["corrections", str(signal_run), "--correction", "bias:b=0", "--resamples", "0", "--json"])
+    rows = {r["kind"]: r for r in json.loads(result.stdout)["rows"]}
+    confound = rows["confound"]
+    assert confound["name"].startswith("text:") and confound["f1_sampled"] == confound["f1"]
+
+
+@pytest.mark.parametrize("policy", ["wrong", "no", "drop"])
+def test_mcnemar_follows_the_unknown_policy(signal_run: Path, tmp_path: Path, policy: str) -> None:
+    from halluprobe.metrics.stats import mcnemar_exact
+
+    result = runner.invoke(app, ["corrections", str(signal_run), "--correction", "bias:b=3", "--unknown", policy, "--resamples", "0", "--json"])
+    rows = {r["name"]: r for r in json.loads(result.stdout)["rows"]}
+    base, biased = _per_question(signal_run, "dynamic", tmp_path), _per_question(signal_run, "bias:b=3", tmp_path)
+    confound_name = next(n for n, r in rows.items() if r["kind"] == "confound")
+    text = _per_question(signal_run, confound_name, tmp_path)  # text:exact: every answer unknown here
+
+    def right(lines: list[dict]) -> list[bool]:
+        read = {"wrong": None, "no": "no", "yes": "yes", "drop": None}[policy]
+        return [(read if x["decision"] == "unknown" and read else x["decision"]) == x["label"] for x in lines]
+
+    assert rows["bias:b=3"]["mcnemar_p"] == mcnemar_exact(right(biased), right(base)).p_value
+    keep = [x["decision"] != "unknown" for x in text] if policy == "drop" else [True] * len(text)
+    expected = mcnemar_exact([r for r, k in zip(right(text), keep) if k], [r for r, k in zip(right(base), keep) if k]).p_value
+    assert rows[confound_name]["mcnemar_p"] == expected

@@ -306,3 +306,38 @@ def test_the_multi_model_table_marks_invalid_legacy_readouts(tmp_path: Path) -> 
     assert rows[-1][5:] == ["-", "-", "-", "- |"]  # no text stored: no text rule
     latex = runner.invoke(app, ["audit", str(one), "--table", "--latex"]).stdout
     assert latex.startswith("\\begin{tabular}") and "$^\\dagger$" in latex
+
+
+def test_an_open_ended_run_dir_of_an_earlier_halluprobe_resumes(tmp_path: Path) -> None:
+    """halluprobe 0.1 fingerprinted an open-ended run with the default rule list its header did not store."""
+    from halluprobe.runner import _TEXT_FINGERPRINT
+
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--open-ended", "--limit", "2", "--max-new-tokens", "4")).exit_code == 0
+    rundir = RunDir(out)
+    header = rundir.read_header().model_copy(update={"generate": None})
+    legacy = run_fingerprint(header.model_copy(update={"text_rules": list(_TEXT_FINGERPRINT)}), legacy=True)
+    rundir.header_path.write_text(header.model_copy(update={"fingerprint": legacy}).model_dump_json(indent=2) + "\n")
+    resumed = runner.invoke(app, _run_args(world, out, "--open-ended", "--max-new-tokens", "4", "--resume"))
+    assert resumed.exit_code == 0 and "68 answered" in resumed.output, resumed.output
+
+
+def test_a_metrics_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out, "--limit", "1")).exit_code == 0
+    (out / "metrics.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(Exception) as caught:
+        RunDir(out).read_metrics()
+    assert type(caught.value).__name__ == "InputError" and "not UTF-8" in str(caught.value)
+
+
+def test_a_server_backend_refuses_correction_signals_before_the_run(tmp_path: Path) -> None:
+    pytest.importorskip("httpx")
+    world = _make_world(tmp_path)
+    args = _run_args(world, tmp_path / "run", "--endpoint", "http://127.0.0.1:9/v1", "--signals", "noised")
+    args[args.index("scripted")] = "openai"
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "records no correction signals" in result.output
+    assert not (tmp_path / "run").exists()

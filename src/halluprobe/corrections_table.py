@@ -29,7 +29,6 @@ from halluprobe.metrics.binary import UnknownPolicy, count, metrics_from_counts
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.metrics.stats import mcnemar_exact, paired_bootstrap_diff
 from halluprobe.readouts.apply import check_readout
-from halluprobe.readouts.logits import LEGACY_READOUTS
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import RunHeader, Sample
 from halluprobe.scoring import read_scored_run, readout_rows
@@ -75,17 +74,23 @@ class CorrectionsReport:
         }  # fmt: skip
 
 
+def _p_yes(row: ScoreRow) -> float:
+    """The probability a sampled answer is yes: ``p_yes``, or the decision when there is none."""
+    return row.p_yes if row.p_yes is not None else float(row.decision == "yes")
+
+
 def expected_f1(rows: Sequence[ScoreRow]) -> float | None:
     """Macro F1 of the expected confusion counts when each answer is sampled: a question whose
-    readout gives ``p_yes`` is answered yes with that probability (an errored or unreadable one
-    is never right). F1 per split from the summed probabilities, then the mean over splits."""
+    readout gives ``p_yes`` is answered yes with that probability, one without (a text rule)
+    keeps its decision, and an errored one is never right. F1 per split from the summed
+    probabilities, then the mean over splits."""
     by_split: dict[str, list[ScoreRow]] = {}
     for r in rows:
         by_split.setdefault(r.split, []).append(r)
     values = []
     for split_rows in by_split.values():
-        tp = sum(r.p_yes or 0.0 for r in split_rows if r.label == "yes" and not r.error)
-        fp = sum(r.p_yes or 0.0 for r in split_rows if r.label == "no" and not r.error)
+        tp = sum(_p_yes(r) for r in split_rows if r.label == "yes" and not r.error)
+        fp = sum(_p_yes(r) for r in split_rows if r.label == "no" and not r.error)
         positives = sum(1 for r in split_rows if r.label == "yes")
         denominator = tp + fp + positives  # 2TP + FP + (every yes label not answered yes)
         values.append(2 * tp / denominator if denominator else None)
@@ -140,7 +145,23 @@ class _Arrays:
         return sum(values) / len(values) if values else None
 
     def correct(self) -> np.ndarray:
-        return (~self.errors) & (self.decisions == self.labels)
+        """Right answers under the unknown policy (``no`` / ``yes`` read an unknown as that)."""
+        decisions = self.decisions
+        if self.policy in ("no", "yes"):
+            decisions = np.where(decisions == "unknown", self.policy, decisions)
+        return (~self.errors) & (decisions == self.labels)
+
+    def answered(self) -> np.ndarray:
+        """The rows a paired test compares: all, or under ``drop`` those with an answer."""
+        if self.policy != "drop":
+            return np.ones(len(self.labels), dtype=bool)
+        return (~self.errors) & (self.decisions != "unknown")
+
+
+def _mcnemar(a: _Arrays, b: _Arrays) -> float:
+    """McNemar's exact p on the questions both sides answered (all but under ``drop``)."""
+    both = a.answered() & b.answered()
+    return mcnemar_exact(a.correct()[both], b.correct()[both]).p_value
 
 
 def _confound(header: RunHeader, samples: Sequence[Sample], policy: UnknownPolicy) -> str | None:
@@ -247,7 +268,7 @@ def corrections_table(
             f1=scored.f1, f1_ci=scored.ci.get("f1"), yes_ratio=scored.yes_ratio,
             delta_f1=None if is_base or scored.f1 is None or base_f1 is None else scored.f1 - base_f1,
             delta_f1_ci=delta_ci,
-            mcnemar_p=None if is_base else mcnemar_exact(arrays.correct(), base.correct()).p_value,
+            mcnemar_p=None if is_base else _mcnemar(arrays, base),
             f1_sampled=sampled,
             delta_sampled=None if sampled is None or base_sampled is None else sampled - base_sampled,
             inert=inert_reason(name) if kind == "correction" and chosen_on != "folds" else None,

@@ -257,8 +257,11 @@ def sum_counts(sessions: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def _read_record(path: Path, record: type[_R], what: str, hint: str) -> _R:
     if not path.exists():
         raise InputError(f"no {what} file here: {hint}", path)
+    if path.is_dir():
+        raise InputError(f"is a directory, not a {what} file", path)
+    _, text = read_text(path, f"{what} file")
     try:
-        return record.model_validate_json(path.read_text(encoding="utf-8"))
+        return record.model_validate_json(text)
     except ValidationError as err:
         raise InputError(f"invalid {what} file: {_first_error(err)}", path) from None
 

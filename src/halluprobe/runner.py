@@ -262,10 +262,20 @@ def run_questions(
                 f"not {header.shard or 'none (all questions)'}",
                 rundir.header_path,
             )
+    if config.signals:  # a signal the backend cannot record is refused before the run dir is written
+        check = getattr(backend, "check_signals", None)
+        if check is None:
+            raise InputError(f"the {config.backend} backend records no correction signals (--signals is for hf)")
+        check(config.signals)
     if "no-image" in config.signals and questions:
         # a template that cannot render a prompt without the image is refused here, not mid-run
         backend.render_prompt(questions[0].text, config.template, image=False)
-    old_fingerprints = {run_fingerprint(header, legacy=True)}  # run dirs of halluprobe 0.1
+    # run dirs of halluprobe 0.1: their fingerprint held the rule list as given, which for an
+    # open-ended run was the default list although its header stored none
+    old_fingerprints = {
+        run_fingerprint(header, legacy=True),
+        run_fingerprint(header.model_copy(update={"text_rules": list(_TEXT_FINGERPRINT)}), legacy=True),
+    }
     done = rundir.start(
         header, resume=config.resume, force=config.force, overwrite=config.overwrite,
         also_accept=old_fingerprints, retry_errors=config.retry_errors,

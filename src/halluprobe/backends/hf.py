@@ -126,6 +126,12 @@ class HFBackend:
     def render_prompt(self, question: str, template: str | None, *, image: bool = True) -> str:
         return self._inputs.render_prompt(question, template, image=image)
 
+    def check_signals(self, signals: Sequence[str]) -> None:
+        """InputError for a correction signal this backend cannot record (before any request)."""
+        from halluprobe.backends.hf_signals import parse_signals
+
+        parse_signals(signals, len(self._model.get_decoder().layers))
+
     def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
         from halluprobe.backends.hf_signals import parse_signals
 

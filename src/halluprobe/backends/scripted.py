@@ -44,6 +44,9 @@ _SCRIPT_KEYS = frozenset({"present", "hallucinate", "errors", "offset", "delay_s
 _OBJECT = re.compile(r"is there an? (.+?) in the (?:image|picture|photo)", re.IGNORECASE)
 
 
+_SCRIPTED_SIGNALS = ("noised", "layers", "instruction", "no-image", "attention")
+
+
 class ScriptedBackend:
     def __init__(self, model: str, *, batch_size: int = 8) -> None:
         path = Path(model)
@@ -148,11 +151,15 @@ class ScriptedBackend:
             latency_s=time.perf_counter() - start,
         )
 
+    def check_signals(self, signals: Sequence[str]) -> None:
+        """InputError for a correction signal this backend does not script."""
+        bad = [s for s in signals if s.partition(":")[0] not in _SCRIPTED_SIGNALS]
+        if bad:
+            raise InputError(f"the scripted backend records the signals {', '.join(_SCRIPTED_SIGNALS)}, not {bad[0]!r}")
+
     def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
         max_new_tokens = config.max_new_tokens
-        bad = [s for s in config.signals if s.partition(":")[0] not in ("noised", "layers", "instruction", "no-image", "attention")]
-        if bad:
-            raise InputError(f"the scripted backend records the signals noised, layers, instruction, no-image, attention, not {bad[0]!r}")
+        self.check_signals(config.signals)
         signals = ["layer:0" if s == "layers" else s.partition(":")[0] for s in config.signals]
         for start in range(0, len(requests), self._batch_size):
             time.sleep(self._delay_s)

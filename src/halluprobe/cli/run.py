@@ -71,7 +71,7 @@ def run_cmd(
         str,
         typer.Option(
             help="Comma-separated contrast passes stored per question for corrections read at score time "
-            "(hf: noised, noised:STEP, layers, layers:N;M, attention:ALPHA;START;END, instruction): see `halluprobe corrections`."
+            "(hf: noised, noised:STEP, layers, layers:N;M, attention:ALPHA;START;END, instruction, no-image): see `halluprobe corrections`."
         ),
     ] = "",
     instruction: Annotated[
