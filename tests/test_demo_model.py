@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scored import scored_samples, with_readouts  # noqa: E402
+from _scored import scored_samples  # noqa: E402
 
 torch = pytest.importorskip("torch")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scored import scored_samples, with_readouts  # noqa: E402
+from _scored import scored_samples  # noqa: E402
 from PIL import Image
 from typer.testing import CliRunner
 

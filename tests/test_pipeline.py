@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _scored import scored_samples, with_readouts  # noqa: E402
+from _scored import with_readouts  # noqa: E402
 from PIL import Image
 from typer.testing import CliRunner
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from halluprobe.records import GenerateConfig
-from _scored import scored_samples, with_readouts  # noqa: E402
+from _scored import scored_samples  # noqa: E402
 
 torch = pytest.importorskip("torch")
 

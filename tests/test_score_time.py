@@ -341,3 +341,33 @@ def test_a_server_backend_refuses_correction_signals_before_the_run(tmp_path: Pa
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "records no correction signals" in result.output
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("endpoint", ["http://[::1", "http://127.0.0.1:99999/v1"])
+def test_a_malformed_endpoint_is_one_line(tmp_path: Path, endpoint: str) -> None:
+    pytest.importorskip("httpx")
+    world = _make_world(tmp_path)
+    args = _run_args(world, tmp_path / "run", "--endpoint", endpoint)
+    args[args.index("scripted")] = "openai"
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--endpoint is not a valid URL" in result.output
+
+
+def test_a_corrupt_xlsx_sheet_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("openpyxl")
+    sheet = tmp_path / "Model_POPE.xlsx"
+    sheet.write_bytes(b"not a zip")
+    result = runner.invoke(app, ["import", "vlmevalkit", str(sheet), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "not a readable .xlsx workbook" in result.output
+
+
+def test_check_reads_files_and_claims_with_one_line_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "paper.md"
+    bad.write_bytes(b"| a |\n\xff\n")
+    result = runner.invoke(app, ["check", str(bad)])
+    assert result.exit_code == 2 and "not UTF-8" in result.output
+    claims = tmp_path / "claims.toml"
+    claims.write_text("claim = [1]\n")
+    bad.write_text("text\n")
+    result = runner.invoke(app, ["check", str(bad), "--claims", str(claims)])
+    assert result.exit_code == 2 and "error:" in result.output and "Traceback" not in result.output

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from halluprobe.errors import InputError
+from halluprobe.jsonl import read_text
 from halluprobe.records import ScoreReport
 from halluprobe.tables import (
     Cell,
@@ -369,8 +370,8 @@ def run_findings(source: RunSource, path: Path, readout: str, policy: str, where
         findings.append(Finding("run-changed", file, line, f"samples of {path} changed since this was written (samples.jsonl sha256)"))
     if rundir.metrics_path.is_file():
         try:
-            scored = json.loads(rundir.metrics_path.read_text())
-        except (OSError, json.JSONDecodeError):
+            scored = json.loads(read_text(rundir.metrics_path, "metrics file")[1])
+        except (InputError, json.JSONDecodeError):
             scored = {}
         if isinstance(scored, dict) and scored.get("readout") == readout and scored.get("unknown_policy") not in (None, policy):
             findings.append(
@@ -397,10 +398,7 @@ def check_files(files: Sequence[str | Path], *, runs: Sequence[str | Path] = (),
         path = Path(file)
         if not path.is_file():
             raise InputError("no such file", path)
-        try:
-            texts[str(path)] = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise InputError(f"not UTF-8 text: {err.reason}", path) from None
+        texts[str(path)] = read_text(path, "file to check")[1]  # one-line errors; a BOM is tolerated
     for name, text in texts.items():
         for table in extract_tables(name, text):
             result.tables += 1

@@ -154,6 +154,8 @@ def read_claims(path: str | Path) -> list[Claim]:
     for index, entry in enumerate(entries):
         header, value_line = lines[index] if index < len(lines) else (1, None)
         line = value_line or header
+        if not isinstance(entry, dict):
+            raise InputError("each claim must be a [[claim]] table", path, header)
         extra = set(entry) - _CLAIM_KEYS
         if extra:
             raise InputError(f"unknown claim keys {sorted(extra)}; known: {', '.join(sorted(_CLAIM_KEYS))}", path, header)

@@ -71,5 +71,5 @@ def load_backend(name: str, **options: Any) -> Backend:
     valid = backend_options(name)
     unknown = sorted(set(options) - set(valid) - {"model"})
     if unknown:
-        raise InputError(f"unknown option {', '.join(map(repr, unknown))} for the {name} backend; valid: {', '.join(valid)}")
+        raise InputError(f"unknown option {', '.join(map(repr, unknown))} for the {name} backend; valid: {', '.join(sorted(valid))}")
     return backend_class(name)(**options)  # type: ignore[no-any-return]

@@ -28,6 +28,7 @@ torch is imported inside the functions.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Iterator, Sequence
@@ -130,6 +131,7 @@ def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
     return SignalPlan(noise_step=noise_step, layers=tuple(layers), pai=pai, instruction=instruction, no_image=no_image)
 
 
+@functools.lru_cache(maxsize=4096)  # an image is asked about many times (POPE: 18 questions)
 def noise_seed(image_path: str) -> int:
     """A seed from the image file's bytes: the same image gets the same noise in any batch."""
     digest = hashlib.sha256()

@@ -182,7 +182,11 @@ def _chat_url(endpoint: str) -> tuple[str, str]:
     url = endpoint.strip()
     if not url.startswith(("http://", "https://")):
         raise InputError("--endpoint must be an http(s) URL such as http://127.0.0.1:8000/v1")
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - a malformed port raises here, not later
+    except ValueError:
+        raise InputError("--endpoint is not a valid URL (such as http://127.0.0.1:8000/v1)") from None
     path = parts.path.rstrip("/").removesuffix("/chat/completions") or "/v1"  # bare host:port gets /v1
     host = parts.netloc.rpartition("@")[2]
     base = urllib.parse.urlunsplit((parts.scheme, host, path, "", ""))

@@ -10,7 +10,7 @@ import typer
 
 from halluprobe.cli._app import app, errors, progress
 from halluprobe.cli._backend import BackendSpec, load_model_backend, with_backend
-from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.errors import RuntimeFailure
 
 __all__ = ["probe_app"]
 

@@ -47,7 +47,10 @@ def read_sheet(path: Path) -> list[tuple[int, dict[str, Any]]]:
             from openpyxl import load_workbook  # optional: not a dependency of halluprobe
         except ImportError:
             raise InputError("reading .xlsx needs openpyxl (pip install openpyxl), or save the sheet as .tsv", path) from None
-        sheet = load_workbook(path, read_only=True).active
+        try:
+            sheet = load_workbook(path, read_only=True).active
+        except Exception as err:  # noqa: BLE001 - openpyxl raises zipfile, KeyError or its own errors for a bad file
+            raise InputError(f"not a readable .xlsx workbook ({type(err).__name__}: {err})", path) from None
         rows = list(sheet.iter_rows(values_only=True))  # type: ignore[union-attr]
         if not rows:
             raise InputError("empty sheet", path)
