@@ -15,7 +15,7 @@ from halluprobe.backends.base import Backend
 from halluprobe.errors import RuntimeFailure
 from halluprobe.records import GenerateConfig, QuestionKey, Request, Response
 
-__all__ = ["ask", "ask_all"]
+__all__ = ["ask"]
 
 
 def ask(backend: Backend, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
@@ -37,8 +37,3 @@ def ask(backend: Backend, requests: Sequence[Request], config: GenerateConfig) -
     if len(answered) != len(expected):
         missing = sorted(expected - answered)
         raise RuntimeFailure(f"the backend left {len(missing)} request(s) unanswered, e.g. {missing[0]}")
-
-
-def ask_all(backend: Backend, requests: Sequence[Request], config: GenerateConfig) -> dict[QuestionKey, Response]:
-    """Every response, keyed by its request's key (for stages that need them all at once)."""
-    return {r.key: r for batch in ask(backend, requests, config) for r in batch}
