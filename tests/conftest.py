@@ -33,7 +33,7 @@ def mistral_tokenizer_dir() -> Path:
 SLOW_MODULES = frozenset(
     {
         "test_autoprobe_build", "test_autoprobe_choice", "test_autoprobe_detector", "test_autoprobe_extraction",
-        "test_autoprobe_induce", "test_demo", "test_demo_model", "test_families", "test_hf_backend", "test_hf_inputs", "test_hf_signals",
+        "test_autoprobe_induce", "test_clip_signal", "test_demo", "test_demo_model", "test_families", "test_hf_backend", "test_hf_inputs", "test_hf_signals",
         "test_prefix_cache", "test_prove_build", "test_prove_cli", "test_prove_extraction", "test_prove_open_ended",
         "test_prove_scoring", "test_tiny", "test_train_demo_model",
     }

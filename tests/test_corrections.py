@@ -187,7 +187,9 @@ def test_a_grid_chooses_on_folds_and_shows_the_optimistic_choice(signal_run: Pat
         (["--correction", "vcdx"], "unknown correction 'vcdx'"),
         (["--correction", "vcd:gamma=2"], "vcd takes alpha=NUMBER, beta=NUMBER"),
         (["--correction", "vcd:alpha=big"], "alpha must be a number"),
-        (["--correction", "clip"], "unknown correction 'clip'"),
+        (["--correction", "clipx"], "unknown correction 'clipx'"),
+        (["--correction", "clip:patch=2"], "patch must lie in [0, 1]"),
+        (["--correction", "clip"], "`halluprobe run --signals clip --clip-model PATH`"),
     ],
 )
 def test_bad_corrections_are_one_line(signal_run: Path, args: list[str], message: str) -> None:
@@ -208,8 +210,8 @@ def test_signals_are_part_of_the_fingerprint(tmp_path: Path) -> None:
     assert runner.invoke(app, _run_args(world, out, "--limit", "2", "--signals", "noised")).exit_code == 0
     refused = runner.invoke(app, _run_args(world, out, "--resume", "--signals", "noised,layers"))
     assert refused.exit_code == 2 and "refusing to resume" in refused.output
-    unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "clip"))
-    assert unsupported.exit_code == 2 and "not 'clip'" in unsupported.output
+    unsupported = runner.invoke(app, _run_args(world, tmp_path / "other", "--signals", "no-such"))
+    assert unsupported.exit_code == 2 and "not 'no-such'" in unsupported.output
     assert not (tmp_path / "other").exists()  # refused before the run dir is written
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import decide, logsumexp
@@ -36,6 +36,7 @@ __all__ = [
     "inert_reason",
     "is_correction",
     "parse_correction",
+    "recorded_signals",
     "required_signals",
 ]
 
@@ -49,8 +50,10 @@ class Correction:
     signals: tuple[str, ...]
     defaults: Mapping[str, float]
     # None: a rule that reads the whole run (RUN_LEVEL), applied by apply_threshold
-    rule: Callable[[Scores, float, Mapping[str, SignalLogprobs], Mapping[str, float], TokenSets], Scores | None] | None
+    rule: Callable[[Scores, float, Sample, Mapping[str, float], TokenSets], Scores | None] | None
     reference: str
+    # parameters that must lie in [low, high]
+    bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def _scores(candidates: Mapping[str, float], ids: list[int]) -> Scores | None:
@@ -77,17 +80,17 @@ def _contrast(base: Scores, base_max: float, other: SignalLogprobs, alpha: float
     return {i: (1 + alpha) * base[i] - alpha * theirs[i] if keep(i) else -math.inf for i in ids}
 
 
-def _vcd(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
+def _vcd(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """VCD (Leng et al., CVPR 2024; github.com/DAMO-NLP-SG/VCD, ``vcd_sample.py``):
     ``(1 + alpha) * l(v) - alpha * l(v')`` with ``v'`` the diffusion-noised image, on the tokens
     with ``p(v) >= beta * max p(v)``."""
-    return _contrast(base, base_max, signals["noised"], p["alpha"], p["beta"])
+    return _contrast(base, base_max, sample.signals["noised"], p["alpha"], p["beta"])
 
 
-def _icd(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
+def _icd(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """ICD (Wang et al., ACL Findings 2024): VCD's contrast with the same image under a disturbing
     system instruction instead of a noised image; the same plausibility cut-off."""
-    return _contrast(base, base_max, signals["instruction"], p["alpha"], p["beta"])
+    return _contrast(base, base_max, sample.signals["instruction"], p["alpha"], p["beta"])
 
 
 def _m3id_weight(p: Mapping[str, float]) -> float:
@@ -96,7 +99,7 @@ def _m3id_weight(p: Mapping[str, float]) -> float:
     return (1 - decay) / decay
 
 
-def _m3id(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
+def _m3id(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """M3ID (Favero et al., CVPR 2024): ``l(v) + w_t * (l(v) - l(no image))`` with
     ``w_t = (1 - exp(-lambda t)) / exp(-lambda t)``. At the first answer token (t = 0) the weight
     is 0: the method cannot change a yes/no answer read there (:func:`inert_reason` says so)."""
@@ -104,31 +107,31 @@ def _m3id(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], 
     if w == 0.0:  # inert: the base pass, whatever the signal says (none is needed)
         return dict(base)
     ids = list(base)
-    theirs = _scores(signals["no-image"].candidates, ids)
+    theirs = _scores(sample.signals["no-image"].candidates, ids)
     if theirs is None:
         return None
     return {i: base[i] + w * (base[i] - theirs[i]) for i in ids}
 
 
-def _pai(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
+def _pai(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """PAI (Liu et al., ECCV 2024; github.com/LALBJ/PAI): image-centric logit refinement
     ``gamma * l(amplified image attention) - (gamma - 1) * l(no image)``. With the attention
     signal recorded at alpha = 0 and gamma = 1 this is the base pass."""
     ids = list(base)
-    amplified = _scores(signals["attention"].candidates, ids)
-    text_only = _scores(signals["no-image"].candidates, ids)
+    amplified = _scores(sample.signals["attention"].candidates, ids)
+    text_only = _scores(sample.signals["no-image"].candidates, ids)
     if amplified is None or text_only is None:
         return None
     g = p["gamma"]
     return {i: g * amplified[i] - (g - 1) * text_only[i] for i in ids}
 
 
-def _dola(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
+def _dola(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """DoLa (Chuang et al., ICLR 2024; github.com/voidism/DoLa): the premature layer is the
     candidate whose next-token distribution is furthest (Jensen-Shannon) from the final one;
     score = ``log p_final - log p_premature`` on the tokens with
     ``p_final >= relative_top * max p_final``."""
-    layers = {name: s for name, s in signals.items() if name.startswith("layer:") and s.jsd is not None}
+    layers = {name: s for name, s in sample.signals.items() if name.startswith("layer:") and s.jsd is not None}
     if not layers:
         return None
     premature = max(layers.values(), key=lambda s: s.jsd or 0.0)
@@ -144,11 +147,35 @@ def _contrast_dola(base: Scores, base_max: float, premature: SignalLogprobs, rel
     return {i: base[i] - early[i] if keep(i) else -math.inf for i in ids}
 
 
-def _bias(base: Scores, base_max: float, signals: Mapping[str, SignalLogprobs], p: Mapping[str, float], sets: TokenSets) -> Scores | None:
+def _bias(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """A logit bias against "yes": every yes id's log-probability lowered by ``b`` (the no ids
     keep theirs), i.e. the yes-vs-no log-odds shifted by ``-b``. Needs no signal."""
     yes = set(sets.yes_ids)
     return {i: lp - p["b"] if i in yes else lp for i, lp in base.items()}
+
+
+def _clip(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
+    """CLIP certainty (halluprobe's rule, :mod:`halluprobe.clip_signal`): CLIP's zero-shot
+    probability that the object's caption fits the image better than a caption naming nothing,
+    ``c = sigmoid(s * (sim(object) - sim(empty)))`` with ``s`` CLIP's logit scale and
+    ``sim = (1 - patch) * global + patch * per-patch maximum``, combined with the model's answer
+    as a product of experts: ``p'(yes) ~ p(yes) c^beta``, ``p'(no) ~ p(no) (1 - c)^beta``, i.e.
+    the yes-vs-no log-odds moved by ``beta * logit(c)``. ``beta`` = 0 is the base pass. The
+    sentence-level method it adapts to one answer token is CLIP-guided decoding (Deng et al.
+    2024; github.com/d-ailin/CLIP-Guided-Decoding), which mixes the likelihood with CLIP's
+    image-text similarity."""
+    clip = sample.clip
+    if clip is None:
+        return None
+    w = p["patch"]
+    z = clip.logit_scale * ((1 - w) * (clip.object_global - clip.empty_global) + w * (clip.object_patch - clip.empty_patch))
+    log_c, log_not_c = -_softplus(-z), -_softplus(z)  # log sigmoid(z), log (1 - sigmoid(z))
+    yes = set(sets.yes_ids)
+    return {i: lp + p["beta"] * (log_c if i in yes else log_not_c) for i, lp in base.items()}
+
+
+def _softplus(x: float) -> float:
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
 
 
 CORRECTIONS: dict[str, Correction] = {
@@ -157,8 +184,11 @@ CORRECTIONS: dict[str, Correction] = {
     "m3id": Correction(("no-image",), {"lambda": 0.02, "t": 0.0}, _m3id, "Favero et al. 2024"),
     "pai": Correction(("attention", "no-image"), {"gamma": 1.1}, _pai, "Liu et al. 2024"),
     "dola": Correction(("layer:*",), {"relative_top": 0.1}, _dola, "Chuang et al. 2024"),
+    "clip": Correction(("clip",), {"beta": 1.0, "patch": 0.0}, _clip, "CLIP certainty (after Deng et al. 2024)", {"patch": (0.0, 1.0)}),
     "bias": Correction((), {"b": 0.5}, _bias, "a constant logit bias"),
-    "threshold": Correction((), {"yes_ratio": 0.5}, None, "a decision threshold on p_yes (run-level: apply_threshold)"),
+    "threshold": Correction(
+        (), {"yes_ratio": 0.5}, None, "a decision threshold on p_yes (run-level: apply_threshold)", {"yes_ratio": (0.0, 1.0)}
+    ),
 }
 # rules that read the whole run, not one sample: applied by apply_threshold
 RUN_LEVEL = frozenset({"threshold"})
@@ -182,21 +212,39 @@ def parse_correction(spec: str) -> tuple[str, dict[str, float]]:
             params[key.strip()] = float(value)
         except ValueError:
             raise InputError(f"{spec}: {key.strip()} must be a number, not {value!r}") from None
+    for key, (low, high) in CORRECTIONS[name].bounds.items():
+        if not low <= params[key] <= high:
+            raise InputError(f"{spec}: {key} must lie in [{low:g}, {high:g}]")
     return name, params
 
 
 def required_signals(spec: str) -> tuple[str, ...]:
     """The signals a correction reads (``layer:*``: at least one early layer); none when its
     settings make it inert."""
-    return () if inert_reason(spec) is not None else CORRECTIONS[parse_correction(spec)[0]].signals
+    name, params = parse_correction(spec)
+    return () if _inert_reason(name, params) is not None else CORRECTIONS[name].signals
 
 
 def inert_reason(spec: str) -> str | None:
     """Why a correction cannot change a first-token yes/no answer with these settings, if so."""
-    name, params = parse_correction(spec)
+    return _inert_reason(*parse_correction(spec))
+
+
+def _inert_reason(name: str, params: Mapping[str, float]) -> str | None:
     if name == "m3id" and _m3id_weight(params) == 0.0:
         return "M3ID's guidance weight (1 - exp(-lambda t)) / exp(-lambda t) is 0 at t = 0, the first answer token"
     return None
+
+
+def recorded_signals(sample: Sample) -> set[str]:
+    """The signals a sample holds, by the names corrections require (``layer:*`` for any early
+    layer; ``clip`` for the CLIP similarities)."""
+    names = set(sample.signals)
+    if any(name.startswith("layer:") for name in names):
+        names.add("layer:*")
+    if sample.clip is not None:
+        names.add("clip")
+    return names
 
 
 def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) -> ReadoutResult | None:
@@ -212,14 +260,10 @@ def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) ->
         return None
     base_max = sample.first_token[0].logprob if sample.first_token else max(base.values())
     correction = CORRECTIONS[name]
-    for signal in correction.signals if inert_reason(spec) is None else ():
-        if signal == "layer:*":
-            if not any(k.startswith("layer:") for k in sample.signals):
-                return None
-        elif signal not in sample.signals:
-            return None
+    if _inert_reason(name, params) is None and not set(correction.signals) <= recorded_signals(sample):
+        return None
     assert correction.rule is not None  # run-level rules were refused above
-    scores = correction.rule(base, base_max, sample.signals, params, token_sets)
+    scores = correction.rule(base, base_max, sample, params, token_sets)
     if scores is None:
         return None
     yes = [scores[i] for i in token_sets.yes_ids]
@@ -239,8 +283,6 @@ def apply_threshold(spec: str, samples: Sequence[Sample], token_sets: TokenSets 
 
     _, params = parse_correction(spec)
     ratio = params["yes_ratio"]
-    if not 0.0 <= ratio <= 1.0:
-        raise InputError(f"{spec}: yes_ratio must lie in [0, 1]")
     base: list[ReadoutResult | None] = [
         read_dynamic(s.candidates, token_sets) if s.error is None and token_sets is not None and s.candidates else None
         for s in samples

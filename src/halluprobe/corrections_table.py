@@ -182,11 +182,15 @@ def _confound(header: RunHeader, samples: Sequence[Sample], policy: UnknownPolic
     return worst[1] if worst else None
 
 
-def default_corrections(signals: Sequence[str]) -> list[str]:
+def default_corrections(header: RunHeader) -> list[str]:
     """The methods a run's signals (``GenerateConfig.signals`` as asked: ``noised``,
-    ``layers:0,2``, ``attention:0.5,2,16``, ...) allow, at their published default settings."""
+    ``layers:0,2``, ``attention:0.5,2,16``, ..., and ``clip``) allow, at their published
+    default settings."""
+    signals = header.generate.signals if header.generate is not None else ()
     names = {signal.partition(":")[0] for signal in signals}
     specs = []
+    if header.clip is not None:
+        specs.append("clip:beta=1")
     if "noised" in names:
         specs.append("vcd:alpha=1,beta=0.1")
     if "instruction" in names:

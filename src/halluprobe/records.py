@@ -28,6 +28,8 @@ __all__ = [
     "YES_NO_STOP_STRINGS",
     "TokenLogprob",
     "SignalLogprobs",
+    "ClipSimilarity",
+    "ClipSetting",
     "Response",
     "ReadoutResult",
     "Sample",
@@ -68,6 +70,15 @@ Label = Literal["yes", "no"]
 Decision = Literal["yes", "no", "unknown"]
 QuestionKey = tuple[str, int]
 QuestionKind = Literal["yes_no", "open", "choice"]
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def _absent_when_none() -> Any:
+    """A field whose key is left out of the JSON when it is None (as the dict never had it)."""
+    return Field(default=None, exclude_if=_is_none)
 
 
 class FrozenRecord(BaseModel):
@@ -176,6 +187,28 @@ class SignalLogprobs(FrozenRecord):
         return self.max_logit - self.log_normaliser
 
 
+class ClipSimilarity(FrozenRecord):
+    """The ``clip`` signal of one question (:mod:`halluprobe.clip_signal`): cosine similarities
+    of CLIP's text embedding of the object's caption ("a photo of a {object}.") with the image
+    embedding (``object_global``) and with the best-matching image patch (``object_patch``), the
+    same two for a caption that names no object ("a photo."), and the model's logit scale."""
+
+    object_global: float
+    object_patch: float
+    empty_global: float
+    empty_patch: float
+    logit_scale: float
+
+
+class ClipSetting(FrozenRecord):
+    """How a run recorded the ``clip`` signal (``run.json``; part of the fingerprint)."""
+
+    model: str
+    revision: str | None = None
+    object_caption: str
+    empty_caption: str
+
+
 class Response(FrozenRecord):
     """What a backend returns for one request: first-token log-probabilities, text, timing."""
 
@@ -228,6 +261,8 @@ class Sample(FrozenRecord):
     signals: dict[str, SignalLogprobs] = Field(default_factory=dict)
     latency_s: float = 0.0
     error: str | None = None
+    # the clip signal (recorded by the runner, not the backend); absent from runs without it
+    clip: ClipSimilarity | None = _absent_when_none()
 
     @property
     def key(self) -> QuestionKey:
@@ -283,6 +318,8 @@ class RunHeader(FrozenRecord):
     # split -> the published COCO POPE versions its benchmark file is (by sha256; docs/pope-versions.md);
     # an empty list: not a published file. Absent in run dirs written before versions were pinned.
     pope_versions: dict[str, list[str]] = Field(default_factory=dict)
+    # the clip signal's model and captions, when the run recorded it (absent otherwise)
+    clip: ClipSetting | None = _absent_when_none()
 
 
 class Metrics(FrozenRecord):
@@ -327,15 +364,6 @@ class ScoreReport(FrozenRecord):
 AUDIT_SCHEMA_VERSION = 1
 _PolicyName = Literal["wrong", "no", "yes", "drop"]
 _Interval = tuple[float, float]
-
-
-def _is_none(value: Any) -> bool:
-    return value is None
-
-
-def _absent_when_none() -> Any:
-    """A field whose key is left out of the JSON when it is None (as the dict never had it)."""
-    return Field(default=None, exclude_if=_is_none)
 
 
 def _json_text(data: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from halluprobe.ask import ask
 from halluprobe.backends.base import Backend
+from halluprobe.clip_signal import CLIP_SIGNAL, ClipScorer
 from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
 from halluprobe.readouts.apply import TEXT_PREFIX
@@ -47,6 +48,7 @@ __all__ = [
     "run_fingerprint",
     "limit_questions",
     "RequestStatsSource",
+    "check_clip",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,13 +87,18 @@ class RunConfig:
     def generates_text(self) -> bool:
         return self.open_ended or bool(self.text_rules)
 
+    @property
+    def backend_signals(self) -> tuple[str, ...]:
+        """The signals the answering backend records: all but ``clip`` (the runner's own)."""
+        return tuple(s for s in self.signals if s != CLIP_SIGNAL)
+
     def generate_config(self) -> GenerateConfig:
         """What each backend call is given: text only when a text rule or open answers need it."""
         return GenerateConfig(
             max_new_tokens=self.max_new_tokens if self.generates_text else 0,
             top_k=self.top_k,
             stop_strings=() if self.open_ended else None,
-            signals=self.signals,
+            signals=self.backend_signals,
             instruction=self.instruction if "instruction" in self.signals else None,
         )
 
@@ -191,6 +198,7 @@ def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
             **({"open_ended": True} if header.open_ended else {}),
             **({"signals": list(header.generate.signals)} if header.generate is not None and header.generate.signals else {}),
             **({"instruction": header.generate.instruction} if header.generate is not None and header.generate.instruction else {}),
+            **({"clip": header.clip.model_dump(mode="json")} if header.clip is not None else {}),
         }
     )
 
@@ -200,8 +208,10 @@ def make_header(
     backend: Backend,
     benchmarks: dict[str, tuple[Path, str]],
     images_root: Path,
+    clip: ClipScorer | None = None,
 ) -> RunHeader:
-    """The header: written before the first sample. ``benchmarks``: split -> (path, sha256)."""
+    """The header: written before the first sample. ``benchmarks``: split -> (path, sha256);
+    ``clip``: the scorer of the ``clip`` signal, when the run records it."""
     from halluprobe import __version__
     from halluprobe.benchmarks.versions import versions_of_file
 
@@ -228,8 +238,38 @@ def make_header(
         generate=config.generate_config(),
         packages=_package_versions(),
         pope_versions={split: versions_of_file(sha) for split, (_, sha) in benchmarks.items()},
+        clip=clip.setting() if clip is not None else None,
     )
     return header.model_copy(update={"fingerprint": run_fingerprint(header)})
+
+
+def check_clip(config: RunConfig, has_scorer: bool, questions: Sequence[Question], sources: Mapping[str, str]) -> None:
+    """The clip signal needs its scorer (and the scorer the signal), and an object per question.
+    ``sources``: split -> benchmark file (named in the error)."""
+    wanted = CLIP_SIGNAL in config.signals
+    if wanted and not has_scorer:
+        raise InputError("the clip signal needs a CLIP model: give --clip-model PATH")
+    if has_scorer and not wanted:
+        raise InputError("--clip-model is given but the clip signal is not asked: add clip to --signals")
+    if wanted:
+        missing = next((q for q in questions if not q.object), None)
+        if missing is not None:
+            raise InputError(
+                f"question {missing.question_id} (split {missing.split!r}) names no object: the clip signal scores the object",
+                sources.get(missing.split),
+            )
+
+
+def _with_clip(clip: ClipScorer, samples: list[Sample], image_paths: list[str]) -> list[Sample]:
+    """The samples with their clip signal; a question whose image CLIP cannot read is an error
+    (never a sample that a clip correction would silently read as its base pass)."""
+    todo = [i for i, s in enumerate(samples) if s.error is None and s.object]
+    found = clip.similarities([(image_paths[i], samples[i].object or "") for i in todo])
+    out = list(samples)
+    for i, similarity in zip(todo, found):
+        update = {"error": similarity} if isinstance(similarity, str) else {"clip": similarity}
+        out[i] = samples[i].model_copy(update=update)
+    return out
 
 
 def run_questions(
@@ -240,8 +280,10 @@ def run_questions(
     config: RunConfig,
     header: RunHeader,
     progress: ProgressFn | None = None,
+    clip: ClipScorer | None = None,
 ) -> RunSummary:
-    """Answer every question not yet in the run dir, appending samples batch by batch."""
+    """Answer every question not yet in the run dir, appending samples batch by batch.
+    ``clip``: the scorer of the ``clip`` signal (needed when ``config.signals`` has it)."""
     for rule in config.text_rules:
         if rule not in TEXT_RULES:
             raise InputError(f"unknown text rule {rule!r}; known: {', '.join(TEXT_RULES)}")
@@ -262,11 +304,12 @@ def run_questions(
                 f"not {header.shard or 'none (all questions)'}",
                 rundir.header_path,
             )
-    if config.signals:  # a signal the backend cannot record is refused before the run dir is written
+    if config.backend_signals:  # a signal the backend cannot record is refused before the run dir is written
         check = getattr(backend, "check_signals", None)
         if check is None:
-            raise InputError(f"the {config.backend} backend records no correction signals (--signals is for hf)")
-        check(config.signals)
+            raise InputError(f"the {config.backend} backend records no correction signals but clip (--signals is for hf)")
+        check(config.backend_signals)
+    check_clip(config, clip is not None, questions, header.benchmark_paths)
     if "no-image" in config.signals and questions:
         # a template that cannot render a prompt without the image is refused here, not mid-run
         backend.render_prompt(questions[0].text, config.template, image=False)
@@ -312,11 +355,14 @@ def run_questions(
     prompt_of = {r.key: r.prompt for r in requests}
 
     sets = None if config.open_ended else header.token_sets
+    request_of = {r.key: r for r in requests}
     if progress:
         progress(summary.skipped, summary.total)
     try:
         for batch in ask(backend, requests, config.generate_config()):
             samples = [make_sample(by_key[r.key], prompt_of[r.key], r, sets) for r in batch]
+            if clip is not None:
+                samples = _with_clip(clip, samples, [request_of[r.key].image_path for r in batch])
             rundir.append(samples)
             summary.answered += len(samples)
             summary.errors += sum(1 for s in samples if s.error)

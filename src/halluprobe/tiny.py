@@ -13,6 +13,8 @@ in well under a second. These builders write such folders:
   bounds so an image costs a handful of tokens. transformers 5.x cannot construct
   ``Qwen2VLProcessor`` without torchvision (its video processor), so the folder holds the
   tokenizer and the image processor side by side; ``backends.hf_inputs`` assembles the inputs.
+- :func:`build_tiny_clip`: ``CLIPModel`` (the ``clip`` correction signal's scorer) on the CLIP
+  BPE vocabulary, with the PIL image processor.
 - :func:`mistral_tokenizer_dir`: the Mistral v1 SentencePiece tokenizer shipped in
   ``mistral-common``, saved as a transformers tokenizer folder.
 - :func:`demo_photos`: real photographs shipped with scikit-image plus a POPE-style objects
@@ -37,6 +39,7 @@ __all__ = [
     "LLAVA_CHAT_TEMPLATE",
     "QWEN2VL_CHAT_TEMPLATE",
     "QWEN2VL_SPECIAL_TOKENS",
+    "build_tiny_clip",
     "build_tiny_llava",
     "build_tiny_qwen2vl",
     "demo_photos",
@@ -223,6 +226,39 @@ def build_tiny_llava(
         image_token="<image>",
         num_additional_image_tokens=1,  # CLIP's CLS token; "default" drops it again
         chat_template=LLAVA_CHAT_TEMPLATE,
+    )
+    model.save_pretrained(str(out))
+    processor.save_pretrained(str(out))
+    return out
+
+
+def build_tiny_clip(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: int = 0, image_size: int = 56) -> Path:
+    """Write a random-weight ``CLIPModel`` folder (text and vision towers of width 32, 2 layers,
+    14-pixel patches) with a ``CLIPProcessor``; ``tokenizer_dir`` holds a CLIP BPE tokenizer."""
+    from transformers import AutoTokenizer, CLIPConfig, CLIPModel, CLIPProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    out = _ensure_dir(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tower = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+    config = CLIPConfig(
+        text_config={
+            **tower,
+            "vocab_size": len(tokenizer),
+            "max_position_embeddings": 32,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={**tower, "image_size": image_size, "patch_size": 14},
+        projection_dim=32,
+    )
+    model = _seeded_init(seed, lambda: CLIPModel(config)).eval()
+    processor = CLIPProcessor(
+        image_processor=CLIPImageProcessorPil(
+            size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+        ),
+        tokenizer=tokenizer,
     )
     model.save_pretrained(str(out))
     processor.save_pretrained(str(out))

@@ -71,12 +71,20 @@ def run_cmd(
         str,
         typer.Option(
             help="Comma-separated contrast passes stored per question for corrections read at score time "
-            "(hf: noised, noised:STEP, layers, layers:N;M, attention:ALPHA;START;END, instruction, no-image): see `halluprobe corrections`."
+            "(hf: noised, noised:STEP, layers, layers:N;M, attention:ALPHA;START;END, instruction, no-image; any backend: "
+            "clip, with --clip-model): see `halluprobe corrections`."
         ),
     ] = "",
     instruction: Annotated[
         str, typer.Option(help="--signals instruction: the disturbing instruction put in front of each question (ICD's by default).")
     ] = ICD_INSTRUCTION,
+    clip_model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="--signals clip: the CLIP model (a local folder, or a hub id) whose image-object certainty the "
+            "clip correction reads; recorded by halluprobe beside any backend."
+        ),
+    ] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions of each split.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue an existing run dir, skipping answered questions.")] = False,
     retry_errors: Annotated[
@@ -93,8 +101,9 @@ def run_cmd(
     config: ConfigOption = None,
 ) -> None:
     """Run a model on benchmark files; every readout from one pass per question."""
+    from halluprobe.clip_signal import ClipScorer
     from halluprobe.rundir import RunDir
-    from halluprobe.runner import RunConfig, limit_questions, make_header, run_questions
+    from halluprobe.runner import RunConfig, check_clip, limit_questions, make_header, run_questions
     from halluprobe.shards import parse_shard, select_shard
 
     rules = tuple(r.strip() for r in text_rules.split(",") if r.strip())
@@ -126,13 +135,15 @@ def run_cmd(
             signals=_split_signals(signals),
             instruction=instruction,
         )
+        check_clip(cfg, clip_model is not None, questions, {split: str(path) for split, (path, _) in fingerprints.items()})
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):
             raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)
+        scorer = ClipScorer(clip_model) if clip_model is not None else None
         engine = spec.load()
-        header = make_header(cfg, engine, fingerprints, images)
+        header = make_header(cfg, engine, fingerprints, images, clip=scorer)
         with progress("questions") as bar:
-            summary = run_questions(engine, questions, images, rundir, cfg, header, progress=bar)
+            summary = run_questions(engine, questions, images, rundir, cfg, header, progress=bar, clip=scorer)
     typer.echo(
         f"{out}: {summary.answered} answered, {summary.skipped} already done, {summary.errors} errors "
         f"(of {summary.total})"

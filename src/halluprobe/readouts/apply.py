@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from halluprobe.corrections import CORRECTIONS, apply_correction, is_correction, parse_correction, required_signals
+from halluprobe.corrections import (
+    CORRECTIONS,
+    apply_correction,
+    is_correction,
+    parse_correction,
+    recorded_signals,
+    required_signals,
+)
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import LEGACY_READOUTS, LOGIT_READOUTS
 from halluprobe.readouts.text import ALL_TEXT_RULES, TEXT_RULES, parse_text
@@ -103,14 +110,14 @@ def check_readout(readout: str, header: RunHeader, samples: Sequence[Sample], *,
     """Refuse a readout this run cannot give, or a legacy readout its vocabulary makes invalid."""
     if is_correction(readout):
         parse_correction(readout)  # an unknown parameter is one line
-        recorded = {name for s in samples for name in s.signals}
+        recorded = set().union(*(recorded_signals(s) for s in samples))
         for signal in required_signals(readout):
-            present = any(n.startswith("layer:") for n in recorded) if signal == "layer:*" else signal in recorded
-            if not present:
+            if signal not in recorded:
                 flag = "layers" if signal == "layer:*" else signal
+                how = f"--signals {flag}" + (" --clip-model PATH" if flag == "clip" else "")
                 raise InputError(
                     f"{readout} reads the {flag!r} signal, which this run did not record: "
-                    f"run the model with `halluprobe run --signals {flag}`",
+                    f"run the model with `halluprobe run {how}`",
                     source,  # type: ignore[arg-type]
                 )
         return

@@ -79,8 +79,7 @@ def _add_corrections(view: ReportView, paths: Sequence[Path], given: Sequence[An
     tables: list[Any] = list(given) if given is not None else []
     if given is None:
         for path in paths:
-            generate = RunDir(path).read_header().generate if path else None  # what the run was asked to record
-            specs = default_corrections(generate.signals if generate is not None else ())
+            specs = default_corrections(RunDir(path).read_header()) if path else []  # what the run was asked to record
             tables.append(corrections_table(path, specs, n_resamples=n_resamples, seed=seed) if specs else None)
     for index, table in enumerate(tables[: len(view.runs)]):
         view.runs[index] = dataclasses.replace(view.runs[index], corrections=table)

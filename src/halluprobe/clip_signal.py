@@ -1,0 +1,151 @@
+"""The ``clip`` signal: CLIP's certainty that a question's object is in its image.
+
+For each question's (image, object) a CLIP model gives four cosine similarities
+(:class:`~halluprobe.records.ClipSimilarity`): its text embedding of the object's caption
+(``"a photo of a {object}."``) against the image embedding and against the best-matching patch,
+and the same two for a caption that names no object (``"a photo."``). A patch's embedding is its
+token from the vision tower's last layer through the tower's final norm and the visual
+projection: what the class token goes through to become the image embedding. The per-patch
+maximum sees small objects that the global embedding averages away.
+
+The ``clip:beta`` correction (:mod:`halluprobe.corrections`) reads these at score time. The
+runner records the signal, not the answering backend: a CLIP model is small, and the VLM need
+not run here (a server backend's run records it too). torch and transformers are imported when
+a scorer is built.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from halluprobe.errors import InputError
+from halluprobe.records import ClipSetting, ClipSimilarity
+
+__all__ = ["CLIP_SIGNAL", "OBJECT_CAPTION", "EMPTY_CAPTION", "ClipScorer", "object_caption"]
+
+CLIP_SIGNAL = "clip"
+# CLIP's zero-shot prompt (Radford et al. 2021); the empty caption is the same without the object
+OBJECT_CAPTION = "a photo of a {object}."
+EMPTY_CAPTION = "a photo."
+_IMAGES_KEPT = 64  # image embeddings held: requests come grouped by image, and POPE's splits share them
+
+
+def object_caption(obj: str) -> str:
+    return OBJECT_CAPTION.format(object=obj)
+
+
+def _model_type(model: str) -> str | None:
+    """The folder's ``config.json`` model_type, or None for a hub id."""
+    config = Path(model) / "config.json"
+    if not Path(model).exists():
+        return None
+    if not config.is_file():
+        raise InputError("--clip-model: the folder has no config.json (a CLIP model folder, e.g. openai/clip-vit-large-patch14 saved locally)", model)
+    try:
+        return str(json.loads(config.read_text(encoding="utf-8")).get("model_type", ""))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"--clip-model: cannot read the config: {err}", config) from None
+
+
+class ClipScorer:
+    """A CLIP model (``CLIPModel``, local folder or hub id) that scores (image, object) pairs."""
+
+    def __init__(self, model: str | Path, *, device: str = "auto", batch_size: int = 16) -> None:
+        import torch
+        from transformers import CLIPModel, CLIPProcessor
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+
+        self._model_id = str(model)
+        model_type = _model_type(self._model_id)
+        if model_type is not None and model_type != "clip":
+            raise InputError(f"--clip-model: model_type {model_type!r} is not a CLIP model ('clip')", Path(self._model_id) / "config.json")
+        local = model_type is not None
+        self._processor = CLIPProcessor.from_pretrained(self._model_id, local_files_only=local)
+        self._model = CLIPModel.from_pretrained(self._model_id, local_files_only=local).to(device).eval()
+        self._device = device
+        self._batch_size = max(1, batch_size)
+        self._texts: dict[str, Any] = {}  # caption -> normalised text embedding [D]
+        self._images: OrderedDict[str, tuple[Any, Any]] = OrderedDict()  # path -> (global [D], patches [P, D])
+
+    def setting(self) -> ClipSetting:
+        return ClipSetting(
+            model=self._model_id,
+            revision=getattr(self._model.config, "_commit_hash", None),
+            object_caption=OBJECT_CAPTION,
+            empty_caption=EMPTY_CAPTION,
+        )
+
+    def similarities(self, pairs: Sequence[tuple[str, str]]) -> list[ClipSimilarity | str]:
+        """Per (image path, object): the four similarities, or the reason there are none."""
+        import torch
+
+        captions = [EMPTY_CAPTION, *(object_caption(obj) for _, obj in pairs)]
+        self._embed_texts([c for c in dict.fromkeys(captions) if c not in self._texts])
+        failed = self._embed_images([p for p in dict.fromkeys(path for path, _ in pairs) if p not in self._images])
+        scale = float(self._model.logit_scale.detach().exp())
+        empty = self._texts[EMPTY_CAPTION]
+        out: list[ClipSimilarity | str] = []
+        for path, obj in pairs:
+            if path in failed:
+                out.append(failed[path])
+                continue
+            image, patches = self._images[path]
+            self._images.move_to_end(path)
+            text = self._texts[object_caption(obj)]
+            with torch.inference_mode():
+                out.append(
+                    ClipSimilarity(
+                        object_global=float(image @ text),
+                        object_patch=float((patches @ text).max()),
+                        empty_global=float(image @ empty),
+                        empty_patch=float((patches @ empty).max()),
+                        logit_scale=scale,
+                    )
+                )
+        while len(self._images) > _IMAGES_KEPT:
+            self._images.popitem(last=False)
+        return out
+
+    def _embed_texts(self, captions: list[str]) -> None:
+        import torch
+
+        for start in range(0, len(captions), self._batch_size):
+            chunk = captions[start : start + self._batch_size]
+            inputs = self._processor(text=chunk, return_tensors="pt", padding=True, truncation=True)
+            with torch.inference_mode():
+                embeds = self._model.get_text_features(
+                    input_ids=inputs["input_ids"].to(self._device), attention_mask=inputs["attention_mask"].to(self._device)
+                ).pooler_output.float()
+            for caption, row in zip(chunk, torch.nn.functional.normalize(embeds, dim=-1)):
+                self._texts[caption] = row
+
+    def _embed_images(self, paths: list[str]) -> dict[str, str]:
+        """Embed the images (global and per patch); the ones that cannot be read, with why."""
+        import torch
+        from PIL import Image
+
+        failed: dict[str, str] = {}
+        readable: list[tuple[str, Any]] = []
+        for path in paths:
+            try:
+                with Image.open(path) as img:
+                    readable.append((path, img.convert("RGB")))
+            except Exception as err:
+                failed[path] = f"clip signal: cannot read image {path}: {type(err).__name__}: {err}"
+        vision, projection = self._model.vision_model, self._model.visual_projection
+        for start in range(0, len(readable), self._batch_size):
+            chunk = readable[start : start + self._batch_size]
+            pixels = self._processor(images=[img for _, img in chunk], return_tensors="pt")["pixel_values"].to(self._device)
+            with torch.inference_mode():
+                hidden = vision(pixel_values=pixels).last_hidden_state  # [B, 1 + P, H]: class token first
+                tokens = projection(vision.post_layernorm(hidden)).float()
+            tokens = torch.nn.functional.normalize(tokens, dim=-1)
+            for (path, _), row in zip(chunk, tokens):
+                self._images[path] = (row[0], row[1:])
+        return failed
