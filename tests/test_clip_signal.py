@@ -166,3 +166,27 @@ def test_bad_clip_input_is_one_line_before_the_run_dir(tmp_path: Path, clip_dir:
     assert result.exit_code == 2 and message in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_a_server_run_records_clip_and_the_rule_reads_its_pieces(tmp_path: Path, clip_dir: Path) -> None:
+    from _openai_server import FakeChatServer
+    from test_openai_backend import _args, _world
+
+    world = _world(tmp_path, n_images=3)
+    out = tmp_path / "run"
+    with FakeChatServer() as server:
+        result = runner.invoke(app, _args(world, out, [server.url], "--signals", "clip", "--clip-model", str(clip_dir)))
+    assert result.exit_code == 0, result.output
+    header = RunDir(out).read_header()
+    assert header.token_sets is not None and header.token_sets.keyed_by == "piece" and header.clip is not None
+    base = _per_question(out, "dynamic", tmp_path)
+    got = _per_question(out, "clip:beta=2", tmp_path)
+    samples = {(s.split, s.question_id): s for s in RunDir(out).read_samples()}
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    for b, g in zip(base, got):
+        c = samples[(g["split"], g["question_id"])].clip
+        assert c is not None
+        assert logit(g["p_yes"]) == pytest.approx(logit(b["p_yes"]) + 2 * c.logit_scale * (c.object_global - c.empty_global), abs=1e-9)
+    with FakeChatServer() as server:  # a contrast signal needs the hf backend: refused, naming it
+        refused = runner.invoke(app, _args(world, tmp_path / "other", [server.url], "--signals", "clip,noised", "--clip-model", str(clip_dir)))
+    assert refused.exit_code == 2 and "records no correction signals but clip" in refused.output

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from halluprobe.errors import InputError
-from halluprobe.readouts.logits import decide, logsumexp
+from halluprobe.readouts.logits import decide, logsumexp, read_dynamic
 from halluprobe.records import ReadoutResult, Sample, SignalLogprobs, TokenSets
 
 __all__ = [
@@ -50,10 +50,15 @@ class Correction:
     signals: tuple[str, ...]
     defaults: Mapping[str, float]
     # None: a rule that reads the whole run (RUN_LEVEL), applied by apply_threshold
+    # per-id scores from the base pass's yes/no log-probabilities (contrast methods); None: a
+    # log-odds shift (below) or a rule that reads the whole run (RUN_LEVEL, apply_threshold)
     rule: Callable[[Scores, float, Sample, Mapping[str, float], TokenSets], Scores | None] | None
     reference: str
     # parameters that must lie in [low, high]
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # a rule that only moves the dynamic readout's yes and no log-masses: (to yes, to no). It
+    # needs no per-id numbers, so it reads piece-keyed runs (server backends) too.
+    shift: Callable[[Sample, Mapping[str, float]], tuple[float, float] | None] | None = None
 
 
 def _scores(candidates: Mapping[str, float], ids: list[int]) -> Scores | None:
@@ -147,14 +152,13 @@ def _contrast_dola(base: Scores, base_max: float, premature: SignalLogprobs, rel
     return {i: base[i] - early[i] if keep(i) else -math.inf for i in ids}
 
 
-def _bias(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
-    """A logit bias against "yes": every yes id's log-probability lowered by ``b`` (the no ids
-    keep theirs), i.e. the yes-vs-no log-odds shifted by ``-b``. Needs no signal."""
-    yes = set(sets.yes_ids)
-    return {i: lp - p["b"] if i in yes else lp for i, lp in base.items()}
+def _bias(sample: Sample, p: Mapping[str, float]) -> tuple[float, float] | None:
+    """A logit bias against "yes": the yes set's log-mass lowered by ``b`` (every yes id's
+    log-probability by ``b``), i.e. the yes-vs-no log-odds shifted by ``-b``. Needs no signal."""
+    return -p["b"], 0.0
 
 
-def _clip(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
+def _clip(sample: Sample, p: Mapping[str, float]) -> tuple[float, float] | None:
     """CLIP certainty (halluprobe's rule, :mod:`halluprobe.clip_signal`): CLIP's zero-shot
     probability that the object's caption fits the image better than a caption naming nothing,
     ``c = sigmoid(s * (sim(object) - sim(empty)))`` with ``s`` CLIP's logit scale and
@@ -169,9 +173,8 @@ def _clip(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float],
         return None
     w = p["patch"]
     z = clip.logit_scale * ((1 - w) * (clip.object_global - clip.empty_global) + w * (clip.object_patch - clip.empty_patch))
-    log_c, log_not_c = -_softplus(-z), -_softplus(z)  # log sigmoid(z), log (1 - sigmoid(z))
-    yes = set(sets.yes_ids)
-    return {i: lp + p["beta"] * (log_c if i in yes else log_not_c) for i, lp in base.items()}
+    # log sigmoid(z) and log(1 - sigmoid(z)), weighted by beta
+    return -p["beta"] * _softplus(-z), -p["beta"] * _softplus(z)
 
 
 def _softplus(x: float) -> float:
@@ -184,8 +187,8 @@ CORRECTIONS: dict[str, Correction] = {
     "m3id": Correction(("no-image",), {"lambda": 0.02, "t": 0.0}, _m3id, "Favero et al. 2024"),
     "pai": Correction(("attention", "no-image"), {"gamma": 1.1}, _pai, "Liu et al. 2024"),
     "dola": Correction(("layer:*",), {"relative_top": 0.1}, _dola, "Chuang et al. 2024"),
-    "clip": Correction(("clip",), {"beta": 1.0, "patch": 0.0}, _clip, "CLIP certainty (after Deng et al. 2024)", {"patch": (0.0, 1.0)}),
-    "bias": Correction((), {"b": 0.5}, _bias, "a constant logit bias"),
+    "clip": Correction(("clip",), {"beta": 1.0, "patch": 0.0}, None, "CLIP certainty (after Deng et al. 2024)", {"patch": (0.0, 1.0)}, _clip),
+    "bias": Correction((), {"b": 0.5}, None, "a constant logit bias", shift=_bias),
     "threshold": Correction(
         (), {"yes_ratio": 0.5}, None, "a decision threshold on p_yes (run-level: apply_threshold)", {"yes_ratio": (0.0, 1.0)}
     ),
@@ -252,16 +255,20 @@ def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) ->
     name, params = parse_correction(spec)
     if name in RUN_LEVEL:
         raise InputError(f"{spec} reads the whole run: score it with `halluprobe score` or `halluprobe corrections`")
-    if sample.error is not None or token_sets is None or token_sets.keyed_by != "id" or not sample.candidates:
+    if sample.error is not None or token_sets is None or not sample.candidates:
+        return None
+    correction = CORRECTIONS[name]
+    if _inert_reason(name, params) is None and not set(correction.signals) <= recorded_signals(sample):
+        return None
+    if correction.shift is not None:
+        return _shifted(read_dynamic(sample.candidates, token_sets), correction.shift(sample, params))
+    if token_sets.keyed_by != "id":
         return None
     ids = [*token_sets.yes_ids, *token_sets.no_ids]
     base = _scores(sample.candidates, ids)
     if base is None:
         return None
     base_max = sample.first_token[0].logprob if sample.first_token else max(base.values())
-    correction = CORRECTIONS[name]
-    if _inert_reason(name, params) is None and not set(correction.signals) <= recorded_signals(sample):
-        return None
     assert correction.rule is not None  # run-level rules were refused above
     scores = correction.rule(base, base_max, sample, params, token_sets)
     if scores is None:
@@ -273,14 +280,21 @@ def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) ->
     return decide(logsumexp(yes), logsumexp(no))
 
 
+def _shifted(base: ReadoutResult, shift: tuple[float, float] | None) -> ReadoutResult | None:
+    """The base readout with its yes and no log-masses moved (no mass stays no mass)."""
+    if shift is None:
+        return None
+    yes = -math.inf if base.yes_score is None else base.yes_score + shift[0]
+    no = -math.inf if base.no_score is None else base.no_score + shift[1]
+    return decide(yes, no)
+
+
 def apply_threshold(spec: str, samples: Sequence[Sample], token_sets: TokenSets | None) -> list[ReadoutResult | None]:
     """``threshold:yes_ratio=r``: the dynamic readout's ``p_yes`` with the threshold chosen on
     the run so that a fraction ``r`` of the answered questions is answered yes (the largest
     ``p_yes`` first; ties at the threshold all go the same way, so the ratio is met as closely
     as ties allow). A prior correction, not a decoding method: it shows how much of a method's
     gain a plain change of the yes-ratio gives. ``p_yes`` is kept; only the decision moves."""
-    from halluprobe.readouts.logits import read_dynamic
-
     _, params = parse_correction(spec)
     ratio = params["yes_ratio"]
     base: list[ReadoutResult | None] = [
