@@ -270,3 +270,10 @@ def test_mcnemar_follows_the_unknown_policy(signal_run: Path, tmp_path: Path, po
     keep = [x["decision"] != "unknown" for x in text] if policy == "drop" else [True] * len(text)
     expected = mcnemar_exact([r for r, k in zip(right(text), keep) if k], [r for r, k in zip(right(base), keep) if k]).p_value
     assert rows[confound_name]["mcnemar_p"] == expected
+
+
+def test_without_a_correction_the_table_has_every_method_the_signals_allow(signal_run: Path) -> None:
+    result = runner.invoke(app, ["corrections", str(signal_run), "--resamples", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    names = [r["name"] for r in json.loads(result.stdout)["rows"] if r["kind"] not in ("baseline", "confound")]
+    assert names == ["vcd:alpha=1,beta=0.1", "icd:alpha=1,beta=0.1", "dola:relative_top=0.1", "pai:gamma=1.1", "m3id:lambda=0.02,t=0"]

@@ -26,7 +26,7 @@ def corrections_cmd(
     rundir: Annotated[Path, typer.Argument(help="Run directory recorded with `halluprobe run --signals ...`.")],
     correction: Annotated[
         Optional[list[str]],
-        typer.Option(help="Correction to read, e.g. vcd:alpha=1,beta=0.1, dola:relative_top=0.1, bias:b=0.5 (repeatable)."),
+        typer.Option(help="Correction to read, e.g. vcd:alpha=1,beta=0.1, dola:relative_top=0.1, clip:beta=1, bias:b=0.5 (repeatable; none and no --grid: every method the run's signals allow, at its default setting)."),
     ] = None,
     grid: Annotated[Optional[Path], typer.Option(help="TOML grid of settings per method ([vcd] alpha = [0.5, 1, 2]).")] = None,
     folds: Annotated[int, typer.Option(min=2, help="Image folds on which a grid setting is chosen (held-out F1).")] = 5,
@@ -40,12 +40,15 @@ def corrections_cmd(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table (with a provenance comment for `check`).")] = False,
     latex: Annotated[bool, typer.Option("--latex", help="Print a booktabs LaTeX table (with a provenance comment for `check`).")] = False,
 ) -> None:
-    """Corrections (VCD, ICD, M3ID, PAI, DoLa, bias) read from stored signals, against the greedy
+    """Corrections (VCD, ICD, M3ID, PAI, DoLa, CLIP certainty, bias) read from stored signals, against the greedy
     dynamic baseline, the sampled baseline and the readout confound of the same run."""
-    from halluprobe.corrections_table import corrections_table, read_grid
+    from halluprobe.corrections_table import corrections_table, default_corrections, read_grid
+    from halluprobe.rundir import RunDir
 
     with errors():
         specs = read_grid(grid) if grid is not None else []
+        if not correction and not specs:  # the methods the run's signals allow, at their default settings
+            correction = default_corrections(RunDir(rundir).read_header())
         report = corrections_table(
             rundir, correction or [], grid=specs, folds=folds, policy=unknown, n_resamples=resamples, seed=seed, draws=draws,  # type: ignore[arg-type]
         )
