@@ -17,7 +17,6 @@ a scorer is built.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ CLIP_SIGNAL = "clip"
 # CLIP's zero-shot prompt (Radford et al. 2021); the empty caption is the same without the object
 OBJECT_CAPTION = "a photo of a {object}."
 EMPTY_CAPTION = "a photo."
-_IMAGES_KEPT = 64  # image embeddings held: requests come grouped by image, and POPE's splits share them
 
 
 def object_caption(obj: str) -> str:
@@ -52,7 +50,12 @@ def _model_type(model: str) -> str | None:
 
 
 class ClipScorer:
-    """A CLIP model (``CLIPModel``, local folder or hub id) that scores (image, object) pairs."""
+    """A CLIP model (``CLIPModel``, local folder or hub id) that scores (image, object) pairs.
+
+    Each image is embedded once: when it is first needed, every object :meth:`expect` named for
+    it is scored with it, and only the four similarities per pair are kept (POPE asks about an
+    image in each of its three splits, often in another order than the answering backend's).
+    """
 
     def __init__(self, model: str | Path, *, device: str = "auto", batch_size: int = 16) -> None:
         import torch
@@ -60,7 +63,6 @@ class ClipScorer:
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-
         self._model_id = str(model)
         model_type = _model_type(self._model_id)
         if model_type is not None and model_type != "clip":
@@ -71,7 +73,8 @@ class ClipScorer:
         self._device = device
         self._batch_size = max(1, batch_size)
         self._texts: dict[str, Any] = {}  # caption -> normalised text embedding [D]
-        self._images: OrderedDict[str, tuple[Any, Any]] = OrderedDict()  # path -> (global [D], patches [P, D])
+        self._expected: dict[str, set[str]] = {}  # image path -> objects asked about it
+        self._scored: dict[tuple[str, str], ClipSimilarity | str] = {}  # (image path, object) -> result
 
     def setting(self) -> ClipSetting:
         return ClipSetting(
@@ -81,36 +84,55 @@ class ClipScorer:
             empty_caption=EMPTY_CAPTION,
         )
 
+    def expect(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Name the (image path, object) pairs that will be asked, so each image is embedded once."""
+        for path, obj in pairs:
+            self._expected.setdefault(path, set()).add(obj)
+
     def similarities(self, pairs: Sequence[tuple[str, str]]) -> list[ClipSimilarity | str]:
         """Per (image path, object): the four similarities, or the reason there are none."""
-        import torch
+        self.expect(pairs)
+        paths = [p for p in dict.fromkeys(path for path, obj in pairs if (path, obj) not in self._scored)]
+        for start in range(0, len(paths), self._batch_size):
+            self._score_images(paths[start : start + self._batch_size])
+        return [self._scored[pair] for pair in pairs]
 
-        captions = [EMPTY_CAPTION, *(object_caption(obj) for _, obj in pairs)]
-        self._embed_texts([c for c in dict.fromkeys(captions) if c not in self._texts])
-        failed = self._embed_images([p for p in dict.fromkeys(path for path, _ in pairs) if p not in self._images])
-        scale = float(self._model.logit_scale.detach().exp())
-        empty = self._texts[EMPTY_CAPTION]
-        out: list[ClipSimilarity | str] = []
-        for path, obj in pairs:
-            if path in failed:
-                out.append(failed[path])
-                continue
-            image, patches = self._images[path]
-            self._images.move_to_end(path)
-            text = self._texts[object_caption(obj)]
-            with torch.inference_mode():
-                out.append(
-                    ClipSimilarity(
+    def _score_images(self, paths: list[str]) -> None:
+        """Embed the images (global and per patch) and score every object expected for each."""
+        import torch
+        from PIL import Image
+
+        readable: list[tuple[str, Any]] = []
+        for path in paths:
+            try:
+                with Image.open(path) as img:
+                    readable.append((path, img.convert("RGB")))
+            except Exception as err:
+                for obj in self._expected[path]:
+                    self._scored[(path, obj)] = f"clip signal: cannot read image {path}: {type(err).__name__}: {err}"
+        if not readable:
+            return
+        objects = sorted({obj for path, _ in readable for obj in self._expected[path]})
+        self._embed_texts([c for c in [EMPTY_CAPTION, *map(object_caption, objects)] if c not in self._texts])
+        vision, projection = self._model.vision_model, self._model.visual_projection
+        pixels = self._processor(images=[img for _, img in readable], return_tensors="pt")["pixel_values"].to(self._device)
+        with torch.inference_mode():
+            hidden = vision(pixel_values=pixels).last_hidden_state  # [B, 1 + P, H]: class token first
+            tokens = torch.nn.functional.normalize(projection(vision.post_layernorm(hidden)).float(), dim=-1)
+            scale = float(self._model.logit_scale.exp())
+            empty = self._texts[EMPTY_CAPTION]
+            for (path, _), row in zip(readable, tokens):
+                image, patches = row[0], row[1:]
+                empty_global, empty_patch = float(image @ empty), float((patches @ empty).max())
+                for obj in self._expected[path]:
+                    text = self._texts[object_caption(obj)]
+                    self._scored[(path, obj)] = ClipSimilarity(
                         object_global=float(image @ text),
                         object_patch=float((patches @ text).max()),
-                        empty_global=float(image @ empty),
-                        empty_patch=float((patches @ empty).max()),
+                        empty_global=empty_global,
+                        empty_patch=empty_patch,
                         logit_scale=scale,
                     )
-                )
-        while len(self._images) > _IMAGES_KEPT:
-            self._images.popitem(last=False)
-        return out
 
     def _embed_texts(self, captions: list[str]) -> None:
         import torch
@@ -124,28 +146,3 @@ class ClipScorer:
                 ).pooler_output.float()
             for caption, row in zip(chunk, torch.nn.functional.normalize(embeds, dim=-1)):
                 self._texts[caption] = row
-
-    def _embed_images(self, paths: list[str]) -> dict[str, str]:
-        """Embed the images (global and per patch); the ones that cannot be read, with why."""
-        import torch
-        from PIL import Image
-
-        failed: dict[str, str] = {}
-        readable: list[tuple[str, Any]] = []
-        for path in paths:
-            try:
-                with Image.open(path) as img:
-                    readable.append((path, img.convert("RGB")))
-            except Exception as err:
-                failed[path] = f"clip signal: cannot read image {path}: {type(err).__name__}: {err}"
-        vision, projection = self._model.vision_model, self._model.visual_projection
-        for start in range(0, len(readable), self._batch_size):
-            chunk = readable[start : start + self._batch_size]
-            pixels = self._processor(images=[img for _, img in chunk], return_tensors="pt")["pixel_values"].to(self._device)
-            with torch.inference_mode():
-                hidden = vision(pixel_values=pixels).last_hidden_state  # [B, 1 + P, H]: class token first
-                tokens = projection(vision.post_layernorm(hidden)).float()
-            tokens = torch.nn.functional.normalize(tokens, dim=-1)
-            for (path, _), row in zip(chunk, tokens):
-                self._images[path] = (row[0], row[1:])
-        return failed

@@ -356,6 +356,8 @@ def run_questions(
 
     sets = None if config.open_ended else header.token_sets
     request_of = {r.key: r for r in requests}
+    if clip is not None:  # each image embedded once, whatever order the backend answers in
+        clip.expect([(r.image_path, by_key[r.key].object or "") for r in requests])
     if progress:
         progress(summary.skipped, summary.total)
     try:
