@@ -1,11 +1,13 @@
 """Inference-time corrections as readouts: decision rules over signals stored per sample.
 
-A correction method (VCD, ICD, M3ID, PAI, DoLa, a logit bias) changes the first answer token's
-logits using a second forward pass (a *signal*: the same prompt with a noised image, without
-the image, with a disturbing instruction, an early layer's logits, a pass with amplified image
-attention). ``halluprobe run --signals ...`` stores each signal's log-probabilities over the
-yes/no ids (:class:`~halluprobe.records.SignalLogprobs`); the rules below apply the method's
-formula to those numbers at score time, so any setting of any method is read from one run.
+A correction method (VCD, ICD, M3ID, PAI, DoLa, CLIP certainty, a logit bias) changes the first
+answer token's logits using a second forward pass (a *signal*: the same prompt with a noised
+image, without the image, with a disturbing instruction, an early layer's logits, a pass with
+amplified image attention) or a second model (CLIP's image-object similarities).
+``halluprobe run --signals ...`` stores each signal's log-probabilities over the yes/no ids
+(:class:`~halluprobe.records.SignalLogprobs`; CLIP's: ``Sample.clip``); the rules below apply
+the method's formula to those numbers at score time, so any setting of any method is read from
+one run.
 
 A correction is named like a readout, ``NAME`` or ``NAME:key=value,...``: ``vcd:alpha=1,beta=0.1``.
 Every rule reads the base pass (``Sample.candidates``, and the first token's top log-probability
@@ -14,7 +16,8 @@ as ``dynamic`` does: log-sum-exp over the yes set against the no set
 (:func:`halluprobe.readouts.logits.decide`). Ids that fail the method's plausibility cut-off get
 no mass. Working on log-probabilities instead of logits changes every contrast score of one
 step by the same constant, which leaves decisions and ``p_yes`` (the yes set against the no
-set) unchanged.
+set) unchanged. A rule that only moves the yes set's and the no set's log-mass (``bias``,
+``clip``) is a *shift* of the ``dynamic`` readout, so it reads server runs' pieces too.
 """
 
 from __future__ import annotations
@@ -49,7 +52,6 @@ class Correction:
 
     signals: tuple[str, ...]
     defaults: Mapping[str, float]
-    # None: a rule that reads the whole run (RUN_LEVEL), applied by apply_threshold
     # per-id scores from the base pass's yes/no log-probabilities (contrast methods); None: a
     # log-odds shift (below) or a rule that reads the whole run (RUN_LEVEL, apply_threshold)
     rule: Callable[[Scores, float, Sample, Mapping[str, float], TokenSets], Scores | None] | None
