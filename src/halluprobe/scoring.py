@@ -105,12 +105,15 @@ def score_rundir(
     return report
 
 
-def compat_rundir(path: str | Path, *, readout: str, tool: str) -> dict[str, dict[str, float | int]]:
+def compat_rundir(
+    path: str | Path, *, readout: str, tool: str, force_invalid: bool = False
+) -> dict[str, dict[str, float | int]]:
     """The numbers ``tool`` (lmms-eval, vlmevalkit) would print for ``readout``'s decisions on a
-    run dir, its counting quirks included (:mod:`halluprobe.metrics.compat`)."""
+    run dir, its counting quirks included (:mod:`halluprobe.metrics.compat`). ``force_invalid``
+    as for :func:`score_rundir`: the same decisions, whichever tool counts them."""
     from halluprobe.metrics.compat import tool_numbers
 
-    _, header, samples = read_scored_run(path, readout)
+    _, header, samples = read_scored_run(path, readout, force_invalid=force_invalid)
     return tool_numbers(readout_rows(readout, header, samples), tool)
 
 

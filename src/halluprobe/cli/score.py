@@ -55,7 +55,7 @@ def score_cmd(
         elif compat is not None and rundir is not None:
             from halluprobe.scoring import compat_rundir
 
-            typer.echo(json.dumps(compat_rundir(rundir, readout=readout, tool=compat), indent=2))
+            typer.echo(json.dumps(compat_rundir(rundir, readout=readout, tool=compat, force_invalid=force_invalid), indent=2))
             return
         else:
             if rundir is None:
