@@ -356,3 +356,35 @@ def test_answers_file_tables_name_their_files_and_check(tmp_path: Path) -> None:
     labels[1].unlink()
     code, output = _check(str(tex))
     assert code == 1 and f"{tex}:1: file-missing: {labels[1]} is missing" in output, output
+
+
+def test_a_cell_holding_a_pipe_is_escaped_and_checks(tmp_path: Path) -> None:
+    """A split named from a file `rand|om.json`: its cell reads `rand\\|om`, one cell for check."""
+    world = _make_world(tmp_path)
+    piped = world["random"].with_name("rand|om.json")
+    shutil.copy(world["random"], piped)
+    world["random"] = piped
+    out = tmp_path / "runs" / "piped"
+    assert runner.invoke(app, _run_args(world, out)).exit_code == 0
+    md = tmp_path / "paper.md"
+    md.write_text(_score(out, "--markdown"))
+    lines = md.read_text().split("\n")
+    index = next(i for i, line in enumerate(lines) if line.startswith("| rand"))
+    assert lines[index].startswith("| rand\\|om | 36 | ")
+    code, output = _check(str(md))
+    assert code == 0 and "everything matches" in output, output
+    lines[index] = lines[index].replace("| 36 |", "| 37 |", 1)
+    md.write_text("\n".join(lines))
+    code, output = _check(str(md))
+    assert code == 1 and f"{md}:{index + 1}: differs: rand|om / n" in output, output
+
+
+def test_markdown_tables_escape_pipes_and_counts_read_with_si_thousands() -> None:
+    from halluprobe.check import compare_cell
+    from halluprobe.formatting import markdown_table
+    from halluprobe.tables import Cell
+
+    assert markdown_table(["a|b", "n"], [["x | y", "1\n2"]]) == ["| a\\|b | n |", "|---|---|", "| x \\| y | 1 ⏎ 2 |"]
+    assert markdown_table(["a", "n"], [], align=["l", "r"])[1] == "| :--- | ---: |"
+    assert compare_cell(Cell("9\u202f000", (9000,)), "9\u202f000") is None
+    assert compare_cell(Cell("9\u202f000", (9000,)), "9\u202f001") == "differs"

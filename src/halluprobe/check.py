@@ -116,6 +116,7 @@ class FoundTable:
 _LATEX_RULE = re.compile(r"^\\(toprule|midrule|bottomrule|hline|cmidrule|cline|addlinespace)\b")
 _UNESCAPED_PERCENT = re.compile(r"(?<!\\)%.*$")
 _UNESCAPED_AMP = re.compile(r"(?<!\\)&")
+_UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")  # a cell's own pipe is written \| (formatting.markdown_cell)
 _BOX = str.maketrans({ch: " " for ch in "│┃┏┓┗┛┡┩┳┻╇╋━─└┘┴┬┼├┤╭╮╰╯║═╔╗╚╝╠╣╦╩╬|"})
 _LOOKAHEAD = 8  # lines between a comment and its table (a title, a caption, blank lines)
 
@@ -184,7 +185,8 @@ def _markdown_table(lines: list[str], index: int, path: str) -> tuple[Style, tup
         stripped = lines[j].strip()
         if not stripped.startswith("|"):
             break
-        cells = [c.strip() for c in stripped.strip("|").split("|")]
+        inner = stripped[1:-1] if stripped.endswith("|") and not stripped.endswith("\\|") else stripped[1:]
+        cells = [c.strip().replace("\\|", "|") for c in _UNESCAPED_PIPE.split(inner)]
         if all(re.fullmatch(r":?-+:?", c) for c in cells):
             continue  # the separator under the header
         rows.append((j + 1, cells))

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from halluprobe.errors import InputError
-from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, score_rows_named
+from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, markdown_table, score_rows_named
 from halluprobe.records import FrozenRecord, Metrics, ScoreReport
 
 __all__ = [
@@ -263,8 +263,7 @@ def render_latex(report: ScoreReport, title: str, provenance: Provenance | None 
 
 def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance | None) -> str:
     lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
-    lines += [f"**{title}**", "", "| " + " | ".join(grid.header) + " |", "|---" * len(grid.header) + "|"]
-    lines += ["| " + " | ".join(c.text for c in row) + " |" for row in grid.rows]
+    lines += [f"**{title}**", "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])]
     if note:
         lines += ["", note]
     return "\n".join(lines)
@@ -496,9 +495,7 @@ def study_table(
         body += [" & ".join(latex_escape(c).replace("†", r"$^\dagger$") for c in row) + r" \\" for row in rows]
         spec = "ll" + "r" * len(STUDY_READOUTS)
         return "\n".join([rf"\begin{{tabular}}{{{spec}}}", r"\toprule", *body, r"\bottomrule", r"\end{tabular}", f"% {note}"])
-    lines = ["| " + " | ".join(header_cells) + " |", "|" + "---|" * len(header_cells)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join([*lines, "", note])
+    return "\n".join([*markdown_table(header_cells, rows), "", note])
 
 
 # -- the corrections table (halluprobe corrections) -------------------------------------------------

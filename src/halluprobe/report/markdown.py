@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from halluprobe.formatting import markdown_table
 from halluprobe.records import Metrics, PairedTest
 from halluprobe.report.view import (
     ReportView,
@@ -32,24 +33,16 @@ __all__ = ["markdown_report"]
 _PER_SAMPLE = "derived per sample from the pieces the server returned (no ids)"
 
 
-def _esc(text: Any) -> str:
-    """A table cell: pipes escaped, newlines shown as ⏎ (a cell is one line)."""
-    return str(text).replace("|", "\\|").replace("\r", "").replace("\n", " ⏎ ")
-
-
 def _code(text: Any) -> str:
+    """A code span (a table escapes its pipes, :func:`~halluprobe.formatting.markdown_cell`)."""
     body = str(text)
     fence = "``" if "`" in body else "`"
     pad = " " if body.startswith("`") or body.endswith("`") else ""
-    return f"{fence}{pad}{_esc(body)}{pad}{fence}"
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence[str] | None = None) -> list[str]:
-    align = align or ["l"] + ["r"] * (len(header) - 1)
-    rule = ["---:" if a == "r" else ":---" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    lines += ["| " + " | ".join(_esc(c) if not str(c).startswith("`") else str(c) for c in row) + " |" for row in rows]
-    return lines
+    return markdown_table(header, rows, align or ["l"] + ["r"] * (len(header) - 1))
 
 
 def _with_ci(m: Metrics | None, name: str) -> str:
