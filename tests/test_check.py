@@ -388,3 +388,25 @@ def test_markdown_tables_escape_pipes_and_counts_read_with_si_thousands() -> Non
     assert markdown_table(["a", "n"], [], align=["l", "r"])[1] == "| :--- | ---: |"
     assert compare_cell(Cell("9\u202f000", (9000,)), "9\u202f000") is None
     assert compare_cell(Cell("9\u202f000", (9000,)), "9\u202f001") == "differs"
+
+
+def test_readouts_tables_read_the_samples_once_and_score_like_score(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from halluprobe.rundir import RunDir
+    from halluprobe.scoring import score_rundir
+    from halluprobe.tables import readouts_reports, study_table
+
+    reads: list[Path] = []
+    read_samples = RunDir.read_samples
+
+    def counting(self: RunDir) -> object:
+        reads.append(self.path)
+        return read_samples(self)
+
+    monkeypatch.setattr(RunDir, "read_samples", counting)
+    reports, forced = readouts_reports(run_dir, n_resamples=20, seed=4)
+    assert len(reads) == 1 and len(reports) > 3 and forced
+    study_table([run_dir], "markdown")
+    assert len(reads) == 2
+    monkeypatch.undo()
+    for name, report in reports.items():
+        assert report == score_rundir(run_dir, readout=name, n_resamples=20, seed=4, write=False, force_invalid=name in forced)
