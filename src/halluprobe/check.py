@@ -434,22 +434,24 @@ def file_findings(source: FileSource, runs: Sequence[Path], where: tuple[str, in
     return [], path
 
 
-def _check_answers_table(table: FoundTable, runs: Sequence[Path], result: CheckResult) -> Grid | None:
+def _check_answers_table(table: FoundTable, answers: FileSource, runs: Sequence[Path], result: CheckResult) -> Grid | None:
     """The grid of a score table of a third-party answers file, recomputed from its files."""
     from halluprobe.scoring import score_answers_file
 
     prov = table.provenance
     if not prov.readout.startswith("text:"):
         raise InputError(f"an answers file is scored with a text rule (text:RULE), not {prov.readout!r}", table.path, table.line)
-    paths = []
-    for source in (prov.answers, *(prov.labels or ())):
-        findings, path = file_findings(source, runs, (table.path, table.line))  # type: ignore[arg-type]
+    sources = (answers, *(prov.labels or ()))
+    paths: list[Path] = []
+    for source in sources:
+        findings, path = file_findings(source, runs, (table.path, table.line))
         result.findings.extend(findings)
-        paths.append(path)
-    if any(p is None for p in paths):
+        if path is not None:
+            paths.append(path)
+    if len(paths) < len(sources):  # a file is missing: reported, nothing to score
         return None
     report = score_answers_file(
-        paths[0], paths[1:], rule=prov.readout.removeprefix("text:"), policy=prov.unknown,  # type: ignore[arg-type]
+        paths[0], paths[1:], rule=prov.readout.removeprefix("text:"), policy=prov.unknown,
         n_resamples=prov.resamples, seed=prov.seed,
     )  # fmt: skip
     return score_grid(report, table.style)
@@ -476,7 +478,7 @@ def _check_headline_table(table: FoundTable, runs: Sequence[Path], cache: RunCac
 def _check_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> None:
     prov = table.provenance
     if prov.answers is not None:
-        grid = _check_answers_table(table, runs, result)
+        grid = _check_answers_table(table, prov.answers, runs, result)
     elif prov.table == "headline":
         grid = _check_headline_table(table, runs, cache, result)
     else:
