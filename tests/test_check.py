@@ -357,6 +357,14 @@ def test_answers_file_tables_name_their_files_and_check(tmp_path: Path) -> None:
     code, output = _check(str(tex))
     assert code == 1 and f"{tex}:1: file-missing: {labels[1]} is missing" in output, output
 
+    # a comment naming neither a run dir nor an answers file is bad input
+    lines = tex.read_text().split("\n")
+    data = json.loads(lines[0].removeprefix("% halluprobe-provenance "))
+    del data["answers"]
+    tex.write_text("\n".join([f"% halluprobe-provenance {json.dumps(data)}", *lines[1:]]))
+    code, output = _check(str(tex))
+    assert code == 2 and f"error: {tex}:1: malformed provenance comment: it names run dirs or an answers file" in output, output
+
 
 def test_a_cell_holding_a_pipe_is_escaped_and_checks(tmp_path: Path) -> None:
     """A split named from a file `rand|om.json`: its cell reads `rand\\|om`, one cell for check."""
