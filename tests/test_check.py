@@ -285,3 +285,136 @@ def test_the_corrections_table_carries_provenance_and_checks(tmp_path: Path) -> 
     line = _edit_digit(paper, "bias:b=1", 5)  # its F1 under sampling
     code, output = _check(str(paper))
     assert code == 1 and f"{paper}:{line}" in output
+
+
+def test_the_reports_markdown_twin_carries_provenance_and_checks(run_dir: Path, tmp_path: Path) -> None:
+    """report.md's headline table (one run, and a leaderboard of two) recomputed by `check`."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("jinja2")
+    from halluprobe.report import render_report
+
+    other = tmp_path / "runs" / "again"
+    shutil.copytree(run_dir, other)
+    result = runner.invoke(app, ["report", str(run_dir), "--out", str(tmp_path / "one.html"), "--resamples", "50"])
+    assert result.exit_code == 0, result.output
+    one = tmp_path / "one.md"
+    _, board = render_report([run_dir, other], tmp_path / "board.html", n_resamples=50, seed=3)
+    comment = next(line for line in board.read_text().split("\n") if "halluprobe-provenance" in line)
+    provenance = json.loads(comment.removeprefix("<!-- halluprobe-provenance ").removesuffix(" -->"))
+    assert (provenance["table"], len(provenance["runs"]), len(provenance["names"]), provenance["seed"]) == ("headline", 2, 2, 3)
+    code, output = _check(str(one), str(board))
+    assert code == 0 and "checked 2 tables" in output and "everything matches" in output, output
+
+    one_line = _edit_digit(one, "random", 11)  # F1 (its CI's upper bound)
+    board_line = _edit_digit(board, f"1. {provenance['names'][0]}", 3)  # TP of run 1's first split
+    code, output = _check(str(one), str(board), "--json")
+    assert code == 1, output
+    findings = json.loads(output)["findings"]
+    assert {(f["path"], f["line"], f["kind"]) for f in findings} == {(str(one), one_line, "differs"), (str(board), board_line, "differs")}
+    assert any(f["message"].startswith("random / F1") for f in findings)
+
+
+def test_answers_file_tables_name_their_files_and_check(tmp_path: Path) -> None:
+    """`score --answers --latex/--markdown`: the answers and labels files with their sha256."""
+    from test_imports import answers_lines, make_labels, write_lines
+
+    from halluprobe.rundir import sha256_file
+
+    splits = make_labels(tmp_path / "labels")
+    answers = write_lines(tmp_path / "answers.jsonl", [line for s in ("random", "popular") for line in answers_lines(splits[s], split=s)])
+    labels = [tmp_path / "labels" / f"coco_pope_{s}.json" for s in ("random", "popular")]
+    args = ["score", "--answers", str(answers), "--labels", str(labels[0]), "--labels", str(labels[1]), "--resamples", "40"]
+
+    def table(flag: str) -> str:
+        result = runner.invoke(app, [*args, flag])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    tex, md = tmp_path / "paper.tex", tmp_path / "paper.md"
+    tex.write_text(table("--latex"))
+    md.write_text("# Results\n\n" + table("--markdown"))
+    provenance = json.loads(tex.read_text().split("\n")[0].removeprefix("% halluprobe-provenance "))
+    assert "runs" not in provenance or not provenance["runs"]
+    assert provenance["answers"] == {"path": str(answers), "sha256": sha256_file(answers)}
+    assert provenance["labels"] == [{"path": str(p), "sha256": sha256_file(p)} for p in labels]
+    assert (provenance["readout"], provenance["resamples"]) == ("text:pope", 40)
+    code, output = _check(str(tex), str(md))
+    assert code == 0 and "checked 2 tables" in output, output
+
+    tex_line = _edit_digit(tex, "popular", 2)  # TP
+    md_line = _edit_digit(md, "random", 11)  # F1
+    code, output = _check(str(tex), str(md), "--json")
+    assert code == 1, output
+    findings = json.loads(output)["findings"]
+    assert {(f["path"], f["line"], f["kind"]) for f in findings} == {(str(tex), tex_line, "differs"), (str(md), md_line, "differs")}
+
+    # another answer since: the file is flagged (and the numbers compared); a labels file gone: flagged
+    tex.write_text(table("--latex"))
+    answers.write_text(answers.read_text().replace('"answer": "Yes"', '"answer": "No"', 1))
+    code, output = _check(str(tex))
+    assert code == 1 and f"{tex}:1: file-changed: {answers} changed" in output, output
+    labels[1].unlink()
+    code, output = _check(str(tex))
+    assert code == 1 and f"{tex}:1: file-missing: {labels[1]} is missing" in output, output
+
+    # a comment naming neither a run dir nor an answers file is bad input
+    lines = tex.read_text().split("\n")
+    data = json.loads(lines[0].removeprefix("% halluprobe-provenance "))
+    del data["answers"]
+    tex.write_text("\n".join([f"% halluprobe-provenance {json.dumps(data)}", *lines[1:]]))
+    code, output = _check(str(tex))
+    assert code == 2 and f"error: {tex}:1: malformed provenance comment: it names run dirs or an answers file" in output, output
+
+
+def test_a_cell_holding_a_pipe_is_escaped_and_checks(tmp_path: Path) -> None:
+    """A split named from a file `rand|om.json`: its cell reads `rand\\|om`, one cell for check."""
+    world = _make_world(tmp_path)
+    piped = world["random"].with_name("rand|om.json")
+    shutil.copy(world["random"], piped)
+    world["random"] = piped
+    out = tmp_path / "runs" / "piped"
+    assert runner.invoke(app, _run_args(world, out)).exit_code == 0
+    md = tmp_path / "paper.md"
+    md.write_text(_score(out, "--markdown"))
+    lines = md.read_text().split("\n")
+    index = next(i for i, line in enumerate(lines) if line.startswith("| rand"))
+    assert lines[index].startswith("| rand\\|om | 36 | ")
+    code, output = _check(str(md))
+    assert code == 0 and "everything matches" in output, output
+    lines[index] = lines[index].replace("| 36 |", "| 37 |", 1)
+    md.write_text("\n".join(lines))
+    code, output = _check(str(md))
+    assert code == 1 and f"{md}:{index + 1}: differs: rand|om / n" in output, output
+
+
+def test_markdown_tables_escape_pipes_and_counts_read_with_si_thousands() -> None:
+    from halluprobe.check import compare_cell
+    from halluprobe.formatting import markdown_table
+    from halluprobe.tables import Cell
+
+    assert markdown_table(["a|b", "n"], [["x | y", "1\n2"]]) == ["| a\\|b | n |", "|---|---|", "| x \\| y | 1 ⏎ 2 |"]
+    assert markdown_table(["a", "n"], [], align=["l", "r"])[1] == "| :--- | ---: |"
+    assert compare_cell(Cell("9\u202f000", (9000,)), "9\u202f000") is None
+    assert compare_cell(Cell("9\u202f000", (9000,)), "9\u202f001") == "differs"
+
+
+def test_readouts_tables_read_the_samples_once_and_score_like_score(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from halluprobe.rundir import RunDir
+    from halluprobe.scoring import score_rundir
+    from halluprobe.tables import readouts_reports, study_table
+
+    reads: list[Path] = []
+    read_samples = RunDir.read_samples
+
+    def counting(self: RunDir) -> object:
+        reads.append(self.path)
+        return read_samples(self)
+
+    monkeypatch.setattr(RunDir, "read_samples", counting)
+    reports, forced = readouts_reports(run_dir, n_resamples=20, seed=4)
+    assert len(reads) == 1 and len(reports) > 3 and forced
+    study_table([run_dir], "markdown")
+    assert len(reads) == 2
+    monkeypatch.undo()
+    for name, report in reports.items():
+        assert report == score_rundir(run_dir, readout=name, n_resamples=20, seed=4, write=False, force_invalid=name in forced)

@@ -404,3 +404,40 @@ def test_an_import_records_the_labels_version(tmp_path: Path) -> None:
     header = json.loads((tmp_path / "run" / "run.json").read_text())
     assert header["pope_versions"] == {"adversarial": [], "random": [], "popular": []}  # toy labels: unpublished
     assert header["backend_info"]["pope_version"]["questions"] == {"adversarial": [], "random": [], "popular": []}
+
+
+def test_an_import_reads_each_answers_file_once_and_hashes_each_labels_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Format detection's read is the reader's, and its bytes give the header's sha256; the
+    labels' sha256 (POPE version and run header) is computed once."""
+    import hashlib
+
+    import halluprobe.imports.common as common
+
+    splits = make_labels(tmp_path / "labels")
+    rows = [line for s in ("random", "popular") for line in answers_lines(splits[s], split=s)]
+    answers = write_lines(tmp_path / "a.jsonl", rows)
+    labels = [tmp_path / "labels" / f"coco_pope_{s}.json" for s in ("random", "popular")]
+    reads: dict[str, int] = {}
+    hashes: dict[str, int] = {}
+    read_bytes, sha256_file = Path.read_bytes, common.sha256_file
+
+    def counting_read(path: Path) -> bytes:
+        reads[path.name] = reads.get(path.name, 0) + 1
+        return read_bytes(path)
+
+    def counting_hash(path: str | Path) -> str:
+        hashes[Path(path).name] = hashes.get(Path(path).name, 0) + 1
+        return sha256_file(path)
+
+    monkeypatch.setattr(Path, "read_bytes", counting_read)
+    monkeypatch.setattr(common, "sha256_file", counting_hash)
+    args = ["import", str(answers), "--out", str(tmp_path / "run")] + [a for p in labels for a in ("--labels", str(p))]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "answers" in result.output  # detected as the generic format
+    assert reads["a.jsonl"] == 1 and "a.jsonl" not in hashes
+    assert hashes == {"coco_pope_random.json": 1, "coco_pope_popular.json": 1}
+    monkeypatch.undo()
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["backend_info"]["sources"] == {str(answers): hashlib.sha256(answers.read_bytes()).hexdigest()}
+    assert info["benchmarks"] == {s: hashlib.sha256(p.read_bytes()).hexdigest() for s, p in zip(("random", "popular"), labels)}

@@ -149,15 +149,15 @@ def vlmeval_counts(rows: list[dict], split: str, key: str) -> tuple[int, int, in
     return tp, fp, tn, fn
 
 
-@pytest.mark.parametrize("suffix", [".tsv", ".json"])
+@pytest.mark.parametrize("suffix", [".tsv", ".csv", ".json"])
 def test_vlmevalkit_sheet_and_auxmatch(tmp_path: Path, suffix: str) -> None:
     splits = make_labels(tmp_path / "labels")
     rows = vlmeval_rows(splits, extracted=True)
     assert any("," in r["category"] for r in rows)  # some rows belong to several splits
     path = tmp_path / f"model_POPE_auxmatch{suffix}"
-    if suffix == ".tsv":
+    if suffix in (".tsv", ".csv"):  # detected by the suffix: the first line is no JSON
         with open(path, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]), delimiter="\t", quoting=csv.QUOTE_ALL)
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]), delimiter="\t" if suffix == ".tsv" else ",", quoting=csv.QUOTE_ALL)
             writer.writeheader()
             writer.writerows(rows)
     else:

@@ -156,6 +156,25 @@ def test_score_refuses_invalid_legacy_readout_unless_forced(tmp_path: Path) -> N
     assert unknown.exit_code == 2 and "nonsense" in unknown.output
 
 
+def test_compat_honours_force_invalid_like_the_plain_score(tmp_path: Path) -> None:
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    assert runner.invoke(app, _run_args(world, out)).exit_code == 0
+    compat = ["score", str(out), "--readout", "legacy_2tok", "--compat", "lmms-eval"]
+    refused = runner.invoke(app, compat)
+    assert refused.exit_code == 2 and "--force-invalid" in refused.output
+    forced = runner.invoke(app, [*compat, "--force-invalid"])
+    assert forced.exit_code == 0, forced.output
+    printed = json.loads(forced.stdout)
+    # the same decisions as the plain score: lmms-eval's accuracy is `--unknown wrong`'s
+    plain = runner.invoke(app, ["score", str(out), "--readout", "legacy_2tok", "--force-invalid", "--json", "--resamples", "0"])
+    assert plain.exit_code == 0, plain.output
+    report = json.loads(plain.stdout)
+    for split in ("random", "adversarial"):
+        assert printed[split]["n"] == report["splits"][split]["n"] == 36
+        assert printed[split]["pope_accuracy"] == pytest.approx(report["splits"][split]["accuracy"])
+
+
 @pytest.mark.parametrize(
     ("content", "line", "problem"),
     [

@@ -44,6 +44,7 @@ import numpy as np
 
 from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
 from halluprobe.errors import InputError
+from halluprobe.formatting import format_ci, format_ratio
 from halluprobe.metrics.binary import (
     _N_RAW,
     METRIC_NAMES,
@@ -896,12 +897,7 @@ def compare_runs(
 # terminal lines
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-def _fmt_ci(ci: Sequence[float] | None, digits: int = 4) -> str:
-    return "" if not ci else f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+_NOT_AVAILABLE = "n/a"  # an undefined number in the terminal summary
 
 
 def summarise_audit(audit: AuditReport) -> list[str]:
@@ -913,7 +909,7 @@ def summarise_audit(audit: AuditReport) -> list[str]:
     lines = [
         f"{run.path}: {run.n} questions, {run.errors} errors; model {run.model}, template {run.template}",
         (
-            f"headline {head}: macro F1 {_fmt(macro.f1)}{_fmt_ci(macro.ci.get('f1'))} "
+            f"headline {head}: macro F1 {format_ratio(macro.f1, missing=_NOT_AVAILABLE)}{format_ci(macro.ci.get('f1'), 4)} "
             f"({audit.bootstrap.n_resamples} image resamples, unknown={audit.policy})"
         ),
     ]
@@ -922,23 +918,23 @@ def summarise_audit(audit: AuditReport) -> list[str]:
         delta = entry.delta_f1
         sign = "" if delta is None else ("+" if delta >= 0 else "")
         lines.append(
-            f"  {name}{forced}: macro F1 {_fmt(audit.readouts[name].macro.f1)}, "
-            f"delta {sign}{_fmt(delta)}{_fmt_ci(entry.delta_f1_ci)}, McNemar p={entry.mcnemar_p:.3g} "
+            f"  {name}{forced}: macro F1 {format_ratio(audit.readouts[name].macro.f1, missing=_NOT_AVAILABLE)}, "
+            f"delta {sign}{format_ratio(delta, missing=_NOT_AVAILABLE)}{format_ci(entry.delta_f1_ci, 4)}, McNemar p={entry.mcnemar_p:.3g} "
             f"(b={entry.b}, c={entry.c})"
         )
     rate = audit.offset_rate
     pieces = ", ".join(f"{p.piece!r} {p.count}" for p in audit.offset_pieces[:5])
     if rate is not None:
-        lines.append(f"first-token argmax outside both sets: {_fmt(100 * rate, 1)}%" + (f" ({pieces})" if pieces else ""))
+        lines.append(f"first-token argmax outside both sets: {format_ratio(rate, digits=1, scale=100)}%" + (f" ({pieces})" if pieces else ""))
     stable = ", ".join(f"{name} {'never' if k is None else k}" for name, k in audit.stable_after.items())
     lines.append(f"F1 within ±{audit.convergence_rule.tol} of its final value after k questions: {stable}")
     for name, entry in audit.relabel.items():
         lines.append(
             f"labels {name}: {entry.matched} matched, {entry.flipped} flipped, {entry.removed} removed, "
-            f"{entry.added} added; macro F1 shift {_fmt(_macro_f1_shift(entry, head))}"
+            f"{entry.added} added; macro F1 shift {format_ratio(_macro_f1_shift(entry, head), missing=_NOT_AVAILABLE)}"
         )
     if audit.relabel_combined is not None:
-        lines.append(f"all label files together: macro F1 shift {_fmt(_macro_f1_shift(audit.relabel_combined, head))}")
+        lines.append(f"all label files together: macro F1 shift {format_ratio(_macro_f1_shift(audit.relabel_combined, head), missing=_NOT_AVAILABLE)}")
     return lines
 
 

@@ -1,11 +1,12 @@
 """``halluprobe check``: every number a paper reports, recomputed from the run dirs it names.
 
 Tables carry a provenance comment (:mod:`halluprobe.tables`); each is found in the given
-``.tex`` / ``.md`` files, recomputed through :func:`halluprobe.scoring.score_rundir` with the
-same readout, unknown policy, seed and resamples, and compared cell by cell at the precision
-each cell is written with. Numbers in prose come from a claims file (:mod:`halluprobe.claims`).
-A difference, a number that cannot be read, a run dir that is missing, incomplete or changed
-since the table was written: exit 1. A malformed comment or claims file, or a table whose
+``.tex`` / ``.md`` files, recomputed through :func:`halluprobe.scoring.score_rundir` (or
+:func:`~halluprobe.scoring.score_answers_file` for a third-party answers file) with the same
+readout, unknown policy, seed and resamples, and compared cell by cell at the precision each
+cell is written with. Numbers in prose come from a claims file (:mod:`halluprobe.claims`).
+A difference, a number that cannot be read, a run dir (or answers or labels file) that is
+missing, incomplete or changed since the table was written: exit 1. A malformed comment or claims file, or a table whose
 shape is not its source's: bad input, exit 2 with file:line. See ``docs/design/provenance.md``.
 """
 
@@ -19,15 +20,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from halluprobe.errors import InputError
+from halluprobe.formatting import score_rows_named
 from halluprobe.jsonl import read_text
 from halluprobe.records import ScoreReport
 from halluprobe.tables import (
     Cell,
+    FileSource,
     Grid,
     Provenance,
     RunSource,
     Style,
     corrections_grid,
+    headline_grid,
     parse_provenance,
     readouts_grid,
     score_grid,
@@ -42,10 +46,13 @@ __all__ = [
     "compare_cell",
     "compare_number",
     "extract_tables",
+    "file_findings",
     "locate_run",
 ]
 
-FindingKind = Literal["differs", "unparseable", "run-missing", "run-incomplete", "run-changed", "text-not-found", "policy"]
+FindingKind = Literal[
+    "differs", "unparseable", "run-missing", "run-incomplete", "run-changed", "file-missing", "file-changed", "text-not-found", "policy"
+]
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,7 @@ class FoundTable:
 _LATEX_RULE = re.compile(r"^\\(toprule|midrule|bottomrule|hline|cmidrule|cline|addlinespace)\b")
 _UNESCAPED_PERCENT = re.compile(r"(?<!\\)%.*$")
 _UNESCAPED_AMP = re.compile(r"(?<!\\)&")
+_UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")  # a cell's own pipe is written \| (formatting.markdown_cell)
 _BOX = str.maketrans({ch: " " for ch in "│┃┏┓┗┛┡┩┳┻╇╋━─└┘┴┬┼├┤╭╮╰╯║═╔╗╚╝╠╣╦╩╬|"})
 _LOOKAHEAD = 8  # lines between a comment and its table (a title, a caption, blank lines)
 
@@ -177,7 +185,8 @@ def _markdown_table(lines: list[str], index: int, path: str) -> tuple[Style, tup
         stripped = lines[j].strip()
         if not stripped.startswith("|"):
             break
-        cells = [c.strip() for c in stripped.strip("|").split("|")]
+        inner = stripped[1:-1] if stripped.endswith("|") and not stripped.endswith("\\|") else stripped[1:]
+        cells = [c.strip().replace("\\|", "|") for c in _UNESCAPED_PIPE.split(inner)]
         if all(re.fullmatch(r":?-+:?", c) for c in cells):
             continue  # the separator under the header
         rows.append((j + 1, cells))
@@ -220,6 +229,7 @@ _ALLOWED_BETWEEN = set(" [](),;±")
 def _strip_markup(text: str) -> str:
     """A cell without emphasis a writer may add (``\\textbf{}``, ``**``, ``$``)."""
     text = text.replace(r"\%", "%")
+    text = re.sub(r"(?<=\d)\u202f(?=\d)", "", text)  # SI thousands (the report's counts): 9 000
     text = re.sub(r"\\[A-Za-z]+\*?", " ", text)
     text = re.sub(r"[{}$*]", " ", text)
     return " ".join(text.split())
@@ -410,7 +420,78 @@ def check_files(files: Sequence[str | Path], *, runs: Sequence[str | Path] = (),
     return result
 
 
+def file_findings(source: FileSource, runs: Sequence[Path], where: tuple[str, int]) -> tuple[list[Finding], Path | None]:
+    """What is wrong with a named input file (an answers or labels file), and its path when it
+    can be read at all. Located like a run dir: ``--runs`` may name it."""
+    from halluprobe.rundir import sha256_file
+
+    file, line = where
+    path = locate_run(source.path, runs)
+    if not path.is_file():
+        return [Finding("file-missing", file, line, f"{path} is missing")], None
+    if sha256_file(path) != source.sha256:
+        return [Finding("file-changed", file, line, f"{path} changed since this was written (sha256)")], path
+    return [], path
+
+
+def _check_answers_table(table: FoundTable, answers: FileSource, runs: Sequence[Path], result: CheckResult) -> Grid | None:
+    """The grid of a score table of a third-party answers file, recomputed from its files."""
+    from halluprobe.scoring import score_answers_file
+
+    prov = table.provenance
+    if not prov.readout.startswith("text:"):
+        raise InputError(f"an answers file is scored with a text rule (text:RULE), not {prov.readout!r}", table.path, table.line)
+    sources = (answers, *(prov.labels or ()))
+    paths: list[Path] = []
+    for source in sources:
+        findings, path = file_findings(source, runs, (table.path, table.line))
+        result.findings.extend(findings)
+        if path is not None:
+            paths.append(path)
+    if len(paths) < len(sources):  # a file is missing: reported, nothing to score
+        return None
+    report = score_answers_file(
+        paths[0], paths[1:], rule=prov.readout.removeprefix("text:"), policy=prov.unknown,
+        n_resamples=prov.resamples, seed=prov.seed,
+    )  # fmt: skip
+    return score_grid(report, table.style)
+
+
+def _check_headline_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> Grid | None:
+    """The report's headline table: every run it names recomputed with the headline readout."""
+    prov = table.provenance
+    names = prov.names or ()
+    if len(prov.runs) > 1 and len(names) != len(prov.runs):
+        raise InputError(f"a headline table of {len(prov.runs)} runs names each of them ('names')", table.path, table.line)
+    paths = []
+    for source in prov.runs:
+        path = locate_run(source.path, runs)
+        findings, usable = run_findings(source, path, prov.readout, prov.unknown, (table.path, table.line))
+        result.findings.extend(findings)
+        if not usable:
+            return None
+        paths.append(path)
+    reports = [cache.report(p, prov.readout, prov.unknown, prov.seed, prov.resamples) for p in paths]
+    return headline_grid([score_rows_named(r) for r in reports], names if len(paths) > 1 else ())
+
+
 def _check_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> None:
+    prov = table.provenance
+    if prov.answers is not None:
+        grid = _check_answers_table(table, prov.answers, runs, result)
+    elif prov.table == "headline":
+        grid = _check_headline_table(table, runs, cache, result)
+    else:
+        grid = _check_run_table(table, runs, cache, result)
+    if grid is None:  # a source that cannot be read: reported, nothing to compare with
+        return
+    cell_findings, compared = compare_table(table, grid)
+    result.findings.extend(cell_findings)
+    result.cells += compared
+
+
+def _check_run_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> Grid | None:
+    """A score, readouts or corrections table of one run dir, recomputed."""
     prov = table.provenance
     if len(prov.runs) != 1:
         raise InputError(f"a {prov.table} table is computed from one run dir; this comment names {len(prov.runs)}", table.path, table.line)
@@ -419,21 +500,17 @@ def _check_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, resul
     findings, usable = run_findings(source, path, prov.readout, prov.unknown, (table.path, table.line))
     result.findings.extend(findings)
     if not usable:
-        return
+        return None
     if prov.table == "corrections":
         from halluprobe.corrections_table import corrections_table
 
         report = corrections_table(path, prov.readouts, policy=prov.unknown, n_resamples=prov.resamples, seed=prov.seed)  # type: ignore[arg-type]
-        grid = corrections_grid(report, table.style)
-    elif prov.table == "readouts":
+        return corrections_grid(report, table.style)
+    if prov.table == "readouts":
         if not prov.readouts:
             raise InputError("a readouts table's provenance lists no readouts", table.path, table.line)
         reports = {
             r: cache.report(path, r, prov.unknown, prov.seed, prov.resamples, force_invalid=r in prov.forced) for r in prov.readouts
         }
-        grid = readouts_grid(reports, prov.forced, table.style)
-    else:
-        grid = score_grid(cache.report(path, prov.readout, prov.unknown, prov.seed, prov.resamples), table.style)
-    cell_findings, compared = compare_table(table, grid)
-    result.findings.extend(cell_findings)
-    result.cells += compared
+        return readouts_grid(reports, prov.forced, table.style)
+    return score_grid(cache.report(path, prov.readout, prov.unknown, prov.seed, prov.resamples), table.style)

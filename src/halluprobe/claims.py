@@ -224,7 +224,7 @@ def check_claims(claims: Sequence[Claim], texts: Mapping[str, str], runs: Sequen
         if value is None or written is None or not _matches(value, written):
             findings.append(Finding("differs", claim.path, claim.line, _describe(claim), _expected_like(value, written), claim.value))
         if claim.text is not None:
-            findings.extend(_check_text(claim, value, texts))
+            findings.extend(_check_text(claim, claim.text, value, texts))
     return findings
 
 
@@ -237,17 +237,19 @@ def _describe(claim: Claim) -> str:
     return what
 
 
-def _check_text(claim: Claim, value: float | int | None, texts: Mapping[str, str]) -> list[Any]:
+def _check_text(claim: Claim, around: str, value: float | int | None, texts: Mapping[str, str]) -> list[Any]:
+    """Every line of ``texts`` that reads ``around`` (the claim's text, one ``{}``) holds its value."""
     from halluprobe.check import Finding
 
-    pattern = _text_pattern(claim.text or "{}")
+    pattern = _text_pattern(around)
+    nothing_after = not around.split("{}")[1]  # then punctuation after the value ends the sentence
     findings = []
     seen = False
     for name, text in texts.items():
         for number, line in enumerate(text.split("\n"), start=1):
             for match in pattern.finditer(line):
                 seen = True
-                found = match.group(1) if (claim.text or "").split("{}")[1] else match.group(1).rstrip(".,;:)")
+                found = match.group(1).rstrip(".,;:)") if nothing_after else match.group(1)
                 written = parse_written(found)
                 if written is None:
                     message = f"cannot read the number of the claim at {claim.path}:{claim.line}"
@@ -256,5 +258,5 @@ def _check_text(claim: Claim, value: float | int | None, texts: Mapping[str, str
                     findings.append(Finding("differs", name, number, _describe(claim), _expected_like(value, written), found))
     if not seen:
         where = ", ".join(texts) or "the checked files"
-        findings.append(Finding("text-not-found", claim.path, claim.line, f"no line of {where} reads {claim.text!r}"))
+        findings.append(Finding("text-not-found", claim.path, claim.line, f"no line of {where} reads {around!r}"))
     return findings

@@ -7,7 +7,7 @@ number reads the same wherever it is printed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from halluprobe.records import Metrics, ScoreReport
@@ -16,6 +16,8 @@ __all__ = [
     "MARKDOWN_COLUMNS",
     "format_ratio",
     "format_ci",
+    "markdown_cell",
+    "markdown_table",
     "score_rows_named",
     "score_markdown",
     "score_table",
@@ -36,6 +38,24 @@ def format_ratio(value: float | None, ci: Sequence[float] | None = None, *, digi
     if value is None:
         return missing
     return f"{scale * value:.{digits}f}" + format_ci(ci, ci_digits, scale)
+
+
+def markdown_cell(text: object) -> str:
+    """A pipe-table cell: ``|`` escaped as ``\\|`` (GitHub's rule, code spans included), a line
+    break shown as ⏎ (a row is one line)."""
+    return str(text).replace("|", "\\|").replace("\r", "").replace("\n", " ⏎ ")
+
+
+def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]], align: Sequence[str] | None = None) -> list[str]:
+    """The lines of a Markdown pipe table, every cell through :func:`markdown_cell`. ``align``
+    ("l" or "r" per column) writes ``:---`` / ``---:`` rules, else plain ``---``."""
+    if align is None:
+        rule = "|" + "---|" * len(header)
+    else:
+        rule = "| " + " | ".join("---:" if a == "r" else ":---" for a in align) + " |"
+    lines = ["| " + " | ".join(markdown_cell(h) for h in header) + " |", rule]
+    lines += ["| " + " | ".join(markdown_cell(c) for c in row) + " |" for row in rows]
+    return lines
 
 
 def score_rows_named(report: ScoreReport) -> list[tuple[str, Metrics]]:

@@ -28,6 +28,7 @@ __all__ = [
     "score_answers_file",
     "compat_rundir",
     "read_answers",
+    "read_run_samples",
     "read_scored_run",
     "readout_results",
     "readout_rows",
@@ -68,16 +69,23 @@ def readout_rows(readout: str, header: RunHeader, samples: Sequence[Sample]) -> 
     ]
 
 
-def read_scored_run(path: str | Path, readout: str, *, force_invalid: bool = False) -> tuple[RunDir, RunHeader, list[Sample]]:
-    """A yes/no run dir's header and samples, refused unless it can be scored with ``readout``."""
+def read_run_samples(path: str | Path) -> tuple[RunDir, RunHeader, list[Sample]]:
+    """A yes/no run dir's header and samples, read once for every readout scored on them
+    (each still passes :func:`~halluprobe.readouts.apply.check_readout`)."""
     rundir = RunDir(path)
     header = rundir.read_yes_no_header()
     samples = rundir.read_samples()
     if not samples:
         raise InputError("the run has no samples yet", rundir.samples_path)
-    check_readout(readout, header, samples, force_invalid=force_invalid, source=rundir.header_path)
     if not rundir.complete_path.exists():
         log.warning("%s is not complete: scoring the %d samples present", rundir.path, len(samples))
+    return rundir, header, samples
+
+
+def read_scored_run(path: str | Path, readout: str, *, force_invalid: bool = False) -> tuple[RunDir, RunHeader, list[Sample]]:
+    """A yes/no run dir's header and samples, refused unless it can be scored with ``readout``."""
+    rundir, header, samples = read_run_samples(path)
+    check_readout(readout, header, samples, force_invalid=force_invalid, source=rundir.header_path)
     return rundir, header, samples
 
 
@@ -105,12 +113,15 @@ def score_rundir(
     return report
 
 
-def compat_rundir(path: str | Path, *, readout: str, tool: str) -> dict[str, dict[str, float | int]]:
+def compat_rundir(
+    path: str | Path, *, readout: str, tool: str, force_invalid: bool = False
+) -> dict[str, dict[str, float | int]]:
     """The numbers ``tool`` (lmms-eval, vlmevalkit) would print for ``readout``'s decisions on a
-    run dir, its counting quirks included (:mod:`halluprobe.metrics.compat`)."""
+    run dir, its counting quirks included (:mod:`halluprobe.metrics.compat`). ``force_invalid``
+    as for :func:`score_rundir`: the same decisions, whichever tool counts them."""
     from halluprobe.metrics.compat import tool_numbers
 
-    _, header, samples = read_scored_run(path, readout)
+    _, header, samples = read_scored_run(path, readout, force_invalid=force_invalid)
     return tool_numbers(readout_rows(readout, header, samples), tool)
 
 

@@ -3,8 +3,9 @@ terminal's plain text) built from one grid of cells, and the provenance comment 
 
 A provenance comment is one line, ``% halluprobe-provenance {JSON}`` in LaTeX or
 ``<!-- halluprobe-provenance {JSON} -->`` in Markdown, placed just above the table. The JSON
-names the run dirs (path, fingerprint, samples.jsonl sha256), the readout, the unknown policy,
-the bootstrap seed and resamples, and the halluprobe version: everything ``halluprobe check``
+names the run dirs (path, fingerprint, samples.jsonl sha256) or, for a third-party answers
+file, that file and its labels files (path, sha256), the readout, the unknown policy, the
+bootstrap seed and resamples, and the halluprobe version: everything ``halluprobe check``
 needs to recompute every cell (see ``docs/design/provenance.md``).
 """
 
@@ -15,23 +16,31 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
 from halluprobe.errors import InputError
-from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, score_rows_named
-from halluprobe.records import FrozenRecord, Metrics, ScoreReport
+from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, markdown_table, score_rows_named
+from halluprobe.records import FrozenRecord, Metrics, RunHeader, Sample, ScoreReport
+
+if TYPE_CHECKING:
+    from halluprobe.rundir import RunDir
 
 __all__ = [
     "PROVENANCE_MARK",
     "Style",
     "RunSource",
+    "FileSource",
     "Provenance",
     "Cell",
     "Grid",
     "run_source",
     "score_provenance",
+    "answers_provenance",
+    "headline_grid",
+    "headline_provenance",
+    "percent_cell",
     "provenance_comment",
     "parse_provenance",
     "score_grid",
@@ -70,6 +79,14 @@ class RunSource(FrozenRecord):
     samples_sha256: str | None = None
 
 
+class FileSource(FrozenRecord):
+    """A file a table was computed from (``score --answers``: the answers and labels files),
+    the path as given and the sha256 of its bytes."""
+
+    path: str
+    sha256: str
+
+
 class Provenance(FrozenRecord):
     """What a table was computed from and how: enough to recompute every cell."""
 
@@ -77,8 +94,13 @@ class Provenance(FrozenRecord):
     # score: one readout, a row per split; readouts: every readout side by side (the audit's
     # table), one row each, ``readout`` being the headline
     # corrections: the corrections table (halluprobe corrections), ``readouts`` being its corrections
-    table: Literal["score", "readouts", "corrections"]
-    runs: tuple[RunSource, ...]
+    # headline: the report's headline metrics (report.md), a row per run and split, in %
+    table: Literal["score", "readouts", "corrections", "headline"]
+    runs: tuple[RunSource, ...] = ()  # empty for a score table of an answers file
+    # score --answers: the answers file and its POPE labels files (one per split), instead of runs
+    answers: FileSource | None = None
+    labels: tuple[FileSource, ...] | None = None
+    names: tuple[str, ...] | None = None  # headline of several runs: the report's name of each run
     readout: str
     readouts: tuple[str, ...] = ()
     forced: tuple[str, ...] = ()  # legacy readouts scored although invalid for the vocabulary
@@ -127,6 +149,24 @@ def score_provenance(rundir: str | Path, report: ScoreReport) -> Provenance:
     )
 
 
+def answers_provenance(answers: str | Path, labels: Sequence[str | Path], report: ScoreReport) -> Provenance:
+    """The provenance of a score table of a third-party answers file scored against ``labels``
+    (``score --answers``): the files as given, with their sha256; the rule is the readout."""
+    from halluprobe import __version__
+    from halluprobe.rundir import sha256_file
+
+    return Provenance(
+        table="score",
+        answers=FileSource(path=str(answers), sha256=sha256_file(answers)),
+        labels=tuple(FileSource(path=str(p), sha256=sha256_file(p)) for p in labels),
+        readout=report.readout,
+        unknown=report.unknown_policy,
+        seed=int(report.bootstrap.get("seed", 0)),
+        resamples=int(report.bootstrap.get("n_resamples", 0)),
+        halluprobe=__version__,
+    )
+
+
 def provenance_comment(provenance: Provenance, syntax: Literal["markdown", "latex"]) -> str:
     """The one-line comment: ``% halluprobe-provenance {...}`` or ``<!-- ... -->``."""
     payload = json.dumps(provenance.model_dump(mode="json", exclude_none=True), ensure_ascii=True, separators=(", ", ": "))
@@ -166,8 +206,10 @@ def parse_provenance(line: str, path: str | Path, number: int) -> tuple[Provenan
         raise InputError(
             f"provenance version {provenance.provenance} is not readable by this halluprobe (reads {PROVENANCE_SCHEMA})", path, number
         )
-    if not provenance.runs:
-        raise InputError("malformed provenance comment: no runs", path, number)
+    if (provenance.answers is None) == (not provenance.runs):
+        raise InputError("malformed provenance comment: it names run dirs or an answers file (one of the two)", path, number)
+    if provenance.answers is not None and (provenance.table != "score" or not provenance.labels):
+        raise InputError("malformed provenance comment: an answers file makes a score table, with its labels files", path, number)
     return provenance, syntax  # type: ignore[return-value]
 
 
@@ -224,8 +266,7 @@ def render_latex(report: ScoreReport, title: str, provenance: Provenance | None 
 
 def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance | None) -> str:
     lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
-    lines += [f"**{title}**", "", "| " + " | ".join(grid.header) + " |", "|---" * len(grid.header) + "|"]
-    lines += ["| " + " | ".join(c.text for c in row) + " |" for row in grid.rows]
+    lines += [f"**{title}**", "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])]
     if note:
         lines += ["", note]
     return "\n".join(lines)
@@ -290,24 +331,34 @@ def readouts_grid(reports: Mapping[str, ScoreReport], forced: Collection[str], s
 def readouts_reports(
     rundir: str | Path, *, readouts: Sequence[str] | None = None, policy: str = "wrong", n_resamples: int = 1000, seed: int = 0
 ) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
-    """Every readout of a run (or those named) scored through ``score_rundir``, and which of
-    them are forced (legacy ids that are other words in this vocabulary)."""
+    """Every readout of a run (or those named) scored as ``score_rundir`` scores it (samples
+    read once for all), and which of them are forced (legacy ids that are other words in this
+    vocabulary)."""
     from halluprobe.readouts.apply import available_readouts
-    from halluprobe.readouts.logits import LEGACY_READOUTS
-    from halluprobe.rundir import RunDir
-    from halluprobe.scoring import score_rundir
+    from halluprobe.scoring import read_run_samples
 
-    run = RunDir(rundir)
-    header = run.read_yes_no_header()
-    names = list(dict.fromkeys(readouts if readouts is not None else available_readouts(header, run.read_samples())))
+    run, header, samples = read_run_samples(rundir)
+    names = readouts if readouts is not None else available_readouts(header, samples)
+    return _score_readouts(run, header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
+
+
+def _score_readouts(
+    run: RunDir, header: RunHeader, samples: Sequence[Sample], readouts: Sequence[str], *, policy: str, n_resamples: int, seed: int
+) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
+    """``readouts`` of one run's samples through ``score_rundir``'s checks and rows (no
+    metrics.json), and the forced ones among them."""
+    from halluprobe.metrics.score import score_rows
+    from halluprobe.readouts.apply import check_readout
+    from halluprobe.readouts.logits import LEGACY_READOUTS
+    from halluprobe.scoring import readout_rows
+
+    names = list(dict.fromkeys(readouts))
     sets = header.token_sets
     forced = tuple(r for r in names if r in LEGACY_READOUTS and sets is not None and not sets.legacy_valid)
-    reports = {
-        r: score_rundir(
-            rundir, readout=r, policy=policy, n_resamples=n_resamples, seed=seed, write=False, force_invalid=r in forced  # type: ignore[arg-type]
-        )
-        for r in names
-    }
+    reports = {}
+    for r in names:
+        check_readout(r, header, samples, force_invalid=r in forced, source=run.header_path)
+        reports[r] = score_rows(readout_rows(r, header, samples), readout=r, policy=policy, n_resamples=n_resamples, seed=seed)  # type: ignore[arg-type]
     return reports, forced
 
 
@@ -342,6 +393,66 @@ def render_readouts(
     return _markdown(grid, title, note, provenance) if syntax == "markdown" else _latex(grid, title, note, provenance)
 
 
+# -- the report's headline metrics (report.md) ------------------------------------------------
+
+_HEADLINE_COUNTS = (("n", "n"), ("tp", "TP"), ("fp", "FP"), ("tn", "TN"), ("fn", "FN"), ("unknown", "unk"))
+_HEADLINE_RATIOS = (("accuracy", "acc"), ("precision", "prec"), ("recall", "rec"), ("f1", "F1"), ("yes_ratio", "yes"), ("htr", "HTR"))
+
+
+def percent_cell(m: Metrics, field: str) -> Cell:
+    """A ratio in % with its CI, as the report writes it: ``85.8 [83.2, 88.1]``; values in %."""
+    from halluprobe.report.view import fmt_ci, fmt_pct
+
+    value = getattr(m, field)
+    ci = m.ci.get(field)
+    interval = fmt_ci(ci)
+    if value is None:
+        return Cell(fmt_pct(None) + (f" {interval}" if interval else ""), (None,))
+    values = (100 * value,) if not interval or ci is None else (100 * value, 100 * ci[0], 100 * ci[1])
+    return Cell(fmt_pct(value) + (f" {interval}" if interval else ""), values)
+
+
+def headline_grid(runs: Sequence[Sequence[tuple[str, Metrics]]], names: Sequence[str] = ()) -> Grid:
+    """The report's headline table: for each run its rows (each split, pooled, macro in bold),
+    ratios in % with their CIs, AUROC and ECE on [0, 1], counts with SI thousands; a first
+    column ``N. name`` when ``names`` are given (several runs), the errors column when a run
+    has errors."""
+    from halluprobe.report.view import fmt_count, fmt_score
+
+    show_errors = any(m.errors for rows in runs for _, m in rows)
+    counts = [*_HEADLINE_COUNTS, *([("errors", "err")] if show_errors else [])]
+    header = [*(["run"] if names else []), "split", *(h for _, h in counts), *(h for _, h in _HEADLINE_RATIOS), "AUROC", "ECE"]
+    grid_rows = []
+    for index, rows in enumerate(runs):
+        for name, m in rows:
+            cells = [Cell(f"{index + 1}. {names[index]}")] if names else []
+            cells.append(Cell(f"**{name}**" if name == "macro" else name))
+            cells += [Cell(fmt_count(getattr(m, f)), (getattr(m, f),)) for f, _ in counts]
+            cells += [percent_cell(m, f) for f, _ in _HEADLINE_RATIOS]
+            cells += [Cell(fmt_score(getattr(m, f)), (getattr(m, f),)) for f in ("auroc", "ece")]
+            grid_rows.append(tuple(cells))
+    return Grid(header=tuple(header), rows=tuple(grid_rows))
+
+
+def headline_provenance(
+    rundirs: Sequence[str | Path], names: Sequence[str], *, readout: str, policy: str, seed: int, resamples: int
+) -> Provenance:
+    """The provenance of the report's headline table: its run dirs (and their names when
+    several), the headline readout, policy and bootstrap the audits used."""
+    from halluprobe import __version__
+
+    return Provenance(
+        table="headline",
+        runs=tuple(run_source(p) for p in rundirs),
+        names=tuple(names) if len(rundirs) > 1 else None,
+        readout=readout,
+        unknown=policy,  # type: ignore[arg-type]
+        seed=seed,
+        resamples=resamples,
+        halluprobe=__version__,
+    )
+
+
 _LATEX_SPECIALS = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
@@ -368,15 +479,14 @@ def study_table(
     recommended column (the model's own yes/no sets) is marked (*). A readout a run cannot give
     (text rules on a logits-only run) is '-'."""
     from halluprobe.readouts.apply import available_readouts
-    from halluprobe.rundir import RunDir
+    from halluprobe.scoring import read_run_samples
 
     header_cells = ["model", "split", *[f"{r}{' (*)' if r == RECOMMENDED else ''}" for r in STUDY_READOUTS]]
     rows: list[list[str]] = []
     for rundir in rundirs:
-        run = RunDir(rundir)
-        header = run.read_yes_no_header()
-        names = [r for r in STUDY_READOUTS if r in available_readouts(header, run.read_samples())]
-        reports, forced = readouts_reports(rundir, readouts=names, policy=policy, n_resamples=n_resamples, seed=seed)
+        run, header, samples = read_run_samples(rundir)
+        names = [r for r in STUDY_READOUTS if r in available_readouts(header, samples)]
+        reports, forced = _score_readouts(run, header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
         model = Path(header.model).name or header.model
         splits = [*next(iter(reports.values())).splits, "macro"] if reports else []
         for split in splits:
@@ -397,9 +507,7 @@ def study_table(
         body += [" & ".join(latex_escape(c).replace("†", r"$^\dagger$") for c in row) + r" \\" for row in rows]
         spec = "ll" + "r" * len(STUDY_READOUTS)
         return "\n".join([rf"\begin{{tabular}}{{{spec}}}", r"\toprule", *body, r"\bottomrule", r"\end{tabular}", f"% {note}"])
-    lines = ["| " + " | ".join(header_cells) + " |", "|" + "---|" * len(header_cells)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join([*lines, "", note])
+    return "\n".join([*markdown_table(header_cells, rows), "", note])
 
 
 # -- the corrections table (halluprobe corrections) -------------------------------------------------

@@ -160,8 +160,7 @@ def family_rows() -> list[dict[str, str]]:
 
 def family_table_markdown() -> str:
     """:func:`family_rows` as a Markdown table (what ``halluprobe models`` prints)."""
+    from halluprobe.formatting import markdown_table
+
     columns = ("model_type", "family", "engine", "template", "support", "example")
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in family_rows():
-        lines.append("| " + " | ".join(row[c].replace("|", "\\|") for c in columns) + " |")
-    return "\n".join(lines)
+    return "\n".join(markdown_table(columns, [[row[c] for c in columns] for row in family_rows()]))

@@ -16,10 +16,10 @@ __all__ = ["check_cmd"]
 
 @app.command("check")
 def check_cmd(
-    files: Annotated[list[Path], typer.Argument(help=".tex / .md files with tables written by `score --latex/--markdown`.")],
+    files: Annotated[list[Path], typer.Argument(help=".tex / .md files with tables written by `score`, `audit` or `corrections` --latex/--markdown, or report.md.")],
     runs: Annotated[
         Optional[list[Path]],
-        typer.Option(help="Run dir to recompute from, serving the tables and claims whose run path it ends with; repeatable."),
+        typer.Option(help="Run dir (or answers / labels file) to recompute from, serving the tables and claims whose path it ends with; repeatable."),
     ] = None,
     claims: Annotated[
         Optional[Path], typer.Option(help="TOML file of numbers in prose (run, readout, split, metric, value as written).")

@@ -55,7 +55,7 @@ def score_cmd(
         elif compat is not None and rundir is not None:
             from halluprobe.scoring import compat_rundir
 
-            typer.echo(json.dumps(compat_rundir(rundir, readout=readout, tool=compat), indent=2))
+            typer.echo(json.dumps(compat_rundir(rundir, readout=readout, tool=compat, force_invalid=force_invalid), indent=2))
             return
         else:
             if rundir is None:
@@ -68,10 +68,10 @@ def score_cmd(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif markdown or latex:
-        from halluprobe.tables import render_latex, score_provenance
+        from halluprobe.tables import answers_provenance, render_latex, score_provenance
 
-        with errors():  # a run dir's tables name their source; an answers file's cannot (yet)
-            provenance = score_provenance(rundir, report) if rundir is not None else None
+        with errors():  # the table names its source: the run dir, or the answers and labels files
+            provenance = score_provenance(rundir, report) if rundir is not None else answers_provenance(answers, labels or (), report)  # type: ignore[arg-type]
         typer.echo(render_latex(report, title, provenance) if latex else score_markdown(report, title, provenance))
     else:
         console().print(score_table(report, title))

@@ -14,22 +14,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from halluprobe.errors import InputError
-from halluprobe.imports.common import ImportResult, LabelIndex, write_imported_run
+from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, write_imported_run
 from halluprobe.rundir import RunDir
 
-__all__ = ["FORMATS", "detect_format", "read_import", "import_answers"]
+__all__ = ["FORMATS", "SHEET_SUFFIXES", "detect_format", "read_import", "import_answers"]
 
 FORMATS = ("llava", "lmms-eval", "vlmevalkit", "pope", "answers")
+# VLMEvalKit writes its sheets as .xlsx by default, or .tsv / .csv; no other format uses them
+SHEET_SUFFIXES = (".xlsx", ".tsv", ".csv")
 
 
-def detect_format(path: Path) -> str:
-    """The format of ``path`` when its first record tells it unambiguously; else InputError."""
+def detect_format(path: Path, inputs: InputFiles | None = None) -> str:
+    """The format of ``path`` when its suffix (a spreadsheet: VLMEvalKit) or its first record
+    tells it unambiguously; else InputError. The text read is kept in ``inputs`` for the reader."""
     from halluprobe.imports.lmms_eval import looks_like_lmms_eval
-    from halluprobe.jsonl import read_text
 
-    if path.suffix.lower() in (".xlsx", ".tsv"):
+    if path.suffix.lower() in SHEET_SUFFIXES:
         return "vlmevalkit"
-    _, text = read_text(path, "answers file")
+    text = (inputs or InputFiles()).text(path, "answers file")
     head = text.lstrip()
     if head.startswith("{") and '"logs"' in head and '"model_configs"' in head:
         return "lmms-eval"
@@ -61,7 +63,8 @@ def read_import(
     """Read ``files`` as ``fmt`` (detected from the first file when None)."""
     if not files:
         raise InputError("no answers file given")
-    fmt = fmt or detect_format(files[0])
+    inputs = InputFiles()  # detection's read of the first file is the reader's
+    fmt = fmt or detect_format(files[0], inputs)
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     index = LabelIndex(labels) if labels else None
@@ -70,13 +73,13 @@ def read_import(
 
         if questions is None or index is None:
             raise InputError("the llava format needs --questions (LLaVA's question file) and --labels (POPE labels, one per split)")
-        return read_llava(list(files), questions, index)
+        return read_llava(list(files), questions, index, inputs=inputs)
     if questions is not None:
         raise InputError(f"--questions is for the llava format, not {fmt}")
     if fmt == "lmms-eval":
         from halluprobe.imports.lmms_eval import read_lmms_eval
 
-        return read_lmms_eval(list(files), index, split)
+        return read_lmms_eval(list(files), index, split, inputs=inputs)
     if split is not None:
         raise InputError(f"--split is for the lmms-eval format, not {fmt}")
     if fmt == "vlmevalkit":
@@ -86,12 +89,12 @@ def read_import(
             raise InputError("the vlmevalkit format takes its labels from the sheet's 'answer' column: drop --labels")
         if len(files) != 1:
             raise InputError("the vlmevalkit format reads one sheet at a time")
-        return read_vlmevalkit(files[0])
+        return read_vlmevalkit(files[0], inputs=inputs)
     from halluprobe.imports.answers import read_answers_format
 
     if index is None:
         raise InputError(f"the {fmt} format needs --labels (POPE labels files, one per split)")
-    return read_answers_format(list(files), index, fmt)
+    return read_answers_format(list(files), index, fmt, inputs=inputs)
 
 
 def import_answers(

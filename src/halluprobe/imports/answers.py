@@ -24,20 +24,20 @@ from typing import Any
 
 from halluprobe.benchmarks.versions import normalise_question
 from halluprobe.errors import InputError
-from halluprobe.imports.common import Imported, ImportResult, LabelIndex, as_int_id
-from halluprobe.jsonl import iter_objects, read_text
+from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
+from halluprobe.jsonl import iter_objects
 from halluprobe.records import Question
 
 __all__ = ["read_answers", "pair_answers", "read_answers_format", "versions_by_counts"]
 
 
-def read_answers(path: Path) -> list[dict[str, Any]]:
+def read_answers(path: Path, inputs: InputFiles | None = None) -> list[dict[str, Any]]:
     """Answer lines: ``{"question", "answer"}``, optionally ``question_id`` and ``split``.
 
     LLaVA's answer files (``question_id``, ``prompt``, ``text`` = the answer) are read too.
     """
     rows: list[dict[str, Any]] = []
-    _, text = read_text(path, "answers file")
+    text = (inputs or InputFiles()).text(path, "answers file")
     for number, obj in iter_objects(text, path):
         answer = obj.get("answer", obj.get("text") if "question_id" in obj else None)
         if not isinstance(answer, str):
@@ -127,9 +127,10 @@ def pair_answers(answers: list[dict[str, Any]], labels: LabelIndex, *, by_order:
     return pairs
 
 
-def read_answers_format(files: list[Path], labels: LabelIndex, fmt: str) -> ImportResult:
+def read_answers_format(files: list[Path], labels: LabelIndex, fmt: str, *, inputs: InputFiles | None = None) -> ImportResult:
     """``answers`` or ``pope`` (paired by order) files as an import."""
-    answers = [a for path in files for a in read_answers(path)]
+    inputs = inputs or InputFiles()
+    answers = [a for path in files for a in read_answers(path, inputs)]
     pairs = pair_answers(answers, labels, by_order=fmt == "pope")
     return ImportResult(
         format=fmt,
@@ -147,7 +148,9 @@ def read_answers_format(files: list[Path], labels: LabelIndex, fmt: str) -> Impo
             for q, a in pairs
         ],
         sources=list(files),
+        inputs=inputs,
         labels=dict(labels.files),
+        label_sha256=dict(labels.sha256),
         versions={"labels": labels.versions()},
         notes=["POPE's evaluate.py parses answers with --readout text:pope"] if fmt == "pope" else [],
     )

@@ -11,6 +11,7 @@ that was not imported, with its reason, and the counts per split.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
+from halluprobe.jsonl import read_text
 from halluprobe.readouts.apply import TEXT_PREFIX
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import Decision, GenerateConfig, Label, Question, ReadoutResult, RunHeader, Sample
@@ -30,6 +32,7 @@ __all__ = [
     "MANIFEST",
     "Imported",
     "ImportResult",
+    "InputFiles",
     "LabelIndex",
     "as_int_id",
     "label_version",
@@ -56,6 +59,25 @@ class Imported:
     tool_readouts: dict[str, Decision] = field(default_factory=dict)
 
 
+class InputFiles:
+    """The input files of one import, each read once: its text for the reader that parses it
+    (and for format detection before that), the sha256 of the same bytes for the run header."""
+
+    def __init__(self) -> None:
+        self._read: dict[Path, tuple[str, str]] = {}  # path -> (text, sha256)
+
+    def text(self, path: Path, what: str) -> str:
+        if path not in self._read:
+            raw, text = read_text(path, what)
+            self._read[path] = (text, hashlib.sha256(raw).hexdigest())
+        return self._read[path][0]
+
+    def sha256(self, path: Path) -> str:
+        """The digest of the bytes read; a file no reader read as text (an .xlsx sheet, a JSON
+        sheet read by ``jsonl.read_records``) is hashed now."""
+        return self._read[path][1] if path in self._read else sha256_file(path)
+
+
 @dataclass
 class ImportResult:
     """What a format reader produced; :func:`write_imported_run` turns it into a run dir."""
@@ -65,6 +87,8 @@ class ImportResult:
     sources: list[Path]
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {"source", "reason"}
     labels: dict[str, Path] = field(default_factory=dict)  # split -> labels file used
+    label_sha256: dict[str, str] = field(default_factory=dict)  # split -> sha256 of that file (LabelIndex.sha256)
+    inputs: InputFiles = field(default_factory=InputFiles)  # what the reader read, with its sha256
     versions: dict[str, Any] = field(default_factory=dict)  # split -> what version the questions match
     model: str = "unknown"
     max_new_tokens: int = 128
@@ -87,10 +111,9 @@ def as_int_id(value: object, what: str, path: Path | str, line: int | None, *, d
     return int(value)  # type: ignore[arg-type]
 
 
-def label_version(split: str, path: Path, questions: Sequence[Question]) -> list[str]:
-    """The published versions a labels file is: by its sha256 when it is a published file as
-    committed, else by its question set."""
-    digest = sha256_file(path)
+def label_version(split: str, digest: str, questions: Sequence[Question]) -> list[str]:
+    """The published versions a labels file is: by its sha256 (``digest``) when it is a
+    published file as committed, else by its question set."""
     return versions_of_file(digest) or detect_versions(split, [(q.image, q.text) for q in questions])
 
 
@@ -102,6 +125,8 @@ class LabelIndex:
         from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
 
         self.files: dict[str, Path] = {}
+        self.sha256: dict[str, str] = {}  # hashed once here: versions and the run header reuse it
+        self._versions: dict[str, list[str]] | None = None
         self.questions: dict[str, list[Question]] = {}
         self._by_text: dict[str, dict[tuple[str, str], Question]] = {}
         self._by_id: dict[str, dict[int, Question]] = {}
@@ -119,6 +144,7 @@ class LabelIndex:
                     raise InputError(f"question {q.question_id} repeats question {by_text[key].question_id} (same image and text)", path)
                 by_text[key] = q
             self.files[split] = path
+            self.sha256[split] = sha256_file(path)
             self.questions[split] = questions
             self._by_text[split] = by_text
             self._by_id[split] = {q.question_id: q for q in questions}
@@ -140,7 +166,9 @@ class LabelIndex:
         return {s: sum((s, q.question_id) not in answered for q in qs) for s, qs in self.questions.items()}
 
     def versions(self) -> dict[str, list[str]]:
-        return {split: label_version(split, path, self.questions[split]) for split, path in self.files.items()}
+        if self._versions is None:  # asked by each reader and again by a mismatch message
+            self._versions = {split: label_version(split, self.sha256[split], self.questions[split]) for split in self.files}
+        return self._versions
 
 
 def refuse_duplicates(answers: Sequence[Imported]) -> None:
@@ -166,9 +194,9 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
     if not result.answers:
         raise InputError("no answer could be imported: " + "; ".join(s["reason"] for s in result.skipped[:3]), result.sources[0])
     refuse_duplicates(result.answers)
-    sources = {str(p): sha256_file(p) for p in result.sources}
+    sources = {str(p): result.inputs.sha256(p) for p in result.sources}
     labels = {split: str(p) for split, p in result.labels.items()}
-    label_sums = {split: sha256_file(p) for split, p in result.labels.items()}
+    label_sums = result.label_sha256
     splits = list(dict.fromkeys(a.split for a in result.answers))
     # where a split's labels came from the answers themselves, its "benchmark" is its first file
     first_file = {a.split: a.source.rsplit(":", 1)[0] for a in reversed(result.answers)}

@@ -18,8 +18,8 @@ from typing import Any
 
 from halluprobe.benchmarks.versions import describe_versions, detect_versions, normalise_question
 from halluprobe.errors import InputError
-from halluprobe.imports.common import Imported, ImportResult, LabelIndex, as_int_id
-from halluprobe.jsonl import iter_objects, read_text
+from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
+from halluprobe.jsonl import iter_objects
 
 __all__ = ["ANSWER_KEYS", "QUESTION_KEYS", "LLAVA_MAX_NEW_TOKENS", "SPLIT_ID_OFFSET", "read_llava"]
 
@@ -31,8 +31,8 @@ LLAVA_MAX_NEW_TOKENS = 128
 SPLIT_ID_OFFSET = {"adversarial": 0, "random": 10_000_000, "popular": 20_000_000}
 
 
-def _read_question_file(path: Path) -> dict[int, dict[str, Any]]:
-    _, text = read_text(path, "LLaVA question file")
+def _read_question_file(path: Path, inputs: InputFiles) -> dict[int, dict[str, Any]]:
+    text = inputs.text(path, "LLaVA question file")
     questions: dict[int, dict[str, Any]] = {}
     for line, obj in iter_objects(text, path):
         for key in QUESTION_KEYS:
@@ -47,9 +47,12 @@ def _read_question_file(path: Path) -> dict[int, dict[str, Any]]:
     return questions
 
 
-def read_llava(answer_files: list[Path], questions_path: Path, labels: LabelIndex) -> ImportResult:
+def read_llava(
+    answer_files: list[Path], questions_path: Path, labels: LabelIndex, *, inputs: InputFiles | None = None
+) -> ImportResult:
     """Pair every LLaVA answer with its labelled question (see the module docstring)."""
-    questions = _read_question_file(questions_path)
+    inputs = inputs or InputFiles()
+    questions = _read_question_file(questions_path, inputs)
     by_split: dict[str, list[tuple[str, str]]] = {}
     for q in questions.values():
         by_split.setdefault(str(q["category"]), []).append((str(q["image"]), str(q["text"])))
@@ -59,13 +62,15 @@ def read_llava(answer_files: list[Path], questions_path: Path, labels: LabelInde
         format="llava",
         answers=[],
         sources=[*answer_files, questions_path],
+        inputs=inputs,
         labels=dict(labels.files),
+        label_sha256=dict(labels.sha256),
         versions={"questions": fits, "labels": label_versions},
         max_new_tokens=LLAVA_MAX_NEW_TOKENS,
         notes=["LLaVA's eval_pope.py parses answers with POPE's rule: score with --readout text:pope"],
     )
     for path in answer_files:
-        _, text = read_text(path, "LLaVA answers file")
+        text = inputs.text(path, "LLaVA answers file")
         for line, obj in iter_objects(text, path):
             if not isinstance(obj.get("text"), str):
                 raise InputError("LLaVA answer line needs a string 'text' (the answer)", path, line)

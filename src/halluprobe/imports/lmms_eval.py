@@ -28,8 +28,8 @@ from typing import Any
 
 from halluprobe.benchmarks.versions import normalise_question
 from halluprobe.errors import InputError
-from halluprobe.imports.common import Imported, ImportResult, LabelIndex, as_int_id
-from halluprobe.jsonl import iter_objects, read_text
+from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
+from halluprobe.jsonl import iter_objects
 
 __all__ = ["TASK_SPLITS", "LMMS_MAX_NEW_TOKENS", "TOOL_READOUT", "read_lmms_eval", "task_of_file", "looks_like_lmms_eval"]
 
@@ -50,9 +50,9 @@ def looks_like_lmms_eval(obj: dict[str, Any]) -> bool:
     return "doc_id" in obj and "filtered_resps" in obj
 
 
-def _logs(path: Path) -> tuple[str, list[tuple[int | None, dict[str, Any]]], str | None]:
+def _logs(path: Path, inputs: InputFiles) -> tuple[str, list[tuple[int | None, dict[str, Any]]], str | None]:
     """(layout, [(line, log)], task named inside the file)."""
-    _, text = read_text(path, "lmms-eval samples file")
+    text = inputs.text(path, "lmms-eval samples file")
     if text.lstrip().startswith("{") and '"logs"' in text:  # v0.2: one document (JSON Lines fail to parse whole)
         try:
             doc = json.loads(text)
@@ -77,32 +77,36 @@ def _first_string(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def read_lmms_eval(files: list[Path], labels: LabelIndex | None = None, split_override: str | None = None) -> ImportResult:
+def read_lmms_eval(
+    files: list[Path], labels: LabelIndex | None = None, split_override: str | None = None, *, inputs: InputFiles | None = None
+) -> ImportResult:
     """Every logged POPE answer of ``files`` (see the module docstring)."""
+    inputs = inputs or InputFiles()
     result = ImportResult(
         format="lmms-eval",
         answers=[],
         sources=list(files),
+        inputs=inputs,
         labels=dict(labels.files) if labels is not None else {},
+        label_sha256=dict(labels.sha256) if labels is not None else {},
         versions={"labels": labels.versions()} if labels is not None else {},
         max_new_tokens=LMMS_MAX_NEW_TOKENS,
         tool_rules={TOOL_READOUT: "lmms-eval's pope_process_results prediction: lower-cased, stripped, compared with yes/no"},
     )
     layouts = set()
     for path in files:
-        layout, logs, inner_task = _logs(path)
+        layout, logs, inner_task = _logs(path, inputs)
         layouts.add(layout)
         task = inner_task or task_of_file(path)
         file_split = split_override or (TASK_SPLITS.get(task) if task else None)
         for index, (line, log) in enumerate(logs):
-            where = line if line is not None else None
             label_where = f"logs[{index}]: " if line is None else ""
             metric = log.get(_METRIC)
             doc = log.get("doc") if isinstance(log.get("doc"), dict) else {}
             if not isinstance(metric, dict) and not doc:
-                raise InputError(f"{label_where}not a POPE log: no {_METRIC!r} entry and no 'doc'", path, where)
+                raise InputError(f"{label_where}not a POPE log: no {_METRIC!r} entry and no 'doc'", path, line)
             raw_id = (metric or {}).get("question_id", doc.get("question_id"))
-            qid = as_int_id(raw_id, f"{label_where}question_id", path, where, digits_ok=True)
+            qid = as_int_id(raw_id, f"{label_where}question_id", path, line, digits_ok=True)
             split = file_split or (str(doc["category"]) if doc.get("category") else None)
             if split is None:
                 raise InputError(
@@ -110,14 +114,14 @@ def read_lmms_eval(files: list[Path], labels: LabelIndex | None = None, split_ov
                     "and this log has no doc.category (lmms-eval v0.4+); import the per-split tasks (pope_random, pope_pop, "
                     "pope_adv) or pass --split when the file holds one split",
                     path,
-                    where,
+                    line,
                 )
             answer = _first_string(log.get("filtered_resps"))
             if answer is None:
-                raise InputError(f"{label_where}'filtered_resps' holds no answer string", path, where)
+                raise InputError(f"{label_where}'filtered_resps' holds no answer string", path, line)
             target = str(log.get("target", (metric or {}).get("ground_truth", ""))).strip().lower()
             if target not in ("yes", "no"):
-                raise InputError(f"{label_where}'target' must be yes or no, got {log.get('target')!r}", path, where)
+                raise InputError(f"{label_where}'target' must be yes or no, got {log.get('target')!r}", path, line)
             question = doc.get("question") if isinstance(doc.get("question"), str) else log.get("input")
             prompt = question if isinstance(question, str) else ""
             image, obj = f"lmms-eval:{split}:{qid}", None
@@ -128,9 +132,9 @@ def read_lmms_eval(files: list[Path], labels: LabelIndex | None = None, split_ov
                 labelled = labels.by_id(split, qid)
                 if labelled is None or (prompt and normalise_question(prompt) != normalise_question(labelled.text)):
                     found = "is not in" if labelled is None else f"has another question text ({prompt!r}) than"
-                    raise InputError(f"{label_where}{split} question {qid} {found} the labels {labels.files[split]}", path, where)
+                    raise InputError(f"{label_where}{split} question {qid} {found} the labels {labels.files[split]}", path, line)
                 if labelled.label != target:
-                    raise InputError(f"{label_where}{split} question {qid}: target {target!r} but the labels say {labelled.label!r}", path, where)
+                    raise InputError(f"{label_where}{split} question {qid}: target {target!r} but the labels say {labelled.label!r}", path, line)
                 image, obj = labelled.image, labelled.object
             prediction = (metric or {}).get("prediction", answer.lower().strip())
             result.answers.append(

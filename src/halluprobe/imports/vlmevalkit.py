@@ -1,4 +1,4 @@
-"""VLMEvalKit's POPE prediction sheet (``<model>_POPE.xlsx``, ``.tsv`` or ``.json``) and its
+"""VLMEvalKit's POPE prediction sheet (``<model>_POPE.xlsx``, ``.tsv``, ``.csv`` or ``.json``) and its
 ``_auxmatch`` sheet.
 
 Columns: ``index``, ``question``, ``answer`` (``Yes``/``No``: the label), ``category`` (the
@@ -9,7 +9,8 @@ kept here as ``vlmevalkit:auxmatch``: without a judge model it is ``YOrN_Extract
 ``text:yorn``); with one, the judge has replaced the Unknowns, so it is no rule at all.
 A row becomes one sample per split it names, its ``index`` the question id. The sheet has no
 image names (unless an ``image_path`` column survives), so each question is its own bootstrap
-cluster. TSV is read as VLMEvalKit writes it (tab-separated, every field quoted); JSON as a
+cluster. TSV is read as VLMEvalKit writes it (tab-separated, every field quoted), CSV the same
+with commas (a per-split score ``.csv`` has none of these columns and is refused); JSON as a
 list of records; xlsx only when ``openpyxl`` is installed (it is not a dependency).
 """
 
@@ -22,8 +23,8 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.benchmarks.pope import object_from_text
-from halluprobe.imports.common import Imported, ImportResult, as_int_id, yes_no
-from halluprobe.jsonl import read_records, read_text
+from halluprobe.imports.common import Imported, ImportResult, InputFiles, as_int_id, yes_no
+from halluprobe.jsonl import read_records
 
 __all__ = ["REQUIRED_COLUMNS", "TOOL_READOUT", "read_sheet", "read_vlmevalkit"]
 
@@ -33,13 +34,13 @@ TOOL_READOUT = "vlmevalkit:auxmatch"
 VLMEVALKIT_MAX_NEW_TOKENS = 512
 
 
-def read_sheet(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def read_sheet(path: Path, inputs: InputFiles | None = None) -> list[tuple[int, dict[str, Any]]]:
     """(row number as a spreadsheet shows it, header = 1; or record number for JSON, from 0) and row."""
     suffix = path.suffix.lower()
     if suffix == ".json" or suffix == ".jsonl":
         return [(r.line if r.line is not None else r.index, r.value) for r in read_records(path, "VLMEvalKit sheet")]
     if suffix in (".tsv", ".csv"):
-        _, text = read_text(path, "VLMEvalKit sheet")
+        text = (inputs or InputFiles()).text(path, "VLMEvalKit sheet")
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",")
         return [(number, dict(row)) for number, row in enumerate(reader, start=2)]
     if suffix == ".xlsx":
@@ -56,12 +57,13 @@ def read_sheet(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise InputError("empty sheet", path)
         names = [str(c) for c in rows[0]]
         return [(number, dict(zip(names, row))) for number, row in enumerate(rows[1:], start=2)]
-    raise InputError(f"unknown sheet type {suffix!r} (expected .xlsx, .tsv or .json)", path)
+    raise InputError(f"unknown sheet type {suffix!r} (expected .xlsx, .tsv, .csv or .json)", path)
 
 
-def read_vlmevalkit(path: Path) -> ImportResult:
+def read_vlmevalkit(path: Path, *, inputs: InputFiles | None = None) -> ImportResult:
     """Every row of a POPE prediction (or ``_auxmatch``) sheet, one sample per split it names."""
-    rows = read_sheet(path)
+    inputs = inputs or InputFiles()
+    rows = read_sheet(path, inputs)
     if not rows:
         raise InputError("empty sheet", path)
     columns = set(rows[0][1])
@@ -73,6 +75,7 @@ def read_vlmevalkit(path: Path) -> ImportResult:
         format="vlmevalkit",
         answers=[],
         sources=[path],
+        inputs=inputs,
         max_new_tokens=VLMEVALKIT_MAX_NEW_TOKENS,
         tool_rules={TOOL_READOUT: "VLMEvalKit's 'extracted' (YOrN_Extraction; a judge model, if one was used, replaced its Unknowns)"}
         if has_extracted

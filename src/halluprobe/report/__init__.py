@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.records import AuditReport, Metrics, PYesByLabel, RunComparison
-from halluprobe.report.view import SECTIONS, ReportView, RunView, build_view
+from halluprobe.report.view import SECTIONS, ReportView, RunView, as_audit, build_view
+
+if TYPE_CHECKING:
+    from halluprobe.tables import Provenance
 
 __all__ = ["SECTIONS", "build_figures", "render_html", "render_markdown", "render_report"]
 
@@ -64,9 +67,26 @@ def render_report(
     build_figures(view)
     out_md = out_html.with_suffix(".md")
     write_atomic(out_html, render_html(view))
-    write_atomic(out_md, render_markdown(view, html_name=out_html.name))
+    provenance = _headline_provenance(paths, [as_audit(a) for a in audits], [run.label for run in view.runs])
+    write_atomic(out_md, render_markdown(view, html_name=out_html.name, provenance=provenance))
     log.info("wrote %s and %s", out_html, out_md)
     return out_html, out_md
+
+
+def _headline_provenance(paths: Sequence[Path], audits: Sequence[AuditReport], names: Sequence[str]) -> Provenance | None:
+    """The headline table's provenance, where ``check`` can recompute it: run dirs given, one
+    per audit, and every audit with the same headline, policy and bootstrap (one comment)."""
+    from halluprobe.tables import headline_provenance
+
+    settings = {(a.headline, a.policy, a.bootstrap.n_resamples, a.bootstrap.seed) for a in audits}
+    if not paths or len(paths) != len(audits) or len(settings) != 1:
+        return None
+    headline, policy, resamples, seed = settings.pop()
+    try:
+        return headline_provenance(paths, names, readout=headline, policy=policy, seed=seed, resamples=resamples)
+    except (InputError, OSError) as err:  # an audit.json rendered without its run dir: the table stands alone
+        log.info("no provenance comment on the headline table: %s", err)
+        return None
 
 
 def _add_corrections(view: ReportView, paths: Sequence[Path], given: Sequence[Any] | None, *, n_resamples: int, seed: int) -> None:
@@ -228,7 +248,7 @@ def render_html(view: ReportView) -> str:
     return env.from_string(source).render(**view.template_context())
 
 
-def render_markdown(view: ReportView, *, html_name: str = "report.html") -> str:
+def render_markdown(view: ReportView, *, html_name: str = "report.html", provenance: Provenance | None = None) -> str:
     from halluprobe.report.markdown import markdown_report
 
-    return markdown_report(view, html_name=html_name)
+    return markdown_report(view, html_name=html_name, provenance=provenance)

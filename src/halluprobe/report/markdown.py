@@ -8,8 +8,9 @@ two cannot disagree.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from halluprobe.formatting import markdown_table
 from halluprobe.records import Metrics, PairedTest
 from halluprobe.report.view import (
     ReportView,
@@ -23,37 +24,31 @@ from halluprobe.report.view import (
     piece,
 )
 
+if TYPE_CHECKING:
+    from halluprobe.tables import Provenance
+
 __all__ = ["markdown_report"]
 
 # the openai backend's runs: the server reports token strings, so the sets are derived per sample
 _PER_SAMPLE = "derived per sample from the pieces the server returned (no ids)"
 
 
-def _esc(text: Any) -> str:
-    """A table cell: pipes escaped, newlines shown as ⏎ (a cell is one line)."""
-    return str(text).replace("|", "\\|").replace("\r", "").replace("\n", " ⏎ ")
-
-
 def _code(text: Any) -> str:
+    """A code span (a table escapes its pipes, :func:`~halluprobe.formatting.markdown_cell`)."""
     body = str(text)
     fence = "``" if "`" in body else "`"
     pad = " " if body.startswith("`") or body.endswith("`") else ""
-    return f"{fence}{pad}{_esc(body)}{pad}{fence}"
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence[str] | None = None) -> list[str]:
-    align = align or ["l"] + ["r"] * (len(header) - 1)
-    rule = ["---:" if a == "r" else ":---" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    lines += ["| " + " | ".join(_esc(c) if not str(c).startswith("`") else str(c) for c in row) + " |" for row in rows]
-    return lines
+    return markdown_table(header, rows, align or ["l"] + ["r"] * (len(header) - 1))
 
 
 def _with_ci(m: Metrics | None, name: str) -> str:
-    if m is None:
-        return fmt_pct(None)
-    ci = fmt_ci(m.ci.get(name))
-    return fmt_pct(getattr(m, name)) + (f" {ci}" if ci else "")
+    from halluprobe.tables import percent_cell
+
+    return fmt_pct(None) if m is None else percent_cell(m, name).text
 
 
 def _paired_cells(paired: PairedTest | None, absent: str) -> list[str]:
@@ -75,7 +70,11 @@ def _section(number: int, title: str) -> list[str]:
     return ["", f"## {number}. {title}", ""]
 
 
-def markdown_report(view: ReportView, *, html_name: str = "report.html") -> str:
+def markdown_report(view: ReportView, *, html_name: str = "report.html", provenance: Provenance | None = None) -> str:
+    """The twin; ``provenance`` (the run dirs, see ``tables.headline_provenance``) goes above
+    the headline table, so ``halluprobe check`` can recompute it."""
+    from halluprobe.tables import headline_grid, provenance_comment
+
     runs = view.runs
     multi = len(runs) > 1
     headline = view.headline
@@ -147,22 +146,11 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html") -> str:
     lines += _section(number, "Headline metrics")
     lines.append(f"Readout `{headline}` per split, pooled, and the macro mean over splits. HTR = FP / (FP + TN).")
     lines.append("")
-    header = ["split", "n", "TP", "FP", "TN", "FN", "unk", "acc", "prec", "rec", "F1", "yes", "HTR", "AUROC", "ECE"]
-    if view.show_errors:
-        header.insert(7, "err")
-    rows = []
-    for run in runs:
-        for row in run.headline_rows:
-            m = row.m
-            name = f"**{row.name}**" if row.kind == "macro" else row.name
-            cells = [_run_cell(run)] if multi else []
-            cells += [name, *(fmt_count(v) for v in (m.n, m.tp, m.fp, m.tn, m.fn, m.unknown))]
-            if view.show_errors:
-                cells.append(fmt_count(m.errors))
-            cells += [_with_ci(m, k) for k in ("accuracy", "precision", "recall", "f1", "yes_ratio", "htr")]
-            cells += [fmt_score(m.auroc), fmt_score(m.ece)]
-            rows.append(cells)
-    lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
+    grid = headline_grid([[(row.name, row.m) for row in run.headline_rows] for run in runs], [run.label for run in runs] if multi else ())
+    if provenance is not None:
+        lines.append(provenance_comment(provenance, "markdown"))
+    labels = 1 + multi  # the run and split columns are left-aligned
+    lines += _table(grid.header, [[c.text for c in row] for row in grid.rows], align=["l"] * labels + ["r"] * (len(grid.header) - labels))
 
     number += 1
     lines += _section(number, "Readout comparison")

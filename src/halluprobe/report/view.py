@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from halluprobe.errors import InputError
+from halluprobe.formatting import format_ci
 from halluprobe.records import (
     AuditReport,
     BootstrapSettings,
@@ -106,14 +107,14 @@ def fmt_count(value: Any) -> str:
 
 
 def fmt_ci(ci: Any, *, pct: bool = True, digits: int = 1, signed: bool = False) -> str:
-    """``[lo, hi]`` formatted like its estimate; empty when there is no interval."""
+    """``[lo, hi]`` formatted like its estimate (:func:`halluprobe.formatting.format_ci`, without
+    its leading space); empty when there is no interval."""
     if not isinstance(ci, (list, tuple)) or len(ci) != 2 or not all(_finite(v) for v in ci):
         return ""
     scale = 100 if pct else 1
-    lo, hi = (scale * v for v in ci)
     if signed:
-        return f"[{_signed(lo, digits)}, {_signed(hi, digits)}]"
-    return f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+        return f"[{_signed(scale * ci[0], digits)}, {_signed(scale * ci[1], digits)}]"
+    return format_ci(ci, digits, scale).lstrip()
 
 
 def _signed(value: float, digits: int) -> str:
