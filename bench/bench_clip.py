@@ -21,31 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-# published shapes: (vision width, layers, heads, patch, image size), (text width, layers, heads), projection
-SHAPES: dict[str, tuple[tuple[int, int, int, int, int], tuple[int, int, int], int]] = {
-    "ViT-B/32": ((768, 12, 12, 32, 224), (512, 12, 8), 512),
-    "ViT-L/14": ((1024, 24, 16, 14, 224), (768, 12, 12), 768),
+# published shapes: (vision width, layers, heads), (text width, layers, heads), projection, patch, image size
+SHAPES: dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int, int, int]] = {
+    "ViT-B/32": ((768, 12, 12), (512, 12, 8), 512, 32, 224),
+    "ViT-L/14": ((1024, 24, 16), (768, 12, 12), 768, 14, 224),
 }
 OBJECTS = ["person", "dining table", "cup", "chair", "car", "dog", "bottle", "bowl", "cat", "truck", "bench", "umbrella"]
-
-
-def _build(out: Path, shape: str, tokenizer_dir: Path) -> Path:
-    from transformers import AutoTokenizer, CLIPConfig, CLIPModel, CLIPProcessor
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
-
-    (width, layers, heads, patch, size), (t_width, t_layers, t_heads), projection = SHAPES[shape]
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    config = CLIPConfig(
-        text_config={"hidden_size": t_width, "intermediate_size": 4 * t_width, "num_hidden_layers": t_layers,
-                     "num_attention_heads": t_heads, "vocab_size": len(tokenizer), "max_position_embeddings": 77},
-        vision_config={"hidden_size": width, "intermediate_size": 4 * width, "num_hidden_layers": layers,
-                       "num_attention_heads": heads, "patch_size": patch, "image_size": size},
-        projection_dim=projection,
-    )  # fmt: skip
-    CLIPModel(config).save_pretrained(str(out))
-    image_processor = CLIPImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
-    CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(str(out))
-    return out
 
 
 def main() -> None:
@@ -61,6 +42,7 @@ def main() -> None:
 
     from halluprobe.benchmarks.synthetic import write_synthetic
     from halluprobe.clip_signal import ClipScorer
+    from halluprobe.tiny import build_tiny_clip
 
     with tempfile.TemporaryDirectory() as tmp:
         scenes = write_synthetic(Path(tmp) / "scenes", n_images=args.images, seed=7, overwrite=True)
@@ -68,7 +50,11 @@ def main() -> None:
         pairs = [(image, OBJECTS[(i + j) % len(OBJECTS)]) for i, image in enumerate(images) for j in range(6)]
         print(f"{len(images)} images x 6 objects, median of {args.runs} runs, {torch.get_num_threads()} threads, CPU")
         for shape in args.shapes.split(","):
-            folder = _build(Path(tmp) / shape.replace("/", "-"), shape, clip_tokenizer_dir())
+            vision, text, projection, patch, size = SHAPES[shape]
+            folder = build_tiny_clip(
+                Path(tmp) / shape.replace("/", "-"), clip_tokenizer_dir(), vision=vision, text=text,
+                projection_dim=projection, patch_size=patch, image_size=size,
+            )
             first: list[float] = []
             again: list[float] = []
             for _ in range(args.runs):

@@ -131,7 +131,7 @@ def test_the_clip_model_is_part_of_the_fingerprint(clip_run: Path, tmp_path: Pat
     clip_model = RunDir(clip_run).read_header().clip
     assert clip_model is not None
     refused = runner.invoke(app, _run_args(world, out, "--resume", "--signals", "noised,clip", "--clip-model", clip_model.model))
-    assert refused.exit_code == 2 and "refusing to resume" in refused.output
+    assert refused.exit_code == 2 and "refusing to resume: the CLIP model (--clip-model) differs" in refused.output
 
 
 def test_an_image_clip_cannot_read_is_an_error_on_that_sample(tmp_path: Path, clip_dir: Path) -> None:
@@ -147,6 +147,70 @@ def test_an_image_clip_cannot_read_is_an_error_on_that_sample(tmp_path: Path, cl
     assert not RunDir(out).complete_path.exists()  # errors: not marked complete
 
 
+def test_a_clip_folder_without_weights_is_one_line_and_exit_1(tmp_path: Path, clip_dir: Path) -> None:
+    world = _make_world(tmp_path)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer_config.json", "tokenizer.json", "processor_config.json"):
+        if (clip_dir / name).exists():
+            (broken / name).write_bytes((clip_dir / name).read_bytes())
+    result = runner.invoke(app, _run_args(world, tmp_path / "run", "--signals", "clip", "--clip-model", str(broken)))
+    assert result.exit_code == 1 and "cannot load CLIP model" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_question_without_an_object_is_refused_naming_its_file(tmp_path: Path, clip_dir: Path) -> None:
+    world = _make_world(tmp_path)
+    lines = world["random"].read_text().splitlines()
+    lines[3] = json.dumps({**json.loads(lines[3]), "text": "Is the image bright?"})
+    world["random"].write_text("\n".join(lines) + "\n")
+    result = runner.invoke(app, _run_args(world, tmp_path / "run", "--signals", "clip", "--clip-model", str(clip_dir)))
+    assert result.exit_code == 2 and "names no object" in result.output and "toy_pope_random.json" in result.output, result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_failing_clip_pass_keeps_the_batch_as_errors(tmp_path: Path, clip_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(self: ClipScorer, pairs: object) -> None:
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(ClipScorer, "similarities", fail)
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    result = runner.invoke(app, _run_args(world, out, "--signals", "clip", "--clip-model", str(clip_dir), "--limit", "3"))
+    assert result.exit_code == 0, result.output
+    samples = RunDir(out).read_samples()
+    assert len(samples) == 6 and all(s.error == "clip signal: RuntimeError: CUDA out of memory (simulated)" for s in samples)
+    assert all(s.candidates for s in samples)  # what the backend answered is kept
+    monkeypatch.undo()
+    again = runner.invoke(app, _run_args(world, out, "--signals", "clip", "--clip-model", str(clip_dir), "--limit", "3", "--resume"))
+    assert again.exit_code == 0, again.output
+    assert all(s.error is None and s.clip is not None for s in RunDir(out).read_samples()) and RunDir(out).complete_path.exists()
+
+
+def test_shift_rules_on_pieces_keep_a_one_sided_answer_and_an_unknown() -> None:
+    from halluprobe.corrections import apply_correction
+    from halluprobe.readouts.tokensets import piece_token_sets
+    from halluprobe.records import ClipSimilarity, Sample
+
+    sets = piece_token_sets("test")
+    clip = ClipSimilarity(object_global=0.1, object_patch=0.2, empty_global=0.3, empty_patch=0.1, logit_scale=100.0)
+
+    def sample(candidates: dict[str, float]) -> Sample:
+        return Sample(split="s", question_id=1, image="i.png", object="cat", label="yes", prompt="p", candidates=candidates, clip=clip)
+
+    only_yes = sample({"Yes": -0.1, "Maybe": -2.5})
+    for spec in ("clip:beta=3", "bias:b=5"):
+        result = apply_correction(spec, only_yes, sets)
+        assert result is not None and result.decision == "yes" and result.p_yes == 1.0  # the no set has no mass to gain
+        neither = apply_correction(spec, sample({"Maybe": -0.1}), sets)
+        assert neither is not None and neither.decision == "unknown" and neither.p_yes is None
+    both = apply_correction("clip:beta=1", sample({"Yes": math.log(0.6), "No": math.log(0.4)}), sets)
+    assert both is not None and both.p_yes is not None
+    z = 100.0 * (0.1 - 0.3)
+    assert math.log(both.p_yes / (1 - both.p_yes)) == pytest.approx(math.log(0.6 / 0.4) + z)
+    assert both.decision == "no"
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -154,6 +218,8 @@ def test_an_image_clip_cannot_read_is_an_error_on_that_sample(tmp_path: Path, cl
         (["--clip-model", "CLIP"], "add clip to --signals"),
         (["--signals", "clip", "--clip-model", "NOT_CLIP"], "model_type 'llava' is not a CLIP model"),
         (["--signals", "clip", "--clip-model", "EMPTY"], "has no config.json"),
+        (["--signals", "clip", "--clip-model", "./no/such/clip"], "--clip-model: no such folder"),
+        (["--signals", "clip", "--open-ended", "--clip-model", "CLIP"], "an open-ended run has no yes/no answer to correct"),
     ],
 )
 def test_bad_clip_input_is_one_line_before_the_run_dir(tmp_path: Path, clip_dir: Path, extra: list[str], message: str) -> None:
@@ -189,4 +255,4 @@ def test_a_server_run_records_clip_and_the_rule_reads_its_pieces(tmp_path: Path,
         assert logit(g["p_yes"]) == pytest.approx(logit(b["p_yes"]) + 2 * c.logit_scale * (c.object_global - c.empty_global), abs=1e-9)
     with FakeChatServer() as server:  # a contrast signal needs the hf backend: refused, naming it
         refused = runner.invoke(app, _args(world, tmp_path / "other", [server.url], "--signals", "clip,noised", "--clip-model", str(clip_dir)))
-    assert refused.exit_code == 2 and "records no correction signals but clip" in refused.output
+    assert refused.exit_code == 2 and "records none of the signals noised: they need the hf backend" in refused.output

@@ -339,7 +339,7 @@ def test_a_server_backend_refuses_correction_signals_before_the_run(tmp_path: Pa
     args = _run_args(world, tmp_path / "run", "--endpoint", "http://127.0.0.1:9/v1", "--signals", "noised")
     args[args.index("scripted")] = "openai"
     result = runner.invoke(app, args)
-    assert result.exit_code == 2 and "records no correction signals" in result.output
+    assert result.exit_code == 2 and "records none of the signals noised: they need the hf backend" in result.output
     assert not (tmp_path / "run").exists()
 
 

@@ -16,12 +16,11 @@ a scorer is built.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from halluprobe.errors import InputError
+from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.records import ClipSetting, ClipSimilarity
 
 __all__ = ["CLIP_SIGNAL", "OBJECT_CAPTION", "EMPTY_CAPTION", "ClipScorer", "object_caption"]
@@ -36,17 +35,30 @@ def object_caption(obj: str) -> str:
     return OBJECT_CAPTION.format(object=obj)
 
 
-def _model_type(model: str) -> str | None:
-    """The folder's ``config.json`` model_type, or None for a hub id."""
-    config = Path(model) / "config.json"
-    if not Path(model).exists():
-        return None
-    if not config.is_file():
-        raise InputError("--clip-model: the folder has no config.json (a CLIP model folder, e.g. openai/clip-vit-large-patch14 saved locally)", model)
+def _load(model: str) -> tuple[Any, Any]:
+    """CLIP's processor and model, from a local folder or a hub id; a folder or model that is
+    not CLIP is one line (InputError), one that cannot be loaded too (RuntimeFailure)."""
+    from transformers import AutoConfig, CLIPModel, CLIPProcessor
+
+    folder = Path(model).expanduser()
+    local = folder.is_dir()
+    if not local and (folder.exists() or model.startswith((".", "~", "/")) or model.count("/") > 1):
+        raise InputError("--clip-model: no such folder (a CLIP model folder or a hub id such as openai/clip-vit-large-patch14)", model)
+    if local and not (folder / "config.json").is_file():
+        raise InputError("--clip-model: the folder has no config.json (a CLIP model folder, as save_pretrained writes it)", folder)
     try:
-        return str(json.loads(config.read_text(encoding="utf-8")).get("model_type", ""))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"--clip-model: cannot read the config: {err}", config) from None
+        model_type = AutoConfig.from_pretrained(str(folder) if local else model, local_files_only=local).model_type
+        if model_type != "clip":
+            raise InputError(f"--clip-model: model_type {model_type!r} is not a CLIP model ('clip')", folder / "config.json" if local else model)
+        source = str(folder) if local else model
+        processor = CLIPProcessor.from_pretrained(source, local_files_only=local)
+        clip = CLIPModel.from_pretrained(source, local_files_only=local, use_safetensors=True)  # never unpickle weights
+    except (InputError, RuntimeFailure):
+        raise
+    except (OSError, ValueError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RuntimeFailure(f"cannot load CLIP model {model!r}: {first_line}") from None
+    return processor, clip
 
 
 class ClipScorer:
@@ -59,17 +71,12 @@ class ClipScorer:
 
     def __init__(self, model: str | Path, *, device: str = "auto", batch_size: int = 16) -> None:
         import torch
-        from transformers import CLIPModel, CLIPProcessor
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self._model_id = str(model)
-        model_type = _model_type(self._model_id)
-        if model_type is not None and model_type != "clip":
-            raise InputError(f"--clip-model: model_type {model_type!r} is not a CLIP model ('clip')", Path(self._model_id) / "config.json")
-        local = model_type is not None
-        self._processor = CLIPProcessor.from_pretrained(self._model_id, local_files_only=local)
-        self._model = CLIPModel.from_pretrained(self._model_id, local_files_only=local).to(device).eval()
+        self._processor, clip = _load(self._model_id)
+        self._model = clip.to(device).eval()
         self._device = device
         self._batch_size = max(1, batch_size)
         self._texts: dict[str, Any] = {}  # caption -> normalised text embedding [D]
@@ -92,7 +99,7 @@ class ClipScorer:
     def similarities(self, pairs: Sequence[tuple[str, str]]) -> list[ClipSimilarity | str]:
         """Per (image path, object): the four similarities, or the reason there are none."""
         self.expect(pairs)
-        paths = [p for p in dict.fromkeys(path for path, obj in pairs if (path, obj) not in self._scored)]
+        paths = list(dict.fromkeys(path for path, obj in pairs if (path, obj) not in self._scored))
         for start in range(0, len(paths), self._batch_size):
             self._score_images(paths[start : start + self._batch_size])
         return [self._scored[pair] for pair in pairs]

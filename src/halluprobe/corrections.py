@@ -155,8 +155,8 @@ def _contrast_dola(base: Scores, base_max: float, premature: SignalLogprobs, rel
 
 
 def _bias(sample: Sample, p: Mapping[str, float]) -> tuple[float, float] | None:
-    """A logit bias against "yes": the yes set's log-mass lowered by ``b`` (every yes id's
-    log-probability by ``b``), i.e. the yes-vs-no log-odds shifted by ``-b``. Needs no signal."""
+    """A logit bias against "yes": every yes id's log-probability lowered by ``b`` (the no ids
+    keep theirs), i.e. the yes-vs-no log-odds shifted by ``-b``. Needs no signal."""
     return -p["b"], 0.0
 
 
@@ -189,8 +189,11 @@ CORRECTIONS: dict[str, Correction] = {
     "m3id": Correction(("no-image",), {"lambda": 0.02, "t": 0.0}, _m3id, "Favero et al. 2024"),
     "pai": Correction(("attention", "no-image"), {"gamma": 1.1}, _pai, "Liu et al. 2024"),
     "dola": Correction(("layer:*",), {"relative_top": 0.1}, _dola, "Chuang et al. 2024"),
-    "clip": Correction(("clip",), {"beta": 1.0, "patch": 0.0}, None, "CLIP certainty (after Deng et al. 2024)", {"patch": (0.0, 1.0)}, _clip),
-    "bias": Correction((), {"b": 0.5}, None, "a constant logit bias", shift=_bias),
+    "clip": Correction(
+        ("clip",), {"beta": 1.0, "patch": 0.0}, rule=None, reference="CLIP certainty (after Deng et al. 2024)",
+        bounds={"patch": (0.0, 1.0)}, shift=_clip,
+    ),
+    "bias": Correction((), {"b": 0.5}, rule=None, reference="a constant logit bias", shift=_bias),
     "threshold": Correction(
         (), {"yes_ratio": 0.5}, None, "a decision threshold on p_yes (run-level: apply_threshold)", {"yes_ratio": (0.0, 1.0)}
     ),
@@ -217,6 +220,8 @@ def parse_correction(spec: str) -> tuple[str, dict[str, float]]:
             params[key.strip()] = float(value)
         except ValueError:
             raise InputError(f"{spec}: {key.strip()} must be a number, not {value!r}") from None
+        if not math.isfinite(params[key.strip()]):
+            raise InputError(f"{spec}: {key.strip()} must be a finite number, not {value!r}")
     for key, (low, high) in CORRECTIONS[name].bounds.items():
         if not low <= params[key] <= high:
             raise InputError(f"{spec}: {key} must lie in [{low:g}, {high:g}]")
@@ -262,7 +267,7 @@ def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) ->
     correction = CORRECTIONS[name]
     if _inert_reason(name, params) is None and not set(correction.signals) <= recorded_signals(sample):
         return None
-    if correction.shift is not None:
+    if correction.shift is not None and token_sets.keyed_by != "id":  # pieces: the dynamic readout's masses
         return _shifted(read_dynamic(sample.candidates, token_sets), correction.shift(sample, params))
     if token_sets.keyed_by != "id":
         return None
@@ -271,8 +276,16 @@ def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) ->
     if base is None:
         return None
     base_max = sample.first_token[0].logprob if sample.first_token else max(base.values())
-    assert correction.rule is not None  # run-level rules were refused above
-    scores = correction.rule(base, base_max, sample, params, token_sets)
+    if correction.shift is not None:
+        # every yes (no) id moved by the same amount: the set's log-mass moves by it
+        shift = correction.shift(sample, params)
+        if shift is None:
+            return None
+        yes_ids = set(token_sets.yes_ids)
+        scores: Scores | None = {i: lp + (shift[0] if i in yes_ids else shift[1]) for i, lp in base.items()}
+    else:
+        assert correction.rule is not None  # run-level rules were refused above
+        scores = correction.rule(base, base_max, sample, params, token_sets)
     if scores is None:
         return None
     yes = [scores[i] for i in token_sets.yes_ids]

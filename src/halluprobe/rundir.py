@@ -22,7 +22,7 @@ from halluprobe.files import append_durable, drop_cut_tail, write_atomic
 from halluprobe.jsonl import loads, read_log_lines, read_text
 from halluprobe.records import AuditReport, QuestionKey, RunHeader, Sample, ScoreReport
 
-__all__ = ["RunDir", "OWNED_FILES", "AUDIT", "fingerprint_of", "sha256_file", "sum_counts"]
+__all__ = ["RunDir", "OWNED_FILES", "AUDIT", "differ_phrase", "fingerprint_of", "header_differences", "sha256_file", "sum_counts"]
 
 
 _R = TypeVar("_R", bound=BaseModel)
@@ -38,6 +38,32 @@ AUDIT = "audit.json"
 # every file a run writes into its directory: `run --overwrite` removes them all, so nothing of
 # the previous run (its metrics, its audit) is read as the new run's
 OWNED_FILES = (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS, AUDIT)
+
+
+def header_differences(old: RunHeader, new: RunHeader) -> list[str]:
+    """What makes two run headers' fingerprints differ, in words (for a refusal message)."""
+
+    def signals(h: RunHeader) -> tuple[object, ...]:
+        return (h.generate.signals, h.generate.instruction) if h.generate is not None else ((), None)
+
+    checks = [
+        ("the backend", old.backend != new.backend),
+        ("the model", old.model != new.model or old.backend_info.get("dtype") != new.backend_info.get("dtype")),
+        ("the template", old.template != new.template),
+        ("the text generation", bool(old.text_rules) != bool(new.text_rules) or old.max_new_tokens != new.max_new_tokens),
+        ("the tokenizer", (old.token_sets and old.token_sets.tokenizer_fingerprint) != (new.token_sets and new.token_sets.tokenizer_fingerprint)),
+        ("the benchmark files", old.benchmarks != new.benchmarks),
+        ("the signals", signals(old) != signals(new) or old.open_ended != new.open_ended),
+        ("the CLIP model (--clip-model)", old.clip != new.clip),
+    ]
+    names = [name for name, differs in checks if differs]
+    return names or ["the model, template, readouts or benchmark files"]
+
+
+def differ_phrase(old: RunHeader, new: RunHeader) -> str:
+    """``the template differs``, ``the signals and the CLIP model (--clip-model) differ``."""
+    names = header_differences(old, new)
+    return " and ".join(names) + (" differs" if len(names) == 1 and "files" not in names[0] else " differ")
 
 
 def sha256_file(path: str | Path) -> str:
@@ -109,7 +135,7 @@ class RunDir:
                 old = self.read_header()
                 if old.fingerprint not in {header.fingerprint, *also_accept} and not force:
                     raise InputError(
-                        "refusing to resume: the model, template, readouts or benchmark files differ "
+                        f"refusing to resume: {differ_phrase(old, header)} "
                         "from the existing run (pass --force to mix them anyway)",
                         self.header_path,
                     )

@@ -28,6 +28,7 @@ from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import (
     ICD_INSTRUCTION,
+    ClipSimilarity,
     GenerateConfig,
     Question,
     QuestionKey,
@@ -48,7 +49,7 @@ __all__ = [
     "run_fingerprint",
     "limit_questions",
     "RequestStatsSource",
-    "check_clip",
+    "check_signals_asked",
 ]
 
 log = logging.getLogger(__name__)
@@ -243,9 +244,12 @@ def make_header(
     return header.model_copy(update={"fingerprint": run_fingerprint(header)})
 
 
-def check_clip(config: RunConfig, has_scorer: bool, questions: Sequence[Question], sources: Mapping[str, str]) -> None:
-    """The clip signal needs its scorer (and the scorer the signal), and an object per question.
-    ``sources``: split -> benchmark file (named in the error)."""
+def check_signals_asked(config: RunConfig, has_scorer: bool, questions: Sequence[Question], sources: Mapping[str, str]) -> None:
+    """Signals need a yes/no run; the clip signal needs its scorer (and the scorer the signal) and
+    an object per question. ``sources``: split -> benchmark file (named in the error). Checked
+    before any model loads."""
+    if config.open_ended and config.signals:
+        raise InputError("--signals records what yes/no corrections read: an open-ended run has no yes/no answer to correct")
     wanted = CLIP_SIGNAL in config.signals
     if wanted and not has_scorer:
         raise InputError("the clip signal needs a CLIP model: give --clip-model PATH")
@@ -264,7 +268,11 @@ def _with_clip(clip: ClipScorer, samples: list[Sample], image_paths: list[str]) 
     """The samples with their clip signal; a question whose image CLIP cannot read is an error
     (never a sample that a clip correction would silently read as its base pass)."""
     todo = [i for i, s in enumerate(samples) if s.error is None and s.object]
-    found = clip.similarities([(image_paths[i], samples[i].object or "") for i in todo])
+    try:
+        found: list[ClipSimilarity | str] = clip.similarities([(image_paths[i], samples[i].object or "") for i in todo])
+    except Exception as err:  # a failed CLIP pass (out of memory, a NaN): the batch's answers are kept as errors
+        log.exception("clip signal failed")
+        found = [f"clip signal: {type(err).__name__}: {err}"] * len(todo)
     out = list(samples)
     for i, similarity in zip(todo, found):
         update = {"error": similarity} if isinstance(similarity, str) else {"clip": similarity}
@@ -307,9 +315,14 @@ def run_questions(
     if config.backend_signals:  # a signal the backend cannot record is refused before the run dir is written
         check = getattr(backend, "check_signals", None)
         if check is None:
-            raise InputError(f"the {config.backend} backend records no correction signals but clip (--signals is for hf)")
+            raise InputError(
+                f"the {config.backend} backend records none of the signals {', '.join(config.backend_signals)}: "
+                "they need the hf backend (clip is recorded beside any backend)"
+            )
         check(config.backend_signals)
-    check_clip(config, clip is not None, questions, header.benchmark_paths)
+    if (clip is None) != (header.clip is None):
+        raise ValueError("run_questions: give the clip scorer to make_header and run_questions alike")
+    check_signals_asked(config, clip is not None, questions, header.benchmark_paths)
     if "no-image" in config.signals and questions:
         # a template that cannot render a prompt without the image is refused here, not mid-run
         backend.render_prompt(questions[0].text, config.template, image=False)

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from halluprobe.errors import InputError
 from halluprobe.records import Question, QuestionKey, Sample
-from halluprobe.rundir import RunDir, sha256_file
+from halluprobe.rundir import RunDir, differ_phrase, sha256_file
 from halluprobe.runner import limit_questions
 
 __all__ = ["Shard", "parse_shard", "shard_of", "select_shard", "MergeSummary", "merge_rundirs"]
@@ -105,8 +105,7 @@ def merge_rundirs(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
     for d, h in zip(dirs[1:], headers[1:]):
         if h.fingerprint != first.fingerprint:
             raise InputError(
-                f"not a shard of the same run as {dirs[0].path}: header fingerprints differ "
-                "(model, template, readouts or benchmark files)",
+                f"not a shard of the same run as {dirs[0].path}: header fingerprints differ ({differ_phrase(first, h)})",
                 d.header_path,
             )
     expected = _expected(dirs[0])

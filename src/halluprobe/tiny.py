@@ -232,26 +232,43 @@ def build_tiny_llava(
     return out
 
 
-def build_tiny_clip(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: int = 0, image_size: int = 56) -> Path:
-    """Write a random-weight ``CLIPModel`` folder (text and vision towers of width 32, 2 layers,
-    14-pixel patches) with a ``CLIPProcessor``; ``tokenizer_dir`` holds a CLIP BPE tokenizer."""
+def build_tiny_clip(
+    out_dir: str | Path,
+    tokenizer_dir: str | Path,
+    *,
+    seed: int = 0,
+    image_size: int = 56,
+    patch_size: int = 14,
+    vision: tuple[int, int, int] = (32, 2, 4),
+    text: tuple[int, int, int] = (32, 2, 4),
+    projection_dim: int = 32,
+) -> Path:
+    """Write a random-weight ``CLIPModel`` folder with a ``CLIPProcessor`` (PIL image processor);
+    ``tokenizer_dir`` holds a CLIP BPE tokenizer. ``vision`` and ``text``: (width, layers, heads)
+    of the towers, whose feed-forward is 4 x the width as in CLIP; the defaults are tiny, and
+    openai/clip-vit-large-patch14's shapes are ``vision=(1024, 24, 16), text=(768, 12, 12),
+    projection_dim=768, image_size=224``."""
     from transformers import AutoTokenizer, CLIPConfig, CLIPModel, CLIPProcessor
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
     out = _ensure_dir(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    tower = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+
+    def tower(shape: tuple[int, int, int]) -> dict[str, int]:
+        width, layers, heads = shape
+        return {"hidden_size": width, "intermediate_size": 4 * width, "num_hidden_layers": layers, "num_attention_heads": heads}
+
     config = CLIPConfig(
         text_config={
-            **tower,
+            **tower(text),
             "vocab_size": len(tokenizer),
-            "max_position_embeddings": 32,
+            "max_position_embeddings": 77,
             "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id,
         },
-        vision_config={**tower, "image_size": image_size, "patch_size": 14},
-        projection_dim=32,
+        vision_config={**tower(vision), "image_size": image_size, "patch_size": patch_size},
+        projection_dim=projection_dim,
     )
     model = _seeded_init(seed, lambda: CLIPModel(config)).eval()
     processor = CLIPProcessor(

@@ -85,6 +85,7 @@ def run_cmd(
             "clip correction reads; recorded by halluprobe beside any backend."
         ),
     ] = None,
+    clip_device: Annotated[str, typer.Option(help="--clip-model: cpu, cuda, cuda:N or auto (a GPU when there is one).")] = "auto",
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions of each split.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue an existing run dir, skipping answered questions.")] = False,
     retry_errors: Annotated[
@@ -103,7 +104,7 @@ def run_cmd(
     """Run a model on benchmark files; every readout from one pass per question."""
     from halluprobe.clip_signal import ClipScorer
     from halluprobe.rundir import RunDir
-    from halluprobe.runner import RunConfig, check_clip, limit_questions, make_header, run_questions
+    from halluprobe.runner import RunConfig, check_signals_asked, limit_questions, make_header, run_questions
     from halluprobe.shards import parse_shard, select_shard
 
     rules = tuple(r.strip() for r in text_rules.split(",") if r.strip())
@@ -135,11 +136,11 @@ def run_cmd(
             signals=_split_signals(signals),
             instruction=instruction,
         )
-        check_clip(cfg, clip_model is not None, questions, {split: str(path) for split, (path, _) in fingerprints.items()})
+        check_signals_asked(cfg, clip_model is not None, questions, {split: str(path) for split, (path, _) in fingerprints.items()})
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):
             raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)
-        scorer = ClipScorer(clip_model) if clip_model is not None else None
+        scorer = ClipScorer(clip_model, device=clip_device) if clip_model is not None else None
         engine = spec.load()
         header = make_header(cfg, engine, fingerprints, images, clip=scorer)
         with progress("questions") as bar:
