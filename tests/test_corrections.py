@@ -277,3 +277,16 @@ def test_without_a_correction_the_table_has_every_method_the_signals_allow(signa
     assert result.exit_code == 0, result.output
     names = [r["name"] for r in json.loads(result.stdout)["rows"] if r["kind"] not in ("baseline", "confound")]
     assert names == ["vcd:alpha=1,beta=0.1", "icd:alpha=1,beta=0.1", "dola:relative_top=0.1", "pai:gamma=1.1", "m3id:lambda=0.02,t=0"]
+
+
+def test_a_grid_value_out_of_bounds_names_the_grid_file(signal_run: Path, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[clip]\nbeta = [1]\npatch = [0, 2]\n")
+    result = runner.invoke(app, ["corrections", str(signal_run), "--grid", str(grid)])
+    assert result.exit_code == 2 and f"{grid}: clip:beta=1,patch=2: patch must lie in [0, 1]" in result.output, result.output
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_a_parameter_that_is_not_finite_is_refused(signal_run: Path, value: str) -> None:
+    result = runner.invoke(app, ["score", str(signal_run), "--readout", f"bias:b={value}"])
+    assert result.exit_code == 2 and "b must be a finite number" in result.output, result.output

@@ -224,7 +224,12 @@ def read_grid(path: str | Path) -> list[str]:
                 raise InputError(f"[{method}] has no parameter {key!r}; it takes {', '.join(CORRECTIONS[method].defaults)}", p)
         lists = [v if isinstance(v, list) else [v] for v in table.values()]
         for values in itertools.product(*lists):
-            specs.append(method + (":" + ",".join(f"{k}={v}" for k, v in zip(keys, values)) if keys else ""))
+            spec = method + (":" + ",".join(f"{k}={v}" for k, v in zip(keys, values)) if keys else "")
+            try:
+                parse_correction(spec)  # a value out of bounds or not a number: named with the grid file
+            except InputError as err:
+                raise InputError(err.problem, p) from None
+            specs.append(spec)
     if not specs:
         raise InputError("the grid names no correction", p)
     return specs
