@@ -24,7 +24,7 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.readouts.logits import candidate_ids
@@ -58,6 +58,18 @@ class _Prefix:
     next_position: int  # position of the first suffix token (on every rotary axis)
     mrope: bool  # positions are [3, B, L] (Qwen2-VL multimodal rotary)
     seconds: float  # time spent reading the image and running the prefix
+
+
+@dataclass
+class _SignalPrefixes:
+    """One image's inputs for its correction signals on the prefix-cache engine, per prompt of
+    the image in order (its suffix batches slice them)."""
+
+    noised: _Prefix | None = None  # the image's prefix with noised pixels (VCD)
+    instruction: _Prefix | None = None  # the instruction variants' shared prefix (ICD); None: full prompts
+    instruction_suffixes: list[list[int]] = field(default_factory=list)  # after ``instruction``
+    instruction_prompts: list[str] = field(default_factory=list)  # the full variants (the fallback)
+    no_image_prompts: list[str] = field(default_factory=list)  # run in full: short text prompts
 
 
 class HFBackend:
@@ -98,6 +110,7 @@ class HFBackend:
             pad = getattr(self._model.generation_config, "pad_token_id", None)
         self._pad_id = int(pad) if isinstance(pad, int) else 0
         self._fallback_logged = False
+        self._instruction_fallback_logged = False
         self._plan: Any = None  # the current call's signals (hf_signals.SignalPlan of GenerateConfig.signals)
         self._window = _sliding_window(self._model.config)
         family = self._inputs.family
@@ -174,8 +187,8 @@ class HFBackend:
             try:
                 inputs = self._inputs.encode([r.prompt for r in ok], images)
                 inputs = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
-                first_logits, texts = self._forward(inputs, max_new_tokens)
-                signals = self._signals(inputs, ok, images)
+                first_logits, texts, hidden = self._base_pass(inputs, max_new_tokens)
+                signals = self._signals(inputs, ok, images, first_logits, hidden)
             except Exception as err:
                 if _is_oom(err):
                     raise
@@ -189,56 +202,72 @@ class HFBackend:
                 results.update(_with_signals(responses, rows, signals))
         return [results[r.key] for r in batch]
 
-    def _noised_prefix(self, shared: SharedPrefix, image_path: str, started: float) -> _Prefix | None:
-        """The image's prefix with its pixels noised (the noised signal), when asked."""
-        if self._plan is None or self._plan.noise_step is None:
-            return None
-        import dataclasses
-
-        from halluprobe.backends.hf_signals import noised_inputs
-
-        noised = noised_inputs(shared.prefix, [image_path], self._plan.noise_step)
-        return self._run_prefix(dataclasses.replace(shared, prefix=noised), started)
-
     def _signals(
-        self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any], *, noise: bool = True
+        self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any], first_logits: Any, hidden: Any
     ) -> list[dict[str, Any]] | None:
-        """The correction signals of a batch of full prompts (one image each), from extra
-        forward passes: noised pixels, early layers' logits, amplified image attention, the
-        question under a disturbing instruction."""
+        """The correction signals of a batch of full prompts (one image each): DoLa's layers from
+        the base pass's hidden states, the others from extra forward passes (noised pixels,
+        amplified image attention, the question under a disturbing instruction or without the
+        image)."""
         if not self._wants_signals:
             return None
+        from halluprobe.backends.hf_signals import noised_inputs
+
         plan = self._plan
-        image_paths = [r.image_path for r in requests]
+        out: list[dict[str, Any]] = [{} for _ in requests]
+        if plan.noise_step is not None:
+            noised = noised_inputs(inputs, [r.image_path for r in requests], plan.noise_step)
+            self._put(out, "noised", self._logits(noised))
+        if plan.layers:
+            self._put_layers(out, hidden, first_logits)
+        if plan.pai is not None:
+            self._put(out, "attention", self._amplified_logits(inputs, inputs["input_ids"] == self._inputs.image_token_id))
+        if plan.instruction:
+            self._put(out, "instruction", self._prompt_logits([r.variants["instruction"] for r in requests], images))
+        if plan.no_image:
+            self._put(out, "no-image", self._prompt_logits([r.variants["no-image"] for r in requests], []))
+        return out
+
+    def _put(self, out: list[dict[str, Any]], name: str, logits: Any) -> None:
+        """Row ``i`` of a pass's last-position logits as signal ``name`` of ``out[i]``."""
+        from halluprobe.backends.hf_signals import step_signal
+
+        for row, signal in enumerate(out):
+            signal[name] = step_signal(logits[row], self._candidates)
+
+    def _put_layers(self, out: list[dict[str, Any]], hidden: Any, final_logits: Any) -> None:
+        """DoLa's ``layer:N`` signals from the base pass's first-step hidden states."""
+        from halluprobe.backends.hf_signals import layer_signals
+
+        for signal, layers in zip(out, layer_signals(self._model, hidden, self._plan.layers, self._candidates, final_logits)):
+            signal.update(layers)
+
+    def _logits(self, inputs: dict[str, Any]) -> Any:
+        """Last-position logits of one forward pass: full prompts, or suffixes after a cached prefix."""
         import torch
 
-        from halluprobe.backends.hf_signals import amplified_attention, layer_signals, noised_inputs, step_signal
-
-        plain = {k: v for k, v in inputs.items() if k != "past_key_values"}
-        out: list[dict[str, Any]] = [{} for _ in image_paths]
         with torch.inference_mode():
-            if plan.noise_step is not None and noise:
-                logits = self._model(**noised_inputs(plain, image_paths, plan.noise_step), **self._keep_last).logits[:, -1, :]
-                for row, signal in enumerate(out):
-                    signal["noised"] = step_signal(logits[row], self._candidates)
-            if plan.layers:
-                result = self._model(**plain, output_hidden_states=True, **self._keep_last)
-                by_layer = layer_signals(self._model, result.hidden_states, plan.layers, self._candidates, result.logits[:, -1, :])
-                for signal, layers in zip(out, by_layer):
-                    signal.update(layers)
-            for name in [n for n, wanted in (("instruction", plan.instruction), ("no-image", plan.no_image)) if wanted]:
-                # the question rendered another way by the runner (Request.variants); no-image: no pixels
-                variant = self._inputs.encode([r.variants[name] for r in requests], images if name == "instruction" else [])
-                variant = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in variant.items()}
-                logits = self._model(**variant, **self._keep_last).logits[:, -1, :]
-                for row, signal in enumerate(out):
-                    signal[name] = step_signal(logits[row], self._candidates)
-            if plan.pai is not None:
-                with amplified_attention(self._model, plan.pai, plain["input_ids"] == self._inputs.image_token_id):
-                    logits = self._model(**plain, **self._keep_last).logits[:, -1, :]
-                for row, signal in enumerate(out):
-                    signal["attention"] = step_signal(logits[row], self._candidates)
-        return out
+            return self._model(**inputs, use_cache="past_key_values" in inputs, **self._keep_last).logits[:, -1, :]
+
+    def _prompt_logits(self, prompts: list[str], images: list[Any]) -> Any:
+        """Last-position logits of full prompts (a signal's variant of the question)."""
+        inputs = self._inputs.encode(prompts, images)
+        return self._logits({k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()})
+
+    def _amplified_logits(self, inputs: dict[str, Any], image_columns: Any) -> Any:
+        """PAI's pass: ``image_columns`` [batch, key length] marks the image tokens' keys."""
+        from halluprobe.backends.hf_signals import amplified_attention
+
+        with amplified_attention(self._model, self._plan.pai, image_columns):
+            return self._logits(inputs)
+
+    def _base_pass(self, inputs: dict[str, Any], max_new_tokens: int) -> tuple[Any, list[str] | None, Any]:
+        """``_forward``'s logits and continuations, plus the first step's hidden states of every
+        layer when DoLa's layers are asked: that signal reads the base pass, no pass of its own."""
+        if self._plan is None or not self._plan.layers:
+            first_logits, texts = self._forward(inputs, max_new_tokens)
+            return first_logits, texts, None
+        return self._first_step(inputs, max_new_tokens, hidden_states=True)
 
     @property
     def _wants_signals(self) -> bool:
@@ -260,21 +289,18 @@ class HFBackend:
         prompts = list(by_prompt)
         try:
             shared = self._inputs.encode_shared(prompts, image)
-            if shared is not None and self._window is not None:
-                # a sliding-window layer's cache would drop prefix tokens that a full prompt still sees
-                if shared.prefix_len + max(len(s) for s in shared.suffixes) + max_new_tokens > self._window:
-                    shared = None
+            if shared is not None and not self._fits_window(shared, max_new_tokens):
+                shared = None
             prefix = self._run_prefix(shared, started) if shared is not None else None
-            # VCD's noised image: a second prefix for the image, its suffixes batched from it
-            noised_prefix = self._noised_prefix(shared, group[0].image_path, started) if shared is not None else None
+            extra = None
+            if shared is not None and self._wants_signals:
+                extra = self._signal_prefixes(shared, image, [by_prompt[p][0] for p in prompts], started)
         except Exception as err:
             if _is_oom(err):
                 raise
             log.exception("image %s failed", group[0].image_path)
             yield [_error(r, f"{type(err).__name__}: {err}") for r in group]
             return
-        if not self._wants_signals:
-            del image  # signals are read from full prompts with the image (below)
         if shared is None or prefix is None:
             if not self._fallback_logged:
                 log.info(
@@ -284,6 +310,7 @@ class HFBackend:
                 self._fallback_logged = True
             yield from self._answer_plain(group, max_new_tokens, top_k)
             return
+        setup_seconds = time.perf_counter() - started  # the image, its prefix and the signals' prefixes
         start = 0
         while start < len(prompts):
             chunk = prompts[start : start + self._batch_size]
@@ -293,24 +320,15 @@ class HFBackend:
             try:
                 suffixes = shared.suffixes[start : start + len(chunk)]
                 inputs = self._suffix_inputs(prefix, suffixes, max_new_tokens)
-                first_logits, texts = self._forward(inputs, max_new_tokens)
+                first_logits, texts, hidden = self._base_pass(inputs, max_new_tokens)
+                inputs = None  # the expanded cache: free it before the signals' passes build theirs
                 signals = None
-                if self._wants_signals:
-                    signals = [{} for _ in chunk]
-                    if self._plan.without_noise().any:
-                        # the other signals from full prompts: the same numbers as the plain engine's
-                        full = self._inputs.encode(chunk, [image] * len(chunk))
-                        full = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in full.items()}
-                        signals = self._signals(full, [by_prompt[p][0] for p in chunk], [image] * len(chunk), noise=False) or signals
-                    if noised_prefix is not None:
-                        from halluprobe.backends.hf_signals import step_signal
-
-                        noised_logits, _ = self._forward(self._suffix_inputs(noised_prefix, suffixes, 0), 0)
-                        for row, signal in enumerate(signals):
-                            signal["noised"] = step_signal(noised_logits[row], self._candidates)
+                if extra is not None:
+                    signals = self._suffix_signals(prefix, extra, start, suffixes, first_logits, hidden, image)
+                hidden = None
             except Exception as err:
                 if _is_oom(err) and self._batch_size > 1:
-                    inputs = None  # drop the expanded cache before retrying smaller
+                    inputs = hidden = None  # drop the expanded cache before retrying smaller
                     self._halve_batch()
                     continue
                 if _is_oom(err):
@@ -318,14 +336,88 @@ class HFBackend:
                 log.exception("batch failed")
                 yield [_error(r, f"{type(err).__name__}: {err}") for row in rows for r in row]
             else:
-                inputs = None  # the expanded cache: free it before the next batch builds its own
                 n = sum(len(row) for row in rows)
-                # latency: this batch's own time plus its share of the image's prefix pass
-                share = prefix.seconds * len(chunk) / len(prompts)
+                # latency: this batch's own time plus its share of the image's prefix passes
+                share = setup_seconds * len(chunk) / len(prompts)
                 latency = (time.perf_counter() - batch_started + share) / n
                 responses = _with_signals(self._responses(rows, first_logits, texts, latency, top_k), rows, signals)
                 yield [responses[r.key] for row in rows for r in row]
             start += len(chunk)
+
+    def _fits_window(self, shared: SharedPrefix, new_tokens: int) -> bool:
+        """False when a sliding-attention layer's cache would drop prefix tokens that a full
+        prompt (its longest suffix plus ``new_tokens``) still sees."""
+        longest = shared.prefix_len + max(len(s) for s in shared.suffixes) + new_tokens
+        return self._window is None or longest <= self._window
+
+    def _signal_prefixes(self, shared: SharedPrefix, image: Any, requests: list[Request], started: float) -> _SignalPrefixes:
+        """The image's inputs for the asked correction signals (``requests[i]`` holds prompt i's
+        variants): a second prefix with noised pixels (VCD), the instruction variants' own
+        shared prefix (ICD; ``None`` where they share none: full prompts then)."""
+        import dataclasses
+
+        from halluprobe.backends.hf_signals import noised_inputs
+
+        plan = self._plan
+        extra = _SignalPrefixes()
+        if plan.noise_step is not None:
+            noised = noised_inputs(shared.prefix, [requests[0].image_path], plan.noise_step)
+            extra.noised = self._run_prefix(dataclasses.replace(shared, prefix=noised), started)
+        if plan.instruction:
+            extra.instruction_prompts = [r.variants["instruction"] for r in requests]
+            variants = self._inputs.encode_shared(extra.instruction_prompts, image)
+            if variants is not None and self._fits_window(variants, 0):
+                extra.instruction = self._run_prefix(variants, started)
+                extra.instruction_suffixes = variants.suffixes
+            elif not self._instruction_fallback_logged:
+                log.info("the instruction variants share no image prefix; their signal runs on full prompts")
+                self._instruction_fallback_logged = True
+        if plan.no_image:
+            extra.no_image_prompts = [r.variants["no-image"] for r in requests]
+        return extra
+
+    def _suffix_signals(
+        self,
+        prefix: _Prefix,
+        extra: _SignalPrefixes,
+        start: int,
+        suffixes: list[list[int]],
+        first_logits: Any,
+        hidden: Any,
+        image: Any,
+    ) -> list[dict[str, Any]]:
+        """The correction signals of the suffix batch ``suffixes`` (the image's prompts from
+        ``start`` on), from the image's cached prefixes: the noised prefix, DoLa's layers from
+        the base pass, PAI over the image's prefix, the instruction variants' prefix. Only the
+        question without the image runs in full (a short text prompt)."""
+        plan = self._plan
+        rows = slice(start, start + len(suffixes))
+        out: list[dict[str, Any]] = [{} for _ in suffixes]
+        if extra.noised is not None:
+            self._put(out, "noised", self._logits(self._suffix_inputs(extra.noised, suffixes, 0)))
+        if plan.layers:
+            self._put_layers(out, hidden, first_logits)
+        if plan.pai is not None:
+            inputs = self._suffix_inputs(prefix, suffixes, 0)
+            self._put(out, "attention", self._amplified_logits(inputs, self._image_columns(prefix, inputs)))
+        if plan.instruction:
+            if extra.instruction is not None:
+                logits = self._logits(self._suffix_inputs(extra.instruction, extra.instruction_suffixes[rows], 0))
+            else:
+                logits = self._prompt_logits(extra.instruction_prompts[rows], [image] * len(suffixes))
+            self._put(out, "instruction", logits)
+        if plan.no_image:
+            self._put(out, "no-image", self._prompt_logits(extra.no_image_prompts[rows], []))
+        return out
+
+    def _image_columns(self, prefix: _Prefix, inputs: dict[str, Any]) -> Any:
+        """PAI's image keys for a suffix pass: [batch, prefix + suffix width], True on the
+        prefix's image tokens, False on the suffix columns (text and padding)."""
+        import torch
+
+        rows, width = inputs["input_ids"].shape
+        image = (prefix.input_ids == self._inputs.image_token_id).expand(rows, -1)
+        return torch.cat([image, torch.zeros((rows, width), dtype=torch.bool, device=image.device)], dim=-1)
 
     def _run_prefix(self, shared: SharedPrefix, started: float) -> _Prefix:
         import torch
@@ -521,12 +613,21 @@ class HFBackend:
         ``inputs`` is a full encoded batch, or (prefix cache) suffix inputs with
         ``past_key_values``; ``input_ids`` then starts with the cached prefix when generating.
         """
+        first_logits, texts, _ = self._first_step(inputs, max_new_tokens, hidden_states=False)
+        return first_logits, texts
+
+    def _first_step(
+        self, inputs: dict[str, Any], max_new_tokens: int, *, hidden_states: bool
+    ) -> tuple[Any, list[str] | None, Any]:
+        """``_forward``'s two results and, with ``hidden_states``, the first step's hidden states
+        (embeddings, then every layer; [batch, positions of that step, hidden] each)."""
         import torch
 
+        wanted: dict[str, Any] = {"output_hidden_states": True} if hidden_states else {}
         with torch.inference_mode():
             if max_new_tokens <= 0:
-                out = self._model(**inputs, use_cache="past_key_values" in inputs, **self._keep_last)
-                return out.logits[:, -1, :], None
+                out = self._model(**inputs, use_cache="past_key_values" in inputs, **wanted, **self._keep_last)
+                return out.logits[:, -1, :], None, out.hidden_states if hidden_states else None
             generated = self._model.generate(
                 **inputs,
                 max_new_tokens=max_new_tokens,
@@ -536,11 +637,12 @@ class HFBackend:
                 return_dict_in_generate=True,
                 stopping_criteria=self._stopping_criteria(),
                 pad_token_id=self._tokenizer.pad_token_id,
+                **wanted,
             )
         prompt_len = inputs["input_ids"].shape[1]
         new_tokens = generated.sequences[:, prompt_len:]
         texts = self._tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return generated.logits[0], texts
+        return generated.logits[0], texts, generated.hidden_states[0] if hidden_states else None
 
 
 def _with_signals(

@@ -33,7 +33,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from halluprobe.errors import InputError
@@ -87,11 +87,6 @@ class SignalPlan:
     @property
     def any(self) -> bool:
         return self.noise_step is not None or bool(self.layers) or self.pai is not None or self.instruction or self.no_image
-
-    def without_noise(self) -> SignalPlan:
-        """The same plan without the noised pass (the prefix-cache engine runs that one from a
-        noised prefix per image)."""
-        return replace(self, noise_step=None)
 
 
 def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
@@ -232,7 +227,11 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
     setting: PaiSetting = _pai_state["setting"]
     layer = getattr(module, "layer_idx", None)
     if layer is not None and setting.start <= layer < setting.end:
-        image = _pai_state["image_columns"][:, None, :].to(weights.dtype)  # [B, 1, K]
+        columns = _pai_state["image_columns"]
+        if columns.shape != (weights.shape[0], weights.shape[-1]):
+            # with a cached prefix the keys are prefix + suffix: the mask must cover both
+            raise ValueError(f"PAI's image columns {tuple(columns.shape)} do not match the attention's keys {tuple(weights.shape)}")
+        image = columns[:, None, :].to(weights.dtype)  # [B, 1, K]
         last = weights[:, :, -1, :]
         weights[:, :, -1, :] = last + setting.alpha * last.abs() * image
     weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
