@@ -24,7 +24,10 @@ from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  #
 
 PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg"]
 QUESTIONS = ["Is there a cup in the image?", "Is there a dining table in this picture?", "Is there a dog?", "Is there a cat?"]
-SIGNALS = ("noised", "layers", "attention:0.5,0,2", "instruction", "no-image")
+# layer 1 reads the context (layer 0, the embeddings, only the last token). PAI at alpha 10: the
+# tiny random models move little at 0.5 (5e-4), and above 1 the amplification once overflowed
+# on masked (padding) columns into NaN
+SIGNALS = ("noised", "layers:0,1", "attention:10,0,2", "instruction", "no-image")
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +75,7 @@ def _assert_same_signals(fast: dict[tuple[str, int], Response], plain: dict[tupl
     assert fast.keys() == plain.keys()
     for key, response in fast.items():
         other = plain[key]
-        assert set(response.signals) == set(other.signals) == {"noised", "layer:0", "attention", "instruction", "no-image"}
+        assert set(response.signals) == set(other.signals) == {"noised", "layer:0", "layer:1", "attention", "instruction", "no-image"}
         for name, signal in response.signals.items():
             theirs = other.signals[name]
             assert signal.candidates.keys() == theirs.candidates.keys()
@@ -81,8 +84,10 @@ def _assert_same_signals(fast: dict[tuple[str, int], Response], plain: dict[tupl
             assert (signal.jsd is None) == (theirs.jsd is None)
             if signal.jsd is not None:
                 assert abs(signal.jsd - theirs.jsd) < 1e-4
-        # the signals are other passes: the noised image moves the first token's numbers
-        assert response.signals["noised"].candidates != response.candidates
+    # the signals are other passes: they move the first token's numbers (so equal engines
+    # cannot come from a pass that changed nothing, such as PAI's image columns all False)
+    for name in ("noised", "attention", "instruction", "no-image", "layer:1"):
+        assert max(abs(r.signals[name].candidates[k] - v) for r in fast.values() for k, v in r.candidates.items()) > 1e-3, name
 
 
 # (new tokens, the fast engine's batch size): each image's 4 distinct prompts split 3 + 1 or 2 + 2
@@ -172,7 +177,7 @@ def test_a_failing_signal_pass_makes_its_batch_errors(engines: dict[bool, HFBack
     # the first image's second batch holds its 4th distinct prompt (split s, question 3)
     assert errors == {("s", 3)}
     assert "attention pass broke" in (out[("s", 3)].error or "") and not out[("s", 3)].signals
-    assert all(len(r.signals) == 5 for key, r in out.items() if key not in errors)
+    assert all(len(r.signals) == 6 for key, r in out.items() if key not in errors)
 
 
 def test_a_missing_variant_makes_its_images_samples_errors(engines: dict[bool, HFBackend], photos: Path) -> None:
@@ -203,6 +208,26 @@ def test_out_of_memory_in_a_signal_pass_halves_the_batch(
     got = _ask(fast, photos, SIGNALS, max_new_tokens=0)
     assert fast._batch_size == 2
     _assert_same_signals(got, _ask(plain, photos, SIGNALS, max_new_tokens=0))
+
+
+def test_dola_layers_are_a_full_prompts_hidden_states(engines: dict[bool, HFBackend], photos: Path) -> None:
+    """The layers signal against the model's own full-prompt pass: the last position's hidden
+    state of layer N through the final norm and the LM head."""
+    from PIL import Image
+
+    fast = engines[True]
+    requests = _requests(fast, photos)[:: len(QUESTIONS) + 2]  # one question per photo
+    out = _answer(fast, requests, ("layers:0,1",), max_new_tokens=3)
+    model = fast._model
+    for request in requests:
+        with Image.open(request.image_path) as im:
+            inputs = fast._inputs.encode([request.prompt], [im.convert("RGB")])
+        with torch.inference_mode():
+            hidden = model(**inputs, output_hidden_states=True).hidden_states
+            for n in (0, 1):
+                want = torch.log_softmax(model.get_output_embeddings()(model.get_decoder().norm(hidden[n][0, -1])).float(), -1)
+                got = out[request.key].signals[f"layer:{n}"].candidates
+                assert max(abs(v - float(want[int(k)])) for k, v in got.items()) < 1e-4
 
 
 def test_pai_at_alpha_zero_is_the_plain_pass(engines: dict[bool, HFBackend], photos: Path) -> None:

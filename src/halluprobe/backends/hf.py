@@ -220,12 +220,12 @@ class HFBackend:
             self._put(out, "noised", self._logits(noised))
         if plan.layers:
             self._put_layers(out, hidden, first_logits)
-        if plan.pai is not None:
-            self._put(out, "attention", self._amplified_logits(inputs, inputs["input_ids"] == self._inputs.image_token_id))
         if plan.instruction:
             self._put(out, "instruction", self._prompt_logits([r.variants["instruction"] for r in requests], images))
         if plan.no_image:
             self._put(out, "no-image", self._prompt_logits([r.variants["no-image"] for r in requests], []))
+        if plan.pai is not None:
+            self._put(out, "attention", self._amplified_logits(inputs, inputs["input_ids"] == self._inputs.image_token_id))
         return out
 
     def _put(self, out: list[dict[str, Any]], name: str, logits: Any) -> None:
@@ -388,8 +388,9 @@ class HFBackend:
     ) -> list[dict[str, Any]]:
         """The correction signals of the suffix batch ``suffixes`` (the image's prompts from
         ``start`` on), from the image's cached prefixes: the noised prefix, DoLa's layers from
-        the base pass, PAI over the image's prefix, the instruction variants' prefix. Only the
-        question without the image runs in full (a short text prompt)."""
+        the base pass, the instruction variants' prefix, PAI over the image's prefix. Only the
+        question without the image runs in full (a short text prompt). The signals' order is
+        the plain engine's (``_signals``)."""
         plan = self._plan
         rows = slice(start, start + len(suffixes))
         out: list[dict[str, Any]] = [{} for _ in suffixes]
@@ -397,9 +398,6 @@ class HFBackend:
             self._put(out, "noised", self._logits(self._suffix_inputs(extra.noised, suffixes, 0)))
         if plan.layers:
             self._put_layers(out, hidden, first_logits)
-        if plan.pai is not None:
-            inputs = self._suffix_inputs(prefix, suffixes, 0)
-            self._put(out, "attention", self._amplified_logits(inputs, self._image_columns(prefix, inputs)))
         if plan.instruction:
             if extra.instruction is not None:
                 logits = self._logits(self._suffix_inputs(extra.instruction, extra.instruction_suffixes[rows], 0))
@@ -408,6 +406,9 @@ class HFBackend:
             self._put(out, "instruction", logits)
         if plan.no_image:
             self._put(out, "no-image", self._prompt_logits(extra.no_image_prompts[rows], []))
+        if plan.pai is not None:
+            inputs = self._suffix_inputs(prefix, suffixes, 0)
+            self._put(out, "attention", self._amplified_logits(inputs, self._image_columns(prefix, inputs)))
         return out
 
     def _image_columns(self, prefix: _Prefix, inputs: dict[str, Any]) -> Any:

@@ -231,9 +231,10 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
         if columns.shape != (weights.shape[0], weights.shape[-1]):
             # with a cached prefix the keys are prefix + suffix: the mask must cover both
             raise ValueError(f"PAI's image columns {tuple(columns.shape)} do not match the attention's keys {tuple(weights.shape)}")
-        image = columns[:, None, :].to(weights.dtype)  # [B, 1, K]
+        # only the image columns change: a masked column holds the dtype's minimum, and
+        # alpha * |min| * 0 there would overflow to inf * 0 = NaN for alpha > 1
         last = weights[:, :, -1, :]
-        weights[:, :, -1, :] = last + setting.alpha * last.abs() * image
+        weights[:, :, -1, :] = torch.where(columns[:, None, :], last + setting.alpha * last.abs(), last)
     weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
