@@ -4,14 +4,18 @@ Prints figures; asserts nothing about time. The model is the demo model shipped 
 (a trained tiny LLaVA, 3.5 M parameters) on the demo's synthetic scenes; each setting answers
 the same questions (first-token readouts and 8 tokens of greedy text, as a default run), in
 ``--runs`` passes whose median is reported, the settings interleaved so that load from elsewhere
-hits them alike. Both engines (prefix cache and plain) are measured.
+hits them alike. Both engines (prefix cache and plain) are measured. The header prints the
+load average before and after: on a machine shared with other jobs, ``--threads 1`` gives
+steadier ratios (two torch threads wait on each other when another job holds a core).
 
     python bench/bench_signals.py --images 12 --runs 3
+    python bench/bench_signals.py --images 8 --runs 5 --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -32,9 +36,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=12)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     args = parser.parse_args()
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
 
     from halluprobe.ask import ask
     from halluprobe.backends.hf import HFBackend
@@ -67,7 +76,10 @@ def main() -> None:
                     for _batch in ask(backend, requests, GenerateConfig(max_new_tokens=8, top_k=10, signals=signals)):
                         pass
                     results.setdefault((prefix_cache, name), []).append(time.perf_counter() - started)
-        print(f"{len(questions)} questions, {args.images} images, median of {args.runs} runs, {torch.get_num_threads()} threads")
+        print(
+            f"{len(questions)} questions, {args.images} images, median of {args.runs} runs, {torch.get_num_threads()} threads, "
+            f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+        )
         for prefix_cache in (True, False):
             base = statistics.median(results[(prefix_cache, "none")])
             engine = "prefix cache" if prefix_cache else "plain"
