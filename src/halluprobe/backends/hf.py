@@ -15,6 +15,14 @@ the raw logits of the first generated step (all logit readouts) and the greedy c
 The fast path calls the same ``generate`` with the expanded cache, explicit positions and the
 prefix ids in front, so decoding settings, stop rules and padding behave exactly as in the
 plain path. See docs/design/prefix-cache.md.
+
+Correction signals (``GenerateConfig.signals``, hf_signals.py): DoLa's layers are read from the
+base pass's hidden states on both engines. The plain engine runs every other signal as one
+extra pass over the batch's full prompts. The prefix-cache engine runs none with the image in
+full: the noised signal from a second prefix per image (noised pixels), the instruction
+variants from their own shared prefix per image, PAI as a suffix pass over the image's cached
+prefix, each batched like the questions' suffixes; the question without the image (short text)
+runs in full.
 """
 
 from __future__ import annotations
@@ -57,7 +65,6 @@ class _Prefix:
     input_ids: torch.Tensor  # [1, P]
     next_position: int  # position of the first suffix token (on every rotary axis)
     mrope: bool  # positions are [3, B, L] (Qwen2-VL multimodal rotary)
-    seconds: float  # time spent reading the image and running the prefix
 
 
 @dataclass
@@ -187,8 +194,8 @@ class HFBackend:
             try:
                 inputs = self._inputs.encode([r.prompt for r in ok], images)
                 inputs = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
-                first_logits, texts, hidden = self._base_pass(inputs, max_new_tokens)
-                signals = self._signals(inputs, ok, images, first_logits, hidden)
+                first_logits, texts, by_layer = self._base_pass(inputs, max_new_tokens)
+                signals = self._signals(inputs, ok, images, by_layer)
             except Exception as err:
                 if _is_oom(err):
                     raise
@@ -203,12 +210,12 @@ class HFBackend:
         return [results[r.key] for r in batch]
 
     def _signals(
-        self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any], first_logits: Any, hidden: Any
+        self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any], by_layer: list[dict[str, Any]] | None
     ) -> list[dict[str, Any]] | None:
-        """The correction signals of a batch of full prompts (one image each): DoLa's layers from
-        the base pass's hidden states, the others from extra forward passes (noised pixels,
-        amplified image attention, the question under a disturbing instruction or without the
-        image)."""
+        """The correction signals of a batch of full prompts (one image each): DoLa's layers as
+        the base pass gave them (``by_layer``), the others from extra forward passes (noised
+        pixels, the question under a disturbing instruction or without the image, amplified
+        image attention)."""
         if not self._wants_signals:
             return None
         from halluprobe.backends.hf_signals import noised_inputs
@@ -219,7 +226,7 @@ class HFBackend:
             noised = noised_inputs(inputs, [r.image_path for r in requests], plan.noise_step)
             self._put(out, "noised", self._logits(noised))
         if plan.layers:
-            self._put_layers(out, hidden, first_logits)
+            _put_layers(out, by_layer)
         if plan.instruction:
             self._put(out, "instruction", self._prompt_logits([r.variants["instruction"] for r in requests], images))
         if plan.no_image:
@@ -234,13 +241,6 @@ class HFBackend:
 
         for row, signal in enumerate(out):
             signal[name] = step_signal(logits[row], self._candidates)
-
-    def _put_layers(self, out: list[dict[str, Any]], hidden: Any, final_logits: Any) -> None:
-        """DoLa's ``layer:N`` signals from the base pass's first-step hidden states."""
-        from halluprobe.backends.hf_signals import layer_signals
-
-        for signal, layers in zip(out, layer_signals(self._model, hidden, self._plan.layers, self._candidates, final_logits)):
-            signal.update(layers)
 
     def _logits(self, inputs: dict[str, Any]) -> Any:
         """Last-position logits of one forward pass: full prompts, or suffixes after a cached prefix."""
@@ -261,13 +261,17 @@ class HFBackend:
         with amplified_attention(self._model, self._plan.pai, image_columns):
             return self._logits(inputs)
 
-    def _base_pass(self, inputs: dict[str, Any], max_new_tokens: int) -> tuple[Any, list[str] | None, Any]:
-        """``_forward``'s logits and continuations, plus the first step's hidden states of every
-        layer when DoLa's layers are asked: that signal reads the base pass, no pass of its own."""
+    def _base_pass(self, inputs: dict[str, Any], max_new_tokens: int) -> tuple[Any, list[str] | None, list[dict[str, Any]] | None]:
+        """``_forward``'s logits and continuations, plus, when DoLa's layers are asked, each row's
+        ``layer:N`` signals from the same pass's first-step hidden states (no pass of their own;
+        the hidden states are dropped here)."""
         if self._plan is None or not self._plan.layers:
             first_logits, texts = self._forward(inputs, max_new_tokens)
             return first_logits, texts, None
-        return self._first_step(inputs, max_new_tokens, hidden_states=True)
+        from halluprobe.backends.hf_signals import layer_signals
+
+        first_logits, texts, hidden = self._first_step(inputs, max_new_tokens, hidden_states=True)
+        return first_logits, texts, layer_signals(self._model, hidden, self._plan.layers, self._candidates, first_logits)
 
     @property
     def _wants_signals(self) -> bool:
@@ -291,10 +295,10 @@ class HFBackend:
             shared = self._inputs.encode_shared(prompts, image)
             if shared is not None and not self._fits_window(shared, max_new_tokens):
                 shared = None
-            prefix = self._run_prefix(shared, started) if shared is not None else None
+            prefix = self._run_prefix(shared) if shared is not None else None
             extra = None
             if shared is not None and self._wants_signals:
-                extra = self._signal_prefixes(shared, image, [by_prompt[p][0] for p in prompts], started)
+                extra = self._signal_prefixes(shared, image, [by_prompt[p][0] for p in prompts])
         except Exception as err:
             if _is_oom(err):
                 raise
@@ -320,15 +324,14 @@ class HFBackend:
             try:
                 suffixes = shared.suffixes[start : start + len(chunk)]
                 inputs = self._suffix_inputs(prefix, suffixes, max_new_tokens)
-                first_logits, texts, hidden = self._base_pass(inputs, max_new_tokens)
+                first_logits, texts, by_layer = self._base_pass(inputs, max_new_tokens)
                 inputs = None  # the expanded cache: free it before the signals' passes build theirs
                 signals = None
                 if extra is not None:
-                    signals = self._suffix_signals(prefix, extra, start, suffixes, first_logits, hidden, image)
-                hidden = None
+                    signals = self._suffix_signals(prefix, extra, start, suffixes, by_layer, image)
             except Exception as err:
                 if _is_oom(err) and self._batch_size > 1:
-                    inputs = hidden = None  # drop the expanded cache before retrying smaller
+                    inputs = None  # drop the expanded cache before retrying smaller
                     self._halve_batch()
                     continue
                 if _is_oom(err):
@@ -350,7 +353,7 @@ class HFBackend:
         longest = shared.prefix_len + max(len(s) for s in shared.suffixes) + new_tokens
         return self._window is None or longest <= self._window
 
-    def _signal_prefixes(self, shared: SharedPrefix, image: Any, requests: list[Request], started: float) -> _SignalPrefixes:
+    def _signal_prefixes(self, shared: SharedPrefix, image: Any, requests: list[Request]) -> _SignalPrefixes:
         """The image's inputs for the asked correction signals (``requests[i]`` holds prompt i's
         variants): a second prefix with noised pixels (VCD), the instruction variants' own
         shared prefix (ICD; ``None`` where they share none: full prompts then)."""
@@ -362,12 +365,12 @@ class HFBackend:
         extra = _SignalPrefixes()
         if plan.noise_step is not None:
             noised = noised_inputs(shared.prefix, [requests[0].image_path], plan.noise_step)
-            extra.noised = self._run_prefix(dataclasses.replace(shared, prefix=noised), started)
+            extra.noised = self._run_prefix(dataclasses.replace(shared, prefix=noised))
         if plan.instruction:
             extra.instruction_prompts = [r.variants["instruction"] for r in requests]
             variants = self._inputs.encode_shared(extra.instruction_prompts, image)
             if variants is not None and self._fits_window(variants, 0):
-                extra.instruction = self._run_prefix(variants, started)
+                extra.instruction = self._run_prefix(variants)
                 extra.instruction_suffixes = variants.suffixes
             elif not self._instruction_fallback_logged:
                 log.info("the instruction variants share no image prefix; their signal runs on full prompts")
@@ -382,8 +385,7 @@ class HFBackend:
         extra: _SignalPrefixes,
         start: int,
         suffixes: list[list[int]],
-        first_logits: Any,
-        hidden: Any,
+        by_layer: list[dict[str, Any]] | None,
         image: Any,
     ) -> list[dict[str, Any]]:
         """The correction signals of the suffix batch ``suffixes`` (the image's prompts from
@@ -397,7 +399,7 @@ class HFBackend:
         if extra.noised is not None:
             self._put(out, "noised", self._logits(self._suffix_inputs(extra.noised, suffixes, 0)))
         if plan.layers:
-            self._put_layers(out, hidden, first_logits)
+            _put_layers(out, by_layer)
         if plan.instruction:
             if extra.instruction is not None:
                 logits = self._logits(self._suffix_inputs(extra.instruction, extra.instruction_suffixes[rows], 0))
@@ -420,7 +422,7 @@ class HFBackend:
         image = (prefix.input_ids == self._inputs.image_token_id).expand(rows, -1)
         return torch.cat([image, torch.zeros((rows, width), dtype=torch.bool, device=image.device)], dim=-1)
 
-    def _run_prefix(self, shared: SharedPrefix, started: float) -> _Prefix:
+    def _run_prefix(self, shared: SharedPrefix) -> _Prefix:
         import torch
 
         device = self._model.device
@@ -433,7 +435,6 @@ class HFBackend:
             input_ids=inputs["input_ids"],
             next_position=next_position,
             mrope=mrope,
-            seconds=time.perf_counter() - started,
         )
 
     def _next_position(self, prefix: dict[str, Any]) -> tuple[int, bool]:
@@ -644,6 +645,14 @@ class HFBackend:
         new_tokens = generated.sequences[:, prompt_len:]
         texts = self._tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         return generated.logits[0], texts, generated.hidden_states[0] if hidden_states else None
+
+
+def _put_layers(out: list[dict[str, Any]], by_layer: list[dict[str, Any]] | None) -> None:
+    """DoLa's ``layer:N`` signals of the base pass (``_base_pass``) into each row's signals."""
+    if by_layer is None:
+        raise RuntimeError("the layers signal needs the base pass's hidden states")
+    for signal, layers in zip(out, by_layer):
+        signal.update(layers)
 
 
 def _with_signals(

@@ -23,6 +23,16 @@ final layer). Signals the hf backend captures:
   ``--signals layers:0;2;4``), stored as
   ``layer:N`` (N = 0 is the embedding output).
 
+How the hf backend's engines run them (hf.py): DoLa's layers come from the base pass itself
+(``output_hidden_states``: the first step's hidden states at the last position), no pass of
+their own. The plain engine runs each other signal as one extra pass over the batch's full
+prompts. The prefix-cache engine reads them from cached prefixes: the noised signal from a
+second prefix per image (the noised pixels), the instruction variants from their own shared
+prefix per image (the instruction text and the image tokens; full prompts where the variants
+share none), PAI as a suffix pass over the image's prefix with :func:`amplified_attention`'s
+image columns spanning prefix and suffix keys; only the question without the image (a short
+text prompt, its shared head a few template tokens) runs in full.
+
 torch is imported inside the functions.
 """
 
@@ -242,7 +252,9 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
 @contextmanager
 def amplified_attention(model: Any, setting: PaiSetting, image_columns: Any) -> Iterator[None]:
     """Within the block, the text model attends with PAI's amplification (eager attention);
-    its own attention implementation is put back after."""
+    its own attention implementation is put back after. ``image_columns`` ([batch, keys], bool)
+    marks the image tokens among the keys: with a cached prefix the keys are the prefix's and
+    the suffix's columns, padding included."""
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import eager_mask
 
