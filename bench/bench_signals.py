@@ -10,6 +10,10 @@ steadier ratios (two torch threads wait on each other when another job holds a c
 
     python bench/bench_signals.py --images 12 --runs 3
     python bench/bench_signals.py --images 8 --runs 5 --threads 1
+
+``--model DIR`` measures another LLaVA-style model folder instead (prompts in the ``llava``
+format), e.g. the 576-image-token model that ``bench_engine.py --work-dir DIR`` leaves in
+``DIR``; ``--engines prefix`` skips the plain engine, slow on such a model on a CPU.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=12)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--model", default=None, help="a model folder (default: the demo model)")
+    parser.add_argument("--engines", choices=("both", "prefix", "plain"), default="both")
+    parser.add_argument("--batch-size", type=int, default=16)
     args = parser.parse_args()
 
     import torch
@@ -61,8 +68,10 @@ def main() -> None:
         files = [p for p in write_pope(build, Path(tmp) / "bench", overwrite=True) if "_pope_" in p.name]
         questions = [q for f in files for q in read_questions(f, split=split_name(f))]
         results: dict[tuple[bool, str], list[float]] = {}
-        for prefix_cache in (True, False):
-            backend = HFBackend(str(DEMO_MODEL_DIR), batch_size=16, dtype="float32", device="cpu", prefix_cache=prefix_cache)
+        engines = {"both": (True, False), "prefix": (True,), "plain": (False,)}[args.engines]
+        model = args.model or str(DEMO_MODEL_DIR)
+        for prefix_cache in engines:
+            backend = HFBackend(model, batch_size=args.batch_size, dtype="float32", device="cpu", prefix_cache=prefix_cache)
             requests = [
                 Request(split=q.split, question_id=q.question_id, image_path=str(resolve_image(q.image, scenes.images_dir)),
                         prompt=backend.render_prompt(q.text, "llava"),
@@ -77,10 +86,11 @@ def main() -> None:
                         pass
                     results.setdefault((prefix_cache, name), []).append(time.perf_counter() - started)
         print(
-            f"{len(questions)} questions, {args.images} images, median of {args.runs} runs, {torch.get_num_threads()} threads, "
+            f"{model}: {len(questions)} questions, {args.images} images, batch {args.batch_size}, median of {args.runs} runs, "
+            f"{torch.get_num_threads()} threads, "
             f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
         )
-        for prefix_cache in (True, False):
+        for prefix_cache in engines:
             base = statistics.median(results[(prefix_cache, "none")])
             engine = "prefix cache" if prefix_cache else "plain"
             for name in SETTINGS:

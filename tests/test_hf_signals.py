@@ -125,16 +125,33 @@ class _ForwardSpy:
 def test_the_prefix_engine_reads_the_image_once_per_prefix(
     engines: dict[bool, HFBackend], photos: Path, max_new_tokens: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No full prompt with the image runs for any signal: per image the base prefix, the noised
-    prefix and the instruction variants' prefix carry the pixels (at batch 1), every other pass
-    is a suffix batch over a cached prefix, or the no-image prompt."""
+    """No full prompt with the image runs for any signal: per image the base prefix and the
+    noised prefix carry the pixels (at batch 1); the instruction variants' prefix continues the
+    base one's cache after the image; every other pass is a suffix batch over a cached prefix,
+    or the no-image prompt."""
     spy = _ForwardSpy(engines[True], monkeypatch)
     _ask(engines[True], photos, SIGNALS, max_new_tokens=max_new_tokens)
     with_image = [call for call in spy.calls if call[1] or call[2]]
-    assert with_image == [(1, True, True)] * (3 * len(PHOTOS))
+    assert with_image == [(1, True, True)] * (2 * len(PHOTOS))
     # and the passes without the image did run: base, noised, attention, instruction, no-image per batch
     batches = len(PHOTOS) * 2  # 4 distinct prompts per image at batch 3
     assert len(spy.calls) - len(with_image) >= 5 * batches
+
+
+def test_an_instruction_variant_equal_to_the_prompt_reuses_the_prefix_as_it_is(
+    engines: dict[bool, HFBackend], photos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The variants' prefix is the image's prefix itself (nothing to continue): no pass of its
+    own, and the signal is the base pass's numbers."""
+    fast = engines[True]
+    requests = [r.model_copy(update={"variants": {"instruction": r.prompt}}) for r in _requests(fast, photos)]
+    spy = _ForwardSpy(fast, monkeypatch)
+    out = _answer(fast, requests, ("instruction",))
+    assert [call for call in spy.calls if call[1] or call[2]] == [(1, True, True)] * len(PHOTOS)
+    assert len(spy.calls) == len(PHOTOS) * (1 + 2 * 2)  # per image: its prefix, then base + signal per batch
+    for response in out.values():
+        same = response.signals["instruction"].candidates
+        assert not response.error and max(abs(v - response.candidates[k]) for k, v in same.items()) < 1e-5
 
 
 def test_instruction_variants_without_a_shared_prefix_run_in_full(

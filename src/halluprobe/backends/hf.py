@@ -30,9 +30,10 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.readouts.logits import candidate_ids
@@ -298,7 +299,7 @@ class HFBackend:
             prefix = self._run_prefix(shared) if shared is not None else None
             extra = None
             if shared is not None and self._wants_signals:
-                extra = self._signal_prefixes(shared, image, [by_prompt[p][0] for p in prompts])
+                extra = self._signal_prefixes(shared, prefix, image, [by_prompt[p][0] for p in prompts])
         except Exception as err:
             if _is_oom(err):
                 raise
@@ -353,24 +354,25 @@ class HFBackend:
         longest = shared.prefix_len + max(len(s) for s in shared.suffixes) + new_tokens
         return self._window is None or longest <= self._window
 
-    def _signal_prefixes(self, shared: SharedPrefix, image: Any, requests: list[Request]) -> _SignalPrefixes:
+    def _signal_prefixes(self, shared: SharedPrefix, prefix: _Prefix, image: Any, requests: list[Request]) -> _SignalPrefixes:
         """The image's inputs for the asked correction signals (``requests[i]`` holds prompt i's
         variants): a second prefix with noised pixels (VCD), the instruction variants' own
-        shared prefix (ICD; ``None`` where they share none: full prompts then)."""
-        import dataclasses
-
+        shared prefix (ICD), continued from the image's prefix ``prefix`` where it can be, else
+        a pass of its own (``None`` where the variants share none: full prompts then)."""
         from halluprobe.backends.hf_signals import noised_inputs
 
         plan = self._plan
         extra = _SignalPrefixes()
         if plan.noise_step is not None:
             noised = noised_inputs(shared.prefix, [requests[0].image_path], plan.noise_step)
-            extra.noised = self._run_prefix(dataclasses.replace(shared, prefix=noised))
+            extra.noised = self._run_prefix(replace(shared, prefix=noised))
         if plan.instruction:
             extra.instruction_prompts = [r.variants["instruction"] for r in requests]
             variants = self._inputs.encode_shared(extra.instruction_prompts, image)
             if variants is not None and self._fits_window(variants, 0):
-                extra.instruction = self._run_prefix(variants)
+                extra.instruction = self._continued_prefix(prefix, variants)
+                if extra.instruction is None:
+                    extra.instruction = self._run_prefix(variants)
                 extra.instruction_suffixes = variants.suffixes
             elif not self._instruction_fallback_logged:
                 log.info("the instruction variants share no image prefix; their signal runs on full prompts")
@@ -378,6 +380,33 @@ class HFBackend:
         if plan.no_image:
             extra.no_image_prompts = [r.variants["no-image"] for r in requests]
         return extra
+
+    def _continued_prefix(self, base: _Prefix, shared: SharedPrefix) -> _Prefix | None:
+        """``shared``'s prefix from ``base``'s cache: the positions both hold (the template head
+        and the image tokens) are cropped from it, the rest, text after the image (ICD's
+        instruction), runs as a suffix pass, so the image is not read again. ``None`` where
+        that cannot hold: an image token after the common part, or a cache that cannot be
+        cropped (sliding-window layers keep only their tail)."""
+        import torch
+
+        mine, theirs = shared.prefix["input_ids"][0].tolist(), base.input_ids[0].tolist()
+        common = len(os.path.commonprefix([mine, theirs]))
+        if common == 0 or self._inputs.image_token_id in mine[common:]:
+            return None
+        cropped = self._cropped_cache(base.cache, common)
+        if cropped is None:
+            return None
+        device = self._model.device
+        inputs = {k: v.to(device) if hasattr(v, "to") else v for k, v in shared.prefix.items()}
+        next_position, mrope = self._next_position(inputs)
+        tail = mine[common:]
+        # the tail is text after the image: its positions count on, one per token, to next_position
+        head = _Prefix(cache=cropped, input_ids=inputs["input_ids"][:, :common], next_position=next_position - len(tail), mrope=mrope)
+        if not tail:
+            return head
+        with torch.inference_mode():
+            out = self._model(**self._suffix_inputs(head, [tail], 0), use_cache=True, **self._keep_last)
+        return _Prefix(cache=out.past_key_values, input_ids=inputs["input_ids"], next_position=next_position, mrope=mrope)
 
     def _suffix_signals(
         self,
@@ -507,6 +536,22 @@ class HFBackend:
         # sliding-window and other layer kinds: the public constructor (copies once more)
         data = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers]
         return DynamicCache(data, config=self._model.config)
+
+    def _cropped_cache(self, cache: Any, length: int) -> Any:
+        """A DynamicCache of a batch-1 prefix cache's first ``length`` positions (views: a
+        forward pass appends by copying), or ``None`` unless every layer is a plain
+        DynamicLayer."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        cropped = DynamicCache(config=self._model.config)
+        if len(cropped.layers) != len(cache.layers) or any(type(layer) is not DynamicLayer for layer in (*cropped.layers, *cache.layers)):
+            return None
+        for mine, theirs in zip(cropped.layers, cache.layers):
+            mine.lazy_initialization(theirs.keys, theirs.values)
+            mine.keys = theirs.keys[:, :, :length]
+            mine.values = theirs.values[:, :, :length]
+        return cropped
 
     # -- shared -------------------------------------------------------------------------------
 
