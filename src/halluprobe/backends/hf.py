@@ -20,9 +20,10 @@ Correction signals (``GenerateConfig.signals``, hf_signals.py): DoLa's layers ar
 base pass's hidden states on both engines. The plain engine runs every other signal as one
 extra pass over the batch's full prompts. The prefix-cache engine runs none with the image in
 full: the noised signal from a second prefix per image (noised pixels), the instruction
-variants from their own shared prefix per image, PAI as a suffix pass over the image's cached
-prefix, each batched like the questions' suffixes; the question without the image (short text)
-runs in full.
+variants from their own shared prefix per image (the image's prefix cache continued with the
+instruction's text where the cache can be cropped), PAI as a suffix pass over the image's
+cached prefix, each batched like the questions' suffixes; the question without the image
+(short text) runs in full.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ How the hf backend's engines run them (hf.py): DoLa's layers come from the base 
 their own. The plain engine runs each other signal as one extra pass over the batch's full
 prompts. The prefix-cache engine reads them from cached prefixes: the noised signal from a
 second prefix per image (the noised pixels), the instruction variants from their own shared
-prefix per image (the instruction text and the image tokens; full prompts where the variants
-share none), PAI as a suffix pass over the image's prefix with :func:`amplified_attention`'s
+prefix per image (the image's prefix cache continued with the instruction's text; full
+prompts where the variants share none), PAI as a suffix pass over the image's prefix with :func:`amplified_attention`'s
 image columns spanning prefix and suffix keys; only the question without the image (a short
 text prompt, its shared head a few template tokens) runs in full.
 
