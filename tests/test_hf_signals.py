@@ -71,7 +71,12 @@ def _ask(backend: HFBackend, photos: Path, signals: tuple[str, ...], max_new_tok
     return out
 
 
-def _assert_same_signals(fast: dict[tuple[str, int], Response], plain: dict[tuple[str, int], Response]) -> None:
+MOVED = ("noised", "attention", "instruction", "no-image", "layer:1")
+
+
+def _assert_same_signals(
+    fast: dict[tuple[str, int], Response], plain: dict[tuple[str, int], Response], moved: tuple[str, ...] = MOVED
+) -> None:
     assert fast.keys() == plain.keys()
     for key, response in fast.items():
         other = plain[key]
@@ -86,7 +91,7 @@ def _assert_same_signals(fast: dict[tuple[str, int], Response], plain: dict[tupl
                 assert abs(signal.jsd - theirs.jsd) < 1e-4
     # the signals are other passes: they move the first token's numbers (so equal engines
     # cannot come from a pass that changed nothing, such as PAI's image columns all False)
-    for name in ("noised", "attention", "instruction", "no-image", "layer:1"):
+    for name in moved:
         assert max(abs(r.signals[name].candidates[k] - v) for r in fast.values() for k, v in r.candidates.items()) > 1e-3, name
 
 
@@ -122,7 +127,7 @@ class _ForwardSpy:
 
 
 @pytest.mark.parametrize("max_new_tokens", [0, 3])
-def test_the_prefix_engine_reads_the_image_once_per_prefix(
+def test_the_prefix_engine_runs_no_full_prompt_with_the_image(
     engines: dict[bool, HFBackend], photos: Path, max_new_tokens: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No full prompt with the image runs for any signal: per image the base prefix and the
@@ -152,6 +157,27 @@ def test_an_instruction_variant_equal_to_the_prompt_reuses_the_prefix_as_it_is(
     for response in out.values():
         same = response.signals["instruction"].candidates
         assert not response.error and max(abs(v - response.candidates[k]) for k, v in same.items()) < 1e-5
+
+
+def test_a_cache_that_cannot_be_cropped_gives_the_instruction_its_own_prefix(
+    engines: dict[bool, HFBackend], photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemma 3's sliding-window layers keep only their cache's tail, so the variants' prefix
+    cannot continue the image's: it runs a prefix pass of its own (pixels included), still no
+    full prompt, and still the plain engine's numbers."""
+    import _families
+
+    if engines[True]._inputs.model_type != "llava":
+        pytest.skip("one build is enough")
+    folder = _families.build_family("gemma3", tmp_path / "gemma3")
+    fast, plain = (HFBackend(str(folder), batch_size=3, dtype="float32", device="cpu", prefix_cache=pc) for pc in (True, False))
+    assert fast._window is not None and fast._prefix_cache
+    spy = _ForwardSpy(fast, monkeypatch)
+    signals = ("noised", "layers:0,1", "attention:10,0,2", "instruction", "no-image")
+    got = _ask(fast, photos, signals, max_new_tokens=2)
+    assert [call for call in spy.calls if call[1] or call[2]] == [(1, True, True)] * (3 * len(PHOTOS))
+    # (the tiny Gemma 3 barely looks at its image: the noised pixels move nothing measurable)
+    _assert_same_signals(got, _ask(plain, photos, signals, max_new_tokens=2), moved=("instruction", "no-image"))
 
 
 def test_instruction_variants_without_a_shared_prefix_run_in_full(
