@@ -263,7 +263,9 @@ class HFBackend:
         with amplified_attention(self._model, self._plan.pai, image_columns):
             return self._logits(inputs)
 
-    def _base_pass(self, inputs: dict[str, Any], max_new_tokens: int) -> tuple[Any, list[str] | None, list[dict[str, Any]] | None]:
+    def _base_pass(
+        self, inputs: dict[str, Any], max_new_tokens: int
+    ) -> tuple[Any, list[str] | None, list[dict[str, Any]] | None]:
         """``_forward``'s logits and continuations, plus, when DoLa's layers are asked, each row's
         ``layer:N`` signals from the same pass's first-step hidden states (no pass of their own;
         the hidden states are dropped here)."""
@@ -402,7 +404,9 @@ class HFBackend:
         next_position, mrope = self._next_position(inputs)
         tail = mine[common:]
         # the tail is text after the image: its positions count on, one per token, to next_position
-        head = _Prefix(cache=cropped, input_ids=inputs["input_ids"][:, :common], next_position=next_position - len(tail), mrope=mrope)
+        head = _Prefix(
+            cache=cropped, input_ids=inputs["input_ids"][:, :common], next_position=next_position - len(tail), mrope=mrope
+        )
         if not tail:
             return head
         with torch.inference_mode():
@@ -546,7 +550,8 @@ class HFBackend:
         from transformers.cache_utils import DynamicLayer
 
         cropped = DynamicCache(config=self._model.config)
-        if len(cropped.layers) != len(cache.layers) or any(type(layer) is not DynamicLayer for layer in (*cropped.layers, *cache.layers)):
+        layers = (*cropped.layers, *cache.layers)
+        if len(cropped.layers) != len(cache.layers) or any(type(layer) is not DynamicLayer for layer in layers):
             return None
         for mine, theirs in zip(cropped.layers, cache.layers):
             mine.lazy_initialization(theirs.keys, theirs.values)

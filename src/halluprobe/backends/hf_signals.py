@@ -29,9 +29,10 @@ their own. The plain engine runs each other signal as one extra pass over the ba
 prompts. The prefix-cache engine reads them from cached prefixes: the noised signal from a
 second prefix per image (the noised pixels), the instruction variants from their own shared
 prefix per image (the image's prefix cache continued with the instruction's text; full
-prompts where the variants share none), PAI as a suffix pass over the image's prefix with :func:`amplified_attention`'s
-image columns spanning prefix and suffix keys; only the question without the image (a short
-text prompt, its shared head a few template tokens) runs in full.
+prompts where the variants share none), PAI as a suffix pass over the image's prefix, its
+image columns (:func:`amplified_attention`) spanning the prefix's and the suffix's keys; only
+the question without the image (a short text prompt, its shared head a few template tokens)
+runs in full.
 
 torch is imported inside the functions.
 """
@@ -240,7 +241,9 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
         columns = _pai_state["image_columns"]
         if columns.shape != (weights.shape[0], weights.shape[-1]):
             # with a cached prefix the keys are prefix + suffix: the mask must cover both
-            raise ValueError(f"PAI's image columns {tuple(columns.shape)} do not match the attention's keys {tuple(weights.shape)}")
+            raise ValueError(
+                f"PAI's image columns {tuple(columns.shape)} do not match the attention's keys {tuple(weights.shape)}"
+            )
         # only the image columns change: a masked column holds the dtype's minimum, and
         # alpha * |min| * 0 there would overflow to inf * 0 = NaN for alpha > 1
         last = weights[:, :, -1, :]
