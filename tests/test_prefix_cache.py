@@ -194,7 +194,7 @@ def test_every_generated_step_matches(backends: dict[str, dict[bool, HFBackend]]
     plain = generate(fast._inputs.encode(prompts, [image] * len(prompts)))
     shared = fast._inputs.encode_shared(prompts, image)
     assert shared is not None
-    cached = generate(fast._suffix_inputs(fast._run_prefix(shared, 0.0), shared.suffixes, steps))
+    cached = generate(fast._suffix_inputs(fast._run_prefix(shared), shared.suffixes, steps))
     assert len(plain.logits) == len(cached.logits) == steps
     for want, got in zip(plain.logits, cached.logits):
         assert torch.allclose(torch.log_softmax(want, -1), torch.log_softmax(got, -1), atol=1e-4)

@@ -15,6 +15,15 @@ the raw logits of the first generated step (all logit readouts) and the greedy c
 The fast path calls the same ``generate`` with the expanded cache, explicit positions and the
 prefix ids in front, so decoding settings, stop rules and padding behave exactly as in the
 plain path. See docs/design/prefix-cache.md.
+
+Correction signals (``GenerateConfig.signals``, hf_signals.py): DoLa's layers are read from the
+base pass's hidden states on both engines. The plain engine runs every other signal as one
+extra pass over the batch's full prompts. The prefix-cache engine runs none with the image in
+full: the noised signal from a second prefix per image (noised pixels), the instruction
+variants from their own shared prefix per image (the image's prefix cache continued with the
+instruction's text where the cache can be cropped), PAI as a suffix pass over the image's
+cached prefix, each batched like the questions' suffixes; the question without the image
+(short text) runs in full.
 """
 
 from __future__ import annotations
@@ -22,9 +31,10 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.readouts.logits import candidate_ids
@@ -57,7 +67,18 @@ class _Prefix:
     input_ids: torch.Tensor  # [1, P]
     next_position: int  # position of the first suffix token (on every rotary axis)
     mrope: bool  # positions are [3, B, L] (Qwen2-VL multimodal rotary)
-    seconds: float  # time spent reading the image and running the prefix
+
+
+@dataclass
+class _SignalPrefixes:
+    """One image's inputs for its correction signals on the prefix-cache engine, per prompt of
+    the image in order (its suffix batches slice them)."""
+
+    noised: _Prefix | None = None  # the image's prefix with noised pixels (VCD)
+    instruction: _Prefix | None = None  # the instruction variants' shared prefix (ICD); None: full prompts
+    instruction_suffixes: list[list[int]] = field(default_factory=list)  # after ``instruction``
+    instruction_prompts: list[str] = field(default_factory=list)  # the full variants (the fallback)
+    no_image_prompts: list[str] = field(default_factory=list)  # run in full: short text prompts
 
 
 class HFBackend:
@@ -98,6 +119,7 @@ class HFBackend:
             pad = getattr(self._model.generation_config, "pad_token_id", None)
         self._pad_id = int(pad) if isinstance(pad, int) else 0
         self._fallback_logged = False
+        self._instruction_fallback_logged = False
         self._plan: Any = None  # the current call's signals (hf_signals.SignalPlan of GenerateConfig.signals)
         self._window = _sliding_window(self._model.config)
         family = self._inputs.family
@@ -174,8 +196,8 @@ class HFBackend:
             try:
                 inputs = self._inputs.encode([r.prompt for r in ok], images)
                 inputs = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
-                first_logits, texts = self._forward(inputs, max_new_tokens)
-                signals = self._signals(inputs, ok, images)
+                first_logits, texts, by_layer = self._base_pass(inputs, max_new_tokens)
+                signals = self._signals(inputs, ok, images, by_layer)
             except Exception as err:
                 if _is_oom(err):
                     raise
@@ -189,56 +211,71 @@ class HFBackend:
                 results.update(_with_signals(responses, rows, signals))
         return [results[r.key] for r in batch]
 
-    def _noised_prefix(self, shared: SharedPrefix, image_path: str, started: float) -> _Prefix | None:
-        """The image's prefix with its pixels noised (the noised signal), when asked."""
-        if self._plan is None or self._plan.noise_step is None:
-            return None
-        import dataclasses
-
-        from halluprobe.backends.hf_signals import noised_inputs
-
-        noised = noised_inputs(shared.prefix, [image_path], self._plan.noise_step)
-        return self._run_prefix(dataclasses.replace(shared, prefix=noised), started)
-
     def _signals(
-        self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any], *, noise: bool = True
+        self, inputs: dict[str, Any], requests: Sequence[Request], images: list[Any], by_layer: list[dict[str, Any]] | None
     ) -> list[dict[str, Any]] | None:
-        """The correction signals of a batch of full prompts (one image each), from extra
-        forward passes: noised pixels, early layers' logits, amplified image attention, the
-        question under a disturbing instruction."""
+        """The correction signals of a batch of full prompts (one image each): DoLa's layers as
+        the base pass gave them (``by_layer``), the others from extra forward passes (noised
+        pixels, the question under a disturbing instruction or without the image, amplified
+        image attention)."""
         if not self._wants_signals:
             return None
+        from halluprobe.backends.hf_signals import noised_inputs
+
         plan = self._plan
-        image_paths = [r.image_path for r in requests]
+        out: list[dict[str, Any]] = [{} for _ in requests]
+        if plan.noise_step is not None:
+            noised = noised_inputs(inputs, [r.image_path for r in requests], plan.noise_step)
+            self._put(out, "noised", self._logits(noised))
+        if plan.layers:
+            _put_layers(out, by_layer)
+        if plan.instruction:
+            self._put(out, "instruction", self._prompt_logits([r.variants["instruction"] for r in requests], images))
+        if plan.no_image:
+            self._put(out, "no-image", self._prompt_logits([r.variants["no-image"] for r in requests], []))
+        if plan.pai is not None:
+            self._put(out, "attention", self._amplified_logits(inputs, inputs["input_ids"] == self._inputs.image_token_id))
+        return out
+
+    def _put(self, out: list[dict[str, Any]], name: str, logits: Any) -> None:
+        """Row ``i`` of a pass's last-position logits as signal ``name`` of ``out[i]``."""
+        from halluprobe.backends.hf_signals import step_signal
+
+        for row, signal in enumerate(out):
+            signal[name] = step_signal(logits[row], self._candidates)
+
+    def _logits(self, inputs: dict[str, Any]) -> Any:
+        """Last-position logits of one forward pass: full prompts, or suffixes after a cached prefix."""
         import torch
 
-        from halluprobe.backends.hf_signals import amplified_attention, layer_signals, noised_inputs, step_signal
-
-        plain = {k: v for k, v in inputs.items() if k != "past_key_values"}
-        out: list[dict[str, Any]] = [{} for _ in image_paths]
         with torch.inference_mode():
-            if plan.noise_step is not None and noise:
-                logits = self._model(**noised_inputs(plain, image_paths, plan.noise_step), **self._keep_last).logits[:, -1, :]
-                for row, signal in enumerate(out):
-                    signal["noised"] = step_signal(logits[row], self._candidates)
-            if plan.layers:
-                result = self._model(**plain, output_hidden_states=True, **self._keep_last)
-                by_layer = layer_signals(self._model, result.hidden_states, plan.layers, self._candidates, result.logits[:, -1, :])
-                for signal, layers in zip(out, by_layer):
-                    signal.update(layers)
-            for name in [n for n, wanted in (("instruction", plan.instruction), ("no-image", plan.no_image)) if wanted]:
-                # the question rendered another way by the runner (Request.variants); no-image: no pixels
-                variant = self._inputs.encode([r.variants[name] for r in requests], images if name == "instruction" else [])
-                variant = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in variant.items()}
-                logits = self._model(**variant, **self._keep_last).logits[:, -1, :]
-                for row, signal in enumerate(out):
-                    signal[name] = step_signal(logits[row], self._candidates)
-            if plan.pai is not None:
-                with amplified_attention(self._model, plan.pai, plain["input_ids"] == self._inputs.image_token_id):
-                    logits = self._model(**plain, **self._keep_last).logits[:, -1, :]
-                for row, signal in enumerate(out):
-                    signal["attention"] = step_signal(logits[row], self._candidates)
-        return out
+            return self._model(**inputs, use_cache="past_key_values" in inputs, **self._keep_last).logits[:, -1, :]
+
+    def _prompt_logits(self, prompts: list[str], images: list[Any]) -> Any:
+        """Last-position logits of full prompts (a signal's variant of the question)."""
+        inputs = self._inputs.encode(prompts, images)
+        return self._logits({k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()})
+
+    def _amplified_logits(self, inputs: dict[str, Any], image_columns: Any) -> Any:
+        """PAI's pass: ``image_columns`` [batch, key length] marks the image tokens' keys."""
+        from halluprobe.backends.hf_signals import amplified_attention
+
+        with amplified_attention(self._model, self._plan.pai, image_columns):
+            return self._logits(inputs)
+
+    def _base_pass(
+        self, inputs: dict[str, Any], max_new_tokens: int
+    ) -> tuple[Any, list[str] | None, list[dict[str, Any]] | None]:
+        """``_forward``'s logits and continuations, plus, when DoLa's layers are asked, each row's
+        ``layer:N`` signals from the same pass's first-step hidden states (no pass of their own;
+        the hidden states are dropped here)."""
+        if self._plan is None or not self._plan.layers:
+            first_logits, texts = self._forward(inputs, max_new_tokens)
+            return first_logits, texts, None
+        from halluprobe.backends.hf_signals import layer_signals
+
+        first_logits, texts, hidden = self._first_step(inputs, max_new_tokens, hidden_states=True)
+        return first_logits, texts, layer_signals(self._model, hidden, self._plan.layers, self._candidates, first_logits)
 
     @property
     def _wants_signals(self) -> bool:
@@ -260,21 +297,18 @@ class HFBackend:
         prompts = list(by_prompt)
         try:
             shared = self._inputs.encode_shared(prompts, image)
-            if shared is not None and self._window is not None:
-                # a sliding-window layer's cache would drop prefix tokens that a full prompt still sees
-                if shared.prefix_len + max(len(s) for s in shared.suffixes) + max_new_tokens > self._window:
-                    shared = None
-            prefix = self._run_prefix(shared, started) if shared is not None else None
-            # VCD's noised image: a second prefix for the image, its suffixes batched from it
-            noised_prefix = self._noised_prefix(shared, group[0].image_path, started) if shared is not None else None
+            if shared is not None and not self._fits_window(shared, max_new_tokens):
+                shared = None
+            prefix = self._run_prefix(shared) if shared is not None else None
+            extra = None
+            if shared is not None and self._wants_signals:
+                extra = self._signal_prefixes(shared, prefix, image, [by_prompt[p][0] for p in prompts])
         except Exception as err:
             if _is_oom(err):
                 raise
             log.exception("image %s failed", group[0].image_path)
             yield [_error(r, f"{type(err).__name__}: {err}") for r in group]
             return
-        if not self._wants_signals:
-            del image  # signals are read from full prompts with the image (below)
         if shared is None or prefix is None:
             if not self._fallback_logged:
                 log.info(
@@ -284,6 +318,7 @@ class HFBackend:
                 self._fallback_logged = True
             yield from self._answer_plain(group, max_new_tokens, top_k)
             return
+        setup_seconds = time.perf_counter() - started  # the image, its prefix and the signals' prefixes
         start = 0
         while start < len(prompts):
             chunk = prompts[start : start + self._batch_size]
@@ -293,21 +328,11 @@ class HFBackend:
             try:
                 suffixes = shared.suffixes[start : start + len(chunk)]
                 inputs = self._suffix_inputs(prefix, suffixes, max_new_tokens)
-                first_logits, texts = self._forward(inputs, max_new_tokens)
+                first_logits, texts, by_layer = self._base_pass(inputs, max_new_tokens)
+                inputs = None  # the expanded cache: free it before the signals' passes build theirs
                 signals = None
-                if self._wants_signals:
-                    signals = [{} for _ in chunk]
-                    if self._plan.without_noise().any:
-                        # the other signals from full prompts: the same numbers as the plain engine's
-                        full = self._inputs.encode(chunk, [image] * len(chunk))
-                        full = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in full.items()}
-                        signals = self._signals(full, [by_prompt[p][0] for p in chunk], [image] * len(chunk), noise=False) or signals
-                    if noised_prefix is not None:
-                        from halluprobe.backends.hf_signals import step_signal
-
-                        noised_logits, _ = self._forward(self._suffix_inputs(noised_prefix, suffixes, 0), 0)
-                        for row, signal in enumerate(signals):
-                            signal["noised"] = step_signal(noised_logits[row], self._candidates)
+                if extra is not None:
+                    signals = self._suffix_signals(prefix, extra, start, suffixes, by_layer, image)
             except Exception as err:
                 if _is_oom(err) and self._batch_size > 1:
                     inputs = None  # drop the expanded cache before retrying smaller
@@ -318,16 +343,120 @@ class HFBackend:
                 log.exception("batch failed")
                 yield [_error(r, f"{type(err).__name__}: {err}") for row in rows for r in row]
             else:
-                inputs = None  # the expanded cache: free it before the next batch builds its own
                 n = sum(len(row) for row in rows)
-                # latency: this batch's own time plus its share of the image's prefix pass
-                share = prefix.seconds * len(chunk) / len(prompts)
+                # latency: this batch's own time plus its share of the image's prefix passes
+                share = setup_seconds * len(chunk) / len(prompts)
                 latency = (time.perf_counter() - batch_started + share) / n
                 responses = _with_signals(self._responses(rows, first_logits, texts, latency, top_k), rows, signals)
                 yield [responses[r.key] for row in rows for r in row]
             start += len(chunk)
 
-    def _run_prefix(self, shared: SharedPrefix, started: float) -> _Prefix:
+    def _fits_window(self, shared: SharedPrefix, new_tokens: int) -> bool:
+        """False when a sliding-attention layer's cache would drop prefix tokens that a full
+        prompt (its longest suffix plus ``new_tokens``) still sees."""
+        longest = shared.prefix_len + max(len(s) for s in shared.suffixes) + new_tokens
+        return self._window is None or longest <= self._window
+
+    def _signal_prefixes(self, shared: SharedPrefix, prefix: _Prefix, image: Any, requests: list[Request]) -> _SignalPrefixes:
+        """The image's inputs for the asked correction signals (``requests[i]`` holds prompt i's
+        variants): a second prefix with noised pixels (VCD), the instruction variants' own
+        shared prefix (ICD), continued from the image's prefix ``prefix`` where it can be, else
+        a pass of its own (``None`` where the variants share none: full prompts then)."""
+        from halluprobe.backends.hf_signals import noised_inputs
+
+        plan = self._plan
+        extra = _SignalPrefixes()
+        if plan.noise_step is not None:
+            noised = noised_inputs(shared.prefix, [requests[0].image_path], plan.noise_step)
+            extra.noised = self._run_prefix(replace(shared, prefix=noised))
+        if plan.instruction:
+            extra.instruction_prompts = [r.variants["instruction"] for r in requests]
+            variants = self._inputs.encode_shared(extra.instruction_prompts, image)
+            if variants is not None and self._fits_window(variants, 0):
+                extra.instruction = self._continued_prefix(prefix, variants)
+                if extra.instruction is None:
+                    extra.instruction = self._run_prefix(variants)
+                extra.instruction_suffixes = variants.suffixes
+            elif not self._instruction_fallback_logged:
+                log.info("the instruction variants share no image prefix; their signal runs on full prompts")
+                self._instruction_fallback_logged = True
+        if plan.no_image:
+            extra.no_image_prompts = [r.variants["no-image"] for r in requests]
+        return extra
+
+    def _continued_prefix(self, base: _Prefix, shared: SharedPrefix) -> _Prefix | None:
+        """``shared``'s prefix from ``base``'s cache: the positions both hold (the template head
+        and the image tokens) are cropped from it, the rest, text after the image (ICD's
+        instruction), runs as a suffix pass, so the image is not read again. ``None`` where
+        that cannot hold: an image token after the common part, or a cache that cannot be
+        cropped (sliding-window layers keep only their tail)."""
+        import torch
+
+        mine, theirs = shared.prefix["input_ids"][0].tolist(), base.input_ids[0].tolist()
+        common = len(os.path.commonprefix([mine, theirs]))
+        if common == 0 or self._inputs.image_token_id in mine[common:]:
+            return None
+        cropped = self._cropped_cache(base.cache, common)
+        if cropped is None:
+            return None
+        device = self._model.device
+        inputs = {k: v.to(device) if hasattr(v, "to") else v for k, v in shared.prefix.items()}
+        next_position, mrope = self._next_position(inputs)
+        tail = mine[common:]
+        # the tail is text after the image: its positions count on, one per token, to next_position
+        head = _Prefix(
+            cache=cropped, input_ids=inputs["input_ids"][:, :common], next_position=next_position - len(tail), mrope=mrope
+        )
+        if not tail:
+            return head
+        with torch.inference_mode():
+            out = self._model(**self._suffix_inputs(head, [tail], 0), use_cache=True, **self._keep_last)
+        return _Prefix(cache=out.past_key_values, input_ids=inputs["input_ids"], next_position=next_position, mrope=mrope)
+
+    def _suffix_signals(
+        self,
+        prefix: _Prefix,
+        extra: _SignalPrefixes,
+        start: int,
+        suffixes: list[list[int]],
+        by_layer: list[dict[str, Any]] | None,
+        image: Any,
+    ) -> list[dict[str, Any]]:
+        """The correction signals of the suffix batch ``suffixes`` (the image's prompts from
+        ``start`` on), from the image's cached prefixes: the noised prefix, DoLa's layers from
+        the base pass, the instruction variants' prefix, PAI over the image's prefix. Only the
+        question without the image runs in full (a short text prompt). The signals' order is
+        the plain engine's (``_signals``)."""
+        plan = self._plan
+        rows = slice(start, start + len(suffixes))
+        out: list[dict[str, Any]] = [{} for _ in suffixes]
+        if extra.noised is not None:
+            self._put(out, "noised", self._logits(self._suffix_inputs(extra.noised, suffixes, 0)))
+        if plan.layers:
+            _put_layers(out, by_layer)
+        if plan.instruction:
+            if extra.instruction is not None:
+                logits = self._logits(self._suffix_inputs(extra.instruction, extra.instruction_suffixes[rows], 0))
+            else:
+                logits = self._prompt_logits(extra.instruction_prompts[rows], [image] * len(suffixes))
+            self._put(out, "instruction", logits)
+        if plan.no_image:
+            self._put(out, "no-image", self._prompt_logits(extra.no_image_prompts[rows], []))
+        if plan.pai is not None:
+            inputs = self._suffix_inputs(prefix, suffixes, 0)
+            self._put(out, "attention", self._amplified_logits(inputs, self._image_columns(prefix, inputs)))
+        return out
+
+    def _image_columns(self, prefix: _Prefix, inputs: dict[str, Any]) -> Any:
+        """PAI's image keys for a suffix pass: [batch, prefix + suffix width], True on the
+        prefix's image tokens, False on the suffix columns (text and padding)."""
+        import torch
+
+        rows, width = inputs["input_ids"].shape
+        image = (prefix.input_ids == self._inputs.image_token_id).expand(rows, -1)
+        return torch.cat([image, torch.zeros((rows, width), dtype=torch.bool, device=image.device)], dim=-1)
+
+    def _run_prefix(self, shared: SharedPrefix) -> _Prefix:
         import torch
 
         device = self._model.device
@@ -340,7 +469,6 @@ class HFBackend:
             input_ids=inputs["input_ids"],
             next_position=next_position,
             mrope=mrope,
-            seconds=time.perf_counter() - started,
         )
 
     def _next_position(self, prefix: dict[str, Any]) -> tuple[int, bool]:
@@ -413,6 +541,23 @@ class HFBackend:
         # sliding-window and other layer kinds: the public constructor (copies once more)
         data = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers]
         return DynamicCache(data, config=self._model.config)
+
+    def _cropped_cache(self, cache: Any, length: int) -> Any:
+        """A DynamicCache of a batch-1 prefix cache's first ``length`` positions (views: a
+        forward pass appends by copying), or ``None`` unless every layer is a plain
+        DynamicLayer."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        cropped = DynamicCache(config=self._model.config)
+        layers = (*cropped.layers, *cache.layers)
+        if len(cropped.layers) != len(cache.layers) or any(type(layer) is not DynamicLayer for layer in layers):
+            return None
+        for mine, theirs in zip(cropped.layers, cache.layers):
+            mine.lazy_initialization(theirs.keys, theirs.values)
+            mine.keys = theirs.keys[:, :, :length]
+            mine.values = theirs.values[:, :, :length]
+        return cropped
 
     # -- shared -------------------------------------------------------------------------------
 
@@ -521,12 +666,21 @@ class HFBackend:
         ``inputs`` is a full encoded batch, or (prefix cache) suffix inputs with
         ``past_key_values``; ``input_ids`` then starts with the cached prefix when generating.
         """
+        first_logits, texts, _ = self._first_step(inputs, max_new_tokens, hidden_states=False)
+        return first_logits, texts
+
+    def _first_step(
+        self, inputs: dict[str, Any], max_new_tokens: int, *, hidden_states: bool
+    ) -> tuple[Any, list[str] | None, Any]:
+        """``_forward``'s two results and, with ``hidden_states``, the first step's hidden states
+        (embeddings, then every layer; [batch, positions of that step, hidden] each)."""
         import torch
 
+        wanted: dict[str, Any] = {"output_hidden_states": True} if hidden_states else {}
         with torch.inference_mode():
             if max_new_tokens <= 0:
-                out = self._model(**inputs, use_cache="past_key_values" in inputs, **self._keep_last)
-                return out.logits[:, -1, :], None
+                out = self._model(**inputs, use_cache="past_key_values" in inputs, **wanted, **self._keep_last)
+                return out.logits[:, -1, :], None, out.hidden_states if hidden_states else None
             generated = self._model.generate(
                 **inputs,
                 max_new_tokens=max_new_tokens,
@@ -536,11 +690,20 @@ class HFBackend:
                 return_dict_in_generate=True,
                 stopping_criteria=self._stopping_criteria(),
                 pad_token_id=self._tokenizer.pad_token_id,
+                **wanted,
             )
         prompt_len = inputs["input_ids"].shape[1]
         new_tokens = generated.sequences[:, prompt_len:]
         texts = self._tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return generated.logits[0], texts
+        return generated.logits[0], texts, generated.hidden_states[0] if hidden_states else None
+
+
+def _put_layers(out: list[dict[str, Any]], by_layer: list[dict[str, Any]] | None) -> None:
+    """DoLa's ``layer:N`` signals of the base pass (``_base_pass``) into each row's signals."""
+    if by_layer is None:
+        raise RuntimeError("the layers signal needs the base pass's hidden states")
+    for signal, layers in zip(out, by_layer):
+        signal.update(layers)
 
 
 def _with_signals(

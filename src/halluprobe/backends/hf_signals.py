@@ -23,6 +23,17 @@ final layer). Signals the hf backend captures:
   ``--signals layers:0;2;4``), stored as
   ``layer:N`` (N = 0 is the embedding output).
 
+How the hf backend's engines run them (hf.py): DoLa's layers come from the base pass itself
+(``output_hidden_states``: the first step's hidden states at the last position), no pass of
+their own. The plain engine runs each other signal as one extra pass over the batch's full
+prompts. The prefix-cache engine reads them from cached prefixes: the noised signal from a
+second prefix per image (the noised pixels), the instruction variants from their own shared
+prefix per image (the image's prefix cache continued with the instruction's text; full
+prompts where the variants share none), PAI as a suffix pass over the image's prefix, its
+image columns (:func:`amplified_attention`) spanning the prefix's and the suffix's keys; only
+the question without the image (a short text prompt, its shared head a few template tokens)
+runs in full.
+
 torch is imported inside the functions.
 """
 
@@ -33,7 +44,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from halluprobe.errors import InputError
@@ -87,11 +98,6 @@ class SignalPlan:
     @property
     def any(self) -> bool:
         return self.noise_step is not None or bool(self.layers) or self.pai is not None or self.instruction or self.no_image
-
-    def without_noise(self) -> SignalPlan:
-        """The same plan without the noised pass (the prefix-cache engine runs that one from a
-        noised prefix per image)."""
-        return replace(self, noise_step=None)
 
 
 def parse_signals(signals: Sequence[str], n_layers: int) -> SignalPlan:
@@ -232,9 +238,16 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
     setting: PaiSetting = _pai_state["setting"]
     layer = getattr(module, "layer_idx", None)
     if layer is not None and setting.start <= layer < setting.end:
-        image = _pai_state["image_columns"][:, None, :].to(weights.dtype)  # [B, 1, K]
+        columns = _pai_state["image_columns"]
+        if columns.shape != (weights.shape[0], weights.shape[-1]):
+            # with a cached prefix the keys are prefix + suffix: the mask must cover both
+            raise ValueError(
+                f"PAI's image columns {tuple(columns.shape)} do not match the attention's keys {tuple(weights.shape)}"
+            )
+        # only the image columns change: a masked column holds the dtype's minimum, and
+        # alpha * |min| * 0 there would overflow to inf * 0 = NaN for alpha > 1
         last = weights[:, :, -1, :]
-        weights[:, :, -1, :] = last + setting.alpha * last.abs() * image
+        weights[:, :, -1, :] = torch.where(columns[:, None, :], last + setting.alpha * last.abs(), last)
     weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
@@ -242,7 +255,9 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
 @contextmanager
 def amplified_attention(model: Any, setting: PaiSetting, image_columns: Any) -> Iterator[None]:
     """Within the block, the text model attends with PAI's amplification (eager attention);
-    its own attention implementation is put back after."""
+    its own attention implementation is put back after. ``image_columns`` ([batch, keys], bool)
+    marks the image tokens among the keys: with a cached prefix the keys are the prefix's and
+    the suffix's columns, padding included."""
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import eager_mask
 
