@@ -53,6 +53,8 @@ class Family:
     why_plain: str | None = None
     default_prompt: str | None = None  # used when the checkpoint has no chat template
     image_in_prompt: bool = True
+    # why a prompt without the image cannot run (the no-image correction signal), if it cannot
+    no_image_reason: str | None = None
 
 
 _CHAT = "chat template (processor)"
@@ -74,6 +76,7 @@ FAMILIES: dict[str, Family] = {
             why_plain="its Q-Former reads the question, so the image tokens differ per question",
             default_prompt="{question}",
             image_in_prompt=False,
+            no_image_reason="its processor puts the image in front of every prompt",
         ),
         Family("qwen2_vl", "Qwen2-VL", "Qwen/Qwen2-VL-2B-Instruct", "prefix_cache", _CHAT),
         Family("qwen2_5_vl", "Qwen2.5-VL", "Qwen/Qwen2.5-VL-3B-Instruct", "prefix_cache", _CHAT),
@@ -88,6 +91,7 @@ FAMILIES: dict[str, Family] = {
             why_plain="the image and the prompt attend to each other bidirectionally, so the image "
             "tokens' cache depends on the question",
             default_prompt="<image>answer en {question}",
+            no_image_reason="its processor requires an image with every prompt",
         ),
         Family("gemma3", "Gemma 3", "google/gemma-3-4b-it", "prefix_cache", _CHAT),
         Family("internvl", "InternVL (-hf)", "OpenGVLab/InternVL3-1B-hf", "prefix_cache", _CHAT),

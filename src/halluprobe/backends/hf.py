@@ -37,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from halluprobe.errors import InputError
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
 from halluprobe.records import YES_NO_STOP_STRINGS, GenerateConfig, Request, Response, TokenLogprob, TokenSets
@@ -220,13 +221,18 @@ class HFBackend:
         image attention)."""
         if not self._wants_signals:
             return None
+        import torch
+
         from halluprobe.backends.hf_signals import noised_inputs
 
         plan = self._plan
         out: list[dict[str, Any]] = [{} for _ in requests]
         if plan.noise_step is not None:
-            noised = noised_inputs(inputs, [r.image_path for r in requests], plan.noise_step)
-            self._put(out, "noised", self._logits(noised))
+            try:
+                noised = self._logits(noised_inputs(inputs, [r.image_path for r in requests], plan.noise_step))
+            except InputError:  # tiles of several images in one tensor (InternVL): each prompt alone
+                noised = torch.cat([self._noised_prompt_logits(r, image) for r, image in zip(requests, images)])
+            self._put(out, "noised", noised)
         if plan.layers:
             _put_layers(out, by_layer)
         if plan.instruction:
@@ -236,6 +242,15 @@ class HFBackend:
         if plan.pai is not None:
             self._put(out, "attention", self._amplified_logits(inputs, inputs["input_ids"] == self._inputs.image_token_id))
         return out
+
+    def _noised_prompt_logits(self, request: Request, image: Any) -> Any:
+        """The noised pass of one full prompt (its pixel tensor is one image's, however tiled)."""
+        from halluprobe.backends.hf_signals import noised_inputs
+
+        assert self._plan is not None and self._plan.noise_step is not None
+        inputs = self._inputs.encode([request.prompt], [image])
+        inputs = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+        return self._logits(noised_inputs(inputs, [request.image_path], self._plan.noise_step))
 
     def _put(self, out: list[dict[str, Any]], name: str, logits: Any) -> None:
         """Row ``i`` of a pass's last-position logits as signal ``name`` of ``out[i]``."""
@@ -680,7 +695,7 @@ class HFBackend:
         with torch.inference_mode():
             if max_new_tokens <= 0:
                 out = self._model(**inputs, use_cache="past_key_values" in inputs, **wanted, **self._keep_last)
-                return out.logits[:, -1, :], None, out.hidden_states if hidden_states else None
+                return out.logits[:, -1, :], None, _text_hidden_states(out) if hidden_states else None
             generated = self._model.generate(
                 **inputs,
                 max_new_tokens=max_new_tokens,
@@ -696,6 +711,17 @@ class HFBackend:
         new_tokens = generated.sequences[:, prompt_len:]
         texts = self._tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         return generated.logits[0], texts, generated.hidden_states[0] if hidden_states else None
+
+
+def _text_hidden_states(out: Any) -> Any:
+    """The language model's hidden states of a forward pass (InstructBLIP nests them in its
+    ``language_model_outputs``)."""
+    states = getattr(out, "hidden_states", None)
+    if states is None and getattr(out, "language_model_outputs", None) is not None:
+        states = out.language_model_outputs.hidden_states
+    if states is None:
+        raise RuntimeError(f"{type(out).__name__} gives no hidden states: the layers signal cannot be read")
+    return states
 
 
 def _put_layers(out: list[dict[str, Any]], by_layer: list[dict[str, Any]] | None) -> None:

@@ -142,10 +142,10 @@ class VLMInputs:
         processor puts the image tokens in front itself (InstructBLIP) gets no placeholder.
 
         ``image=False``: the same prompt without the image (the ``no-image`` correction signal);
-        refused for a family whose processor puts the image in front of every prompt.
+        refused for a family that cannot run one (``Family.no_image_reason``).
         """
-        if not image and not self.image_in_prompt:
-            raise InputError(f"{self.model_type}: its processor puts the image in front of every prompt, so a prompt without the image cannot be rendered")
+        if not image and self.family is not None and self.family.no_image_reason is not None:
+            raise InputError(f"{self.model_type}: {self.family.no_image_reason}, so a prompt without the image cannot be run")
         default = self.family.default_prompt if self.family is not None else None
         if template == "chat" or (template is None and (self.chat_template or default is None)):
             return self._render_chat(question, image=image)

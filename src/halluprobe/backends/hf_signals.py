@@ -172,6 +172,8 @@ def noised_inputs(inputs: dict[str, Any], image_paths: Sequence[str], step: int)
         noised = torch.cat([add_diffusion_noise(part, step, seed) for part, seed in zip(parts, seeds)], dim=0)
     elif pixels.dim() >= 4 and pixels.shape[0] == len(seeds):
         noised = torch.stack([add_diffusion_noise(row, step, seed) for row, seed in zip(pixels, seeds)])
+    elif len(seeds) == 1:  # one image's tiles (InternVL, LLaVA-NeXT crops): the whole tensor is its own
+        noised = add_diffusion_noise(pixels, step, seeds[0])
     else:
         raise InputError(f"the noised signal cannot split this model's pixel tensor {tuple(pixels.shape)} by image")
     return {**inputs, "pixel_values": noised}
