@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.files import read_rgb_image
 from halluprobe.records import ClipSetting, ClipSimilarity
 
 __all__ = ["CLIP_SIGNAL", "OBJECT_CAPTION", "EMPTY_CAPTION", "ClipScorer", "object_caption"]
@@ -107,16 +108,15 @@ class ClipScorer:
     def _score_images(self, paths: list[str]) -> None:
         """Embed the images (global and per patch) and score every object expected for each."""
         import torch
-        from PIL import Image
 
         readable: list[tuple[str, Any]] = []
         for path in paths:
-            try:
-                with Image.open(path) as img:
-                    readable.append((path, img.convert("RGB")))
-            except Exception as err:
+            image = read_rgb_image(path)
+            if isinstance(image, str):
                 for obj in self._expected[path]:
-                    self._scored[(path, obj)] = f"clip signal: cannot read image {path}: {type(err).__name__}: {err}"
+                    self._scored[(path, obj)] = f"clip signal: {image}"
+            else:
+                readable.append((path, image))
         if not readable:
             return
         objects = sorted({obj for path, _ in readable for obj in self._expected[path]})

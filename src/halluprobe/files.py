@@ -12,10 +12,11 @@ import os
 import posixpath
 import re
 from pathlib import Path
+from typing import Any
 
 from halluprobe.errors import InputError
 
-__all__ = ["escapes_root", "resolve_image", "write_atomic", "append_durable", "drop_cut_tail"]
+__all__ = ["escapes_root", "resolve_image", "read_rgb_image", "write_atomic", "append_durable", "drop_cut_tail"]
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +105,15 @@ def escapes_root(image: str) -> bool:
         return False
     n = posixpath.normpath(norm)
     return n == ".." or n.startswith("../")
+
+
+def read_rgb_image(path: str | Path) -> Any:
+    """The image as RGB (a PIL image), or why it cannot be read: an unreadable image is an error
+    on the samples that ask about it, never the end of a run."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return img.convert("RGB")
+    except Exception as err:
+        return f"cannot read image {path}: {type(err).__name__}: {err}"

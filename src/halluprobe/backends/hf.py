@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
+from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
 from halluprobe.records import YES_NO_STOP_STRINGS, GenerateConfig, Request, Response, TokenLogprob, TokenSets
@@ -589,13 +590,7 @@ class HFBackend:
 
     def _load_image(self, path: str) -> Any:
         """The RGB image, or an error message (an unreadable image is a per-sample error)."""
-        from PIL import Image
-
-        try:
-            with Image.open(path) as img:
-                return img.convert("RGB")
-        except Exception as err:
-            return f"cannot read image {path}: {type(err).__name__}: {err}"
+        return read_rgb_image(path)
 
     def _load_images(self, batch: Sequence[Request]) -> tuple[list[Any], dict[int, str]]:
         images: list[Any] = []
