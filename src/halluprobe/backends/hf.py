@@ -23,7 +23,7 @@ full: the noised signal from a second prefix per image (noised pixels), the inst
 variants from their own shared prefix per image (the image's prefix cache continued with the
 instruction's text where the cache can be cropped), PAI as a suffix pass over the image's
 cached prefix, each batched like the questions' suffixes; the question without the image
-(short text) runs in full.
+(short text) runs in full, once per distinct prompt.
 """
 
 from __future__ import annotations
@@ -41,7 +41,15 @@ from halluprobe.errors import InputError
 from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
-from halluprobe.records import YES_NO_STOP_STRINGS, GenerateConfig, Request, Response, TokenLogprob, TokenSets
+from halluprobe.records import (
+    YES_NO_STOP_STRINGS,
+    GenerateConfig,
+    Request,
+    Response,
+    SignalLogprobs,
+    TokenLogprob,
+    TokenSets,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -121,6 +129,7 @@ class HFBackend:
             pad = getattr(self._model.generation_config, "pad_token_id", None)
         self._pad_id = int(pad) if isinstance(pad, int) else 0
         self._fallback_logged = False
+        self._no_image: dict[str, SignalLogprobs] = {}  # prompt without the image -> its signal
         self._instruction_fallback_logged = False
         self._plan: Any = None  # the current call's signals (hf_signals.SignalPlan of GenerateConfig.signals)
         self._window = _sliding_window(self._model.config)
@@ -239,7 +248,8 @@ class HFBackend:
         if plan.instruction:
             self._put(out, "instruction", self._prompt_logits([r.variants["instruction"] for r in requests], images))
         if plan.no_image:
-            self._put(out, "no-image", self._prompt_logits([r.variants["no-image"] for r in requests], []))
+            for signal, no_image in zip(out, self._no_image_signals([r.variants["no-image"] for r in requests])):
+                signal["no-image"] = no_image
         if plan.pai is not None:
             self._put(out, "attention", self._amplified_logits(inputs, inputs["input_ids"] == self._inputs.image_token_id))
         return out
@@ -271,6 +281,20 @@ class HFBackend:
         """Last-position logits of full prompts (a signal's variant of the question)."""
         inputs = self._inputs.encode(prompts, images)
         return self._logits({k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in inputs.items()})
+
+    def _no_image_signals(self, prompts: list[str]) -> list[SignalLogprobs]:
+        """The no-image signal of each prompt. A prompt without the image does not depend on the
+        image, so each distinct one runs once per loaded model (POPE: about one per object name,
+        not one per question)."""
+        from halluprobe.backends.hf_signals import step_signal
+
+        todo = [p for p in dict.fromkeys(prompts) if p not in self._no_image]
+        for start in range(0, len(todo), self._batch_size):
+            chunk = todo[start : start + self._batch_size]
+            logits = self._prompt_logits(chunk, [])
+            for row, prompt in enumerate(chunk):
+                self._no_image[prompt] = step_signal(logits[row], self._candidates)
+        return [self._no_image[p] for p in prompts]
 
     def _amplified_logits(self, inputs: dict[str, Any], image_columns: Any) -> Any:
         """PAI's pass: ``image_columns`` [batch, key length] marks the image tokens' keys."""
@@ -441,7 +465,7 @@ class HFBackend:
         """The correction signals of the suffix batch ``suffixes`` (the image's prompts from
         ``start`` on), from the image's cached prefixes: the noised prefix, DoLa's layers from
         the base pass, the instruction variants' prefix, PAI over the image's prefix. Only the
-        question without the image runs in full (a short text prompt). The signals' order is
+        question without the image runs in full (a short text prompt, once per distinct one). The signals' order is
         the plain engine's (``_signals``)."""
         plan = self._plan
         rows = slice(start, start + len(suffixes))
@@ -457,7 +481,8 @@ class HFBackend:
                 logits = self._prompt_logits(extra.instruction_prompts[rows], [image] * len(suffixes))
             self._put(out, "instruction", logits)
         if plan.no_image:
-            self._put(out, "no-image", self._prompt_logits(extra.no_image_prompts[rows], []))
+            for signal, no_image in zip(out, self._no_image_signals(extra.no_image_prompts[rows])):
+                signal["no-image"] = no_image
         if plan.pai is not None:
             inputs = self._suffix_inputs(prefix, suffixes, 0)
             self._put(out, "attention", self._amplified_logits(inputs, self._image_columns(prefix, inputs)))
