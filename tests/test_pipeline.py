@@ -240,6 +240,9 @@ def test_third_party_answers_mismatch_gives_exit_2_with_line(tmp_path: Path) -> 
     path.write_text('{"question": "x"}\n')
     result = runner.invoke(app, ["score", "--answers", str(path), "--labels", str(world["random"])])
     assert result.exit_code == 2 and f"{path}:1:" in result.output
+    # a text rule reads the answers: there is no legacy id to force, so the flag is refused, not ignored
+    forced = runner.invoke(app, ["score", "--answers", str(path), "--labels", str(world["random"]), "--force-invalid"])
+    assert forced.exit_code == 2 and "--force-invalid is for a run dir" in forced.output
 
 
 def test_config_file_and_environment_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

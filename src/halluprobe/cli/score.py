@@ -50,6 +50,8 @@ def score_cmd(
                 raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
             if per_question is not None or compat is not None:
                 raise InputError("--per-question and --compat are for a run dir")
+            if force_invalid:  # answers are read by a text rule: there is no legacy id to force
+                raise InputError("--force-invalid is for a run dir's legacy readouts; --answers is read by a text rule")
             report = score_answers_file(answers, labels, rule=rule, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
             title = f"{answers.name}: text:{rule}, unknown={unknown}"
         elif compat is not None and rundir is not None:
