@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import _families
+from _engines import PrefixSpy, decisions
 from _resume import assert_same_as_reference, kill_then_resume, reference_samples  # noqa: E402
 from halluprobe.backends.families import (  # noqa: E402
     FAMILIES,
@@ -36,16 +37,13 @@ from halluprobe.backends.families import (  # noqa: E402
 from halluprobe.backends.hf import HFBackend  # noqa: E402
 from halluprobe.backends.hf_inputs import load_processor  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
-from halluprobe.readouts.apply import apply  # noqa: E402
-from halluprobe.readouts.logits import LOGIT_READOUTS  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
-from halluprobe.runner import RunConfig, make_header, make_sample  # noqa: E402
+from halluprobe.runner import RunConfig, make_header  # noqa: E402
 from halluprobe.tiny import demo_photos  # noqa: E402
 
 PHOTOS = ["coffee.jpg", "chelsea.jpg"]  # 400x300 and 451x300: tiles, crops and grids differ
 QUESTIONS = ["Is there a cup in the image?", "Is there a dining table in this picture?", "Is there a dog?"]
-TEXT_RULES = ("pope", "exact", "yorn", "strict")
 MAX_NEW = 4
 Q = "Is there a cup in the image?"
 
@@ -139,17 +137,6 @@ def _answer(backend: HFBackend, requests: list[Request], max_new_tokens: int = M
     return out
 
 
-def _decisions(backend: HFBackend, requests: list[Request], responses: dict[Any, Response]) -> dict[Any, Any]:
-    sets = backend.token_sets()
-    out = {}
-    for r in requests:
-        q = Question(split=r.split, question_id=r.question_id, image="x.jpg", text="t", label="yes")
-        sample = make_sample(q, r.prompt, responses[r.key], sets)
-        results = {name: apply(name, sample, sets) for name in [*LOGIT_READOUTS, *(f"text:{rule}" for rule in TEXT_RULES)]}
-        out[r.key] = {name: res.decision for name, res in results.items() if res is not None}
-    return out
-
-
 def _assert_same(a: dict[Any, Response], b: dict[Any, Response]) -> None:
     assert a.keys() == b.keys()
     for key, ra in a.items():
@@ -159,20 +146,6 @@ def _assert_same(a: dict[Any, Response], b: dict[Any, Response]) -> None:
             assert rb.candidates[token_id] == pytest.approx(value, abs=1e-4), (key, token_id)
         assert [t.id for t in ra.first_token[:2]] == [t.id for t in rb.first_token[:2]], key
         assert ra.text == rb.text, key
-
-
-class _Spy:
-    """Counts prefix passes: proves which engine really ran."""
-
-    def __init__(self, backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.prefixes = 0
-        real = backend._run_prefix
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.prefixes += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(backend, "_run_prefix", counted)
 
 
 def _image(photos: Path, name: str = "coffee.jpg") -> Any:
@@ -250,7 +223,7 @@ def test_prefix_cache_engine_equals_plain_engine(
 ) -> None:
     pair = builds.backends(family)
     fast, plain = pair[True], pair[False]
-    spy = _Spy(fast, monkeypatch)
+    spy = PrefixSpy(fast, monkeypatch)
     requests = _requests(fast, photos)
     got, want = _answer(fast, requests), _answer(plain, requests)
     if FAMILIES[family].engine == "prefix_cache":
@@ -259,7 +232,7 @@ def test_prefix_cache_engine_equals_plain_engine(
     else:
         assert fast.info()["prefix_cache"] is False and spy.prefixes == 0
     _assert_same(want, got)
-    assert _decisions(fast, requests, got) == _decisions(plain, requests, want)
+    assert decisions(fast, requests, got) == decisions(plain, requests, want)
     # first-token readouts only: a forward pass instead of generate, same numbers (one split)
     one_split = requests[: len(requests) // 2]
     first_fast, first_plain = _answer(fast, one_split, 0), _answer(plain, one_split, 0)
@@ -314,7 +287,7 @@ def test_batch_sizes_1_and_3_agree(builds: _Builds, photos: Path, family: str, m
         monkeypatch.setattr(fast, "_batch_size", size)
         runs[size] = _answer(fast, requests)
     _assert_same(runs[1], runs[3])
-    assert _decisions(fast, requests, runs[1]) == _decisions(fast, requests, runs[3])
+    assert decisions(fast, requests, runs[1]) == decisions(fast, requests, runs[3])
 
 
 @pytest.mark.parametrize("family", _families.FAMILY_NAMES)
@@ -342,7 +315,7 @@ def test_a_sliding_window_shorter_than_the_prompt_keeps_the_plain_engine(
     folder = _families.build_family("gemma3", tmp_path / "gemma3", sliding_window=16)
     fast = HFBackend(str(folder), batch_size=3, dtype="float32", device="cpu", prefix_cache=True)
     plain = HFBackend(str(folder), batch_size=3, dtype="float32", device="cpu", prefix_cache=False)
-    spy = _Spy(fast, monkeypatch)
+    spy = PrefixSpy(fast, monkeypatch)
     requests = _requests(fast, photos)[: len(QUESTIONS)]
     assert len(fast._inputs.encode([requests[0].prompt], [_image(photos)])["input_ids"][0]) > 16
     _assert_same(_answer(plain, requests), _answer(fast, requests))

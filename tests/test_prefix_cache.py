@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _engines import PrefixSpy, decisions
 from _resume import assert_same_as_reference, kill_then_resume, reference_samples  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.readouts.apply import apply  # noqa: E402
-from halluprobe.readouts.logits import LOGIT_READOUTS  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
-from halluprobe.runner import RunConfig, make_header, make_sample, run_questions  # noqa: E402
+from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
 
 PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg"]  # three sizes: Qwen2-VL grids differ
@@ -36,7 +35,6 @@ QUESTIONS = {
     "random": ["Is there a cup in the image?", "Is there a dining table in this picture?", "Is there a dog?"],
     "popular": ["Is there a cup in the image?", "Is there a traffic light in the image?", "Is there a dog?"],
 }
-TEXT_RULES = ("pope", "exact", "yorn", "strict")
 MAX_NEW = 6
 
 
@@ -102,19 +100,6 @@ def _answer(
     return out
 
 
-def _decisions(
-    backend: HFBackend, requests: list[Request], responses: dict[Any, Response]
-) -> dict[Any, dict[str, str]]:
-    sets = backend.token_sets()
-    out = {}
-    for r in requests:
-        q = Question(split=r.split, question_id=r.question_id, image="x.jpg", text="t", label="yes")
-        sample = make_sample(q, r.prompt, responses[r.key], sets)
-        results = {name: apply(name, sample, sets) for name in [*LOGIT_READOUTS, *(f"text:{rule}" for rule in TEXT_RULES)]}
-        out[r.key] = {name: res.decision for name, res in results.items() if res is not None}
-    return out
-
-
 def _assert_same(a: dict[Any, Response], b: dict[Any, Response], *, texts: bool = True) -> None:
     assert a.keys() == b.keys()
     for key, ra in a.items():
@@ -129,20 +114,6 @@ def _assert_same(a: dict[Any, Response], b: dict[Any, Response], *, texts: bool 
             assert ra.text == rb.text, key
 
 
-class _Spy:
-    """Counts prefix passes, to prove the fast engine really ran (and did not fall back)."""
-
-    def __init__(self, backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.prefixes = 0
-        real = backend._run_prefix
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.prefixes += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(backend, "_run_prefix", counted)
-
-
 @pytest.mark.parametrize(("model", "template"), [("llava", "llava"), ("llava", None), ("qwen2vl", None)])
 def test_fast_path_equals_plain_path(
     backends: dict[str, dict[bool, HFBackend]],
@@ -152,12 +123,12 @@ def test_fast_path_equals_plain_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fast, plain = backends[model][True], backends[model][False]
-    spy = _Spy(fast, monkeypatch)
+    spy = PrefixSpy(fast, monkeypatch)
     requests = _requests(fast, photos, template)
     got, want = _answer(fast, requests), _answer(plain, requests)
     assert spy.prefixes == len(PHOTOS)  # one prefix pass per image, across both splits
     _assert_same(want, got)
-    assert _decisions(fast, requests, got) == _decisions(plain, requests, want)
+    assert decisions(fast, requests, got) == decisions(plain, requests, want)
     if model == "llava":
         # real multi-token continuations, not empty strings that compare equal trivially (the
         # tiny Qwen2-VL, with tied embeddings, repeats its last prompt token "\n" and stops:
@@ -212,7 +183,7 @@ def test_batch_size_does_not_change_the_fast_path(
     for size in (1, 3, 8):
         monkeypatch.setattr(fast, "_batch_size", size)
         runs[size] = _answer(fast, requests)
-    decisions = {size: _decisions(fast, requests, r) for size, r in runs.items()}
+    decisions = {size: decisions(fast, requests, r) for size, r in runs.items()}
     assert decisions[1] == decisions[3] == decisions[8]
     _assert_same(runs[1], runs[3])
     _assert_same(runs[1], runs[8])
@@ -223,7 +194,7 @@ def test_prompts_without_a_shared_image_prefix_fall_back_to_full_prompts(
 ) -> None:
     """The image after the question: the question tokens come first, so nothing can be shared."""
     fast, plain = backends["llava"][True], backends["llava"][False]
-    spy = _Spy(fast, monkeypatch)
+    spy = PrefixSpy(fast, monkeypatch)
     requests = _requests(fast, photos, "Question: {question}\n<image>\nAnswer:")
     got, want = _answer(fast, requests), _answer(plain, requests)
     assert spy.prefixes == 0

@@ -1,0 +1,42 @@
+"""Helpers shared by the hf engines' tests (prefix cache, model families): a prefix-pass
+counter and every readout's decision of a batch of responses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from halluprobe.readouts.apply import apply
+from halluprobe.readouts.logits import LOGIT_READOUTS
+from halluprobe.readouts.text import TEXT_RULES
+from halluprobe.records import Question, Request, Response
+from halluprobe.runner import make_sample
+
+__all__ = ["PrefixSpy", "decisions"]
+
+
+class PrefixSpy:
+    """Counts a backend's prefix passes: proves which engine really ran (and did not fall back)."""
+
+    def __init__(self, backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.prefixes = 0
+        real = backend._run_prefix
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.prefixes += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(backend, "_run_prefix", counted)
+
+
+def decisions(backend: Any, requests: list[Request], responses: dict[Any, Response]) -> dict[Any, dict[str, str]]:
+    """Every logit readout's and text rule's decision of each request's response."""
+    sets = backend.token_sets()
+    out = {}
+    for r in requests:
+        q = Question(split=r.split, question_id=r.question_id, image="x.jpg", text="t", label="yes")
+        sample = make_sample(q, r.prompt, responses[r.key], sets)
+        results = {name: apply(name, sample, sets) for name in [*LOGIT_READOUTS, *(f"text:{rule}" for rule in TEXT_RULES)]}
+        out[r.key] = {name: res.decision for name, res in results.items() if res is not None}
+    return out
