@@ -327,10 +327,9 @@ def _qwen2_5_vl(out: Path, seed: int) -> None:
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from halluprobe.tiny import QWEN2VL_SPECIAL_TOKENS, _write_qwen2vl_tokenizer
+    from halluprobe.tiny import _qwen2vl_language, _write_qwen2vl_tokenizer
 
     vocab_len = _write_qwen2vl_tokenizer(_assets.qwen2_tokenizer_dir(), out)  # + Qwen2-VL's chat template
-    ids = {piece: tid for tid, piece in QWEN2VL_SPECIAL_TOKENS.items()}
     merge = 2
     config = Qwen2_5_VLConfig(
         vision_config={
@@ -345,25 +344,7 @@ def _qwen2_5_vl(out: Path, seed: int) -> None:
             "window_size": 56,  # windows of 2x2 merged tokens: images here span several
             "fullatt_block_indexes": [1],
         },
-        text_config={
-            "vocab_size": _round_up(vocab_len),
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "max_position_embeddings": 4096,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [2, 3, 3]},
-            "bos_token_id": ids["<|endoftext|>"],
-            "eos_token_id": ids["<|im_end|>"],
-            "pad_token_id": ids["<|endoftext|>"],
-            "tie_word_embeddings": True,
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
+        **_qwen2vl_language(vocab_len),
     )
     model = _seeded(seed, lambda: Qwen2_5_VLForConditionalGeneration(config))
     factor = PATCH * merge

@@ -340,6 +340,35 @@ def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path, extra_tokens:
     return max(by_id) + 1
 
 
+def _qwen2vl_language(vocab_len: int, hidden: int = 64) -> dict[str, Any]:
+    """The text model and the vision token ids of a tiny Qwen2-VL-family config (Qwen2-VL,
+    Qwen2.5-VL), on a tokenizer written by :func:`_write_qwen2vl_tokenizer`."""
+    ids = {piece: tid for tid, piece in QWEN2VL_SPECIAL_TOKENS.items()}
+    return {
+        "text_config": {
+            "vocab_size": _round_up(vocab_len, 64),
+            "hidden_size": hidden,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,  # grouped-query attention, as in Qwen2-VL-2B
+            "max_position_embeddings": 4096,
+            "max_window_layers": 2,
+            # head_dim 16 -> 8 rotary frequencies split over (temporal, height, width)
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [2, 3, 3]},
+            "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+            "tie_word_embeddings": True,
+        },
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "tie_word_embeddings": True,  # as Qwen2-VL-2B; halves the parameter count here
+    }
+
+
 def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: int = 0) -> Path:
     """Write a random-weight Qwen2-VL-shaped model folder (about 10 M parameters); return its path.
 
@@ -355,10 +384,8 @@ def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: 
 
     out = _ensure_dir(out_dir)
     vocab_len = _write_qwen2vl_tokenizer(tokenizer_dir, out)
-    ids = {piece: tid for tid, piece in QWEN2VL_SPECIAL_TOKENS.items()}
     patch_size, merge_size, temporal_patch_size = 14, 2, 2
     hidden = 64
-    heads = 4
     config = Qwen2VLConfig(
         vision_config={
             "depth": 2,
@@ -370,27 +397,7 @@ def build_tiny_qwen2vl(out_dir: str | Path, tokenizer_dir: str | Path, *, seed: 
             "spatial_merge_size": merge_size,
             "temporal_patch_size": temporal_patch_size,
         },
-        text_config={
-            "vocab_size": _round_up(vocab_len, 64),
-            "hidden_size": hidden,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": heads,
-            "num_key_value_heads": 2,  # grouped-query attention, as in Qwen2-VL-2B
-            "max_position_embeddings": 4096,
-            "max_window_layers": 2,
-            # head_dim 16 -> 8 rotary frequencies split over (temporal, height, width)
-            "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [2, 3, 3]},
-            "bos_token_id": ids["<|endoftext|>"],
-            "eos_token_id": ids["<|im_end|>"],
-            "pad_token_id": ids["<|endoftext|>"],
-            "tie_word_embeddings": True,
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,  # as Qwen2-VL-2B; halves the parameter count here
+        **_qwen2vl_language(vocab_len, hidden),
     )
     model = _seeded_init(seed, lambda: Qwen2VLForConditionalGeneration(config))
     model.eval()
