@@ -183,8 +183,8 @@ def test_batch_size_does_not_change_the_fast_path(
     for size in (1, 3, 8):
         monkeypatch.setattr(fast, "_batch_size", size)
         runs[size] = _answer(fast, requests)
-    decisions = {size: decisions(fast, requests, r) for size, r in runs.items()}
-    assert decisions[1] == decisions[3] == decisions[8]
+    by_size = {size: decisions(fast, requests, r) for size, r in runs.items()}
+    assert by_size[1] == by_size[3] == by_size[8]
     _assert_same(runs[1], runs[3])
     _assert_same(runs[1], runs[8])
 
