@@ -188,7 +188,7 @@ def test_a_failing_clip_pass_keeps_the_batch_as_errors(tmp_path: Path, clip_dir:
 
 
 def test_shift_rules_on_pieces_keep_a_one_sided_answer_and_an_unknown() -> None:
-    from halluprobe.corrections import apply_correction
+    from halluprobe.readouts.corrections import apply_correction
     from halluprobe.readouts.tokensets import piece_token_sets
     from halluprobe.records import ClipSimilarity, Sample
 

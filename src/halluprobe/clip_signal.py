@@ -8,7 +8,7 @@ token from the vision tower's last layer through the tower's final norm and the 
 projection: what the class token goes through to become the image embedding. The per-patch
 maximum sees small objects that the global embedding averages away.
 
-The ``clip:beta`` correction (:mod:`halluprobe.corrections`) reads these at score time. The
+The ``clip:beta`` correction (:mod:`halluprobe.readouts.corrections`) reads these at score time. The
 runner records the signal, not the answering backend: a CLIP model is small, and the VLM need
 not run here (a server backend's run records it too). torch and transformers are imported when
 a scorer is built.

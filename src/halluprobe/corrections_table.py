@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.corrections import CORRECTIONS, inert_reason, parse_correction
+from halluprobe.readouts.corrections import CORRECTIONS, inert_reason, parse_correction
 from halluprobe.errors import InputError
 from halluprobe.metrics.binary import UnknownPolicy, count, metrics_from_counts
 from halluprobe.metrics.score import ScoreRow, score_rows

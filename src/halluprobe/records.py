@@ -150,7 +150,7 @@ class GenerateConfig(FrozenRecord):
     top_k: int = Field(default=10, ge=1)
     stop_strings: tuple[str, ...] | None = None
     # contrast inputs to capture beside the plain pass, for corrections read at score time
-    # (halluprobe.corrections): "noised", "no-image", "instruction", "layer:N", ...
+    # (halluprobe.readouts.corrections): "noised", "no-image", "instruction", "layer:N", ...
     signals: tuple[str, ...] = ()
     # the "instruction" signal's disturbing instruction (recorded; the runner renders the variant)
     instruction: str | None = None

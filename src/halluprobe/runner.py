@@ -79,7 +79,7 @@ class RunConfig:
     retry_errors: bool = True
     # mark the run complete even though some samples are errors
     accept_errors: bool = False
-    # contrast passes recorded per question for corrections read at score time (halluprobe.corrections)
+    # contrast passes recorded per question for corrections read at score time (halluprobe.readouts.corrections)
     signals: tuple[str, ...] = ()
     # the disturbing instruction put in front of each question for the "instruction" signal (ICD)
     instruction: str = ICD_INSTRUCTION

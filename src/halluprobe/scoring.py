@@ -16,7 +16,7 @@ from halluprobe.errors import InputError
 from halluprobe.imports.answers import read_answers
 from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
-from halluprobe.corrections import RUN_LEVEL, apply_threshold
+from halluprobe.readouts.corrections import RUN_LEVEL, apply_threshold
 from halluprobe.files import write_atomic
 from halluprobe.readouts.apply import apply, check_readout, cross_check
 from halluprobe.readouts.text import ALL_TEXT_RULES, parse_text

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from halluprobe.corrections import (
+from halluprobe.readouts.corrections import (
     CORRECTIONS,
     apply_correction,
     is_correction,
@@ -67,7 +67,7 @@ def apply(readout: str, sample: Sample, token_sets: TokenSets | None) -> Readout
     is nothing to read (an errored sample too), which scoring counts as unknown."""
     if sample.error is not None:
         return None
-    if is_correction(readout):  # a correction over stored signals (halluprobe.corrections)
+    if is_correction(readout):  # a correction over stored signals (halluprobe.readouts.corrections)
         return apply_correction(readout, sample, token_sets)
     if readout in LOGIT_READOUTS and token_sets is not None and sample.candidates:
         return LOGIT_READOUTS[readout](sample.candidates, token_sets)
