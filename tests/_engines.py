@@ -10,6 +10,7 @@ import pytest
 from halluprobe.readouts.apply import apply
 from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES
+from halluprobe.readouts.value import Readout
 from halluprobe.records import Question, Request, Response
 from halluprobe.runner import make_sample
 
@@ -37,6 +38,6 @@ def decisions(backend: Any, requests: list[Request], responses: dict[Any, Respon
     for r in requests:
         q = Question(split=r.split, question_id=r.question_id, image="x.jpg", text="t", label="yes")
         sample = make_sample(q, r.prompt, responses[r.key], sets)
-        results = {name: apply(name, sample, sets) for name in [*LOGIT_READOUTS, *(f"text:{rule}" for rule in TEXT_RULES)]}
+        results = {name: apply(Readout.parse(name), sample, sets) for name in [*LOGIT_READOUTS, *(f"text:{rule}" for rule in TEXT_RULES)]}
         out[r.key] = {name: res.decision for name, res in results.items() if res is not None}
     return out

@@ -244,7 +244,8 @@ def test_readme_quotes_what_the_demo_prints(tmp_path: Path) -> None:
 
 def test_readouts_table_side_by_side_checks(run_dir: Path, tmp_path: Path) -> None:
     """The audit's table (every readout side by side), written by the library, checked by `check`."""
-    from halluprobe.tables import readouts_provenance, readouts_reports, render_readouts
+    from halluprobe.scoring import readouts_reports
+    from halluprobe.tables import readouts_provenance, render_readouts
 
     reports, forced = readouts_reports(run_dir, n_resamples=30)
     assert {"dynamic", "text:pope", "text:strict"} <= set(reports)
@@ -401,7 +402,8 @@ def test_markdown_tables_escape_pipes_and_counts_read_with_si_thousands() -> Non
 def test_readouts_tables_read_the_samples_once_and_score_like_score(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from halluprobe.rundir import RunDir
     from halluprobe.scoring import score_rundir
-    from halluprobe.tables import readouts_reports, study_table
+    from halluprobe.scoring import readouts_reports
+    from halluprobe.tables import study_table
 
     reads: list[Path] = []
     read_samples = RunDir.read_samples

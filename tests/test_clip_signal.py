@@ -188,7 +188,8 @@ def test_a_failing_clip_pass_keeps_the_batch_as_errors(tmp_path: Path, clip_dir:
 
 
 def test_shift_rules_on_pieces_keep_a_one_sided_answer_and_an_unknown() -> None:
-    from halluprobe.readouts.corrections import apply_correction
+    from halluprobe.readouts.apply import apply
+    from halluprobe.readouts.value import Readout
     from halluprobe.readouts.tokensets import piece_token_sets
     from halluprobe.records import ClipSimilarity, Sample
 
@@ -200,11 +201,11 @@ def test_shift_rules_on_pieces_keep_a_one_sided_answer_and_an_unknown() -> None:
 
     only_yes = sample({"Yes": -0.1, "Maybe": -2.5})
     for spec in ("clip:beta=3", "bias:b=5"):
-        result = apply_correction(spec, only_yes, sets)
+        result = apply(Readout.parse(spec), only_yes, sets)
         assert result is not None and result.decision == "yes" and result.p_yes == 1.0  # the no set has no mass to gain
-        neither = apply_correction(spec, sample({"Maybe": -0.1}), sets)
+        neither = apply(Readout.parse(spec), sample({"Maybe": -0.1}), sets)
         assert neither is not None and neither.decision == "unknown" and neither.p_yes is None
-    both = apply_correction("clip:beta=1", sample({"Yes": math.log(0.6), "No": math.log(0.4)}), sets)
+    both = apply(Readout.parse("clip:beta=1"), sample({"Yes": math.log(0.6), "No": math.log(0.4)}), sets)
     assert both is not None and both.p_yes is not None
     z = 100.0 * (0.1 - 0.3)
     assert math.log(both.p_yes / (1 - both.p_yes)) == pytest.approx(math.log(0.6 / 0.4) + z)

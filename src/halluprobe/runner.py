@@ -22,7 +22,7 @@ from halluprobe.backends.base import Backend
 from halluprobe.clip_signal import CLIP_SIGNAL, ClipScorer
 from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
-from halluprobe.readouts.apply import TEXT_PREFIX
+from halluprobe.readouts.value import TEXT_PREFIX
 from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.readouts.tokensets import greedy_answer

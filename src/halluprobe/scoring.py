@@ -16,44 +16,35 @@ from halluprobe.errors import InputError
 from halluprobe.imports.answers import read_answers
 from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
-from halluprobe.readouts.corrections import RUN_LEVEL, apply_threshold
 from halluprobe.files import write_atomic
-from halluprobe.readouts.apply import apply, check_readout, cross_check
+from halluprobe.readouts.apply import apply_run, available_readouts, check_readout
 from halluprobe.readouts.text import ALL_TEXT_RULES, parse_text
+from halluprobe.readouts.value import Readout
 from halluprobe.records import ReadoutResult, RunHeader, Sample, ScoreReport
 from halluprobe.rundir import RunDir
 
 __all__ = [
     "score_rundir",
     "score_answers_file",
+    "score_readouts",
     "compat_rundir",
-    "read_answers",
     "read_run_samples",
     "read_scored_run",
     "readout_results",
     "readout_rows",
+    "readouts_reports",
     "write_per_question",
 ]
 
 log = logging.getLogger(__name__)
 
 
-def readout_results(readout: str, header: RunHeader, samples: Sequence[Sample]) -> list[ReadoutResult | None]:
-    """``readout`` applied to every stored sample (score time), cross-checked against the
-    decisions an earlier halluprobe stored beside the raw outputs."""
-    if readout.partition(":")[0] in RUN_LEVEL:  # a rule that reads the whole run (threshold)
-        return apply_threshold(readout, samples, header.token_sets)
-    results = [apply(readout, s, header.token_sets) for s in samples]
-    check = cross_check(readout, samples, results)
-    if check.differ:
-        log.warning(
-            "%s: %d of %d stored decisions differ from the recomputed ones (%s); the recomputed ones are scored",
-            readout, check.differ, check.compared, "; ".join(check.examples),
-        )  # fmt: skip
-    return results
+def readout_results(readout: Readout | str, header: RunHeader, samples: Sequence[Sample]) -> list[ReadoutResult | None]:
+    """:func:`~halluprobe.readouts.apply.apply_run` under its former name (the audit calls it)."""
+    return apply_run(readout, header, samples)
 
 
-def readout_rows(readout: str, header: RunHeader, samples: Sequence[Sample]) -> list[ScoreRow]:
+def readout_rows(readout: Readout | str, header: RunHeader, samples: Sequence[Sample]) -> list[ScoreRow]:
     """The rows one readout is scored on: a sample it cannot read is unknown, an errored one an error."""
     return [
         ScoreRow(
@@ -65,7 +56,7 @@ def readout_rows(readout: str, header: RunHeader, samples: Sequence[Sample]) -> 
             p_yes=r.p_yes if r is not None and s.error is None else None,
             error=s.error is not None,
         )
-        for s, r in zip(samples, readout_results(readout, header, samples))
+        for s, r in zip(samples, apply_run(readout, header, samples))
     ]
 
 
@@ -82,17 +73,43 @@ def read_run_samples(path: str | Path) -> tuple[RunDir, RunHeader, list[Sample]]
     return rundir, header, samples
 
 
-def read_scored_run(path: str | Path, readout: str, *, force_invalid: bool = False) -> tuple[RunDir, RunHeader, list[Sample]]:
+def read_scored_run(path: str | Path, readout: Readout | str, *, force_invalid: bool = False) -> tuple[RunDir, RunHeader, list[Sample]]:
     """A yes/no run dir's header and samples, refused unless it can be scored with ``readout``."""
     rundir, header, samples = read_run_samples(path)
     check_readout(readout, header, samples, force_invalid=force_invalid, source=rundir.header_path)
     return rundir, header, samples
 
 
+def readouts_reports(
+    rundir: str | Path, *, readouts: Sequence[str] | None = None, policy: str = "wrong", n_resamples: int = 1000, seed: int = 0
+) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
+    """Every readout of a run (or those named) scored as ``score_rundir`` scores it (samples
+    read once for all), and which of them are forced (legacy ids that are other words in this
+    vocabulary)."""
+    run, header, samples = read_run_samples(rundir)
+    names = readouts if readouts is not None else available_readouts(header, samples)
+    return score_readouts(run, header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
+
+
+def score_readouts(
+    run: RunDir, header: RunHeader, samples: Sequence[Sample], readouts: Sequence[str], *, policy: str, n_resamples: int, seed: int
+) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
+    """``readouts`` of one run's samples through ``score_rundir``'s checks and rows (no
+    metrics.json), and the forced ones among them."""
+    parsed = [Readout.parse(name) for name in dict.fromkeys(readouts)]
+    sets = header.token_sets
+    forced = tuple(r.name for r in parsed if r.legacy and sets is not None and not sets.legacy_valid)
+    reports = {}
+    for r in parsed:
+        check_readout(r, header, samples, force_invalid=r.name in forced, source=run.header_path)
+        reports[r.name] = score_rows(readout_rows(r, header, samples), readout=r.name, policy=policy, n_resamples=n_resamples, seed=seed)  # type: ignore[arg-type]
+    return reports, forced
+
+
 def score_rundir(
     path: str | Path,
     *,
-    readout: str = "dynamic",
+    readout: Readout | str = "dynamic",
     policy: UnknownPolicy = "wrong",
     force_invalid: bool = False,
     n_resamples: int = 1000,
@@ -103,9 +120,10 @@ def score_rundir(
     """Apply ``readout`` to what ``run`` stored and score it; writes ``RUNDIR/metrics.json``
     and, with ``per_question``, one JSON line per question (split, question_id, label,
     decision, p_yes) so that anyone can check the table line by line."""
-    rundir, header, samples = read_scored_run(path, readout, force_invalid=force_invalid)
-    rows = readout_rows(readout, header, samples)
-    report = score_rows(rows, readout=readout, policy=policy, n_resamples=n_resamples, seed=seed)
+    parsed = Readout.of(readout)
+    rundir, header, samples = read_scored_run(path, parsed, force_invalid=force_invalid)
+    rows = readout_rows(parsed, header, samples)
+    report = score_rows(rows, readout=str(parsed), policy=policy, n_resamples=n_resamples, seed=seed)
     if write:
         rundir.write_metrics(report)
     if per_question is not None:
@@ -114,15 +132,16 @@ def score_rundir(
 
 
 def compat_rundir(
-    path: str | Path, *, readout: str, tool: str, force_invalid: bool = False
+    path: str | Path, *, readout: Readout | str, tool: str, force_invalid: bool = False
 ) -> dict[str, dict[str, float | int]]:
     """The numbers ``tool`` (lmms-eval, vlmevalkit) would print for ``readout``'s decisions on a
     run dir, its counting quirks included (:mod:`halluprobe.metrics.compat`). ``force_invalid``
     as for :func:`score_rundir`: the same decisions, whichever tool counts them."""
     from halluprobe.metrics.compat import tool_numbers
 
-    _, header, samples = read_scored_run(path, readout, force_invalid=force_invalid)
-    return tool_numbers(readout_rows(readout, header, samples), tool)
+    parsed = Readout.of(readout)
+    _, header, samples = read_scored_run(path, parsed, force_invalid=force_invalid)
+    return tool_numbers(readout_rows(parsed, header, samples), tool)
 
 
 def write_per_question(path: str | Path, rows: Sequence[ScoreRow], samples: Sequence[Sample]) -> Path:

@@ -16,16 +16,13 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from halluprobe.errors import InputError
 from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, markdown_table, score_rows_named
-from halluprobe.records import FrozenRecord, Metrics, RunHeader, Sample, ScoreReport
-
-if TYPE_CHECKING:
-    from halluprobe.rundir import RunDir
+from halluprobe.records import FrozenRecord, Metrics, ScoreReport
 
 __all__ = [
     "PROVENANCE_MARK",
@@ -47,7 +44,6 @@ __all__ = [
     "render_markdown",
     "render_latex",
     "readouts_grid",
-    "readouts_reports",
     "readouts_provenance",
     "render_readouts",
     "latex_escape",
@@ -328,40 +324,6 @@ def readouts_grid(reports: Mapping[str, ScoreReport], forced: Collection[str], s
     return Grid(header=("readout", *split_headers, *macro_headers), rows=tuple(rows))
 
 
-def readouts_reports(
-    rundir: str | Path, *, readouts: Sequence[str] | None = None, policy: str = "wrong", n_resamples: int = 1000, seed: int = 0
-) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
-    """Every readout of a run (or those named) scored as ``score_rundir`` scores it (samples
-    read once for all), and which of them are forced (legacy ids that are other words in this
-    vocabulary)."""
-    from halluprobe.readouts.apply import available_readouts
-    from halluprobe.scoring import read_run_samples
-
-    run, header, samples = read_run_samples(rundir)
-    names = readouts if readouts is not None else available_readouts(header, samples)
-    return _score_readouts(run, header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
-
-
-def _score_readouts(
-    run: RunDir, header: RunHeader, samples: Sequence[Sample], readouts: Sequence[str], *, policy: str, n_resamples: int, seed: int
-) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
-    """``readouts`` of one run's samples through ``score_rundir``'s checks and rows (no
-    metrics.json), and the forced ones among them."""
-    from halluprobe.metrics.score import score_rows
-    from halluprobe.readouts.apply import check_readout
-    from halluprobe.readouts.logits import LEGACY_READOUTS
-    from halluprobe.scoring import readout_rows
-
-    names = list(dict.fromkeys(readouts))
-    sets = header.token_sets
-    forced = tuple(r for r in names if r in LEGACY_READOUTS and sets is not None and not sets.legacy_valid)
-    reports = {}
-    for r in names:
-        check_readout(r, header, samples, force_invalid=r in forced, source=run.header_path)
-        reports[r] = score_rows(readout_rows(r, header, samples), readout=r, policy=policy, n_resamples=n_resamples, seed=seed)  # type: ignore[arg-type]
-    return reports, forced
-
-
 def readouts_provenance(rundir: str | Path, reports: Mapping[str, ScoreReport], forced: Collection[str], headline: str) -> Provenance:
     """The provenance of a readouts table of ``rundir``."""
     from halluprobe import __version__
@@ -479,14 +441,14 @@ def study_table(
     recommended column (the model's own yes/no sets) is marked (*). A readout a run cannot give
     (text rules on a logits-only run) is '-'."""
     from halluprobe.readouts.apply import available_readouts
-    from halluprobe.scoring import read_run_samples
+    from halluprobe.scoring import read_run_samples, score_readouts
 
     header_cells = ["model", "split", *[f"{r}{' (*)' if r == RECOMMENDED else ''}" for r in STUDY_READOUTS]]
     rows: list[list[str]] = []
     for rundir in rundirs:
         run, header, samples = read_run_samples(rundir)
         names = [r for r in STUDY_READOUTS if r in available_readouts(header, samples)]
-        reports, forced = _score_readouts(run, header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
+        reports, forced = score_readouts(run, header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
         model = Path(header.model).name or header.model
         splits = [*next(iter(reports.values())).splits, "macro"] if reports else []
         for split in splits:

@@ -140,7 +140,8 @@ def audit_cmd(
 
 def _print_readouts_table(rundir: Path, headline: str, unknown: str, resamples: int, seed: int, syntax: str) -> None:
     """The run's readouts side by side, under a provenance comment that `halluprobe check` reads."""
-    from halluprobe.tables import readouts_provenance, readouts_reports, render_readouts
+    from halluprobe.scoring import readouts_reports
+    from halluprobe.tables import readouts_provenance, render_readouts
 
     with errors():
         reports, forced = readouts_reports(rundir, policy=unknown, n_resamples=resamples, seed=seed)

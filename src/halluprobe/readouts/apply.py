@@ -5,13 +5,18 @@ piece, the greedy text); :func:`apply` turns one stored sample into one readout'
 when ``score``, ``audit`` or ``report`` asks for it. So a run made with one text rule can be
 scored with any other, and a corrected rule needs no new model run.
 
-Readout names:
+A readout is a :class:`~halluprobe.readouts.value.Readout` (a name parsed once):
 
-- ``legacy_2tok``, ``legacy_8tok``, ``dynamic``: :mod:`halluprobe.readouts.logits` over the
-  stored ``candidates`` and the run's token sets;
-- ``text:RULE``: :mod:`halluprobe.readouts.text` over the stored ``text``;
-- any other name: a decision that exists only as stored (a rule of another tool, recorded
-  beside the text when its answers were imported); it cannot be recomputed.
+- a logit readout: :mod:`halluprobe.readouts.logits` over the stored ``candidates`` and the
+  run's token sets;
+- a text rule: :mod:`halluprobe.readouts.text` over the stored ``text``;
+- a correction: :mod:`halluprobe.readouts.corrections` over the stored signals;
+- a run-level rule (``threshold``): reads every sample at once, so only :func:`apply_run`
+  applies it;
+- a stored decision (a rule of another tool, recorded beside the text when its answers were
+  imported): read as stored; it cannot be recomputed.
+
+:func:`apply_run` is the one whole-run entry point (score, audit, tables, corrections, report).
 
 Run dirs written before this module stored each readout's decision beside the raw outputs.
 Those are still read, as a cross-check: :func:`cross_check` counts stored decisions that the
@@ -20,65 +25,72 @@ recomputation does not reproduce.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from halluprobe.readouts.corrections import (
-    CORRECTIONS,
-    apply_correction,
-    is_correction,
-    parse_correction,
-    recorded_signals,
-    required_signals,
-)
 from halluprobe.errors import InputError
-from halluprobe.readouts.logits import LEGACY_READOUTS, LOGIT_READOUTS
-from halluprobe.readouts.text import ALL_TEXT_RULES, TEXT_RULES, parse_text
+from halluprobe.readouts.corrections import apply_correction, apply_threshold, recorded_signals
+from halluprobe.readouts.logits import LOGIT_READOUTS
+from halluprobe.readouts.text import ALL_TEXT_RULES, TEXT_RULES
+from halluprobe.readouts.value import TEXT_PREFIX, Readout, unknown_readout
 from halluprobe.records import ReadoutResult, RunHeader, Sample, TokenSets
 
 __all__ = [
     "TEXT_PREFIX",
     "apply",
     "apply_all",
+    "apply_run",
     "available_readouts",
     "check_readout",
     "cross_check",
     "CrossCheck",
-    "is_recomputable",
 ]
 
-TEXT_PREFIX = "text:"
+log = logging.getLogger(__name__)
 
 
-def is_recomputable(readout: str) -> bool:
-    """Whether ``readout`` is computed from raw outputs (else it can only be read as stored)."""
-    return (
-        readout in LOGIT_READOUTS
-        or (readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in ALL_TEXT_RULES)
-        or is_correction(readout)
-    )
-
-
-def apply(readout: str, sample: Sample, token_sets: TokenSets | None) -> ReadoutResult | None:
+def apply(readout: Readout, sample: Sample, token_sets: TokenSets | None) -> ReadoutResult | None:
     """One readout of one stored sample, computed from its raw outputs.
 
     A sample without the raw outputs the readout reads (no candidates or token sets, no text)
     gives the decision stored for it, if any (a hand-made or imported sample); None when there
-    is nothing to read (an errored sample too), which scoring counts as unknown."""
+    is nothing to read (an errored sample too), which scoring counts as unknown. A run-level
+    rule is refused: it is applied by :func:`apply_run`."""
     if sample.error is not None:
         return None
-    if is_correction(readout):  # a correction over stored signals (halluprobe.readouts.corrections)
-        return apply_correction(readout, sample, token_sets)
-    if readout in LOGIT_READOUTS and token_sets is not None and sample.candidates:
-        return LOGIT_READOUTS[readout](sample.candidates, token_sets)
-    if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in ALL_TEXT_RULES and sample.text is not None:
-        return ReadoutResult(decision=parse_text(readout[len(TEXT_PREFIX):], sample.text))
-    return sample.readouts.get(readout)
+    if readout.kind == "correction":
+        return apply_correction(readout.method, readout.parameters, sample, token_sets)
+    if readout.kind == "run_level":
+        raise ValueError(f"{readout} reads the whole run: apply it with apply_run")
+    if readout.kind == "logit" and token_sets is not None and sample.candidates:
+        return LOGIT_READOUTS[readout.method](sample.candidates, token_sets)
+    if readout.kind == "text" and sample.text is not None:
+        return ReadoutResult(decision=ALL_TEXT_RULES[readout.method](sample.text))
+    return sample.readouts.get(readout.name)
+
+
+def apply_run(readout: Readout | str, header: RunHeader, samples: Sequence[Sample]) -> list[ReadoutResult | None]:
+    """``readout`` applied to every stored sample of a run (run-level rules included),
+    cross-checked against the decisions an earlier halluprobe stored beside the raw outputs (a
+    difference is logged; the recomputed decisions are returned)."""
+    readout = Readout.of(readout)
+    if readout.kind == "run_level":  # the threshold: chosen on the run's own p_yes
+        return apply_threshold(readout.parameters, samples, header.token_sets)
+    results = [apply(readout, s, header.token_sets) for s in samples]
+    check = cross_check(readout, samples, results)
+    if check.differ:
+        log.warning(
+            "%s: %d of %d stored decisions differ from the recomputed ones (%s); the recomputed ones are scored",
+            readout, check.differ, check.compared, "; ".join(check.examples),
+        )  # fmt: skip
+    return results
 
 
 def apply_all(sample: Sample, header: RunHeader) -> dict[str, ReadoutResult]:
-    """Every readout the run allows, applied to one sample (those it can read)."""
-    results = {name: apply(name, sample, header.token_sets) for name in available_readouts(header, [sample])}
+    """Every per-sample readout the run allows, applied to one sample (those it can read)."""
+    readouts = [Readout.parse(name) for name in available_readouts(header, [sample])]
+    results = {str(r): apply(r, sample, header.token_sets) for r in readouts if r.kind != "run_level"}
     return {name: result for name, result in results.items() if result is not None}
 
 
@@ -102,46 +114,45 @@ def available_readouts(header: RunHeader, samples: Iterable[Sample] = ()) -> lis
 
 
 def _stores_text(header: RunHeader) -> bool:
-    # a run generates greedy text when it was asked for any text rule (max_new_tokens > 0)
+    # a run generates greedy text when it was asked for text (max_new_tokens > 0)
     return bool(header.text_rules) and header.max_new_tokens > 0
 
 
-def check_readout(readout: str, header: RunHeader, samples: Sequence[Sample], *, force_invalid: bool, source: object) -> None:
-    """Refuse a readout this run cannot give, or a legacy readout its vocabulary makes invalid."""
-    if is_correction(readout):
-        parse_correction(readout)  # an unknown parameter is one line
+def check_readout(
+    readout: Readout | str, header: RunHeader, samples: Sequence[Sample], *, force_invalid: bool, source: object
+) -> Readout:
+    """``readout`` as a value, refused when this run cannot give it (a correction whose signals
+    it did not record, text rules on a logits-only run, a stored decision it does not have) or
+    when it is a legacy readout its vocabulary makes invalid."""
+    parsed = Readout.of(readout)
+    if parsed.kind in ("correction", "run_level"):
         recorded = set().union(*(recorded_signals(s) for s in samples))
-        for signal in required_signals(readout):
+        for signal in parsed.signals:
             if signal not in recorded:
                 flag = "layers" if signal == "layer:*" else signal
                 how = f"--signals {flag}" + (" --clip-model PATH" if flag == "clip" else "")
                 raise InputError(
-                    f"{readout} reads the {flag!r} signal, which this run did not record: "
+                    f"{parsed} reads the {flag!r} signal, which this run did not record: "
                     f"run the model with `halluprobe run {how}`",
                     source,  # type: ignore[arg-type]
                 )
-        return
+        return parsed
     available = available_readouts(header, samples)
-    # an alternative rule version (text:yorn@2024) is not listed, but applies wherever text is stored
-    other_version = readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in ALL_TEXT_RULES and _stores_text(header)
-    if readout not in available and not other_version:
-        if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] not in ALL_TEXT_RULES:
-            reason = f"unknown text rule {readout[len(TEXT_PREFIX):]!r}; known: {', '.join(ALL_TEXT_RULES)}"
-        elif readout.startswith(TEXT_PREFIX):
-            reason = "this run stored no text (it was run with --text-rules ''): text rules need its greedy answers"
+    # every text rule (an alternative version too: text:yorn@2024) applies wherever text is stored
+    if parsed.name not in available and not (parsed.kind == "text" and _stores_text(header)):
+        if parsed.kind == "text":
+            reason = "this run stored no text (it was run with --no-text): text rules need its greedy answers"
         else:
-            reason = f"readout {readout!r} is not in this run"
-        raise InputError(
-            f"{reason}; it has: {', '.join(available)}, and the corrections {', '.join(CORRECTIONS)} over recorded signals",
-            source,  # type: ignore[arg-type]
-        )
+            reason = f"readout {parsed.name!r} is not in this run"
+        raise InputError(unknown_readout(reason, available), source)  # type: ignore[arg-type]
     sets = header.token_sets
-    if readout in LEGACY_READOUTS and sets is not None and not sets.legacy_valid and not force_invalid:
+    if parsed.legacy and sets is not None and not sets.legacy_valid and not force_invalid:
         raise InputError(
-            f"readout {readout} reads LLaMA-2 ids that are not yes/no in this model's vocabulary "
+            f"readout {parsed} reads LLaMA-2 ids that are not yes/no in this model's vocabulary "
             "(see `halluprobe tokens`); pass --force-invalid to see what it would score",
             source,  # type: ignore[arg-type]
         )
+    return parsed
 
 
 @dataclass
@@ -153,13 +164,13 @@ class CrossCheck:
     examples: list[str] = field(default_factory=list)
 
 
-def cross_check(readout: str, samples: Sequence[Sample], results: Sequence[ReadoutResult | None]) -> CrossCheck:
+def cross_check(readout: Readout, samples: Sequence[Sample], results: Sequence[ReadoutResult | None]) -> CrossCheck:
     """Compare the decisions and p_yes a run stored for ``readout`` with ``results``."""
     check = CrossCheck()
-    if not is_recomputable(readout):
+    if not readout.recomputable:
         return check
     for sample, result in zip(samples, results):
-        stored = sample.readouts.get(readout)
+        stored = sample.readouts.get(readout.name)
         if stored is None:
             continue
         check.compared += 1

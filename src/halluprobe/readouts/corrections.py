@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import decide, logsumexp, read_dynamic
@@ -33,11 +34,12 @@ from halluprobe.records import ReadoutResult, Sample, SignalLogprobs, TokenSets
 __all__ = [
     "CORRECTIONS",
     "Correction",
+    "Param",
     "apply_correction",
     "apply_threshold",
     "RUN_LEVEL",
     "inert_reason",
-    "is_correction",
+    "inert_reason_of",
     "parse_correction",
     "recorded_signals",
     "required_signals",
@@ -46,21 +48,32 @@ __all__ = [
 Scores = dict[int, float]  # token id -> score
 
 
+class Param(NamedTuple):
+    """One parameter of a method: its published default and the closed range a value must lie in
+    (outside it the rule is not the method any more, or its numbers leave the float range)."""
+
+    default: float
+    low: float
+    high: float
+
+
 @dataclass(frozen=True)
 class Correction:
-    """One method: its signals, its parameters with defaults, and its rule."""
+    """One method: its signals, its parameters (default and valid range), and its rule."""
 
     signals: tuple[str, ...]
-    defaults: Mapping[str, float]
+    params: Mapping[str, Param]
     # per-id scores from the base pass's yes/no log-probabilities (contrast methods); None: a
     # log-odds shift (below) or a rule that reads the whole run (RUN_LEVEL, apply_threshold)
     rule: Callable[[Scores, float, Sample, Mapping[str, float], TokenSets], Scores | None] | None
     reference: str
-    # parameters that must lie in [low, high]
-    bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # a rule that only moves the dynamic readout's yes and no log-masses: (to yes, to no). It
     # needs no per-id numbers, so it reads piece-keyed runs (server backends) too.
     shift: Callable[[Sample, Mapping[str, float]], tuple[float, float] | None] | None = None
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        return {key: param.default for key, param in self.params.items()}
 
 
 def _scores(candidates: Mapping[str, float], ids: list[int]) -> Scores | None:
@@ -100,24 +113,38 @@ def _icd(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], 
     return _contrast(base, base_max, sample.signals["instruction"], p["alpha"], p["beta"])
 
 
-def _m3id_weight(p: Mapping[str, float]) -> float:
-    # M3ID's guidance weight at step t: (1 - exp(-lambda t)) / exp(-lambda t); 0 at t = 0
-    decay = math.exp(-p["lambda"] * p["t"])
-    return (1 - decay) / decay
+def _m3id_log_weight(p: Mapping[str, float]) -> float:
+    """log of M3ID's guidance weight at step t, ``w_t = (1 - exp(-lambda t)) / exp(-lambda t)``
+    = ``exp(lambda t) - 1``, in log space: ``lambda t + log(1 - exp(-lambda t))``. No division
+    and no overflow at any ``lambda t``; -inf (w = 0) at t = 0."""
+    x = p["lambda"] * p["t"]
+    return -math.inf if x <= 0 else x + math.log(-math.expm1(-x))
 
 
 def _m3id(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
     """M3ID (Favero et al., CVPR 2024): ``l(v) + w_t * (l(v) - l(no image))`` with
     ``w_t = (1 - exp(-lambda t)) / exp(-lambda t)``. At the first answer token (t = 0) the weight
-    is 0: the method cannot change a yes/no answer read there (:func:`inert_reason` says so)."""
-    w = _m3id_weight(p)
-    if w == 0.0:  # inert: the base pass, whatever the signal says (none is needed)
+    is 0: the method cannot change a yes/no answer read there (:func:`inert_reason` says so).
+
+    Computed as ``l(v) - w_t * (d_max - d)`` with ``d = l(v) - l(no image)``: the same scores less
+    the constant ``w_t * d_max`` (which leaves decisions and ``p_yes`` unchanged), so a weight
+    too large for a float drives the other ids to -inf instead of giving inf - inf."""
+    log_w = _m3id_log_weight(p)
+    if log_w == -math.inf:  # inert: the base pass, whatever the signal says (none is needed)
         return dict(base)
     ids = list(base)
     theirs = _scores(sample.signals["no-image"].candidates, ids)
     if theirs is None:
         return None
-    return {i: base[i] + w * (base[i] - theirs[i]) for i in ids}
+    gain = {i: base[i] - theirs[i] for i in ids}
+    if not all(math.isfinite(g) for g in gain.values()):
+        return None  # a pass without mass on an id: no contrast to read
+    top = max(gain.values())
+    return {i: base[i] - _exp_or_inf(log_w + math.log(top - gain[i])) if gain[i] < top else base[i] for i in ids}
+
+
+def _exp_or_inf(x: float) -> float:
+    return math.exp(x) if x < 709.0 else math.inf  # exp(709.8) is the largest float
 
 
 def _pai(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], sets: TokenSets) -> Scores | None:
@@ -183,65 +210,78 @@ def _softplus(x: float) -> float:
     return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
 
 
+# The ranges: alpha, gamma, beta (clip) and b up to 100 (beyond it the contrast or the shift
+# alone decides, and larger values only lose float precision); the plausibility cut-offs (beta,
+# relative_top), CLIP's patch weight and the yes-ratio are fractions; lambda t up to 10 * 4096.
 CORRECTIONS: dict[str, Correction] = {
-    "vcd": Correction(("noised",), {"alpha": 1.0, "beta": 0.1}, _vcd, "Leng et al. 2024"),
-    "icd": Correction(("instruction",), {"alpha": 1.0, "beta": 0.1}, _icd, "Wang et al. 2024"),
-    "m3id": Correction(("no-image",), {"lambda": 0.02, "t": 0.0}, _m3id, "Favero et al. 2024"),
-    "pai": Correction(("attention", "no-image"), {"gamma": 1.1}, _pai, "Liu et al. 2024"),
-    "dola": Correction(("layer:*",), {"relative_top": 0.1}, _dola, "Chuang et al. 2024"),
-    "clip": Correction(
-        ("clip",), {"beta": 1.0, "patch": 0.0}, rule=None, reference="CLIP certainty (after Deng et al. 2024)",
-        bounds={"patch": (0.0, 1.0)}, shift=_clip,
+    "vcd": Correction(
+        ("noised",), {"alpha": Param(1.0, 0.0, 100.0), "beta": Param(0.1, 0.0, 1.0)}, _vcd, "Leng et al. 2024"
     ),
-    "bias": Correction((), {"b": 0.5}, rule=None, reference="a constant logit bias", shift=_bias),
+    "icd": Correction(
+        ("instruction",), {"alpha": Param(1.0, 0.0, 100.0), "beta": Param(0.1, 0.0, 1.0)}, _icd, "Wang et al. 2024"
+    ),
+    "m3id": Correction(
+        ("no-image",), {"lambda": Param(0.02, 0.0, 10.0), "t": Param(0.0, 0.0, 4096.0)}, _m3id, "Favero et al. 2024"
+    ),
+    "pai": Correction(("attention", "no-image"), {"gamma": Param(1.1, 1.0, 100.0)}, _pai, "Liu et al. 2024"),
+    "dola": Correction(("layer:*",), {"relative_top": Param(0.1, 0.0, 1.0)}, _dola, "Chuang et al. 2024"),
+    "clip": Correction(
+        ("clip",), {"beta": Param(1.0, 0.0, 100.0), "patch": Param(0.0, 0.0, 1.0)}, rule=None,
+        reference="CLIP certainty (after Deng et al. 2024)", shift=_clip,
+    ),
+    "bias": Correction((), {"b": Param(0.5, -100.0, 100.0)}, rule=None, reference="a constant logit bias", shift=_bias),
     "threshold": Correction(
-        (), {"yes_ratio": 0.5}, None, "a decision threshold on p_yes (run-level: apply_threshold)", {"yes_ratio": (0.0, 1.0)}
+        (), {"yes_ratio": Param(0.5, 0.0, 1.0)}, None, "a decision threshold on p_yes (run-level: apply_threshold)"
     ),
 }
 # rules that read the whole run, not one sample: applied by apply_threshold
 RUN_LEVEL = frozenset({"threshold"})
 
 
-def is_correction(readout: str) -> bool:
-    return readout.partition(":")[0] in CORRECTIONS
-
-
 def parse_correction(spec: str) -> tuple[str, dict[str, float]]:
-    """``NAME`` or ``NAME:key=value,...`` -> (name, every parameter with its value or default)."""
+    """``NAME`` or ``NAME:key=value,...`` -> (name, every parameter with its value or default).
+
+    Strict: a key given twice, a value that is not a finite number or lies outside the
+    method's range (:class:`Param`) is refused with one line naming the spec."""
     name, _, rest = spec.partition(":")
     if name not in CORRECTIONS:
         raise InputError(f"unknown correction {name!r}; known: {', '.join(CORRECTIONS)}")
-    params = dict(CORRECTIONS[name].defaults)
+    declared = CORRECTIONS[name].params
+    params = {key: param.default for key, param in declared.items()}
+    given: set[str] = set()
     for pair in filter(None, (x.strip() for x in rest.split(","))):
-        key, sep, value = pair.partition("=")
-        if not sep or key.strip() not in params:
-            raise InputError(f"{spec}: {name} takes {', '.join(f'{k}=NUMBER' for k in params)}, not {pair!r}")
+        key, sep, value = (part.strip() for part in pair.partition("="))
+        if not sep or key not in declared:
+            raise InputError(f"{spec}: {name} takes {', '.join(f'{k}=NUMBER' for k in declared)}, not {pair!r}")
+        if key in given:  # the last value would win while the name still shows the first
+            raise InputError(f"{spec}: {key} is given twice")
+        given.add(key)
         try:
-            params[key.strip()] = float(value)
+            params[key] = float(value)
         except ValueError:
-            raise InputError(f"{spec}: {key.strip()} must be a number, not {value!r}") from None
-        if not math.isfinite(params[key.strip()]):
-            raise InputError(f"{spec}: {key.strip()} must be a finite number, not {value!r}")
-    for key, (low, high) in CORRECTIONS[name].bounds.items():
+            raise InputError(f"{spec}: {key} must be a number, not {value!r}") from None
+        if not math.isfinite(params[key]):
+            raise InputError(f"{spec}: {key} must be a finite number, not {value!r}")
+        low, high = declared[key].low, declared[key].high
         if not low <= params[key] <= high:
             raise InputError(f"{spec}: {key} must lie in [{low:g}, {high:g}]")
     return name, params
 
 
-def required_signals(spec: str) -> tuple[str, ...]:
+def required_signals(name: str, params: Mapping[str, float]) -> tuple[str, ...]:
     """The signals a correction reads (``layer:*``: at least one early layer); none when its
     settings make it inert."""
-    name, params = parse_correction(spec)
-    return () if _inert_reason(name, params) is not None else CORRECTIONS[name].signals
+    return () if inert_reason_of(name, params) is not None else CORRECTIONS[name].signals
 
 
 def inert_reason(spec: str) -> str | None:
+    """Why a correction spec cannot change a first-token yes/no answer, if so."""
+    return inert_reason_of(*parse_correction(spec))
+
+
+def inert_reason_of(name: str, params: Mapping[str, float]) -> str | None:
     """Why a correction cannot change a first-token yes/no answer with these settings, if so."""
-    return _inert_reason(*parse_correction(spec))
-
-
-def _inert_reason(name: str, params: Mapping[str, float]) -> str | None:
-    if name == "m3id" and _m3id_weight(params) == 0.0:
+    if name == "m3id" and _m3id_log_weight(params) == -math.inf:
         return "M3ID's guidance weight (1 - exp(-lambda t)) / exp(-lambda t) is 0 at t = 0, the first answer token"
     return None
 
@@ -257,15 +297,15 @@ def recorded_signals(sample: Sample) -> set[str]:
     return names
 
 
-def apply_correction(spec: str, sample: Sample, token_sets: TokenSets | None) -> ReadoutResult | None:
-    """One correction applied to one stored sample; None when the sample lacks what it reads."""
-    name, params = parse_correction(spec)
+def apply_correction(name: str, params: Mapping[str, float], sample: Sample, token_sets: TokenSets | None) -> ReadoutResult | None:
+    """One correction (parsed by :func:`parse_correction`) applied to one stored sample; None
+    when the sample lacks what it reads."""
     if name in RUN_LEVEL:
-        raise InputError(f"{spec} reads the whole run: score it with `halluprobe score` or `halluprobe corrections`")
+        raise ValueError(f"{name} reads the whole run: apply it with apply_threshold")
     if sample.error is not None or token_sets is None or not sample.candidates:
         return None
     correction = CORRECTIONS[name]
-    if _inert_reason(name, params) is None and not set(correction.signals) <= recorded_signals(sample):
+    if inert_reason_of(name, params) is None and not set(correction.signals) <= recorded_signals(sample):
         return None
     if correction.shift is not None and token_sets.keyed_by != "id":  # pieces: the dynamic readout's masses
         return _shifted(read_dynamic(sample.candidates, token_sets), correction.shift(sample, params))
@@ -304,13 +344,12 @@ def _shifted(base: ReadoutResult, shift: tuple[float, float] | None) -> ReadoutR
     return decide(yes, no)
 
 
-def apply_threshold(spec: str, samples: Sequence[Sample], token_sets: TokenSets | None) -> list[ReadoutResult | None]:
+def apply_threshold(params: Mapping[str, float], samples: Sequence[Sample], token_sets: TokenSets | None) -> list[ReadoutResult | None]:
     """``threshold:yes_ratio=r``: the dynamic readout's ``p_yes`` with the threshold chosen on
     the run so that a fraction ``r`` of the answered questions is answered yes (the largest
     ``p_yes`` first; ties at the threshold all go the same way, so the ratio is met as closely
     as ties allow). A prior correction, not a decoding method: it shows how much of a method's
     gain a plain change of the yes-ratio gives. ``p_yes`` is kept; only the decision moves."""
-    _, params = parse_correction(spec)
     ratio = params["yes_ratio"]
     base: list[ReadoutResult | None] = [
         read_dynamic(s.candidates, token_sets) if s.error is None and token_sets is not None and s.candidates else None

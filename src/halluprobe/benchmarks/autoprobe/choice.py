@@ -37,10 +37,11 @@ from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.questions import LETTERS, ChoiceQuestion, Letter
 from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
-from halluprobe.readouts.apply import apply
+from halluprobe.readouts.apply import apply, apply_run
 from halluprobe.readouts.logits import logsumexp, top_choice
 from halluprobe.readouts.tokensets import classify_letter
-from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig, Request, Sample, TokenLogprob, TokenSets
+from halluprobe.readouts.value import Readout
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig, Request, Sample, RunHeader, TokenLogprob
 
 __all__ = [
     "ChoiceSample",
@@ -206,7 +207,7 @@ def consistency_table(
     existence: Sequence[Sample],
     choices: Sequence[ChoiceSample],
     *,
-    token_sets: TokenSets | None = None,
+    header: RunHeader | None = None,
     existence_readout: str = "dynamic",
     choice_readout: str = "logit",
 ) -> dict[str, Any]:
@@ -215,13 +216,18 @@ def consistency_table(
 
     An object answered "no" to existence but given an attribute in AttriBait is inconsistent:
     the bait worked where the plain question did not. The existence readout is applied to the
-    stored samples (``token_sets``: the existence run's, from its run.json).
+    stored samples of the whole run (``header``: the existence run's run.json; None: only the
+    decisions the samples store, or their text, can be read).
     """
+    readout = Readout.parse(existence_readout)
+    if header is not None:
+        results = apply_run(readout, header, existence)
+    else:
+        results = [apply(readout, s, None) for s in existence]
     existence_by_object: dict[tuple[str, str], str] = {}
-    for s in existence:
+    for s, result in zip(existence, results):
         if s.label != "no" or s.object is None:
             continue
-        result = apply(existence_readout, s, token_sets)
         existence_by_object[(s.image, s.object)] = "error" if s.error else (result.decision if result else "unknown")
     rows = ("yes", "no", "unknown", "error")
     cols = ("D", "attribute", "other", "unknown", "error")
@@ -277,5 +283,5 @@ def run_choice(
     write_atomic(out, "".join(s.model_dump_json() + "\n" for s in samples))
     result: dict[str, Any] = {"metrics": choice_metrics(samples), "letter_ids": letter_ids}
     if existence is not None and existence_samples is not None:
-        result["consistency"] = consistency_table(existence_samples, samples, token_sets=existence.read_header().token_sets)
+        result["consistency"] = consistency_table(existence_samples, samples, header=existence.read_header())
     return result
