@@ -248,7 +248,7 @@ def test_third_party_answers_mismatch_gives_exit_2_with_line(tmp_path: Path) -> 
 def test_config_file_and_environment_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     world = _make_world(tmp_path)
     config = tmp_path / "run.toml"
-    config.write_text('[run]\nbackend = "hf"\nlimit = 2\ntext_rules = "pope"\n')
+    config.write_text('[run]\nbackend = "hf"\nlimit = 2\ntext = false\n')
     monkeypatch.setenv("HALLUPROBE_BACKEND", "scripted")  # environment beats the file
     out = tmp_path / "run"
     args = ["run", "--config", str(config), "--model", str(world["script"]), "--benchmark", str(world["random"]),
@@ -256,7 +256,7 @@ def test_config_file_and_environment_precedence(tmp_path: Path, monkeypatch: pyt
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     header = RunDir(out).read_header()
-    assert header.backend == "scripted" and header.limit == 2 and header.text_rules == ["pope"]
+    assert header.backend == "scripted" and header.limit == 2 and header.text_rules == []
     # a flag beats both
     result = runner.invoke(app, [*args, "--overwrite", "--limit", "4"])
     assert result.exit_code == 0, result.output

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from halluprobe.cli import app
 from halluprobe.readouts.logits import LOGIT_READOUTS
-from halluprobe.readouts.text import parse_text
+from halluprobe.readouts.text import TEXT_RULES, parse_text
 from halluprobe.rundir import RunDir
 from halluprobe.runner import run_fingerprint
 
@@ -33,9 +33,14 @@ def _score(out: Path, *extra: str) -> dict:
 def test_a_run_made_with_one_text_rule_is_scored_with_any_other(tmp_path: Path) -> None:
     world = _make_world(tmp_path)
     out = tmp_path / "run"
-    assert runner.invoke(app, _run_args(world, out, "--text-rules", "pope")).exit_code == 0
+    made = runner.invoke(app, _run_args(world, out, "--text-rules", "pope"))
+    assert made.exit_code == 0, made.output
+    # the deprecated flag: one line on stderr, and it means --text (the rule list is not kept)
+    assert [line for line in made.stderr.splitlines() if "deprecated" in line] == [
+        "warning: --text-rules is deprecated: every text rule is applied at score time; use --text (the default) or --no-text"
+    ]
     header = RunDir(out).read_header()
-    assert header.text_rules == ["pope"] and "text:strict" in header.readouts
+    assert header.text_rules == list(TEXT_RULES) and "text:strict" in header.readouts
     per_question = tmp_path / "strict.jsonl"
     report = _score(out, "--readout", "text:strict", "--per-question", str(per_question))
     lines = [json.loads(line) for line in per_question.read_text().splitlines()]
@@ -52,12 +57,18 @@ def test_a_run_made_with_one_text_rule_is_scored_with_any_other(tmp_path: Path) 
     assert all(0.0 <= json.loads(line)["p_yes"] <= 1.0 for line in per_question.read_text().splitlines())
 
 
-def test_a_logits_only_run_refuses_text_rules_with_the_reason(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", [["--no-text"], ["--text-rules", ""]])
+def test_a_logits_only_run_refuses_text_rules_with_the_reason(tmp_path: Path, flag: list[str]) -> None:
     world = _make_world(tmp_path)
     out = tmp_path / "run"
-    assert runner.invoke(app, _run_args(world, out, "--text-rules", "")).exit_code == 0
+    made = runner.invoke(app, _run_args(world, out, *flag))
+    assert made.exit_code == 0, made.output
+    assert ("deprecated" in made.stderr) == (flag[0] == "--text-rules")
+    header = RunDir(out).read_header()
+    assert header.text_rules == [] and not any(r.startswith("text:") for r in header.readouts)
+    assert all(s.text is None for s in RunDir(out).read_samples())
     result = runner.invoke(app, ["score", str(out), "--readout", "text:pope"])
-    assert result.exit_code == 2 and "stored no text" in result.output
+    assert result.exit_code == 2 and "stored no text (it was run with --no-text)" in result.output
     unknown = runner.invoke(app, ["score", str(out), "--readout", "text:nope"])
     assert unknown.exit_code == 2 and "unknown text rule 'nope'" in unknown.output
 
@@ -295,7 +306,7 @@ def test_the_multi_model_table_marks_invalid_legacy_readouts(tmp_path: Path) -> 
     world = _make_world(tmp_path)
     one, two = tmp_path / "one", tmp_path / "two"
     assert runner.invoke(app, _run_args(world, one)).exit_code == 0
-    assert runner.invoke(app, _run_args(world, two, "--text-rules", "")).exit_code == 0  # logits only
+    assert runner.invoke(app, _run_args(world, two, "--no-text")).exit_code == 0  # logits only
     result = runner.invoke(app, ["audit", str(one), str(two), "--table"])
     assert result.exit_code == 0, result.output
     rows = [line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| script.json")]
@@ -371,3 +382,39 @@ def test_check_reads_files_and_claims_with_one_line_errors(tmp_path: Path) -> No
     bad.write_text("text\n")
     result = runner.invoke(app, ["check", str(bad), "--claims", str(claims)])
     assert result.exit_code == 2 and "error:" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--text-rules", "nope"], "unknown text rule 'nope'"),
+        (["--no-text", "--text-rules", "pope"], "--no-text and --text-rules 'pope' contradict each other"),
+        (["--text", "--text-rules", ""], "--text and --text-rules '' contradict each other"),
+        (["--max-new-tokens", "0"], "give --no-text for a logits-only run"),
+    ],
+)
+def test_text_flags_that_do_not_combine_are_one_line(tmp_path: Path, flags: list[str], message: str) -> None:
+    result = runner.invoke(app, _run_args(_make_world(tmp_path), tmp_path / "run", *flags))
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("rules", "resume_flag", "accepted"), [
+    (["pope"], "--text", True), (["pope", "strict"], "--text", True), (["pope"], "--no-text", False), ([], "--no-text", True),
+])  # fmt: skip
+def test_a_run_dir_fingerprinted_with_a_rule_list_resumes_with_the_text_flag(
+    tmp_path: Path, rules: list[str], resume_flag: str, accepted: bool
+) -> None:
+    """halluprobe 0.1 fingerprinted the rule list as given (--text-rules pope); --text resumes it."""
+    world = _make_world(tmp_path)
+    out = tmp_path / "run"
+    made = runner.invoke(app, _run_args(world, out, "--limit", "2", "--text" if rules else "--no-text"))
+    assert made.exit_code == 0, made.output
+    rundir = RunDir(out)
+    old = rundir.read_header().model_copy(update={"generate": None, "text_rules": rules})
+    rundir.header_path.write_text(old.model_copy(update={"fingerprint": run_fingerprint(old, legacy=True)}).model_dump_json(indent=2) + "\n")
+    resumed = runner.invoke(app, _run_args(world, out, resume_flag, "--resume"))
+    if accepted:
+        assert resumed.exit_code == 0 and "68 answered, 4 already done" in resumed.output, resumed.output
+    else:
+        assert resumed.exit_code == 2 and "refusing to resume" in resumed.output, resumed.output

@@ -332,6 +332,12 @@ def run_questions(
         run_fingerprint(header, legacy=True),
         run_fingerprint(header.model_copy(update={"text_rules": list(_TEXT_FINGERPRINT)}), legacy=True),
     }
+    if config.resume and rundir.exists():
+        # 0.1's form over the rule list that run was given (--text-rules pope): the list does not
+        # change what is stored, only whether text is
+        old_rules = rundir.read_header().text_rules
+        if bool(old_rules) == bool(header.text_rules):
+            old_fingerprints.add(run_fingerprint(header.model_copy(update={"text_rules": list(old_rules)}), legacy=True))
     done = rundir.start(
         header, resume=config.resume, force=config.force, overwrite=config.overwrite,
         also_accept=old_fingerprints, retry_errors=config.retry_errors,

@@ -12,6 +12,7 @@ import typer
 from halluprobe.cli._app import ConfigOption, app, errors, progress
 from halluprobe.cli._backend import BackendSpec, with_backend
 from halluprobe.errors import InputError
+from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import ICD_INSTRUCTION
 
 __all__ = ["run_cmd", "merge_cmd", "diagnose_cmd", "read_benchmarks"]
@@ -39,6 +40,25 @@ def read_benchmarks(files: list[Path]) -> tuple[list[Any], dict[str, tuple[Path,
     return questions, fingerprints
 
 
+def _stores_text(text: bool | None, text_rules: str | None) -> bool:
+    """``--text/--no-text``, or the deprecated ``--text-rules`` it replaces (any known rule:
+    text; ``''``: none), with a one-line deprecation notice on stderr."""
+    if text_rules is None:
+        return text is not False
+    print(
+        "warning: --text-rules is deprecated: every text rule is applied at score time; "
+        "use --text (the default) or --no-text",
+        file=sys.stderr,
+    )
+    rules = [r.strip() for r in text_rules.split(",") if r.strip()]
+    unknown = [r for r in rules if r not in TEXT_RULES]
+    if unknown:
+        raise InputError(f"unknown text rule {unknown[0]!r}; known: {', '.join(TEXT_RULES)}")
+    if text is not None and text != bool(rules):
+        raise InputError(f"--{'' if text else 'no-'}text and --text-rules {text_rules!r} contradict each other")
+    return bool(rules)
+
+
 def _split_signals(text: str) -> tuple[str, ...]:
     """``noised,layers:0;2`` -> ("noised", "layers:0,2"): commas separate signals, so a signal's
     own list (early layers) is written with semicolons."""
@@ -53,13 +73,18 @@ def run_cmd(
     images: Annotated[Path, typer.Option(envvar="HALLUPROBE_IMAGES", help="Images root the benchmark's image paths are relative to.")],
     out: Annotated[Path, typer.Option(help="Run directory to write.")],
     template: TemplateOption = None,
-    text_rules: Annotated[
-        str,
+    text: Annotated[
+        Optional[bool],
         typer.Option(
-            help="Comma-separated text rules; any rule stores the greedy continuation, and every rule can then be "
-            "applied at score time ('' for none: logits only)."
+            "--text/--no-text",
+            help="Store the greedy continuation (default), so that every text rule can be applied at score time; "
+            "--no-text: logits only.",
         ),
-    ] = "pope,exact,yorn,strict",
+    ] = None,
+    text_rules: Annotated[
+        Optional[str],
+        typer.Option(help="Deprecated: any rule meant --text, '' meant --no-text (every rule is applied at score time).", hidden=True),
+    ] = None,
     max_new_tokens: Annotated[
         int, typer.Option(min=0, help="Greedy continuation length for the text rules (open-ended: the answer's cap).")
     ] = 8,
@@ -107,22 +132,22 @@ def run_cmd(
     from halluprobe.runner import RunConfig, check_signals_asked, limit_questions, make_header, run_questions
     from halluprobe.shards import parse_shard, select_shard
 
-    rules = tuple(r.strip() for r in text_rules.split(",") if r.strip())
     with errors():
+        stores_text = _stores_text(text, text_rules)
         part = parse_shard(shard) if shard is not None else None
         if not images.is_dir():
             raise InputError("images root is not a directory", images)
         if out.exists() and not out.is_dir():
             raise InputError("--out must be a run directory, not a file", out)
-        if (rules or open_ended) and max_new_tokens == 0:
-            raise InputError("--max-new-tokens 0 stores no text: give --text-rules '' for a logits-only run")
+        if (stores_text or open_ended) and max_new_tokens == 0:
+            raise InputError("--max-new-tokens 0 stores no text: give --no-text for a logits-only run")
         questions, fingerprints = read_benchmarks(benchmark)
         questions = select_shard(limit_questions(questions, limit), part)
         cfg = RunConfig(
             model=spec.model,
             backend=spec.backend,
             template=template,
-            text_rules=rules,
+            text_rules=tuple(TEXT_RULES) if stores_text else (),
             max_new_tokens=max_new_tokens,
             top_k=top_k,
             limit=limit,
