@@ -169,3 +169,19 @@ def test_a_huge_m3id_weight_scores_through_the_cli(plain_run: Path) -> None:
     # the run has no no-image signal: refused by its signals, not by an overflow
     result = runner.invoke(app, ["score", str(plain_run), "--readout", "m3id:lambda=10,t=4096", "--resamples", "0"])
     assert result.exit_code == 2 and "--signals no-image" in result.output, result.output
+
+
+def test_read_benchmarks_is_a_library_function(tmp_path: Path) -> None:
+    import hashlib
+
+    from halluprobe.runner import read_benchmarks
+
+    world = _make_world(tmp_path)
+    questions, fingerprints = read_benchmarks([world["random"], world["adversarial"]])
+    assert len(questions) == 72 and set(fingerprints) == {"random", "adversarial"}
+    path, sha = fingerprints["random"]
+    assert path == world["random"].resolve() and sha == hashlib.sha256(world["random"].read_bytes()).hexdigest()
+    with pytest.raises(InputError, match="two benchmark files give the split 'random'"):
+        read_benchmarks([world["random"], world["random"]])
+    with pytest.raises(InputError, match="benchmark file not found"):
+        read_benchmarks([tmp_path / "missing_pope_random.json"])

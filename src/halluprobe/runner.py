@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from halluprobe.ask import ask
 from halluprobe.backends.base import Backend
+from halluprobe.benchmarks.pope import read_questions, split_name
 from halluprobe.clip_signal import CLIP_SIGNAL, ClipScorer
 from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
@@ -38,7 +39,7 @@ from halluprobe.records import (
     Sample,
     TokenSets,
 )
-from halluprobe.rundir import RunDir, fingerprint_of
+from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
 
 __all__ = [
     "RunConfig",
@@ -48,6 +49,7 @@ __all__ = [
     "make_header",
     "run_fingerprint",
     "limit_questions",
+    "read_benchmarks",
     "RequestStatsSource",
     "check_signals_asked",
 ]
@@ -110,6 +112,22 @@ class RequestStatsSource(Protocol):
 
     def request_stats(self) -> dict[str, Any]:
         ...
+
+
+def read_benchmarks(files: Sequence[Path]) -> tuple[list[Question], dict[str, tuple[Path, str]]]:
+    """Every question of the benchmark files, and split -> (resolved path, sha256) for the
+    header; a missing file or two files of one split are refused."""
+    questions: list[Question] = []
+    fingerprints: dict[str, tuple[Path, str]] = {}
+    for path in files:
+        if not path.is_file():
+            raise InputError("benchmark file not found", path)
+        split = split_name(path)
+        if split in fingerprints:
+            raise InputError(f"two benchmark files give the split {split!r}", path)
+        questions.extend(read_questions(path, split=split))
+        fingerprints[split] = (path.resolve(), sha256_file(path))
+    return questions, fingerprints
 
 
 def limit_questions(questions: Sequence[Question], limit: int | None) -> list[Question]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -15,29 +15,11 @@ from halluprobe.errors import InputError
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import ICD_INSTRUCTION
 
-__all__ = ["run_cmd", "merge_cmd", "diagnose_cmd", "read_benchmarks"]
+__all__ = ["run_cmd", "merge_cmd", "diagnose_cmd"]
 
 TemplateOption = Annotated[
     Optional[str], typer.Option(help="Prompt: 'chat' (the processor's chat template), 'llava', or a format with {question}.")
 ]
-
-
-def read_benchmarks(files: list[Path]) -> tuple[list[Any], dict[str, tuple[Path, str]]]:
-    """Questions of every benchmark file, and split -> (path, sha256)."""
-    from halluprobe.benchmarks.pope import read_questions, split_name
-    from halluprobe.rundir import sha256_file
-
-    questions: list[Any] = []
-    fingerprints: dict[str, tuple[Path, str]] = {}
-    for path in files:
-        if not path.is_file():
-            raise InputError("benchmark file not found", path)
-        split = split_name(path)
-        if split in fingerprints:
-            raise InputError(f"two benchmark files give the split {split!r}", path)
-        questions.extend(read_questions(path, split=split))
-        fingerprints[split] = (path.resolve(), sha256_file(path))
-    return questions, fingerprints
 
 
 def _stores_text(text: bool | None, text_rules: str | None) -> bool:
@@ -129,7 +111,7 @@ def run_cmd(
     """Run a model on benchmark files; every readout from one pass per question."""
     from halluprobe.clip_signal import ClipScorer
     from halluprobe.rundir import RunDir
-    from halluprobe.runner import RunConfig, check_signals_asked, limit_questions, make_header, run_questions
+    from halluprobe.runner import RunConfig, check_signals_asked, limit_questions, make_header, read_benchmarks, run_questions
     from halluprobe.shards import parse_shard, select_shard
 
     with errors():
@@ -206,6 +188,7 @@ def diagnose_cmd(
 ) -> None:
     """Check a model and template before trusting a logit readout: token sets and off-set argmax rate."""
     from halluprobe.diagnose import diagnose, sample_questions
+    from halluprobe.runner import read_benchmarks
 
     with errors():
         if not images.is_dir():
