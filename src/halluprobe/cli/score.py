@@ -18,7 +18,12 @@ __all__ = ["score_cmd", "audit_cmd", "report_cmd"]
 def score_cmd(
     rundir: Annotated[Optional[Path], typer.Argument(help="Run directory written by `halluprobe run`.")] = None,
     readout: Annotated[
-        str, typer.Option(help="Readout to apply: dynamic, legacy_2tok, legacy_8tok, text:RULE (any rule, on the stored text).")
+        str,
+        typer.Option(
+            help="Readout to apply: dynamic, legacy_2tok, legacy_8tok, text:RULE (any rule, on the stored text), a "
+            "correction NAME:key=value,... over recorded signals (see `halluprobe corrections`), threshold:yes_ratio=R, "
+            "or a decision another tool stored (lmms-eval:exact, vlmevalkit:auxmatch)."
+        ),
     ] = "dynamic",
     unknown: UnknownOption = "wrong",
     answers: Annotated[Optional[Path], typer.Option(help="Third-party answers file ({question, answer} lines).")] = None,
@@ -42,6 +47,7 @@ def score_cmd(
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.formatting import score_markdown, score_table
+    from halluprobe.readouts.value import Readout
     from halluprobe.scoring import score_answers_file, score_rundir
 
     with errors():
@@ -57,13 +63,14 @@ def score_cmd(
         elif compat is not None and rundir is not None:
             from halluprobe.scoring import compat_rundir
 
-            typer.echo(json.dumps(compat_rundir(rundir, readout=readout, tool=compat, force_invalid=force_invalid), indent=2))
+            parsed = Readout.parse(readout)
+            typer.echo(json.dumps(compat_rundir(rundir, readout=parsed, tool=compat, force_invalid=force_invalid), indent=2))
             return
         else:
             if rundir is None:
                 raise InputError("give a RUNDIR, or --answers and --labels")
             report = score_rundir(
-                rundir, readout=readout, policy=unknown, force_invalid=force_invalid,  # type: ignore[arg-type]
+                rundir, readout=Readout.parse(readout), policy=unknown, force_invalid=force_invalid,  # type: ignore[arg-type]
                 n_resamples=resamples, seed=seed, per_question=per_question,
             )  # fmt: skip
             title = f"{rundir}: {readout}, unknown={unknown}"
