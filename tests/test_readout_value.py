@@ -185,3 +185,26 @@ def test_read_benchmarks_is_a_library_function(tmp_path: Path) -> None:
         read_benchmarks([world["random"], world["random"]])
     with pytest.raises(InputError, match="benchmark file not found"):
         read_benchmarks([tmp_path / "missing_pope_random.json"])
+
+
+@pytest.mark.parametrize("readout", ["dynamic", "text:strict", "threshold:yes_ratio=0.5"])
+def test_probe_choice_reads_the_existence_run_through_apply_run(plain_run: Path, readout: str) -> None:
+    from halluprobe.benchmarks.autoprobe.choice import ChoiceSample, consistency_table
+    from halluprobe.readouts.apply import apply_run
+    from halluprobe.rundir import RunDir
+
+    run = RunDir(plain_run)
+    header, samples = run.read_header(), run.read_samples()
+    asked = {(s.image, s.object): s for s in samples if s.label == "no" and s.object is not None}
+    choices = [ChoiceSample(question_id=i, image=image, object=obj, label="D", prompt="p", decisions={"logit": "D"})
+               for i, (image, obj) in enumerate(asked)]  # fmt: skip
+    table = consistency_table(samples, choices, header=header, existence_readout=readout)
+    # the whole run is read (a threshold is chosen on every answer), then the no-questions are kept
+    by_key = dict(zip([(s.image, s.object) for s in samples], apply_run(Readout.parse(readout), header, samples)))
+    expected = {"yes": 0, "no": 0, "unknown": 0}
+    for key in asked:
+        result = by_key[key]
+        expected[result.decision if result is not None else "unknown"] += 1
+    assert table["pairs"] == len(asked) > 0
+    assert {row: table["table"][row]["D"] for row in expected} == expected
+    assert expected["yes"] > 0 and expected["no"] > 0  # the scripted model answers both ways
