@@ -25,7 +25,7 @@ def score_cmd(
     labels: Annotated[
         Optional[list[Path]], typer.Option(help="POPE-format labels file for --answers, one per split; repeatable.")
     ] = None,
-    rule: Annotated[str, typer.Option(help="Text rule for --answers: pope, exact, yorn or strict.")] = "pope",
+    rule: Annotated[str, typer.Option(help="Text rule for --answers: pope, exact, yorn, strict, or a literature rule (vcd, pai, marine, dashb, repope).")] = "pope",
     force_invalid: Annotated[bool, typer.Option(help="Score a legacy readout even where its ids are invalid.")] = False,
     per_question: Annotated[
         Optional[Path],
@@ -42,8 +42,12 @@ def score_cmd(
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.formatting import score_markdown, score_table
+    from halluprobe.readouts.text import label_dependence_note
     from halluprobe.scoring import score_answers_file, score_rundir
 
+    note = label_dependence_note(f"text:{rule}" if answers is not None else readout)
+    if note is not None:  # the decisions are not a parse of the answer alone: say so on stderr
+        typer.echo(note, err=True)
     with errors():
         if answers is not None or labels is not None:
             if answers is None or not labels or rundir is not None:

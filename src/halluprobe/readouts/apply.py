@@ -72,7 +72,8 @@ def apply(readout: str, sample: Sample, token_sets: TokenSets | None) -> Readout
     if readout in LOGIT_READOUTS and token_sets is not None and sample.candidates:
         return LOGIT_READOUTS[readout](sample.candidates, token_sets)
     if readout.startswith(TEXT_PREFIX) and readout[len(TEXT_PREFIX):] in ALL_TEXT_RULES and sample.text is not None:
-        return ReadoutResult(decision=parse_text(readout[len(TEXT_PREFIX):], sample.text))
+        # a label-dependent rule (text:vcd) reads the label too
+        return ReadoutResult(decision=parse_text(readout[len(TEXT_PREFIX):], sample.text, label=sample.label))
     return sample.readouts.get(readout)
 
 
