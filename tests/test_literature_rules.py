@@ -83,7 +83,7 @@ def script_repope(response: str) -> str | None:
     answer = None
     if "yes" in response.lower():
         answer = "yes"
-    elif "no" in response.lower():
+    elif "no" in response.lower():  # noqa: SIM114 - transcribed as the script has it
         answer = "no"
     elif "not" in response.lower():
         answer = "no"

@@ -181,8 +181,10 @@ def read_llava_by_labels(answer_files: list[Path], labels: LabelIndex, *, inputs
         versions={"labels": labels.versions()},
         max_new_tokens=LLAVA_MAX_NEW_TOKENS,
         notes=[
-            "paired with the labels alone (no LLaVA question file): by question_id and question text; "
-            "VCD's eval_pope.py scores such files with text:vcd, LLaVA's with text:pope"
+            (
+                "paired with the labels alone (no LLaVA question file): by question_id and question text; "
+                "VCD's eval_pope.py scores such files with text:vcd, LLaVA's with text:pope"
+            )
         ],
     )
     for path in answer_files:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -36,7 +37,7 @@ from halluprobe.benchmarks.versions import normalise_question
 from halluprobe.imports.common import LabelIndex
 from halluprobe.records import Question
 
-__all__ = ["PooledSample", "PooledPairing", "image_of_media", "pair_pooled"]
+__all__ = ["PooledPairing", "PooledSample", "image_of_media", "pair_pooled"]
 
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
@@ -120,7 +121,7 @@ def _blocks(
     blocks = {}
     for file, ranges in spans.items():
         ordered = sorted((low, high, split) for split, (low, high) in ranges.items())
-        if not all(a[1] < b[0] for a, b in zip(ordered, ordered[1:])):
+        if not all(a[1] < b[0] for a, b in pairwise(ordered)):
             continue
         blocks[file] = [(split, low, high) for low, high, split in ordered]
         sizes = [len(labels.questions[split]) for _, _, split in ordered]

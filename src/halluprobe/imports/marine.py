@@ -29,7 +29,7 @@ from halluprobe.imports.llava import LLAVA_MAX_NEW_TOKENS, question_of_prompt
 from halluprobe.jsonl import iter_objects, read_records, type_name
 from halluprobe.rundir import sha256_file
 
-__all__ = ["MarineLabel", "read_marine", "read_id_labels"]
+__all__ = ["MarineLabel", "read_id_labels", "read_marine"]
 
 MarineLabel = tuple[str, str, str | None]  # (image, label, question text where the file has one)
 
