@@ -215,3 +215,18 @@ def test_dashb_refusals(tmp_path: Path) -> None:
         invoke("import", "dashb", str(bad), "--labels", str(tmp_path / "labels" / "coco_pope_random.json"), "--out", str(tmp_path / "r2")),
         "drop --labels",
     )
+
+
+def test_published_formats_are_detected(tmp_path: Path) -> None:
+    from halluprobe.imports import detect_format
+
+    splits = make_labels(tmp_path / "labels")
+    vcd = write_lines(tmp_path / "vcd.jsonl", vcd_lines(splits["random"], "random"))
+    marine, _ = marine_files(tmp_path, splits["adversarial"], ["Yes"] * 8)
+    dash = tmp_path / "Model_answers.json"
+    dash.write_text(json.dumps(dashb_entries(), indent=4))
+    assert (detect_format(vcd), detect_format(marine), detect_format(dash)) == ("llava", "marine", "dashb")
+    # with the format detected, each imports as with its word
+    done = invoke("import", str(dash), "--out", str(tmp_path / "run"))
+    assert done.exit_code == 0, done.output
+    assert "answers imported (dashb)" in done.output

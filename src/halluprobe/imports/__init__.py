@@ -41,12 +41,16 @@ def detect_format(path: Path, inputs: InputFiles | None = None) -> str:
     except json.JSONDecodeError:
         first = None
     if head.startswith("["):
+        if all(f'"{key}"' in head[:2000] for key in ("img_id", "object_name", "gt", "response")):
+            return "dashb"  # DASH-B's answers array
         return "vlmevalkit"  # a JSON sheet: VLMEvalKit dumps a DataFrame as a list of records
     if isinstance(first, dict):
         if looks_like_lmms_eval(first):
             return "lmms-eval"
-        if {"question_id", "prompt", "text", "answer_id"} <= set(first):
-            return "llava"
+        if {"question_id", "image_id", "prompt", "text"} <= set(first):
+            return "marine"  # LLaVA's fields keyed by image_id, labels in a separate array
+        if {"question_id", "prompt", "text"} <= set(first):
+            return "llava"  # LLaVA's model_vqa_loader (answer_id) or VCD's lines (image, no answer_id)
         if {"question", "answer"} <= set(first):
             return "answers"
     raise InputError("cannot tell the answers format from the first line: pass --format (" + ", ".join(FORMATS) + ")", path, 1)
