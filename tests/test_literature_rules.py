@@ -188,3 +188,41 @@ def test_score_a_run_with_each_literature_rule(tmp_path: Path) -> None:
     assert direct.exit_code == 0, direct.output
     m = json.loads(direct.stdout)["splits"]["random"]
     assert (m["tp"], m["fp"], m["tn"], m["fn"]) == expected["vcd"]
+
+
+def test_audit_rule_changes_counts_every_pair(tmp_path: Path) -> None:
+    """`audit --rule-changes`: per pair of rules, the answers classified differently, recomputed
+    here from the scripts' transcriptions; nothing is written into the run."""
+    labels, answers = [], []
+    for i, answer in enumerate(CORPUS):
+        q = {"question_id": i + 1, "image": f"COCO_val2014_{i // 6:012d}.jpg", "text": f"Is there a thing{i} in the image?",
+             "label": "yes" if i % 3 else "no"}  # fmt: skip
+        labels.append(q)
+        answers.append({"question_id": i + 1, "question": q["text"], "answer": answer})
+    label_file = write_lines(tmp_path / "coco_pope_random.json", labels)
+    answers_file = write_lines(tmp_path / "answers.jsonl", answers)
+    run = tmp_path / "run"
+    assert CliRunner().invoke(app, ["import", "answers", str(answers_file), "--labels", str(label_file), "--out", str(run)]).exit_code == 0
+    result = CliRunner().invoke(app, ["audit", str(run), "--rule-changes"])
+    assert result.exit_code == 0, result.output
+    assert not (run / "audit.json").exists()
+    header = next(line for line in result.stdout.splitlines() if line.startswith("| rule |"))
+    columns = [c.strip() for c in header.strip("|").split("|")][4:]
+    rows = {line.split("|")[1].strip().split()[0]: [c.strip() for c in line.strip().strip("|").split("|")] for line in result.stdout.splitlines()
+            if line.startswith("| text:")}  # fmt: skip
+    gold = [q["label"] for q in labels]
+    mine = {
+        "pai": ["yes" if script_pai(a) else "no" for a in CORPUS],
+        "marine": [{1: "yes", 0: "no", -1: "unknown"}[script_marine(a)] for a in CORPUS],
+        "dashb": [script_dashb(a) or "unknown" for a in CORPUS],
+        "repope": [script_repope(a) or "unknown" for a in CORPUS],
+        # VCD's counts as decisions: the label's word when the script counts it correct
+        "vcd": [g if (g in a.lower().strip()) else ("no" if g == "yes" else "yes") for a, g in zip(CORPUS, gold)],
+    }
+    for a in mine:
+        row = rows[f"text:{a}"]
+        assert row[1:4] == [str(mine[a].count(c)) for c in ("yes", "no", "unknown")], a
+        for b in mine:
+            if a != b:
+                assert row[4 + columns.index(b)] == str(sum(x != y for x, y in zip(mine[a], mine[b]))), (a, b)
+    assert "(label-dependent)" in rows["text:vcd"][0]

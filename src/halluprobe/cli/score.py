@@ -99,12 +99,21 @@ def audit_cmd(
     table: Annotated[
         bool, typer.Option("--table", help="Print the multi-model table instead: model x split rows, F1 per readout (Markdown, or --latex).")
     ] = False,
+    rule_changes: Annotated[
+        bool, typer.Option("--rule-changes", help="Print instead how many answers change class between every pair of text rules (the literature's included).")
+    ] = False,
 ) -> None:
     """Audit run dirs: every readout side by side, paired tests, token diagnostic, convergence,
     hallucination profile, relabelling. Writes RUNDIR/audit.json; reads run dirs only."""
     from halluprobe.audit import audit_run, compare_runs, summarise_audit
     from halluprobe.rundir import RunDir
 
+    if rule_changes:  # reads the runs only: audit.json is not written
+        from halluprobe.rule_changes import render_rule_changes, rule_changes_of_run
+
+        with errors():
+            typer.echo("\n".join(render_rule_changes(rule_changes_of_run(rundir), f"{rundir}: text rules") for rundir in rundirs), nl=False)
+        return
     if table:
         from halluprobe.tables import study_table
 
