@@ -198,3 +198,25 @@ def test_a_split_file_whose_documents_say_another_split_is_refused(tmp_path: Pat
     assert done.exit_code == 2
     assert len(done.output.strip().splitlines()) == 1
     assert "samples_pope_random.jsonl:1: document of category 'popular' in a file of the pope_random task (random)" in done.output
+
+
+def test_a_missing_label_file_does_not_pull_its_split_into_another(tmp_path: Path) -> None:
+    """The adversarial labels are not given and its block sits between the other two: its
+    shared questions match popular and random questions, but none is imported under them."""
+    splits = make_labels(tmp_path / "labels")
+    order = [(s, i) for s in ("popular", "adversarial", "random") for i in range(8)]
+    logs = pooled_log(splits, order=order, answer_of=lambda n, split, row: "Yes")  # identical answers everywhere
+    log_file = write_lines(tmp_path / "20260101_samples_pope.jsonl", logs)
+    labels = [a for s in ("random", "popular") for a in ("--labels", str(tmp_path / "labels" / f"coco_pope_{s}.json"))]
+    run = tmp_path / "run"
+    done = CliRunner().invoke(app, ["import", "lmms-eval", str(log_file), *labels, "--out", str(run)])
+    assert done.exit_code == 0, done.output
+    manifest = json.loads((run / "manifest.json").read_text())
+    listed = {int(s["source"].rsplit(":", 1)[1]) - 1 for s in manifest["skipped"]}
+    adversarial = {n for n, (s, _) in enumerate(order) if s == "adversarial"}
+    assert adversarial <= listed  # every adversarial sample listed, none imported
+    samples = [json.loads(l) for l in (run / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) + len(listed) == len(logs)
+    # what was imported is each sample's own split
+    sources = {n for n in range(len(logs))} - listed
+    assert sorted(s["split"] for s in samples) == sorted(order[n][0] for n in sources)

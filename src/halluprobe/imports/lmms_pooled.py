@@ -22,6 +22,10 @@ a sample's question is found in:
    ask it and all gave the same answer, they are assigned to those splits in order (no number
    can depend on which is which). Otherwise the sample is listed in the manifest as ambiguous.
 
+A file with a sample that pairs with no labelled question may be missing a split's labels
+(its block then sits between the others, its shared questions matching a neighbour's): there,
+only samples inside a block's span are placed, and step 4 is not used.
+
 Nothing is dropped silently: every sample not imported is listed with its reason.
 """
 
@@ -133,9 +137,12 @@ def _blocks(
     return blocks
 
 
-def _splits_around(doc_id: int, blocks: list[tuple[str, int, int]]) -> set[str]:
+def _splits_around(doc_id: int, blocks: list[tuple[str, int, int]], *, inside_only: bool) -> set[str]:
     """The splits whose block can hold ``doc_id``: after the previous block's last sample and
-    before the next block's first (a doc_id between two blocks may belong to either)."""
+    before the next block's first (a doc_id between two blocks may belong to either); with
+    ``inside_only``, within a block's span only."""
+    if inside_only:
+        return {split for split, low, high in blocks if low <= doc_id <= high}
     around = set()
     for k, (split, _, _) in enumerate(blocks):
         after_previous = k == 0 or doc_id > blocks[k - 1][2]
@@ -171,11 +178,16 @@ def pair_pooled(samples: list[PooledSample], labels: LabelIndex) -> PooledPairin
             ambiguous.append((sample, fits))
     taken = {(q.split, q.question_id) for _, q in out.matched}
     blocks = _blocks(out.matched, samples, labels)
+    unpaired = {s["source"] for s in out.skipped}
+    troubled = {sample.file for sample in samples if sample.source in unpaired}
     by_block = 0
     still: list[tuple[PooledSample, list[Question]]] = []
     # in doc_id order, so that a question placed in an earlier block is no longer free for a later one
     for sample, fits in sorted(ambiguous, key=lambda pair: (pair[0].doc_id is None, pair[0].doc_id or 0)):
-        around = _splits_around(sample.doc_id, blocks[sample.file]) if sample.doc_id is not None and sample.file in blocks else set()
+        # a file with samples no label pairs may lack a split's labels, whose block then lies
+        # between the others: its shared questions must not be pulled into a neighbour's block
+        inside_only = sample.file in troubled
+        around = _splits_around(sample.doc_id, blocks[sample.file], inside_only=inside_only) if sample.doc_id is not None and sample.file in blocks else set()
         inside = [q for q in fits if q.split in around and (q.split, q.question_id) not in taken]
         if len(inside) == 1:
             out.matched.append((sample, inside[0]))
@@ -185,7 +197,7 @@ def pair_pooled(samples: list[PooledSample], labels: LabelIndex) -> PooledPairin
             still.append((sample, fits))
     if by_block:
         out.notes.append(f"{by_block} samples ask a question that several splits ask identically: their split is the doc_id block of that split in the pooled dataset")
-    by_answer = _assign_identical_answers(still, taken, out)
+    by_answer = _assign_identical_answers(still, taken, out, troubled)
     if by_answer:
         out.notes.append(
             f"{by_answer} samples ask a question that several splits ask identically and gave the same answer each time: "
@@ -197,8 +209,10 @@ def pair_pooled(samples: list[PooledSample], labels: LabelIndex) -> PooledPairin
 
 
 def _assign_identical_answers(
-    still: list[tuple[PooledSample, list[Question]]], taken: set[tuple[str, int]], out: PooledPairing
+    still: list[tuple[PooledSample, list[Question]]], taken: set[tuple[str, int]], out: PooledPairing, troubled: set[str]
 ) -> int:
+    """Samples of one shared question, as many as its free splits and all answered alike, in
+    split order; never in a troubled file (its samples may belong to a split without labels)."""
     groups: dict[tuple[tuple[str, int], ...], list[PooledSample]] = defaultdict(list)
     for sample, fits in still:
         groups[tuple(sorted((q.split, q.question_id) for q in fits))].append(sample)
@@ -206,7 +220,8 @@ def _assign_identical_answers(
     assigned = 0
     for keys, group in groups.items():
         free = [q for q in sorted(fits_of[id(group[0])], key=lambda q: q.split) if (q.split, q.question_id) not in taken]
-        if len(group) == len(free) == len(keys) and len({s.answer for s in group}) == 1:
+        alike = len({s.answer for s in group}) == 1 and not any(s.file in troubled for s in group)
+        if len(group) == len(free) == len(keys) and alike:
             for sample, q in zip(group, free):
                 out.matched.append((sample, q))
                 taken.add((q.split, q.question_id))
