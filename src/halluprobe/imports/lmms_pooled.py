@@ -176,6 +176,7 @@ def pair_pooled(samples: list[PooledSample], labels: LabelIndex) -> PooledPairin
             out.matched.append((sample, fits[0]))
         else:
             ambiguous.append((sample, fits))
+    _list_conflicts(out)
     taken = {(q.split, q.question_id) for _, q in out.matched}
     blocks = _blocks(out.matched, samples, labels)
     unpaired = {s["source"] for s in out.skipped}
@@ -206,6 +207,27 @@ def pair_pooled(samples: list[PooledSample], labels: LabelIndex) -> PooledPairin
     position = {id(sample): n for n, sample in enumerate(samples)}
     out.matched.sort(key=lambda pair: position[id(pair[0])])  # the log's order, as the other imports keep it
     return out
+
+
+def _list_conflicts(out: PooledPairing) -> None:
+    """Two samples that each pair with one and the same question only: a split's labels are
+    missing (its questions shared with another split pair with that split's) or the log repeats
+    a sample. Neither can be told from the other: both are listed, not imported."""
+    claims: dict[tuple[str, int], list[PooledSample]] = defaultdict(list)
+    for sample, q in out.matched:
+        claims[(q.split, q.question_id)].append(sample)
+    conflicted = {key: group for key, group in claims.items() if len(group) > 1}
+    if not conflicted:
+        return
+    out.matched = [(sample, q) for sample, q in out.matched if (q.split, q.question_id) not in conflicted]
+    for (split, qid), group in conflicted.items():
+        for sample in group:
+            others = ", ".join(other.source.rsplit(":", 1)[-1] for other in group if other is not sample)
+            out.skipped.append({
+                "source": sample.source,
+                "reason": f"conflict: {split} question {qid} is also the only match of line {others}; "
+                "are the labels of every split in the log given?",
+            })  # fmt: skip
 
 
 def _assign_identical_answers(
