@@ -220,3 +220,22 @@ def test_a_missing_label_file_does_not_pull_its_split_into_another(tmp_path: Pat
     # what was imported is each sample's own split
     sources = {n for n in range(len(logs))} - listed
     assert sorted(s["split"] for s in samples) == sorted(order[n][0] for n in sources)
+
+
+def test_two_samples_claiming_one_question_are_both_listed(tmp_path: Path) -> None:
+    """Adversarial and popular share a question random does not ask; without the adversarial
+    labels, the adversarial sample of it pairs with the popular question only, as does the
+    popular sample: a conflict, both listed."""
+    splits = make_labels(tmp_path / "labels")
+    splits["adversarial"][1] = dict(splits["popular"][1])
+    write_lines(tmp_path / "labels" / "coco_pope_adversarial.json", splits["adversarial"])
+    logs = pooled_log(splits)  # blocks: adversarial, popular, random
+    log_file = write_lines(tmp_path / "20260101_samples_pope.jsonl", logs)
+    labels = [a for s in ("random", "popular") for a in ("--labels", str(tmp_path / "labels" / f"coco_pope_{s}.json"))]
+    run = tmp_path / "run"
+    done = CliRunner().invoke(app, ["import", "lmms-eval", str(log_file), *labels, "--out", str(run)])
+    assert done.exit_code == 0, done.output
+    reasons = {int(s["source"].rsplit(":", 1)[1]): s["reason"] for s in json.loads((run / "manifest.json").read_text())["skipped"]}
+    assert reasons[2].startswith("conflict: popular question 2 is also the only match of line 10")
+    assert reasons[10].startswith("conflict: popular question 2 is also the only match of line 2")
+    assert set(range(1, 9)) <= set(reasons)  # no adversarial sample imported
