@@ -9,7 +9,7 @@ to a run's stored text and counts, for each pair, the answers they classify diff
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,7 @@ class RuleChanges:
     changed: dict[tuple[str, str], int]
 
 
-def rule_changes(decisions: dict[str, Sequence[str]]) -> RuleChanges:
+def rule_changes(decisions: Mapping[str, Sequence[str]]) -> RuleChanges:
     """The table for ``decisions`` (rule -> one class per answer, the same answers in order)."""
     rules = list(decisions)
     lengths = {len(d) for d in decisions.values()}
@@ -56,7 +56,7 @@ def rule_changes_of_run(path: str | Path, rules: Sequence[str] | None = None) ->
     kept = [s for s in samples if s.error is None and s.text is not None]
     if not kept:
         raise InputError("this run stored no answer text: text rules have nothing to classify", rundir.samples_path)
-    decisions = {}
+    decisions: dict[str, list[str]] = {}
     for rule in names:
         results = [apply(TEXT_PREFIX + rule, s, header.token_sets) for s in kept]
         decisions[rule] = [r.decision if r is not None else "unknown" for r in results]
