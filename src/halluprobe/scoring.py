@@ -190,7 +190,7 @@ def score_answers_file(
             question_id=q.question_id,
             image=q.image,
             label=q.label,
-            decision=parse_text(rule, a["answer"]),
+            decision=parse_text(rule, a["answer"], label=q.label),
             p_yes=None,
             error=False,
         )

@@ -14,14 +14,14 @@ __all__ = ["import_cmd", "export_cmd"]
 
 @app.command("import")
 def import_cmd(
-    args: Annotated[list[str], typer.Argument(help="[FORMAT] FILE...: llava, lmms-eval, vlmevalkit, pope or answers, then the answers files.")],
+    args: Annotated[list[str], typer.Argument(help="[FORMAT] FILE...: llava, lmms-eval, vlmevalkit, pope, answers, marine or dashb, then the answers files.")],
     out: Annotated[Path, typer.Option(help="Run directory to write.")],
     fmt: Annotated[Optional[str], typer.Option("--format", help="Force the format (else the first word, or detected).")] = None,
     labels: Annotated[
-        Optional[list[Path]], typer.Option(help="POPE labels file, one per split (coco_pope_<split>.json); repeatable.")
+        Optional[list[Path]], typer.Option(help="POPE labels file, one per split (coco_pope_<split>.json), or MARINE's labels keyed id; repeatable.")
     ] = None,
     questions: Annotated[Optional[Path], typer.Option(help="llava: LLaVA's question file (its category names the split).")] = None,
-    split: Annotated[Optional[str], typer.Option(help="lmms-eval: the split of a file that holds one split.")] = None,
+    split: Annotated[Optional[str], typer.Option(help="lmms-eval: the split of a file that holds one split; marine, dashb: the split to record.")] = None,
     model: Annotated[Optional[str], typer.Option(help="Model name to record (else what the file says).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing run directory.")] = False,
 ) -> None:

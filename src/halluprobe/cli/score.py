@@ -30,7 +30,7 @@ def score_cmd(
     labels: Annotated[
         Optional[list[Path]], typer.Option(help="POPE-format labels file for --answers, one per split; repeatable.")
     ] = None,
-    rule: Annotated[str, typer.Option(help="Text rule for --answers: pope, exact, yorn or strict.")] = "pope",
+    rule: Annotated[str, typer.Option(help="Text rule for --answers: pope, exact, yorn, strict, or a literature rule (vcd, pai, marine, dashb, repope).")] = "pope",
     force_invalid: Annotated[bool, typer.Option(help="Score a legacy readout even where its ids are invalid.")] = False,
     per_question: Annotated[
         Optional[Path],
@@ -47,9 +47,13 @@ def score_cmd(
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.formatting import score_markdown, score_table
+    from halluprobe.readouts.text import label_dependence_note
     from halluprobe.readouts.value import Readout
     from halluprobe.scoring import score_answers_file, score_rundir
 
+    note = label_dependence_note(f"text:{rule}" if answers is not None else readout)
+    if note is not None:  # the decisions are not a parse of the answer alone: say so on stderr
+        typer.echo(note, err=True)
     with errors():
         if answers is not None or labels is not None:
             if answers is None or not labels or rundir is not None:
@@ -102,12 +106,21 @@ def audit_cmd(
     table: Annotated[
         bool, typer.Option("--table", help="Print the multi-model table instead: model x split rows, F1 per readout (Markdown, or --latex).")
     ] = False,
+    rule_changes: Annotated[
+        bool, typer.Option("--rule-changes", help="Print instead how many answers change class between every pair of text rules (the literature's included).")
+    ] = False,
 ) -> None:
     """Audit run dirs: every readout side by side, paired tests, token diagnostic, convergence,
     hallucination profile, relabelling. Writes RUNDIR/audit.json; reads run dirs only."""
     from halluprobe.audit import audit_run, compare_runs, summarise_audit
     from halluprobe.rundir import RunDir
 
+    if rule_changes:  # reads the runs only: audit.json is not written
+        from halluprobe.rule_changes import render_rule_changes, rule_changes_of_run
+
+        with errors():
+            typer.echo("\n".join(render_rule_changes(rule_changes_of_run(rundir), f"{rundir}: text rules") for rundir in rundirs), nl=False)
+        return
     if table:
         from halluprobe.tables import study_table
 

@@ -19,7 +19,7 @@ from halluprobe.rundir import RunDir
 
 __all__ = ["FORMATS", "SHEET_SUFFIXES", "detect_format", "read_import", "import_answers"]
 
-FORMATS = ("llava", "lmms-eval", "vlmevalkit", "pope", "answers")
+FORMATS = ("llava", "lmms-eval", "vlmevalkit", "pope", "answers", "marine", "dashb")
 # VLMEvalKit writes its sheets as .xlsx by default, or .tsv / .csv; no other format uses them
 SHEET_SUFFIXES = (".xlsx", ".tsv", ".csv")
 
@@ -41,12 +41,16 @@ def detect_format(path: Path, inputs: InputFiles | None = None) -> str:
     except json.JSONDecodeError:
         first = None
     if head.startswith("["):
+        if all(f'"{key}"' in head[:2000] for key in ("img_id", "object_name", "gt", "response")):
+            return "dashb"  # DASH-B's answers array
         return "vlmevalkit"  # a JSON sheet: VLMEvalKit dumps a DataFrame as a list of records
     if isinstance(first, dict):
         if looks_like_lmms_eval(first):
             return "lmms-eval"
-        if {"question_id", "prompt", "text", "answer_id"} <= set(first):
-            return "llava"
+        if {"question_id", "image_id", "prompt", "text"} <= set(first):
+            return "marine"  # LLaVA's fields keyed by image_id, labels in a separate array
+        if {"question_id", "prompt", "text"} <= set(first):
+            return "llava"  # LLaVA's model_vqa_loader (answer_id) or VCD's lines (image, no answer_id)
         if {"question", "answer"} <= set(first):
             return "answers"
     raise InputError("cannot tell the answers format from the first line: pass --format (" + ", ".join(FORMATS) + ")", path, 1)
@@ -67,12 +71,18 @@ def read_import(
     fmt = fmt or detect_format(files[0], inputs)
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt in ("marine", "dashb"):  # their labels are not POPE labels files (imports.marine, imports.dashb)
+        return _read_published(fmt, files, labels, questions, split, inputs)
     index = LabelIndex(labels) if labels else None
     if fmt == "llava":
         from halluprobe.imports.llava import read_llava
 
-        if questions is None or index is None:
-            raise InputError("the llava format needs --questions (LLaVA's question file) and --labels (POPE labels, one per split)")
+        if index is None:
+            raise InputError("the llava format needs --labels (POPE labels, one per split), and --questions for LLaVA's own pooled answers")
+        if questions is None:  # one split per file (VCD and its successors): paired by id and text
+            from halluprobe.imports.llava import read_llava_by_labels
+
+            return read_llava_by_labels(list(files), index, inputs=inputs)
         return read_llava(list(files), questions, index, inputs=inputs)
     if questions is not None:
         raise InputError(f"--questions is for the llava format, not {fmt}")
@@ -95,6 +105,24 @@ def read_import(
     if index is None:
         raise InputError(f"the {fmt} format needs --labels (POPE labels files, one per split)")
     return read_answers_format(list(files), index, fmt, inputs=inputs)
+
+
+def _read_published(
+    fmt: str, files: Sequence[Path], labels: Sequence[Path], questions: Path | None, split: str | None, inputs: InputFiles
+) -> ImportResult:
+    if questions is not None:
+        raise InputError(f"--questions is for the llava format, not {fmt}")
+    if fmt == "marine":
+        from halluprobe.imports.marine import read_marine
+
+        if not labels:
+            raise InputError("the marine format needs --labels (MARINE's labels file keyed 'id', or a POPE labels file)")
+        return read_marine(list(files), [Path(p) for p in labels], split, inputs=inputs)
+    from halluprobe.imports.dashb import read_dashb
+
+    if labels:
+        raise InputError("the dashb format takes its labels from the answers file's 'gt': drop --labels")
+    return read_dashb(list(files), split, inputs=inputs)
 
 
 def import_answers(

@@ -9,19 +9,28 @@ position within each category; here each answer is paired with its labelled ques
 and image + normalised question text (the "imange" spelling and the short-answer instruction
 do not matter), so answers made on another POPE version are refused, not mis-scored. Its
 parse rule is POPE's, i.e. ``text:pope``.
+
+Without a question file (:func:`read_llava_by_labels`): the answer lines that VCD and its
+successors write, one split per file (``{"question_id", "prompt", "text", "model_id", "image",
+"metadata"}``, ``prompt`` the labels' question text, maybe after ``<image>\n``), are paired with
+the labels files alone: each line with the question of the same id whose normalised text (and
+image, where the line names one) is the prompt's; the file's split is the labels file that
+pairs with most of its lines, and a line that does not pair there is listed with its reason.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from halluprobe.benchmarks.versions import describe_versions, detect_versions, normalise_question
 from halluprobe.errors import InputError
 from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
 from halluprobe.jsonl import iter_objects
+from halluprobe.records import Question
 
-__all__ = ["ANSWER_KEYS", "QUESTION_KEYS", "LLAVA_MAX_NEW_TOKENS", "SPLIT_ID_OFFSET", "read_llava"]
+__all__ = ["ANSWER_KEYS", "QUESTION_KEYS", "LLAVA_MAX_NEW_TOKENS", "SPLIT_ID_OFFSET", "question_of_prompt", "read_llava", "read_llava_by_labels"]
 
 ANSWER_KEYS = ("question_id", "prompt", "text", "answer_id", "model_id")
 QUESTION_KEYS = ("question_id", "image", "text", "category")
@@ -105,6 +114,106 @@ def read_llava(
                     image=labelled.image,
                     prompt=prompt,
                     text=obj["text"],
+                    label=labelled.label,
+                    object=labelled.object,
+                    source=f"{path}:{line}",
+                )
+            )
+    result.unanswered = labels.unanswered(result.answers)
+    return result
+
+
+_IMAGE_TOKEN = "<image>"
+
+
+def question_of_prompt(prompt: str) -> str:
+    """The question a prompt asks: without a leading ``<image>`` token (MARINE and LLaVA's
+    ``<image>\n`` prefix); the short-answer suffix and spelling are left to normalise_question."""
+    stripped = prompt.lstrip()
+    return stripped[len(_IMAGE_TOKEN):].lstrip() if stripped.startswith(_IMAGE_TOKEN) else prompt
+
+
+def _pairs(labelled: Question | None, prompt: str, image: str | None) -> bool:
+    if labelled is None or normalise_question(question_of_prompt(prompt)) != normalise_question(labelled.text):
+        return False
+    return image is None or PurePosixPath(image).name == PurePosixPath(labelled.image).name
+
+
+_SPLIT_WORD = re.compile(r"(?:^|[^a-z])(random|popular|adversarial)(?:[^a-z]|$)")
+
+
+def _split_of_file(path: Path, lines: list[tuple[int, int, str, str, str | None, dict[str, Any]]], labels: LabelIndex) -> str:
+    """The one split every pairing line of the file pairs with. POPE's splits share their yes
+    questions (same image, text and id), so a line may pair with several; a line pairing with
+    one split only decides, and lines deciding for different splits are refused."""
+    fits = [(line, [s for s in labels.splits if _pairs(labels.by_id(s, qid), prompt, image)]) for line, qid, prompt, _, image, _ in lines]
+    common = [s for s in labels.splits if all(s in f for _, f in fits if f)]
+    first = lines[0][0] if lines else None
+    if not any(f for _, f in fits):
+        raise InputError(
+            f"no answer pairs with the labels ({', '.join(labels.splits)}) by question_id and question text: "
+            "give the labels file of this file's split and POPE version",
+            path,
+            first,
+        )
+    if not common:
+        only = {f[0]: line for line, f in fits if len(f) == 1}
+        raise InputError(f"answers of several splits in one file ({', '.join(f'{s} at line {n}' for s, n in only.items())}): one split per file", path)
+    if len(common) > 1:
+        raise InputError(f"every answer pairs with the {' and '.join(common)} labels alike: give only this file's split", path)
+    named = _SPLIT_WORD.findall(path.name.lower())
+    if len(set(named)) == 1 and named[0] != common[0]:
+        raise InputError(f"the file is named for the {named[0]} split but its answers pair with the {common[0]} labels: give the {named[0]} labels", path)
+    return common[0]
+
+
+def read_llava_by_labels(answer_files: list[Path], labels: LabelIndex, *, inputs: InputFiles | None = None) -> ImportResult:
+    """LLaVA-style answer lines, one split per file, paired with the labels alone (see the
+    module docstring)."""
+    inputs = inputs or InputFiles()
+    result = ImportResult(
+        format="llava",
+        answers=[],
+        sources=list(answer_files),
+        inputs=inputs,
+        labels=dict(labels.files),
+        label_sha256=dict(labels.sha256),
+        versions={"labels": labels.versions()},
+        max_new_tokens=LLAVA_MAX_NEW_TOKENS,
+        notes=[
+            (
+                "paired with the labels alone (no LLaVA question file): by question_id and question text; "
+                "VCD's eval_pope.py scores such files with text:vcd, LLaVA's with text:pope"
+            )
+        ],
+    )
+    for path in answer_files:
+        text = inputs.text(path, "LLaVA-style answers file")
+        lines: list[tuple[int, int, str, str, str | None, dict[str, Any]]] = []
+        for line, obj in iter_objects(text, path):
+            if not isinstance(obj.get("text"), str):
+                raise InputError("LLaVA answer line needs a string 'text' (the answer)", path, line)
+            if not isinstance(obj.get("prompt"), str):
+                raise InputError("without --questions, each answer line needs its question as a string 'prompt'", path, line)
+            image = obj.get("image", obj.get("image_id"))
+            qid = as_int_id(obj.get("question_id"), "question_id", path, line)
+            lines.append((line, qid, obj["prompt"], obj["text"], image if isinstance(image, str) else None, obj))
+        split = _split_of_file(path, lines, labels)
+        for line, qid, prompt, answer, image, obj in lines:
+            labelled = labels.by_id(split, qid)
+            if labelled is None or not _pairs(labelled, prompt, image):
+                why = "has no question" if labelled is None else f"is {labelled.image}, {labelled.text!r}, not this line's question"
+                result.skipped.append({"source": f"{path}:{line}", "reason": f"pairs with no labels file: {split} question_id {qid} {why}"})
+                continue
+            if result.model == "unknown" and isinstance(obj.get("model_id"), str):
+                result.model = obj["model_id"]
+            result.answers.append(
+                Imported(
+                    split=split,
+                    question_id=labelled.question_id,
+                    image=labelled.image,
+                    prompt=prompt,
+                    text=answer,
                     label=labelled.label,
                     object=labelled.object,
                     source=f"{path}:{line}",

@@ -11,8 +11,10 @@
   ``filtered_resps``, the label in ``target``.
 
 The split comes from the task (``model_configs.task``, or the file name) or, for the pooled
-``pope`` task, from ``doc.category``; the pooled task's v0.4+ logs reuse ids 1..3000 in every
-split and carry no category, so they are refused. lmms-eval's own parse
+``pope`` task, from ``doc.category``; a document whose category contradicts its file's task is
+refused. The pooled task's v0.4+ logs reuse ids 1..3000 in every split and carry no category:
+with ``--labels`` (one per split) each sample is paired with its question by image and question
+text (:mod:`halluprobe.imports.lmms_pooled`), without them they are refused. lmms-eval's own parse
 (``pope_process_results``: lower-case, strip, compare) is kept as ``lmms-eval:exact`` from the
 stored ``prediction``; it equals ``text:exact``. With ``--labels``, each answer is paired with
 its labelled question by split and id and its question text checked (this gives image names);
@@ -29,6 +31,7 @@ from typing import Any
 from halluprobe.benchmarks.versions import normalise_question
 from halluprobe.errors import InputError
 from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
+from halluprobe.imports.lmms_pooled import PooledSample, image_of_media, pair_pooled
 from halluprobe.jsonl import iter_objects
 
 __all__ = ["TASK_SPLITS", "LMMS_MAX_NEW_TOKENS", "TOOL_READOUT", "read_lmms_eval", "task_of_file", "looks_like_lmms_eval"]
@@ -94,6 +97,7 @@ def read_lmms_eval(
         tool_rules={TOOL_READOUT: "lmms-eval's pope_process_results prediction: lower-cased, stripped, compared with yes/no"},
     )
     layouts = set()
+    pooled: list[PooledSample] = []
     for path in files:
         layout, logs, inner_task = _logs(path, inputs)
         layouts.add(layout)
@@ -107,12 +111,17 @@ def read_lmms_eval(
                 raise InputError(f"{label_where}not a POPE log: no {_METRIC!r} entry and no 'doc'", path, line)
             raw_id = (metric or {}).get("question_id", doc.get("question_id"))
             qid = as_int_id(raw_id, f"{label_where}question_id", path, line, digits_ok=True)
-            split = file_split or (str(doc["category"]) if doc.get("category") else None)
-            if split is None:
+            category = str(doc["category"]) if doc.get("category") else None
+            if file_split is not None and category is not None and category != file_split:
+                named = f"--split {split_override}" if split_override else f"the {task} task ({file_split})"
+                raise InputError(f"{label_where}document of category {category!r} in a file of {named}: which split is it?", path, line)
+            split = file_split or category
+            if split is None and labels is None:
                 raise InputError(
                     f"{label_where}cannot tell the split of question {qid}: the pooled 'pope' task reuses ids in every split "
-                    "and this log has no doc.category (lmms-eval v0.4+); import the per-split tasks (pope_random, pope_pop, "
-                    "pope_adv) or pass --split when the file holds one split",
+                    "and this log has no doc.category (lmms-eval v0.4+); pass --labels, one per split (coco_pope_random.json, "
+                    "coco_pope_popular.json, coco_pope_adversarial.json), to pair each sample with its split by image and "
+                    "question text, or import the per-split tasks (pope_random, pope_pop, pope_adv)",
                     path,
                     line,
                 )
@@ -124,6 +133,15 @@ def read_lmms_eval(
                 raise InputError(f"{label_where}'target' must be yes or no, got {log.get('target')!r}", path, line)
             question = doc.get("question") if isinstance(doc.get("question"), str) else log.get("input")
             prompt = question if isinstance(question, str) else ""
+            prediction = (metric or {}).get("prediction", answer.lower().strip())
+            if split is None:  # the pooled task: paired after every log is read
+                pooled.append(PooledSample(
+                    source=f"{path}:{line}" if line is not None else f"{path}:logs[{index}]", file=str(path),
+                    doc_id=log["doc_id"] if isinstance(log.get("doc_id"), int) and not isinstance(log.get("doc_id"), bool) else None,
+                    question_id=qid, prompt=prompt, image=image_of_media(log.get("input_media")), answer=answer,
+                    target=target, prediction=str(prediction),
+                ))  # fmt: skip
+                continue
             image, obj = f"lmms-eval:{split}:{qid}", None
             if labels is not None:
                 if split not in labels.files:
@@ -136,7 +154,6 @@ def read_lmms_eval(
                 if labelled.label != target:
                     raise InputError(f"{label_where}{split} question {qid}: target {target!r} but the labels say {labelled.label!r}", path, line)
                 image, obj = labelled.image, labelled.object
-            prediction = (metric or {}).get("prediction", answer.lower().strip())
             result.answers.append(
                 Imported(
                     split=split,
@@ -150,9 +167,38 @@ def read_lmms_eval(
                     tool_readouts={TOOL_READOUT: prediction if prediction in ("yes", "no") else "unknown"},
                 )
             )
+    if pooled and labels is not None:
+        _add_pooled(result, pooled, labels)
     if labels is not None:
         result.unanswered = labels.unanswered(result.answers)
     result.notes.append(f"lmms-eval log layout: {', '.join(sorted(layouts))}")
     if labels is None:
         result.notes.append("no --labels: labels are the logs' targets; no image names, so CIs resample questions, not images")
     return result
+
+
+def _add_pooled(result: ImportResult, pooled: list[PooledSample], labels: LabelIndex) -> None:
+    """The pooled task's samples, each under the split of the label file its question is in."""
+    pairing = pair_pooled(pooled, labels)
+    for sample, question in pairing.matched:
+        result.answers.append(
+            Imported(
+                split=question.split,
+                question_id=question.question_id,
+                image=question.image,
+                prompt=sample.prompt,
+                text=sample.answer,
+                label=question.label,
+                object=question.object,
+                source=sample.source,
+                tool_readouts={TOOL_READOUT: sample.prediction if sample.prediction in ("yes", "no") else "unknown"},
+            )
+        )
+    result.skipped.extend(pairing.skipped)
+    result.notes.append(f"pooled 'pope' task: {len(pairing.matched)} of {len(pooled)} samples paired with their split by image and question text")
+    result.notes.extend(pairing.notes)
+    if pairing.skipped:
+        result.notes.append(
+            f"{len(pairing.skipped)} pooled samples not imported (listed under skipped): --compat lmms-eval then covers the "
+            "imported ones only, not every sample lmms-eval counted"
+        )

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from halluprobe.errors import InputError
 from halluprobe.readouts.corrections import apply_correction, apply_threshold, recorded_signals
 from halluprobe.readouts.logits import LOGIT_READOUTS
-from halluprobe.readouts.text import ALL_TEXT_RULES, TEXT_RULES
+from halluprobe.readouts.text import ALL_TEXT_RULES, TEXT_RULES, parse_text
 from halluprobe.readouts.value import TEXT_PREFIX, Readout, unknown_readout
 from halluprobe.records import ReadoutResult, RunHeader, Sample, TokenSets
 
@@ -66,7 +66,8 @@ def apply(readout: Readout, sample: Sample, token_sets: TokenSets | None) -> Rea
     if readout.kind == "logit" and token_sets is not None and sample.candidates:
         return LOGIT_READOUTS[readout.method](sample.candidates, token_sets)
     if readout.kind == "text" and sample.text is not None:
-        return ReadoutResult(decision=ALL_TEXT_RULES[readout.method](sample.text))
+        # a label-dependent rule (text:vcd) reads the label too
+        return ReadoutResult(decision=parse_text(readout.method, sample.text, label=sample.label))
     return sample.readouts.get(readout.name)
 
 

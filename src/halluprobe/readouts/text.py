@@ -16,6 +16,10 @@ stored run can be re-scored the way each of them would score it; the fourth is h
   version (:data:`TEXT_RULE_VERSIONS`): any run with text can be scored with it, but it is not
   in the default rule list a run records.
 - ``strict``: halluprobe's own; see :func:`strict`.
+- ``vcd``, ``pai``, ``marine``, ``dashb``, ``repope``: the decoding-method literature's POPE
+  scripts (:mod:`halluprobe.readouts.literature`), applied on request like ``yorn@2024``;
+  ``vcd`` is label-dependent (:data:`LABEL_DEPENDENT_RULES`): :func:`parse_text` needs the
+  question's label for it, and :func:`label_dependence_note` says so wherever it is shown.
 
 How each tool then *counts* a non-yes/no answer is a metric question (``--unknown`` policy in
 :mod:`halluprobe.metrics.binary`), not a parsing one; the notes on each rule say what the tool does.
@@ -26,14 +30,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from halluprobe.records import Decision
+from halluprobe.readouts.literature import LABEL_DEPENDENT_RULES, LITERATURE_RULES
+from halluprobe.records import Decision, Label
 
 __all__ = [
     "TEXT_RULES",
     "TEXT_RULE_VERSIONS",
     "ALL_TEXT_RULES",
+    "LABEL_DEPENDENT_RULES",
+    "LITERATURE_RULES",
+    "LabelDependentRuleError",
     "UnknownTextRuleError",
     "exact",
+    "label_dependence_note",
     "parse_text",
     "pope",
     "strict",
@@ -49,6 +58,10 @@ class UnknownTextRuleError(ValueError, KeyError):
     def __str__(self) -> str:
         # KeyError.__str__ would repr() the message (quotes); keep it a plain line.
         return str(self.args[0]) if self.args else ""
+
+
+class LabelDependentRuleError(ValueError):
+    """A label-dependent rule (``text:vcd``) applied without the question's label."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,15 +307,47 @@ TEXT_RULES: dict[str, Callable[[str], Decision]] = {
 TEXT_RULE_VERSIONS: dict[str, Callable[[str], Decision]] = {
     "yorn@2024": yorn_2024,
 }
-ALL_TEXT_RULES: dict[str, Callable[[str], Decision]] = {**TEXT_RULES, **TEXT_RULE_VERSIONS}
 
 
-def parse_text(rule: str, text: str) -> Decision:
-    """Apply the text rule named ``rule`` to ``text``.
+def _label_needed(rule: str) -> Callable[[str], Decision]:
+    def needs_label(text: str) -> Decision:
+        raise LabelDependentRuleError(f"text rule {rule!r} is label-dependent: it needs the question's label (parse_text(..., label=))")
+
+    return needs_label
+
+
+# Every rule score/audit/report apply on request: the default list, earlier versions, the
+# literature's scripts; a label-dependent rule is listed by name and applied by parse_text
+ALL_TEXT_RULES: dict[str, Callable[[str], Decision]] = {
+    **TEXT_RULES,
+    **TEXT_RULE_VERSIONS,
+    **LITERATURE_RULES,
+    **{rule: _label_needed(rule) for rule in LABEL_DEPENDENT_RULES},
+}
+
+
+def label_dependence_note(readout: str) -> str | None:
+    """The line every output of a label-dependent readout carries (None for any other)."""
+    rule = readout.removeprefix("text:")
+    if rule not in LABEL_DEPENDENT_RULES:
+        return None
+    return (
+        f"note: text:{rule} is label-dependent (VCD's eval_pope.py): each decision depends on the question's label, "
+        "not on the answer alone ('yes' found in the answer of a yes question, 'no' in the answer of a no question)"
+    )
+
+
+def parse_text(rule: str, text: str, *, label: Label | None = None) -> Decision:
+    """Apply the text rule named ``rule`` to ``text`` (and ``label``, which a label-dependent
+    rule needs: :class:`LabelDependentRuleError` without it).
 
     Raises :class:`UnknownTextRuleError` (a ``ValueError`` and a ``KeyError``) naming the valid
     rules when ``rule`` is not one of them.
     """
+    if rule in LABEL_DEPENDENT_RULES:
+        if label is None:
+            return ALL_TEXT_RULES[rule](text)  # raises, naming the rule
+        return LABEL_DEPENDENT_RULES[rule](text, label)
     try:
         fn = ALL_TEXT_RULES[rule]
     except KeyError:
