@@ -35,7 +35,7 @@ from halluprobe.backends.scripted import ScriptedBackend
 from halluprobe.benchmarks.pope import read_questions, split_name
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import paired_bootstrap_diff
-from halluprobe.records import AuditReport, RunComparison
+from halluprobe.records_audit import AuditReport, RunComparison
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.runner import RunConfig, make_header, run_questions
 

@@ -25,7 +25,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from halluprobe.audit import audit_run, compare_runs
-from halluprobe.records import AuditReport
+from halluprobe.records_audit import AuditReport
 from halluprobe.rundir import RunDir
 from halluprobe.cli import app
 from halluprobe.report import SECTIONS, render_report

@@ -46,20 +46,20 @@ from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, sp
 from halluprobe.errors import InputError
 from halluprobe.formatting import format_ci, format_ratio
 from halluprobe.metrics.binary import (
-    _N_RAW,
+    N_RAW,
     METRIC_NAMES,
     UnknownPolicy,
-    _categorize,
-    _check_policy,
-    _counts_from_raw,
-    _fold,
-    _ratio_arrays,
+    categorize,
+    check_policy,
+    counts_from_raw,
+    fold_counts,
+    ratio_arrays,
     metrics_from_counts,
 )
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.metrics.stats import (
-    _draw_blocks,
-    _draw_weights,
+    draw_blocks,
+    draw_weights,
     convergence,
     expected_calibration_error,
     mcnemar_exact,
@@ -68,7 +68,8 @@ from halluprobe.metrics.stats import (
 )
 from halluprobe.readouts.logits import LEGACY_READOUTS, LOGIT_READOUTS
 from halluprobe.readouts.tokensets import greedy_answer
-from halluprobe.records import (
+from halluprobe.records import Question, QuestionKey, RunHeader, Sample, ScoreReport
+from halluprobe.records_audit import (
     AUDIT_SCHEMA_VERSION,
     AuditReport,
     BootstrapSettings,
@@ -87,16 +88,11 @@ from halluprobe.records import (
     PieceCount,
     PieceShare,
     PYesByLabel,
-    Question,
-    QuestionKey,
     ReadoutScores,
     Relabel,
     RunComparison,
     RunDifferences,
-    RunHeader,
     RunInfo,
-    Sample,
-    ScoreReport,
     ScoreTables,
     TextDynamicDisagreement,
 )
@@ -254,7 +250,7 @@ class _PairedBootstrap:
     """Paired macro/pooled F1 differences over one set of rows, images resampled once.
 
     ``rows`` selects the rows (answered by both sides); the clusters are their images. The
-    replicate weights are drawn once, through the same ``_draw_blocks`` as every bootstrap in
+    replicate weights are drawn once, through the same ``draw_blocks`` as every bootstrap in
     halluprobe, and reused for every pair compared on these rows.
     """
 
@@ -277,19 +273,19 @@ class _PairedBootstrap:
         self.weights: list[np.ndarray] = []
         if n_resamples > 0 and self.n_images > 0:
             rng = np.random.default_rng(seed)
-            self.weights = [_draw_weights(d, self.n_images) for d in _draw_blocks(rng, self.n_images, n_resamples)]
+            self.weights = [draw_weights(d, self.n_images) for d in draw_blocks(rng, self.n_images, n_resamples)]
 
     def _per_image(self, decisions: np.ndarray, keep: np.ndarray) -> dict[int, np.ndarray]:
-        cats = _categorize(self.labels[keep], decisions[keep], None)
-        cells = self.image_code[keep] * _N_RAW + cats
+        cats = categorize(self.labels[keep], decisions[keep], None)
+        cells = self.image_code[keep] * N_RAW + cats
         codes = self.split_code[keep]
         return {
-            int(s): np.bincount(cells[codes == s], minlength=self.n_images * _N_RAW).reshape(self.n_images, _N_RAW)
+            int(s): np.bincount(cells[codes == s], minlength=self.n_images * N_RAW).reshape(self.n_images, N_RAW)
             for s in np.unique(codes)
         }
 
     def _f1(self, raw: np.ndarray) -> np.ndarray:
-        return _ratio_arrays(_fold(raw, self.policy), self.policy)["f1"]
+        return ratio_arrays(fold_counts(raw, self.policy), self.policy)["f1"]
 
     def _macro_pooled(self, per_image: dict[int, np.ndarray], weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # macro: the mean over splits, NaN (so skipped by percentile_ci) where a split's F1 is undefined
@@ -451,11 +447,11 @@ def _convergence(t: _Table, policy: UnknownPolicy) -> tuple[dict[str, list[Curve
     curves: dict[str, list[CurvePoint]] = {}
     stable: dict[str, int | None] = {}
     for r in t.readouts:
-        cats = _categorize(labels, t.decisions[r], t.errors)
-        cum = np.cumsum(np.eye(_N_RAW, dtype=np.int64)[cats], axis=0)  # raw counts after each sample
+        cats = categorize(labels, t.decisions[r], t.errors)
+        cum = np.cumsum(np.eye(N_RAW, dtype=np.int64)[cats], axis=0)  # raw counts after each sample
 
         def f1_after(k: int, cum: np.ndarray = cum) -> float | None:
-            return metrics_from_counts(_counts_from_raw(cum[k - 1], policy))["f1"]
+            return metrics_from_counts(counts_from_raw(cum[k - 1], policy))["f1"]
 
         curve = convergence(f1_after, t.n, step=_CONVERGENCE_STEP)
         curves[r] = [CurvePoint(k, value) for k, value in curve]
@@ -645,7 +641,7 @@ def audit_run(
     ``docs/design/audit.md`` for every field). Deterministic: the same arguments and run give
     the same record, and ``RunDir.write_audit`` the same bytes. Raises InputError on a missing or empty run, an unknown or invalid headline,
     or a labels file that cannot be read or names a split the run does not have."""
-    policy = _check_policy(policy)
+    policy = check_policy(policy)
     if n_resamples < 0:
         raise InputError(f"n_resamples must be >= 0, got {n_resamples}")
     if top < 1:
@@ -821,7 +817,7 @@ def compare_runs(
     a paired image bootstrap). Raises InputError for fewer than two runs, a readout a run lacks,
     runs that share no question, or runs that disagree on a shared question's label.
     """
-    policy = _check_policy(policy)
+    policy = check_policy(policy)
     paths = [Path(p) for p in rundirs]
     if len(paths) < 2:
         raise InputError("compare needs at least two run directories")

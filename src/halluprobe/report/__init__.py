@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
-from halluprobe.records import AuditReport, Metrics, PYesByLabel, RunComparison
+from halluprobe.records import Metrics
+from halluprobe.records_audit import AuditReport, PYesByLabel, RunComparison
 from halluprobe.report.view import SECTIONS, ReportView, RunView, as_audit, build_view
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.formatting import markdown_table
-from halluprobe.records import Metrics, PairedTest
+from halluprobe.records import Metrics
+from halluprobe.records_audit import PairedTest
 from halluprobe.report.view import (
     ReportView,
     RunView,

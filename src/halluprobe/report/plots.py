@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from halluprobe.records import Calibration, ConfusionCounts, CurvePoint, ObjectRate, PieceShare, PYesByLabel
+from halluprobe.records_audit import Calibration, ConfusionCounts, CurvePoint, ObjectRate, PieceShare, PYesByLabel
 
 __all__ = [
     "LABEL_COLOURS",

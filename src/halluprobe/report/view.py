@@ -17,14 +17,14 @@ from typing import Any, Literal
 
 from halluprobe.errors import InputError
 from halluprobe.formatting import format_ci
-from halluprobe.records import (
+from halluprobe.records import Metrics, RunHeader
+from halluprobe.records_audit import (
     AuditReport,
     BootstrapSettings,
     Calibration,
     ConfusionCounts,
     CurvePoint,
     GreedyAgreement,
-    Metrics,
     ObjectRate,
     PairedTest,
     PairRate,
@@ -33,7 +33,6 @@ from halluprobe.records import (
     PYesByLabel,
     Relabel,
     RunComparison,
-    RunHeader,
     TextDynamicDisagreement,
 )
 from halluprobe.rundir import RunDir
