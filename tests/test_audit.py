@@ -29,7 +29,6 @@ from halluprobe.audit import (
     audit_run,
     compare_runs,
     summarise_audit,
-    write_audit,
 )
 from halluprobe.backends.scripted import ScriptedBackend
 from halluprobe.benchmarks.pope import read_questions, split_name
@@ -502,11 +501,11 @@ def test_scripted_audit_convergence_pairs_errors_and_forced_legacy(scripted: dic
 def test_bootstrap_is_seeded_and_audit_json_byte_identical(scripted: dict[str, Any]) -> None:
     run = scripted["run"]
     first = audit_run(run, n_resamples=RESAMPLES, seed=5)
-    path = write_audit(run, first)
+    path = RunDir(run).write_audit(first)
     assert path == run / "audit.json" == RunDir(run).audit_path
     data = path.read_bytes()
     second = audit_run(run, n_resamples=RESAMPLES, seed=5)
-    assert write_audit(run, second).read_bytes() == data
+    assert RunDir(run).write_audit(second).read_bytes() == data
     assert json.loads(data) == first.to_json_dict()  # JSON-ready: nothing changes through a round trip
     assert RunDir(run).read_audit() == first
     other = audit_run(run, n_resamples=RESAMPLES, seed=6)
@@ -586,12 +585,12 @@ def test_bad_headline_is_an_input_error(scripted: dict[str, Any]) -> None:
 
 
 def test_labels_file_split_names() -> None:
-    from halluprobe.audit import _labels_spec
+    from halluprobe.audit.relabel import labels_spec
 
-    assert _labels_spec("a/coco_repope_adversarial.json")[0] == "adversarial"
-    assert _labels_spec("coco_pope_popular.json")[0] == split_name("coco_pope_popular.json") == "popular"
-    assert _labels_spec("random=any/file.jsonl")[:2] == ("random", Path("any/file.jsonl"))
-    assert _labels_spec("other.json")[0] == "other"
+    assert labels_spec("a/coco_repope_adversarial.json")[0] == "adversarial"
+    assert labels_spec("coco_pope_popular.json")[0] == split_name("coco_pope_popular.json") == "popular"
+    assert labels_spec("random=any/file.jsonl")[:2] == ("random", Path("any/file.jsonl"))
+    assert labels_spec("other.json")[0] == "other"
 
 
 def test_compare_runs_differing_in_template_then_in_model(scripted: dict[str, Any], tmp_path: Path) -> None:
@@ -693,7 +692,7 @@ def test_reading_a_missing_or_broken_audit_is_an_input_error(tmp_path: Path) -> 
 def test_overwriting_a_run_removes_its_stale_audit(tmp_path: Path) -> None:
     images, files, script = _scripted_world(tmp_path / "w", n_images=3, splits=("random",))
     run = _scripted_run(tmp_path / "run", images, files, script)
-    write_audit(run, audit_run(run, n_resamples=0))
+    RunDir(run).write_audit(audit_run(run, n_resamples=0))
     assert RunDir(run).audit_path.exists()
     _scripted_run(run, images, files, script)  # overwrite=True: a new run, the old audit is not its audit
     assert not RunDir(run).audit_path.exists()

@@ -18,6 +18,8 @@ from halluprobe.records import FrozenRecord, Metrics, TokenSets
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
     "BootstrapSettings",
+    "ImportedFile",
+    "ImportedFrom",
     "RunInfo",
     "ScoreTables",
     "ReadoutScores",
@@ -71,6 +73,27 @@ class BootstrapSettings(FrozenRecord):
     method: str  # "percentile"
 
 
+class ImportedFile(FrozenRecord):
+    """An input file of an imported run, as ``halluprobe import`` hashed it."""
+
+    name: str
+    path: str
+    sha256: str
+
+
+class ImportedFrom(FrozenRecord):
+    """What an imported run is: answers as text from another tool's files (no model ran here)."""
+
+    format: str  # the import format (``halluprobe import FORMAT``)
+    tool: str | None  # the tool that wrote the files, where the format names one
+    tool_version: str | None  # where the files or the import recorded it
+    files: list[ImportedFile]
+    labels: dict[str, str]  # split -> labels file
+    pope_versions: dict[str, list[str]]  # split -> the published POPE versions its labels are
+    question_versions: dict[str, list[str]] | None  # split -> versions its question file fits, where one was read
+    tool_readouts: dict[str, str]  # the tool's stored decisions, readout name -> what it is
+
+
 class RunInfo(FrozenRecord):
     """What the audit read: the run's header fields and counts."""
 
@@ -91,6 +114,7 @@ class RunInfo(FrozenRecord):
     complete: bool
     readouts: list[str]  # present in at least one sample
     missing_readouts: list[str]  # listed in run.json, in no sample
+    imported: ImportedFrom | None = _absent_when_none()  # an imported run only (absent from older audits)
 
 
 class ScoreTables(FrozenRecord):
@@ -283,6 +307,8 @@ class AuditReport(FrozenRecord):
     calibration: dict[str, Calibration]
     relabel: dict[str, Relabel]  # labels file as given -> rescoring
     relabel_combined: Relabel | None = _absent_when_none()
+    # where no headline was asked and the run has no ``dynamic``: which readout it named, and why
+    headline_note: str | None = _absent_when_none()
 
     def to_json_dict(self) -> dict[str, Any]:
         """The plain JSON object of ``audit.json`` (what ``audit_run`` returned before it was typed)."""
