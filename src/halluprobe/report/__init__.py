@@ -34,7 +34,7 @@ def render_report(
     *,
     audits: Sequence[AuditReport | Mapping[str, Any]] | None = None,
     comparison: RunComparison | Mapping[str, Any] | None = None,
-    headline: str = "dynamic",
+    headline: str | None = None,
     n_resamples: int = 1000,
     seed: int = 0,
     corrections: Sequence[Any] | None = None,

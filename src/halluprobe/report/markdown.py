@@ -67,6 +67,29 @@ def _run_cell(run: RunView) -> str:
     return f"{run.index + 1}. {run.label}"
 
 
+def _imported_rows(run: RunView, scored_by: str | None) -> list[list[str]]:
+    """The Run table of an imported run: what it was made from, not what it lacks."""
+    imp = run.imported
+    assert imp is not None
+    tool = f"; written by {imp.tool} " + (imp.tool_version or "(version not recorded)") if imp.tool else ""
+    versions = ", ".join(f"{split} {', '.join(v) or 'no published version'}" for split, v in imp.pope_versions.items())
+    kept = f"; the tool's own decisions kept as {', '.join(_code(n) for n in imp.tool_readouts)}" if imp.tool_readouts else ""
+    labels = ", ".join(f"{split} {_code(path.rsplit('/', 1)[-1])}" for split, path in imp.labels.items())
+    fits = "; the question file fits: " + ", ".join(
+        f"{split} {', '.join(v) or 'no published version in full'}" for split, v in imp.question_versions.items()
+    ) if imp.question_versions else ""
+    return [
+        ["Model", f"{_code(run.model)} (as the answers file names it; no model was run here)"],
+        ["Imported from", ", ".join(f"{_code(f.name)} (sha256 {_code(f.sha256[:12])})" for f in imp.files) + f"; format {imp.format}{tool}"],
+        ["POPE version", (versions or "labels match no published version") + fits],
+        ["Answers", "text only: each text rule is applied to the stored answers when scored" + kept],
+        ["Prompt", (_code(piece(run.prompt)) if run.prompt else "–") + " (as the answers file records it)"],
+        ["Questions", f"{fmt_count(run.n)}, {fmt_count(run.errors)} errors" + (f"; labels {labels}" if labels else "")],
+        ["Scored by", " · ".join([f"halluprobe {scored_by or '–'}", *(f"{k} {v}" for k, v in run.packages.items())])],
+        ["Imported", f"{run.created_at or '–'}, {_code(run.path)}"],
+    ]
+
+
 def _section(number: int, title: str) -> list[str]:
     return ["", f"## {number}. {title}", ""]
 
@@ -89,6 +112,9 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
     if view.version:
         byline.append(f"halluprobe {view.version}")
     lines.append(" · ".join(byline) + ".")
+    for run in runs:
+        if run.headline_note:
+            lines += ["", (f"Run {run.index + 1}: " if multi else "") + run.headline_note + "."]
     lines += ["", f"Ratios in %, 95% CI in brackets. The figures are in [{html_name}]({html_name})."]
     number = 0
 
@@ -123,6 +149,10 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
     for run in runs:
         if multi:
             lines += [f"### {_run_cell(run)}", ""]
+        if run.imported is not None:
+            lines += _table(["", ""], _imported_rows(run, view.scored_by), align=["l", "l"])
+            lines.append("")
+            continue
         tokens = run.tokens
         legacy = "valid" if tokens.legacy_valid else "**invalid** on this vocabulary" + (
             ": " + ", ".join(f"{i}={piece(p) if p is not None else '—'}" for i, p in tokens.legacy) if tokens.legacy else ""
@@ -156,7 +186,8 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
     number += 1
     lines += _section(number, "Readout comparison")
     lines.append(
-        f"Every readout from the same forward pass. ΔF1 against `{headline}` in percentage points with a paired "
+        ("Every readout a rule applied to the same stored answer text (no forward pass was run here)." if view.text_only else "Every readout from the same forward pass.")
+        + f" ΔF1 against `{headline}` in percentage points with a paired "
         "image-bootstrap CI; b / c = questions only this readout / only the headline got right; p from McNemar's exact test."
     )
     lines.append("")
@@ -180,6 +211,10 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
     lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
     if view.any_forced:
         lines += ["", "† Not valid for this vocabulary (the legacy LLaMA-2 ids are not yes/no pieces here): scored only to show what the legacy evaluator would report."]
+    if view.text_only:  # no token section on this page: the agreement between readouts goes here
+        for run in runs:
+            matrix = _agreement(run, multi)
+            lines += [""] + matrix[:-1] if matrix else []
 
     number += 1
     lines += _section(number, "Confusion matrices")
@@ -212,6 +247,19 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
             rows.append(cells)
     lines += _table((["run"] if multi else []) + ["readout", "first point", "final", "stable from k"], rows)
 
+    if not view.text_only:
+        number = _logit_sections(lines, view, number)
+    number = _profile_section(lines, view, number)
+    if not view.text_only:
+        number = _token_section(lines, view, number)
+    _tail_sections(lines, view, number)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _logit_sections(lines: list[str], view: ReportView, number: int) -> int:
+    """p(yes) and calibration: a page of text-only runs leaves them out."""
+    runs = view.runs
+    multi = len(runs) > 1
     number += 1
     lines += _section(number, "Distribution of p(yes)")
     rows = []
@@ -252,7 +300,12 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
         lines += _table((["run"] if multi else []) + ["readout", "p(yes) bin", "n", "mean p(yes)", "fraction labelled yes"], rows)
     else:
         lines.append("No logit readout stored p(yes).")
+    return number
 
+
+def _profile_section(lines: list[str], view: ReportView, number: int) -> int:
+    runs = view.runs
+    multi = len(runs) > 1
     number += 1
     lines += _section(number, "Hallucination profile")
     for run in runs:
@@ -276,7 +329,13 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
             lines.append("")
         if not objects and not pairs:
             lines += ["No label-no question was answered yes.", ""]
+    return number
 
+
+def _token_section(lines: list[str], view: ReportView, number: int) -> int:
+    """The first token: a page of text-only runs leaves it out."""
+    runs = view.runs
+    multi = len(runs) > 1
     number += 1
     lines += _section(number, "Token diagnostic")
     for run in runs:
@@ -311,12 +370,25 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
                 [[_code(piece(p.piece)), fmt_count(p.count), fmt_pct(p.share)] for p in t.first_pieces[:10]],
             )
             lines.append("")
-        names = [r.name for r in run.readouts]
-        if len(names) > 1 and run.agreement:
-            lines.append("Agreement between readouts (% of questions with the same decision):")
-            lines.append("")
-            lines += _table([""] + [_code(n) for n in names], [[_code(a)] + [fmt_pct(run.agreement.get(a, {}).get(b)) for b in names] for a in names])
-            lines.append("")
+        lines += _agreement(run, False)
+    return number
+
+
+def _agreement(run: RunView, label: bool) -> list[str]:
+    """The agreement matrix between a run's readouts (``label``: headed by the run)."""
+    names = [r.name for r in run.readouts]
+    if len(names) < 2 or not run.agreement:
+        return []
+    head = f"Agreement between readouts{f' ({_run_cell(run)})' if label else ''} (% of questions with the same decision):"
+    rows = [[_code(a)] + [fmt_pct(run.agreement.get(a, {}).get(b)) for b in names] for a in names]
+    return [head, "", *_table([""] + [_code(n) for n in names], rows), ""]
+
+
+def _tail_sections(lines: list[str], view: ReportView, number: int) -> None:
+    """Labels and Corrections, where any run has them."""
+    runs = view.runs
+    multi = len(runs) > 1
+    headline = view.headline
     if any(run.relabel for run in runs):
         number += 1
         lines += _section(number, "Labels")
@@ -356,4 +428,3 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
                                                                     fmt_pct(c.f1_sampled), fmt_delta(c.delta_sampled)])  # fmt: skip
         header = ["method", "F1 (%)", "yes (%)", "ΔF1 (pp)", "95% CI (pp)", "McNemar p", "F1 sampled (%)", "Δ vs sampled (pp)"]
         lines += _table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
-    return "\n".join(lines).rstrip() + "\n"

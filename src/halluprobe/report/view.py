@@ -22,6 +22,7 @@ from halluprobe.records_audit import (
     AuditReport,
     BootstrapSettings,
     Calibration,
+    ImportedFrom,
     ConfusionCounts,
     CurvePoint,
     GreedyAgreement,
@@ -38,6 +39,7 @@ from halluprobe.records_audit import (
 from halluprobe.rundir import RunDir
 
 __all__ = [
+    "LOGIT_SECTIONS",
     "SECTIONS",
     "Leaderboard",
     "LeaderboardRow",
@@ -49,6 +51,7 @@ __all__ = [
     "TokenView",
     "as_audit",
     "build_view",
+    "text_only",
     "fmt_ci",
     "fmt_count",
     "fmt_delta",
@@ -71,6 +74,8 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("profile", "Hallucination profile"),
     ("tokens", "Token diagnostic"),
 )
+# sections that read logits: left out of a page whose runs are all text only (imported answers)
+LOGIT_SECTIONS: tuple[str, ...] = ("p-yes", "calibration", "tokens")
 LEADERBOARD = ("leaderboard", "Leaderboard")  # first, with several runs
 RELABEL = ("relabel", "Labels")  # last, when the audit rescored against other label files
 
@@ -258,6 +263,9 @@ class RunView:
     figures: dict[str, str] = field(default_factory=dict)  # section id -> SVG, filled by build_figures
     # the corrections table of a run that recorded signals (corrections_table.CorrectionsReport)
     corrections: Any = None
+    imported: ImportedFrom | None = None  # what an imported run was made from
+    text_only: bool = False  # no token sets, no p(yes), no first token: answers as text only
+    headline_note: str | None = None  # where the run named its own headline: which, and why
 
     def metrics_row(self, kind: Literal["pooled", "macro"]) -> Metrics:
         return next(r.m for r in self.headline_rows if r.kind == kind)
@@ -298,6 +306,9 @@ class ReportView:
     any_forced: bool
     version: str | None
     figures: dict[str, str] = field(default_factory=dict)  # the leaderboard figure
+    text_only: bool = False  # every run is text only: no logit section, no "same forward pass"
+    imported_only: bool = False  # every run was imported (answers from another tool's files)
+    scored_by: str | None = None  # the halluprobe that scored the runs (this one)
 
     def template_context(self) -> dict[str, Any]:
         """The top-level names the Jinja template reads (the fields, not copied)."""
@@ -462,7 +473,15 @@ def _run_view(audit: AuditReport, rundir: Path | None, index: int, label: str) -
         tokens=_token_view(audit),
         relabel=_relabel_view(audit),
         agreement=dict(audit.agreement),
+        imported=run.imported,
+        text_only=text_only(audit),
+        headline_note=audit.headline_note,
     )
+
+
+def text_only(audit: AuditReport) -> bool:
+    """A run read from answer text alone: no token sets, no p(yes), no first token stored."""
+    return audit.run.token_sets is None and not audit.p_yes and audit.first_pieces_total == 0
 
 
 def build_view(
@@ -482,11 +501,13 @@ def build_view(
     board = _leaderboard(runs, compared) if len(runs) > 1 else None
     first = runs[0] if runs else None
     boot = None if first is None else first.bootstrap
+    only_text = bool(runs) and all(r.text_only for r in runs)
+    sections = [s for s in SECTIONS if not (only_text and s[0] in LOGIT_SECTIONS)]
     return ReportView(
         title="Leaderboard: " + ", ".join(r.label for r in runs) if board else f"Report: {first.label if first else ''}",
         runs=runs,
         leaderboard=board,
-        sections=([LEADERBOARD] if board else []) + list(SECTIONS) + ([RELABEL] if any(r.relabel for r in runs) else []),
+        sections=([LEADERBOARD] if board else []) + sections + ([RELABEL] if any(r.relabel for r in runs) else []),
         headline=first.headline if first else "dynamic",
         policy=first.policy if first else "wrong",
         bootstrap=boot,
@@ -494,7 +515,16 @@ def build_view(
         show_errors=any(r.errors for r in runs),
         any_forced=any(r.muted for run in runs for r in run.readouts),
         version=first.version if first else None,
+        text_only=only_text,
+        imported_only=bool(runs) and all(r.imported is not None for r in runs),
+        scored_by=_halluprobe_version(),
     )
+
+
+def _halluprobe_version() -> str:
+    from halluprobe import __version__
+
+    return __version__
 
 
 def _bootstrap_text(boot: BootstrapSettings | None) -> str:
