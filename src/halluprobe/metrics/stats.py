@@ -203,7 +203,6 @@ def expected_calibration_error(
     if not np.all((q >= 0.0) & (q <= 1.0)):
         raise ValueError("p must lie in [0, 1]")
     bins = np.minimum((q * n_bins).astype(np.int64), n_bins - 1)
-    size = np.bincount(bins, minlength=n_bins).astype(np.float64)
     sum_y = np.bincount(bins, weights=y, minlength=n_bins)
     sum_p = np.bincount(bins, weights=q, minlength=n_bins)
     # sum_b (n_b/N) |mean_y - mean_p| = sum_b |sum_y - sum_p| / N

@@ -16,7 +16,8 @@ from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.records import Metrics
 from halluprobe.records_audit import AuditReport, PYesByLabel, RunComparison
-from halluprobe.report.view import SECTIONS, ReportView, RunView, as_audit, build_view
+from halluprobe.report.build import as_audit, build_view
+from halluprobe.report.view import SECTIONS, ReportView, RunView
 
 if TYPE_CHECKING:
     from halluprobe.tables import Provenance
