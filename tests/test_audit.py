@@ -696,3 +696,36 @@ def test_overwriting_a_run_removes_its_stale_audit(tmp_path: Path) -> None:
     assert RunDir(run).audit_path.exists()
     _scripted_run(run, images, files, script)  # overwrite=True: a new run, the old audit is not its audit
     assert not RunDir(run).audit_path.exists()
+
+
+def test_an_imported_run_is_audited_under_the_rule_its_tool_recorded(tmp_path: Path) -> None:
+    """No ``dynamic`` in an lmms-eval import: the headline is the tool's own stored decision
+    (``lmms-eval:exact``), said in one line; ``headline=`` still overrides."""
+    from typer.testing import CliRunner
+
+    from halluprobe.cli import app
+
+    answers = ["yes", "no", "Yes", "no", "yes", "maybe"]
+    logs = []
+    for qid in range(12):
+        label = "yes" if qid % 2 == 0 else "no"
+        answer = answers[qid % len(answers)]
+        text = f"Is there a {SCRIPTED_OBJECTS[qid]} in the image?"
+        logs.append({"doc_id": qid, "target": label, "filtered_resps": [answer], "resps": [[answer]],
+                     "doc": {"question_id": str(qid + 1), "question": text, "answer": label, "category": "random"},
+                     "arguments": [text], "pope_accuracy": {"question_id": str(qid + 1), "score": 0.0,
+                     "prediction": answer.lower(), "ground_truth": label}})  # fmt: skip
+    log_file = tmp_path / "20240601_samples_pope_random.jsonl"
+    log_file.write_text("".join(json.dumps(x) + "\n" for x in logs), encoding="utf-8")
+    result = CliRunner().invoke(app, ["import", "lmms-eval", str(log_file), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    audit = audit_run(tmp_path / "run", n_resamples=0)
+    assert audit.headline == "lmms-eval:exact" and "the rule the importing tool recorded" in (audit.headline_note or "")
+    assert summarise_audit(audit)[0] == audit.headline_note
+    imported = audit.run.imported
+    assert imported is not None and imported.tool == "lmms-eval" and "lmms-eval:exact" in imported.tool_readouts
+    assert [f.name for f in imported.files] == [log_file.name]
+    chosen = audit_run(tmp_path / "run", headline="text:pope", n_resamples=0)
+    assert chosen.headline == "text:pope" and chosen.headline_note is None
+    with pytest.raises(InputError, match="not in this run"):
+        audit_run(tmp_path / "run", headline="dynamic", n_resamples=0)
