@@ -29,13 +29,12 @@ from halluprobe.audit import (
     audit_run,
     compare_runs,
     summarise_audit,
-    write_audit,
 )
 from halluprobe.backends.scripted import ScriptedBackend
 from halluprobe.benchmarks.pope import read_questions, split_name
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import paired_bootstrap_diff
-from halluprobe.records import AuditReport, RunComparison
+from halluprobe.records_audit import AuditReport, RunComparison
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.runner import RunConfig, make_header, run_questions
 
@@ -502,11 +501,11 @@ def test_scripted_audit_convergence_pairs_errors_and_forced_legacy(scripted: dic
 def test_bootstrap_is_seeded_and_audit_json_byte_identical(scripted: dict[str, Any]) -> None:
     run = scripted["run"]
     first = audit_run(run, n_resamples=RESAMPLES, seed=5)
-    path = write_audit(run, first)
+    path = RunDir(run).write_audit(first)
     assert path == run / "audit.json" == RunDir(run).audit_path
     data = path.read_bytes()
     second = audit_run(run, n_resamples=RESAMPLES, seed=5)
-    assert write_audit(run, second).read_bytes() == data
+    assert RunDir(run).write_audit(second).read_bytes() == data
     assert json.loads(data) == first.to_json_dict()  # JSON-ready: nothing changes through a round trip
     assert RunDir(run).read_audit() == first
     other = audit_run(run, n_resamples=RESAMPLES, seed=6)
@@ -586,12 +585,12 @@ def test_bad_headline_is_an_input_error(scripted: dict[str, Any]) -> None:
 
 
 def test_labels_file_split_names() -> None:
-    from halluprobe.audit import _labels_spec
+    from halluprobe.audit.relabel import labels_spec
 
-    assert _labels_spec("a/coco_repope_adversarial.json")[0] == "adversarial"
-    assert _labels_spec("coco_pope_popular.json")[0] == split_name("coco_pope_popular.json") == "popular"
-    assert _labels_spec("random=any/file.jsonl")[:2] == ("random", Path("any/file.jsonl"))
-    assert _labels_spec("other.json")[0] == "other"
+    assert labels_spec("a/coco_repope_adversarial.json")[0] == "adversarial"
+    assert labels_spec("coco_pope_popular.json")[0] == split_name("coco_pope_popular.json") == "popular"
+    assert labels_spec("random=any/file.jsonl")[:2] == ("random", Path("any/file.jsonl"))
+    assert labels_spec("other.json")[0] == "other"
 
 
 def test_compare_runs_differing_in_template_then_in_model(scripted: dict[str, Any], tmp_path: Path) -> None:
@@ -693,7 +692,40 @@ def test_reading_a_missing_or_broken_audit_is_an_input_error(tmp_path: Path) -> 
 def test_overwriting_a_run_removes_its_stale_audit(tmp_path: Path) -> None:
     images, files, script = _scripted_world(tmp_path / "w", n_images=3, splits=("random",))
     run = _scripted_run(tmp_path / "run", images, files, script)
-    write_audit(run, audit_run(run, n_resamples=0))
+    RunDir(run).write_audit(audit_run(run, n_resamples=0))
     assert RunDir(run).audit_path.exists()
     _scripted_run(run, images, files, script)  # overwrite=True: a new run, the old audit is not its audit
     assert not RunDir(run).audit_path.exists()
+
+
+def test_an_imported_run_is_audited_under_the_rule_its_tool_recorded(tmp_path: Path) -> None:
+    """No ``dynamic`` in an lmms-eval import: the headline is the tool's own stored decision
+    (``lmms-eval:exact``), said in one line; ``headline=`` still overrides."""
+    from typer.testing import CliRunner
+
+    from halluprobe.cli import app
+
+    answers = ["yes", "no", "Yes", "no", "yes", "maybe"]
+    logs = []
+    for qid in range(12):
+        label = "yes" if qid % 2 == 0 else "no"
+        answer = answers[qid % len(answers)]
+        text = f"Is there a {SCRIPTED_OBJECTS[qid]} in the image?"
+        logs.append({"doc_id": qid, "target": label, "filtered_resps": [answer], "resps": [[answer]],
+                     "doc": {"question_id": str(qid + 1), "question": text, "answer": label, "category": "random"},
+                     "arguments": [text], "pope_accuracy": {"question_id": str(qid + 1), "score": 0.0,
+                     "prediction": answer.lower(), "ground_truth": label}})  # fmt: skip
+    log_file = tmp_path / "20240601_samples_pope_random.jsonl"
+    log_file.write_text("".join(json.dumps(x) + "\n" for x in logs), encoding="utf-8")
+    result = CliRunner().invoke(app, ["import", "lmms-eval", str(log_file), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    audit = audit_run(tmp_path / "run", n_resamples=0)
+    assert audit.headline == "lmms-eval:exact" and "the rule the importing tool recorded" in (audit.headline_note or "")
+    assert summarise_audit(audit)[0] == audit.headline_note
+    imported = audit.run.imported
+    assert imported is not None and imported.tool == "lmms-eval" and "lmms-eval:exact" in imported.tool_readouts
+    assert [f.name for f in imported.files] == [log_file.name]
+    chosen = audit_run(tmp_path / "run", headline="text:pope", n_resamples=0)
+    assert chosen.headline == "text:pope" and chosen.headline_note is None
+    with pytest.raises(InputError, match="not in this run"):
+        audit_run(tmp_path / "run", headline="dynamic", n_resamples=0)

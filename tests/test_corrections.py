@@ -290,3 +290,19 @@ def test_a_grid_value_out_of_bounds_names_the_grid_file(signal_run: Path, tmp_pa
 def test_a_parameter_that_is_not_finite_is_refused(signal_run: Path, value: str) -> None:
     result = runner.invoke(app, ["score", str(signal_run), "--readout", f"bias:b={value}"])
     assert result.exit_code == 2 and "b must be a finite number" in result.output, result.output
+
+
+@pytest.mark.parametrize("policy", ["wrong", "drop"])
+def test_the_table_and_the_audit_give_one_paired_test(signal_run: Path, policy: str) -> None:
+    """Both read metrics.paired: on a run without errors, the confound row's ΔF1, its CI and
+    McNemar's p are the audit's paired entry for the same readout against dynamic."""
+    from halluprobe.audit import audit_run
+    from halluprobe.corrections_table import corrections_table
+
+    table = corrections_table(signal_run, [], policy=policy, n_resamples=40, seed=3)  # type: ignore[arg-type]
+    confound = next(r for r in table.rows if r.kind == "confound")
+    audit = audit_run(signal_run, policy=policy, n_resamples=40, seed=3)  # type: ignore[arg-type]
+    assert audit.run.errors == 0 and audit.headline == "dynamic"
+    entry = audit.paired[confound.name]
+    assert (confound.delta_f1, confound.delta_f1_ci, confound.mcnemar_p) == (entry.delta_f1, entry.delta_f1_ci, entry.mcnemar_p)
+    assert confound.delta_f1_ci is not None

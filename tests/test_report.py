@@ -25,7 +25,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from halluprobe.audit import audit_run, compare_runs
-from halluprobe.records import AuditReport
+from halluprobe.records_audit import AuditReport
 from halluprobe.rundir import RunDir
 from halluprobe.cli import app
 from halluprobe.report import SECTIONS, render_report
@@ -400,3 +400,144 @@ def test_report_renders_in_headless_chromium(which: str, request: pytest.Fixture
     assert 0.005 < dark < 0.5, f"share of dark pixels {dark:.3f}: no text, or a black page"
     # the top of the page (title, run header) and further down (tables, figures) both have ink
     assert gray[:600].min() < 80 and gray[2000:3200].min() < 80
+
+
+# -- a run imported from LLaVA's released answers (text only) ---------------------------------
+
+LLAVA_SUFFIX = "\nAnswer the question using a single word or phrase."
+LLAVA_ID_OFFSET = {"adversarial": 0, "random": 10_000_000, "popular": 20_000_000}
+# POPE's three splits over the same images: present objects first, then absent ones
+LLAVA_OBJECTS = {"random": ["person", "cup", "car", "zebra", "kite", "oven"],
+                 "popular": ["person", "cup", "car", "chair", "dining table", "bottle"],
+                 "adversarial": ["person", "cup", "car", "fork", "knife", "spoon"]}  # fmt: skip
+LLAVA_ANSWERS = ["Yes", "No", "yes", "No, there is not.", "Yes.", "no", "There is a fork.", "I cannot tell"]
+FORBIDDEN = ("invalid on this vocabulary", "none found", "same forward pass", "(unknown object)")
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def imported_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``halluprobe import llava`` of a small LLaVA-format answers file with its question file
+    and POPE labels files (which, like the published ones, have no object field)."""
+    root = tmp_path_factory.mktemp("llava_import")
+    labels_dir = root / "labels"
+    labels_dir.mkdir()
+    questions, answers = [], []
+    for split, objects in LLAVA_OBJECTS.items():
+        rows = []
+        for img in range(8):
+            for k, obj in enumerate(objects):
+                qid = len(rows) + 1
+                text = f"Is there a {obj} in the image?"
+                rows.append({"question_id": qid, "image": f"COCO_val2014_{img:012d}.jpg", "text": text, "label": "yes" if k < 3 else "no"})
+                llava_id = LLAVA_ID_OFFSET[split] + qid
+                questions.append({"question_id": llava_id, "image": rows[-1]["image"], "text": text + LLAVA_SUFFIX, "category": split})
+                answer = LLAVA_ANSWERS[(img * 7 + k * 3 + len(split)) % len(LLAVA_ANSWERS)]
+                answers.append({"question_id": llava_id, "prompt": text + LLAVA_SUFFIX, "text": answer,
+                                "answer_id": f"a{len(answers)}", "model_id": "llava-v1.5-13b", "metadata": {}})  # fmt: skip
+        _write_jsonl(labels_dir / f"coco_pope_{split}.json", rows)
+    answers_file = _write_jsonl(root / "llava-v1.5-13b.jsonl", answers)
+    questions_file = _write_jsonl(root / "llava_pope_test.jsonl", questions)
+    args = ["import", "llava", str(answers_file), "--questions", str(questions_file), "--out", str(root / "run")]
+    for split in LLAVA_OBJECTS:
+        args += ["--labels", str(labels_dir / f"coco_pope_{split}.json")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def imported_report(imported_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
+    out = tmp_path_factory.mktemp("imported_report") / "report.html"
+    result = CliRunner().invoke(app, ["report", str(imported_run), "--resamples", "50", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "headline text:pope: the run's first text rule" in result.output  # said in one line
+    return out.read_text(encoding="utf-8"), out.with_suffix(".md").read_text(encoding="utf-8"), out
+
+
+def test_audit_of_an_imported_run_needs_no_headline(imported_run: Path) -> None:
+    result = CliRunner().invoke(app, ["audit", str(imported_run), "--resamples", "20"])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if "the run's first text rule" in line]
+    assert len(notes) == 1 and "headline text:pope" in notes[0]
+    audit = RunDir(imported_run).read_audit()
+    assert audit.headline == "text:pope" and "text:pope" not in audit.paired
+    imported = audit.run.imported
+    assert imported is not None and imported.format == "llava" and imported.tool == "LLaVA"
+    assert [f.name for f in imported.files] == ["llava-v1.5-13b.jsonl", "llava_pope_test.jsonl"]
+    assert all(len(f.sha256) == 64 for f in imported.files)
+    # the objects come from the question text: every label-no question is profiled by its object
+    absent = {o for objects in LLAVA_OBJECTS.values() for o in objects[3:]}
+    profiled = {o.object for o in audit.hallucination_profile.objects}
+    assert profiled <= absent and len(profiled) == min(len(absent), 20)
+    assert all(p.positive in {"person", "cup", "car"} and p.negative in absent for p in audit.hallucination_profile.adversarial_pairs)
+    # --headline still overrides; a model run's audit is unchanged (no note, no import record)
+    other = CliRunner().invoke(app, ["audit", str(imported_run), "--resamples", "0", "--headline", "text:yorn", "--json"])
+    assert other.exit_code == 0 and json.loads(other.stdout)["headline"] == "text:yorn"
+    assert "headline_note" not in json.loads(other.stdout)
+
+
+def test_a_model_run_audit_has_no_import_record(audits: list[AuditReport]) -> None:
+    data = audits[0].to_json_dict()
+    assert "imported" not in data["run"] and "headline_note" not in data and audits[0].headline == "dynamic"
+
+
+def _section_texts(html: str) -> dict[str, str]:
+    """Each section's visible text, without its heading."""
+    out = {}
+    for sid in _parse(html).sections:
+        body = re.sub(r"<h2>.*?</h2>", "", _section(html, sid), flags=re.S)
+        out[sid] = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)).strip()
+    return out
+
+
+def test_report_of_an_imported_run_says_what_it_is(imported_report: tuple[str, str, Path]) -> None:
+    html, md, _ = imported_report
+    for text in (html, md):
+        for phrase in FORBIDDEN:
+            assert phrase not in text, phrase
+    parsed = _parse(html)
+    # the sections that read logits are left out of the contents and the page
+    assert parsed.sections == ["run", "headline", "readouts", "confusion", "convergence", "profile"]
+    nav = html[html.index('<nav class="toc"') : html.index("</nav>")]
+    assert re.findall(r'href="#([\w-]+)"', nav) == parsed.sections
+    for sid, text in _section_texts(html).items():  # no empty section, no "No figure"
+        assert len(text) > 40 and "No figure" not in text, sid
+    run = _section(html, "run")
+    assert "llava-v1.5-13b.jsonl" in run and "format llava" in run and "written by LLaVA" in run
+    assert "text only" in run and "Scored by" in run
+    for absent in ("Tokenizer", "Yes set", "No set", "Legacy ids", "Software"):
+        assert f"<th>{absent}</th>" not in run, absent
+    assert "headline text:pope" in html.split("</header>")[0]
+    assert "stored answer text" in _section(html, "readouts") and "Agreement between readouts" in _section(html, "readouts")
+    # the Markdown twin: the same sections, numbered without gaps
+    assert re.findall(r"^## \d+\. (.+)$", md, flags=re.M) == [
+        "Run", "Headline metrics", "Readout comparison", "Confusion matrices", "Convergence", "Hallucination profile",
+    ]
+    assert "| Imported from | `llava-v1.5-13b.jsonl` (sha256 `" in md and "| Tokenizer |" not in md
+    assert "p(yes)" not in md.split("## 3.")[1]  # no sentence that needs logits after the headline table
+
+
+@pytest.mark.slow
+def test_imported_report_renders_in_headless_chromium(imported_report: tuple[str, str, Path], tmp_path: Path) -> None:
+    binary = _chromium()
+    if binary is None:
+        pytest.skip("no chromium binary on PATH (Debian: apt-get install -y chromium)")
+    _, _, page = imported_report
+    dom = _browser(binary, page, "--dump-dom", "--virtual-time-budget=2000")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for sid in ("run", "headline", "readouts", "confusion", "convergence", "profile"):
+        assert f'<section id="{sid}">' in dom.stdout, sid
+    assert '<section id="tokens">' not in dom.stdout and "llava-v1.5-13b.jsonl" in dom.stdout
+    shot = tmp_path / "shot.png"
+    result = _browser(binary, page, f"--screenshot={shot}", "--window-size=1280,3000")
+    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    with Image.open(shot) as image:
+        gray = np.asarray(image.convert("L"), dtype=np.float64)
+    assert gray.shape == (3000, 1280) and gray.var() > 300, "screenshot is (nearly) blank"
+    assert 0.005 < float((gray < 128).mean()) < 0.5
+    assert gray[:600].min() < 80 and gray[1200:2400].min() < 80  # the run table and the figures below both have ink

@@ -75,6 +75,7 @@ def test_resampling_keeps_clusters_whole() -> None:
 
     cluster_bootstrap(clusters, stat, n_resamples=20, seed=0)
     sizes = {"a": 2, "b": 3, "c": 1}
+    assert len(seen) == 20  # the loop below checks something: one call per replicate
     for idx in seen:
         drawn = clusters[idx]
         for name, size in sizes.items():

@@ -5,7 +5,8 @@ Rows: ``dynamic`` (the greedy baseline, read from the model's own yes/no sets), 
 confound (``legacy_2tok`` where its ids are valid for the vocabulary, else the text rule that
 scores worst), and each correction. Columns: macro accuracy, precision, recall, F1 with its
 image-bootstrap CI, yes-ratio; the paired difference in macro F1 from the greedy baseline with
-its paired image-bootstrap CI and McNemar's exact p; and each row's F1 under sampling at
+its paired image-bootstrap CI and McNemar's exact p (``metrics.paired``, the audit's test: under
+``--unknown drop`` over the questions both rows answer); and each row's F1 under sampling at
 temperature 1 (*expected* counts: every answer contributes its probability of yes, no random
 draw), with its difference from the sampled baseline (the comparison contrastive-decoding
 papers make). A grid sweep chooses each method's setting on image folds and reports its
@@ -25,9 +26,9 @@ import numpy as np
 
 from halluprobe.readouts.corrections import CORRECTIONS, inert_reason, parse_correction
 from halluprobe.errors import InputError
-from halluprobe.metrics.binary import UnknownPolicy, count, metrics_from_counts
+from halluprobe.metrics.binary import UnknownPolicy
+from halluprobe.metrics.paired import ImageBootstrap, SampleTable, paired_test
 from halluprobe.metrics.score import ScoreRow, score_rows
-from halluprobe.metrics.stats import mcnemar_exact, paired_bootstrap_diff
 from halluprobe.readouts.apply import check_readout
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import RunHeader, Sample
@@ -98,70 +99,35 @@ def expected_f1(rows: Sequence[ScoreRow]) -> float | None:
     return sum(defined) / len(defined) if defined and len(defined) == len(values) else None
 
 
+def _table(rows: Sequence[ScoreRow]) -> SampleTable:
+    """The run's questions as columns (every readout's rows come in this order)."""
+    return SampleTable.build([r.split for r in rows], [r.image for r in rows], [r.label for r in rows], [r.error for r in rows])
+
+
+def _decisions(rows: Sequence[ScoreRow]) -> np.ndarray:
+    return np.array([r.decision for r in rows], dtype=object)
+
+
 def drawn_f1(rows: Sequence[ScoreRow], draws: int, seed: int, policy: UnknownPolicy) -> tuple[float, float, float] | None:
     """Macro F1 of ``draws`` seeded samplings of every answer (yes with its ``p_yes``): the mean
     and the 2.5th and 97.5th percentiles across draws. An answer without ``p_yes`` keeps its
     decision (an errored one stays an error)."""
     rng = np.random.default_rng(seed)
-    arrays = _Arrays(rows, policy)
+    table = _table(rows)
+    kept = _decisions(rows)
     p = np.array([np.nan if r.p_yes is None else r.p_yes for r in rows])
     sampled = ~np.isnan(p)
-    idx = np.arange(len(rows))
     values = []
     for _ in range(draws):
-        decisions = arrays.decisions.copy()
+        decisions = kept.copy()
         decisions[sampled] = np.where(rng.random(int(sampled.sum())) < p[sampled], "yes", "no")
-        arrays_draw = _Arrays(rows, policy)
-        arrays_draw.decisions = decisions
-        f1 = arrays_draw.macro_f1(idx)
+        f1 = table.macro_f1(decisions, policy)
         if f1 is not None:
             values.append(f1)
     if not values:
         return None
     lo, hi = np.percentile(values, [2.5, 97.5])
     return float(np.mean(values)), float(lo), float(hi)
-
-
-class _Arrays:
-    """One readout's rows as arrays, for replicate statistics over row indices."""
-
-    def __init__(self, rows: Sequence[ScoreRow], policy: UnknownPolicy) -> None:
-        self.labels = np.array([r.label for r in rows], dtype=object)
-        self.decisions = np.array([r.decision for r in rows], dtype=object)
-        self.errors = np.array([r.error for r in rows], dtype=bool)
-        self.splits = np.array([r.split for r in rows], dtype=object)
-        self.policy = policy
-
-    def macro_f1(self, idx: np.ndarray) -> float | None:
-        values = []
-        for split in dict.fromkeys(self.splits.tolist()):
-            rows = idx[self.splits[idx] == split]
-            if not len(rows):
-                return None
-            f1 = metrics_from_counts(count(self.labels[rows], self.decisions[rows], self.errors[rows], self.policy))["f1"]
-            if f1 is None:
-                return None
-            values.append(f1)
-        return sum(values) / len(values) if values else None
-
-    def correct(self) -> np.ndarray:
-        """Right answers under the unknown policy (``no`` / ``yes`` read an unknown as that)."""
-        decisions = self.decisions
-        if self.policy in ("no", "yes"):
-            decisions = np.where(decisions == "unknown", self.policy, decisions)
-        return (~self.errors) & (decisions == self.labels)
-
-    def answered(self) -> np.ndarray:
-        """The rows a paired test compares: all, or under ``drop`` those with an answer."""
-        if self.policy != "drop":
-            return np.ones(len(self.labels), dtype=bool)
-        return (~self.errors) & (self.decisions != "unknown")
-
-
-def _mcnemar(a: _Arrays, b: _Arrays) -> float:
-    """McNemar's exact p on the questions both sides answered (all but under ``drop``)."""
-    both = a.answered() & b.answered()
-    return mcnemar_exact(a.correct()[both], b.correct()[both]).p_value
 
 
 def _confound(header: RunHeader, samples: Sequence[Sample], policy: UnknownPolicy) -> str | None:
@@ -259,7 +225,9 @@ def corrections_table(
         parse_correction(spec)  # a correction, not any readout
         check_readout(spec, header, samples, force_invalid=False, source=Path(path) / "run.json")
     base_rows = readout_rows(BASELINE, header, samples)
-    base = _Arrays(base_rows, policy)
+    table = _table(base_rows)
+    base = _decisions(base_rows)
+    boot = ImageBootstrap(table, n_resamples=n_resamples, seed=seed)  # one set of image weights for every row
     images = [r.image for r in base_rows]
     base_sampled = expected_f1(base_rows)
     report = CorrectionsReport(
@@ -268,16 +236,15 @@ def corrections_table(
 
     def row(name: str, kind: str, rows: list[ScoreRow], chosen_on: str | None = None) -> CorrectionRow:
         scored = score_rows(rows, readout=name, policy=policy, n_resamples=n_resamples, seed=seed).macro
-        arrays = _Arrays(rows, policy)
         is_base = name == BASELINE and kind == "baseline"
-        delta_ci = None if is_base or not n_resamples else paired_bootstrap_diff(images, arrays.macro_f1, base.macro_f1, n_resamples=n_resamples, seed=seed)
+        paired = None if is_base else paired_test(boot, _decisions(rows), base, policy)
         sampled = expected_f1(rows)
         return CorrectionRow(
             name=name, kind=kind, accuracy=scored.accuracy, precision=scored.precision, recall=scored.recall,
             f1=scored.f1, f1_ci=scored.ci.get("f1"), yes_ratio=scored.yes_ratio,
-            delta_f1=None if is_base or scored.f1 is None or base_f1 is None else scored.f1 - base_f1,
-            delta_f1_ci=delta_ci,
-            mcnemar_p=None if is_base else _mcnemar(arrays, base),
+            delta_f1=None if paired is None else paired.delta_f1,
+            delta_f1_ci=None if paired is None else paired.delta_f1_ci,
+            mcnemar_p=None if paired is None else paired.mcnemar_p,
             f1_sampled=sampled,
             delta_sampled=None if sampled is None or base_sampled is None else sampled - base_sampled,
             inert=inert_reason(name) if kind == "correction" and chosen_on != "folds" else None,
@@ -285,7 +252,6 @@ def corrections_table(
             f1_draws=drawn_f1(rows, draws, seed, policy) if draws else None,
         )  # fmt: skip
 
-    base_f1 = score_rows(base_rows, readout=BASELINE, policy=policy, n_resamples=0).macro.f1
     report.rows.append(row(BASELINE, "baseline", base_rows))
     confound = _confound(header, samples, policy)
     if confound is not None:
@@ -293,12 +259,12 @@ def corrections_table(
     for spec in specs:
         report.rows.append(row(spec, "correction", readout_rows(spec, header, samples)))
     if grid:
-        report.rows.extend(_grid_rows(grid, header, samples, images, folds, seed, policy, row))
+        report.rows.extend(_grid_rows(grid, header, samples, table, images, folds, seed, policy, row))
     return report
 
 
-def _grid_rows(grid: Sequence[str], header: RunHeader, samples: Sequence[Sample], images: list[str], k: int, seed: int,
-               policy: UnknownPolicy, row: Any) -> list[CorrectionRow]:  # fmt: skip
+def _grid_rows(grid: Sequence[str], header: RunHeader, samples: Sequence[Sample], table: SampleTable, images: list[str],
+               k: int, seed: int, policy: UnknownPolicy, row: Any) -> list[CorrectionRow]:  # fmt: skip
     """Per method: the setting chosen on k-1 image folds, evaluated on the held-out fold (the
     held-out decisions of all folds scored together), and the best setting on the whole run."""
     if k < 2:
@@ -306,7 +272,7 @@ def _grid_rows(grid: Sequence[str], header: RunHeader, samples: Sequence[Sample]
     fold_of = _folds(images, k, seed)
     fold = np.array([fold_of[i] for i in images])
     rows_of = {spec: readout_rows(spec, header, samples) for spec in grid}
-    arrays = {spec: _Arrays(rows, policy) for spec, rows in rows_of.items()}
+    decisions = {spec: _decisions(rows) for spec, rows in rows_of.items()}
     out: list[CorrectionRow] = []
     for method in dict.fromkeys(parse_correction(s)[0] for s in grid):
         settings = [s for s in grid if parse_correction(s)[0] == method]
@@ -314,13 +280,13 @@ def _grid_rows(grid: Sequence[str], header: RunHeader, samples: Sequence[Sample]
         chosen: list[str] = []
         for f in range(k):
             train = np.flatnonzero(fold != f)
-            best = max(settings, key=lambda s: arrays[s].macro_f1(train) or -1.0)
+            best = max(settings, key=lambda s: table.macro_f1(decisions[s], policy, train) or -1.0)
             chosen.append(best)
             for i in np.flatnonzero(fold == f):
                 held_out[i] = rows_of[best][i]
         label = f"{method} (chosen on {k} image folds: {', '.join(sorted(set(chosen)))})"
         out.append(row(label, "correction", held_out, chosen_on="folds"))
         whole = np.arange(len(images))
-        best_on_test = max(settings, key=lambda s: arrays[s].macro_f1(whole) or -1.0)
+        best_on_test = max(settings, key=lambda s: table.macro_f1(decisions[s], policy, whole) or -1.0)
         out.append(row(best_on_test, "correction", rows_of[best_on_test], chosen_on="test (optimistic)"))
     return out

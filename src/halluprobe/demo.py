@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from halluprobe.records import AuditReport, ScoreReport
+from halluprobe.records import ScoreReport
+from halluprobe.records_audit import AuditReport
 from halluprobe.rundir import RunDir
 
 __all__ = ["DEMO_IMAGES", "DEMO_MODEL_DIR", "DEMO_SEED", "DemoResult", "run_demo"]

@@ -96,7 +96,9 @@ def audit_cmd(
     labels: Annotated[
         Optional[list[Path]], typer.Option(help="Alternative labels (e.g. RePOPE), matched by split and question_id; repeatable.")
     ] = None,
-    headline: Annotated[str, typer.Option(help="The readout the others are compared with.")] = "dynamic",
+    headline: Annotated[
+        Optional[str], typer.Option(help="The readout the others are compared with [default: dynamic, else the readout the run names].")
+    ] = None,
     unknown: UnknownOption = "wrong",
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
@@ -135,6 +137,8 @@ def audit_cmd(
             )
             RunDir(rundir).write_audit(audit)
             audits.append(audit)
+            if as_json and audit.headline_note:  # the terminal summary says it; --json keeps stdout JSON
+                typer.echo(f"{rundir}: {audit.headline_note}", err=True)
         comparison = (
             compare_runs(rundirs, readout=headline, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
             if len(rundirs) > 1
@@ -153,7 +157,7 @@ def audit_cmd(
         for line in summarise_audit(audit):
             typer.echo(f"  {line}")
         if markdown or latex:
-            _print_readouts_table(rundir, headline, unknown, resamples, seed, "latex" if latex else "markdown")
+            _print_readouts_table(rundir, audit.headline, unknown, resamples, seed, "latex" if latex else "markdown")
     if comparison is not None:
         typer.echo(json.dumps(comparison.to_json_dict()["paired"], indent=2))
 
@@ -174,7 +178,7 @@ def report_cmd(
     rundirs: Annotated[list[Path], typer.Argument(help="Run directories (several become a leaderboard).")],
     out: Annotated[Path, typer.Option(help="HTML file to write; a Markdown twin is written beside it.")] = Path("report.html"),
     labels: Annotated[Optional[list[Path]], typer.Option(help="Alternative labels files for the relabelling section.")] = None,
-    headline: Annotated[str, typer.Option(help="Headline readout.")] = "dynamic",
+    headline: Annotated[Optional[str], typer.Option(help="Headline readout [default: dynamic, else the readout the run names].")] = None,
     resamples: Annotated[int, typer.Option(min=0, help="Bootstrap resamples.")] = 1000,
     seed: SeedOption = 0,
 ) -> None:
@@ -188,6 +192,9 @@ def report_cmd(
         audits = [
             audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in rundirs
         ]
+        for rundir, audit in zip(rundirs, audits):
+            if audit.headline_note:
+                typer.echo(f"{rundir}: {audit.headline_note}", err=True)
         comparison = compare_runs(rundirs, readout=headline, n_resamples=resamples, seed=seed) if len(rundirs) > 1 else None
         html, md = render_report(rundirs, out, audits=audits, comparison=comparison)
     typer.echo(str(html))

@@ -28,11 +28,17 @@ import numpy as np
 
 __all__ = [
     "METRIC_NAMES",
+    "N_RAW",
     "UNKNOWN_POLICIES",
     "Counts",
     "UnknownPolicy",
+    "categorize",
+    "check_policy",
     "count",
+    "counts_from_raw",
+    "fold_counts",
     "metrics_from_counts",
+    "ratio_arrays",
 ]
 
 UnknownPolicy = Literal["wrong", "no", "yes", "drop"]
@@ -40,9 +46,10 @@ UNKNOWN_POLICIES: tuple[UnknownPolicy, ...] = get_args(UnknownPolicy)
 
 METRIC_NAMES: tuple[str, ...] = ("accuracy", "precision", "recall", "f1", "yes_ratio", "unknown_rate", "htr")
 
-# Raw category codes, policy-free; the column order of every (..., 8) raw-count array.
+# Raw category codes, policy-free; the column order of every (..., N_RAW) raw-count array
+# (public so the vectorised bootstraps of score.py and paired.py fold the same counts).
 _TP, _FP, _TN, _FN, _UNK_YES, _UNK_NO, _ERR_YES, _ERR_NO = range(8)
-_N_RAW = 8
+N_RAW = 8
 # Keys of a folded-count dict, which are also the count fields of Counts.
 _FOLDED = ("tp", "fp", "tn", "fn", "unknown_yes", "unknown_no", "errors_yes", "errors_no", "n")
 
@@ -82,18 +89,19 @@ class Counts:
         return self.n + (self.unknown + self.errors if self.policy == "drop" else 0)
 
 
-def _check_policy(policy: str) -> UnknownPolicy:
+def check_policy(policy: str) -> UnknownPolicy:
+    """``policy`` as an UnknownPolicy; ValueError when it is not one."""
     if policy not in UNKNOWN_POLICIES:
         raise ValueError(f"unknown policy {policy!r}; valid policies: {', '.join(UNKNOWN_POLICIES)}")
     return policy  # type: ignore[return-value]
 
 
-def _categorize(
+def categorize(
     labels: Sequence[str] | np.ndarray,
     decisions: Sequence[str] | np.ndarray,
     errors: Sequence[bool] | np.ndarray | None,
 ) -> np.ndarray:
-    """Raw category code (0..7) per sample; validates labels and decisions."""
+    """Raw category code (0..N_RAW-1) per sample; validates labels and decisions."""
     lab = np.asarray(labels, dtype=object)
     dec = np.asarray(decisions, dtype=object)
     if lab.ndim != 1 or dec.shape != lab.shape:
@@ -121,10 +129,10 @@ def _categorize(
 
 
 def _raw_counts(codes: np.ndarray) -> np.ndarray:
-    return np.bincount(codes, minlength=_N_RAW).astype(np.int64)
+    return np.bincount(codes, minlength=N_RAW).astype(np.int64)
 
 
-def _fold(raw: np.ndarray, policy: UnknownPolicy) -> dict[str, np.ndarray]:
+def fold_counts(raw: np.ndarray, policy: UnknownPolicy) -> dict[str, np.ndarray]:
     """Apply the policy to raw counts (last axis = 8 categories); works on any batch shape."""
     tp, fp, tn, fn = raw[..., _TP], raw[..., _FP], raw[..., _TN], raw[..., _FN]
     uy, un, ey, en = raw[..., _UNK_YES], raw[..., _UNK_NO], raw[..., _ERR_YES], raw[..., _ERR_NO]
@@ -142,8 +150,9 @@ def _fold(raw: np.ndarray, policy: UnknownPolicy) -> dict[str, np.ndarray]:
     return dict(zip(_FOLDED, (tp, fp, tn, fn, uy, un, ey, en, n)))
 
 
-def _counts_from_raw(raw: np.ndarray, policy: UnknownPolicy) -> Counts:
-    folded = _fold(raw, policy)
+def counts_from_raw(raw: np.ndarray, policy: UnknownPolicy) -> Counts:
+    """One raw-count vector (N_RAW categories) as Counts under ``policy``."""
+    folded = fold_counts(raw, policy)
     return Counts(**{k: int(v) for k, v in folded.items()}, policy=policy)
 
 
@@ -153,7 +162,7 @@ def _div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=np.full(np.broadcast(num, den).shape, np.nan), where=den != 0)
 
 
-def _ratio_arrays(folded: dict[str, np.ndarray], policy: UnknownPolicy) -> dict[str, np.ndarray]:
+def ratio_arrays(folded: dict[str, np.ndarray], policy: UnknownPolicy) -> dict[str, np.ndarray]:
     """Every metric in METRIC_NAMES from folded counts, vectorised; NaN where undefined."""
     tp, fp, tn, fn, n = folded["tp"], folded["fp"], folded["tn"], folded["fn"], folded["n"]
     uy, un, ey, en = folded["unknown_yes"], folded["unknown_no"], folded["errors_yes"], folded["errors_no"]
@@ -193,8 +202,8 @@ def count(
     ``errors`` marks errored samples (their decisions are ignored). Raises ``ValueError`` on an
     unknown policy, a label or decision outside its set, or lengths that differ.
     """
-    policy = _check_policy(policy)
-    return _counts_from_raw(_raw_counts(_categorize(labels, decisions, errors)), policy)
+    policy = check_policy(policy)
+    return counts_from_raw(_raw_counts(categorize(labels, decisions, errors)), policy)
 
 
 def metrics_from_counts(c: Counts) -> dict[str, float | None]:
@@ -203,9 +212,9 @@ def metrics_from_counts(c: Counts) -> dict[str, float | None]:
     unknown_rate is over every sample counted (dropped ones included, so it means the same under
     every policy); the others are over ``n`` and the label totals ``n`` holds.
     """
-    policy = _check_policy(c.policy)
+    policy = check_policy(c.policy)
     folded = {k: np.int64(getattr(c, k)) for k in _FOLDED}
-    arrays = _ratio_arrays(folded, policy)
+    arrays = ratio_arrays(folded, policy)
     out: dict[str, float | None] = {}
     for name in METRIC_NAMES:
         value = float(arrays[name])

@@ -25,18 +25,18 @@ import numpy as np
 from halluprobe.metrics.binary import (
     METRIC_NAMES,
     UnknownPolicy,
-    _check_policy,
-    _counts_from_raw,
-    _fold,
-    _N_RAW,
-    _ratio_arrays,
-    _categorize,
+    check_policy,
+    counts_from_raw,
+    fold_counts,
+    N_RAW,
+    ratio_arrays,
+    categorize,
     metrics_from_counts,
 )
 from halluprobe.metrics.stats import (
-    _check_level,
-    _draw_blocks,
-    _draw_weights,
+    check_level,
+    draw_blocks,
+    draw_weights,
     auroc,
     expected_calibration_error,
     percentile_ci,
@@ -92,8 +92,8 @@ def score_rows(
     ValueError on no rows, a duplicate ``(split, question_id)``, a bad label, decision, policy
     or level.
     """
-    policy = _check_policy(policy)
-    _check_level(level)
+    policy = check_policy(policy)
+    check_level(level)
     if n_resamples < 0:
         raise ValueError(f"n_resamples must be >= 0, got {n_resamples}")
     table = list(rows)
@@ -111,12 +111,12 @@ def score_rows(
     errors = np.array([r.error for r in table], dtype=bool)
     labels_yes = np.array([r.label == "yes" for r in table], dtype=bool)
     p_yes = np.array([np.nan if (r.p_yes is None or r.error) else float(r.p_yes) for r in table], dtype=np.float64)
-    cats = _categorize([r.label for r in table], [r.decision for r in table], errors)
+    cats = categorize([r.label for r in table], [r.decision for r in table], errors)
 
     # Per split: raw counts per image (n_images x 8).
-    cells = image_code * _N_RAW + cats
+    cells = image_code * N_RAW + cats
     per_image = [
-        np.bincount(cells[split_code == s], minlength=n_images * _N_RAW).reshape(n_images, _N_RAW)
+        np.bincount(cells[split_code == s], minlength=n_images * N_RAW).reshape(n_images, N_RAW)
         for s in range(len(splits))
     ]
     pooled_per_image = np.sum(per_image, axis=0)
@@ -127,11 +127,11 @@ def score_rows(
     pooled_reps: dict[str, list[np.ndarray]] = {m: [] for m in CI_METRICS}
     if n_resamples > 0:
         rng = np.random.default_rng(seed)
-        for draws in _draw_blocks(rng, n_images, n_resamples):
-            weights = _draw_weights(draws, n_images)
+        for draws in draw_blocks(rng, n_images, n_resamples):
+            weights = draw_weights(draws, n_images)
             for s in range(len(splits)):
-                _extend(split_reps[s], _ratio_arrays(_fold(weights @ per_image[s], policy), policy))
-            _extend(pooled_reps, _ratio_arrays(_fold(weights @ pooled_per_image, policy), policy))
+                _extend(split_reps[s], ratio_arrays(fold_counts(weights @ per_image[s], policy), policy))
+            _extend(pooled_reps, ratio_arrays(fold_counts(weights @ pooled_per_image, policy), policy))
     split_arrays = [_joined(reps) for reps in split_reps]
     # Macro per replicate: the mean over splits (NaN, so skipped, where a split is undefined).
     macro_arrays = {m: np.mean([a[m] for a in split_arrays], axis=0) for m in CI_METRICS}
@@ -142,7 +142,7 @@ def score_rows(
         return {m: percentile_ci(arrays[m], level) for m in CI_METRICS}
 
     def table_metrics(raw_by_image: np.ndarray, mask: np.ndarray, arrays: dict[str, np.ndarray]) -> Metrics:
-        counts = _counts_from_raw(raw_by_image.sum(axis=0), policy)
+        counts = counts_from_raw(raw_by_image.sum(axis=0), policy)
         keep = mask & ~errors
         au, ece = _auroc_ece(labels_yes[keep], p_yes[keep])
         return Metrics(

@@ -16,8 +16,11 @@ from scipy import stats as _sps
 __all__ = [
     "McNemarResult",
     "auroc",
+    "check_level",
     "cluster_bootstrap",
     "convergence",
+    "draw_blocks",
+    "draw_weights",
     "expected_calibration_error",
     "mcnemar_exact",
     "paired_bootstrap_diff",
@@ -29,14 +32,15 @@ __all__ = [
 _MAX_DRAW_CELLS = 4_000_000
 
 
-def _check_level(level: float) -> None:
+def check_level(level: float) -> None:
+    """ValueError unless ``level`` (a CI's coverage) lies in (0, 1)."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
 
 
 def percentile_ci(values: np.ndarray | Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
     """Percentile interval of ``values``, ignoring NaN; None when no value is finite."""
-    _check_level(level)
+    check_level(level)
     arr = np.asarray(values, dtype=np.float64)
     arr = arr[~np.isnan(arr)]
     if arr.size == 0:
@@ -56,7 +60,7 @@ def _cluster_codes(cluster_ids: Sequence[object] | np.ndarray) -> tuple[np.ndarr
     return codes.astype(np.int64), int(codes.max()) + 1
 
 
-def _draw_blocks(rng: np.random.Generator, n_clusters: int, n_resamples: int) -> Iterator[np.ndarray]:
+def draw_blocks(rng: np.random.Generator, n_clusters: int, n_resamples: int) -> Iterator[np.ndarray]:
     """Cluster draws, (block, n_clusters) per block, n_resamples rows in all.
 
     Every bootstrap in halluprobe draws through here, so the same seed gives the same
@@ -71,7 +75,7 @@ def _draw_blocks(rng: np.random.Generator, n_clusters: int, n_resamples: int) ->
         done += size
 
 
-def _draw_weights(draws: np.ndarray, n_clusters: int) -> np.ndarray:
+def draw_weights(draws: np.ndarray, n_clusters: int) -> np.ndarray:
     """How many times each cluster was drawn in each replicate: (block, n_clusters)."""
     size = draws.shape[0]
     flat = (draws + (np.arange(size, dtype=np.int64) * n_clusters)[:, None]).ravel()
@@ -108,7 +112,7 @@ def _replicates(
     rng = np.random.default_rng(seed)
     out = np.full((n_resamples, len(statistics)), np.nan)
     r = 0
-    for block in _draw_blocks(rng, n_clusters, n_resamples):
+    for block in draw_blocks(rng, n_clusters, n_resamples):
         for drawn in block:
             rows = indexer.rows(drawn)
             for j, stat in enumerate(statistics):
@@ -133,7 +137,7 @@ def cluster_bootstrap(
     drawn) and returns a float, or None when undefined on that replicate (skipped). Returns None
     when every replicate is None.
     """
-    _check_level(level)
+    check_level(level)
     values = _replicates(cluster_ids, [statistic], n_resamples, seed)[:, 0]
     return percentile_ci(values, level)
 
@@ -152,7 +156,7 @@ def paired_bootstrap_diff(
     Pairing keeps the shared image-level variation out of the difference. Replicates where
     either statistic is None are skipped; None when all are.
     """
-    _check_level(level)
+    check_level(level)
     values = _replicates(cluster_ids, [stat_a, stat_b], n_resamples, seed)
     return percentile_ci(values[:, 0] - values[:, 1], level)
 
@@ -199,7 +203,6 @@ def expected_calibration_error(
     if not np.all((q >= 0.0) & (q <= 1.0)):
         raise ValueError("p must lie in [0, 1]")
     bins = np.minimum((q * n_bins).astype(np.int64), n_bins - 1)
-    size = np.bincount(bins, minlength=n_bins).astype(np.float64)
     sum_y = np.bincount(bins, weights=y, minlength=n_bins)
     sum_p = np.bincount(bins, weights=q, minlength=n_bins)
     # sum_b (n_b/N) |mean_y - mean_p| = sum_b |sum_y - sum_p| / N

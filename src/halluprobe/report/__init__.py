@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
-from halluprobe.records import AuditReport, Metrics, PYesByLabel, RunComparison
-from halluprobe.report.view import SECTIONS, ReportView, RunView, as_audit, build_view
+from halluprobe.records import Metrics
+from halluprobe.records_audit import AuditReport, PYesByLabel, RunComparison
+from halluprobe.report.build import as_audit, build_view
+from halluprobe.report.view import SECTIONS, ReportView, RunView
 
 if TYPE_CHECKING:
     from halluprobe.tables import Provenance
@@ -33,7 +35,7 @@ def render_report(
     *,
     audits: Sequence[AuditReport | Mapping[str, Any]] | None = None,
     comparison: RunComparison | Mapping[str, Any] | None = None,
-    headline: str = "dynamic",
+    headline: str | None = None,
     n_resamples: int = 1000,
     seed: int = 0,
     corrections: Sequence[Any] | None = None,

@@ -12,15 +12,24 @@ greyscale print still reads.
 
 from __future__ import annotations
 
-import io
-import itertools
-import math
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from halluprobe.records import Calibration, ConfusionCounts, CurvePoint, ObjectRate, PieceShare, PYesByLabel
+from halluprobe.records_audit import Calibration, ConfusionCounts, CurvePoint, ObjectRate, PieceShare, PYesByLabel
+from halluprobe.report.figure_style import (
+    FONT_PT,
+    LABEL_COLOURS,
+    MONO,
+    PALETTE,
+    TEXT_WIDTH_IN,
+    count_text,
+    figure,
+    finite,
+    max_ticks,
+    readout_style,
+    svg,
+    thousands,
+)
 
 __all__ = [
     "LABEL_COLOURS",
@@ -35,136 +44,6 @@ __all__ = [
     "readout_style",
     "reliability_diagram",
 ]
-
-# Okabe & Ito (2008), "Color Universal Design".
-PALETTE: dict[str, str] = {
-    "blue": "#0072B2",
-    "vermillion": "#D55E00",
-    "green": "#009E73",
-    "orange": "#E69F00",
-    "sky": "#56B4E9",
-    "purple": "#CC79A7",
-    "yellow": "#F0E442",
-    "black": "#000000",
-    "grey": "#8C8C8C",
-}
-# True label "yes" (object present) vs "no" (absent): the same two colours in every figure.
-LABEL_COLOURS: dict[str, str] = {"yes": PALETTE["blue"], "no": PALETTE["vermillion"]}
-
-_READOUT_STYLES: dict[str, tuple[str, str, str]] = {
-    "dynamic": (PALETTE["blue"], "-", "o"),
-    "legacy_2tok": (PALETTE["orange"], "--", "s"),
-    "legacy_8tok": (PALETTE["purple"], "-.", "D"),
-    "text:pope": (PALETTE["vermillion"], ":", "^"),
-    "text:exact": (PALETTE["sky"], "--", "v"),
-    "text:yorn": (PALETTE["green"], "-.", "P"),
-    "text:strict": (PALETTE["black"], "-", "X"),
-}
-_SPARE = [(PALETTE["grey"], ls, m) for ls, m in zip(("-", "--", ":", "-."), ("o", "s", "^", "D"))]
-
-# The page's text column is 920 CSS px = 9.6 in at 96 px/in; figures are drawn at the size they
-# are shown (SVG pt = 1/72 in), so their 9 pt text sits at a constant ratio to the body text.
-TEXT_WIDTH_IN = 9.5
-_FONT_PT = 10.0
-_MONO = "DejaVu Sans Mono"  # readout names and token pieces, as in the page's code font
-
-_RC: dict[str, Any] = {
-    "svg.fonttype": "path",
-    "svg.hashsalt": "halluprobe",  # deterministic ids: the same audit gives the same bytes
-    "font.family": ["STIXGeneral", "DejaVu Sans"],
-    "mathtext.fontset": "stix",
-    "font.size": _FONT_PT,
-    "axes.titlesize": _FONT_PT + 0.5,
-    "axes.titleweight": "normal",
-    "axes.titlelocation": "left",
-    "axes.labelsize": _FONT_PT,
-    "axes.linewidth": 0.6,
-    "axes.edgecolor": "#333333",
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "axes.grid.axis": "y",
-    "axes.axisbelow": True,
-    "grid.color": "#E3E3E3",
-    "grid.linewidth": 0.5,
-    "xtick.labelsize": _FONT_PT - 0.5,
-    "ytick.labelsize": _FONT_PT - 0.5,
-    "xtick.major.width": 0.6,
-    "ytick.major.width": 0.6,
-    "xtick.major.size": 2.5,
-    "ytick.major.size": 2.5,
-    "legend.fontsize": _FONT_PT - 0.5,
-    "legend.frameon": False,
-    "lines.linewidth": 1.2,
-    "lines.markersize": 3.5,
-    "patch.linewidth": 0.5,
-    "figure.dpi": 72,  # with SVG, 1 inch = 72 pt: figure sizes below are print sizes
-    "savefig.bbox": "tight",
-    "savefig.pad_inches": 0.04,
-}
-
-_ids = itertools.count(1)
-
-
-def readout_style(name: str, index: int = 0) -> tuple[str, str, str]:
-    """(colour, line style, marker) of a readout: fixed for known names, so figures agree."""
-    return _READOUT_STYLES.get(name, _SPARE[index % len(_SPARE)])
-
-
-@contextmanager
-def _figure(width: float, height: float, ncols: int = 1, nrows: int = 1, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
-    """A bare ``Figure`` (no pyplot): no GUI backend, no global figure registry to leak into."""
-    import matplotlib
-    from matplotlib.figure import Figure
-
-    with matplotlib.rc_context(_RC):
-        fig = Figure(figsize=(width, height))
-        axes = fig.subplots(nrows, ncols, squeeze=False, **kwargs)
-        yield fig, axes
-
-
-_ID_ATTR = re.compile(r'\bid="([^"]+)"')
-
-
-def _svg(fig: Any, title: str) -> str:
-    """The figure as an inline ``<svg>``: no XML prologue, no metadata, ids unique in the page.
-
-    Several figures share one HTML document, where matplotlib's ids (clip paths, glyphs) would
-    collide; each figure's ids get their own prefix.
-    """
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    svg = buf.getvalue()
-    svg = svg[svg.index("<svg") :]
-    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, flags=re.DOTALL)
-    prefix = f"hp{next(_ids)}-"
-    ids = set(_ID_ATTR.findall(svg))
-    svg = _ID_ATTR.sub(lambda m: f'id="{prefix}{m.group(1)}"', svg)
-    svg = re.sub(r"#([A-Za-z_][\w.:-]*)", lambda m: f"#{prefix}{m.group(1)}" if m.group(1) in ids else m.group(0), svg)
-    # role/aria: screen readers and the DOM checks find each figure by its title
-    safe = title.replace("&", "&amp;").replace("<", "&lt;").replace('"', "&quot;")
-    return svg.replace("<svg ", f'<svg class="plot" role="img" aria-label="{safe}" ', 1).strip()
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def _count(value: Any) -> str:
-    """Thousands with a narrow no-break space, as in the page's tables (9 000, never 9,000)."""
-    return f"{int(value):,}".replace(",", "\u202f")
-
-
-def _thousands() -> Any:
-    from matplotlib.ticker import FuncFormatter
-
-    return FuncFormatter(lambda value, _pos: _count(value) if float(value).is_integer() else f"{value:g}")
-
-
-def _max_ticks(n: int) -> Any:
-    from matplotlib.ticker import MaxNLocator
-
-    return MaxNLocator(nbins=n, integer=True)
 
 
 # -- figures -----------------------------------------------------------------------------
@@ -185,9 +64,9 @@ def forest_plot(
     """Point estimates with 95% CIs, one row each: ``(label, value, (lo, hi) | None, muted)``,
     values in %. ``muted`` rows (a readout scored only because it was forced) are hollow grey.
     """
-    rows = [r for r in rows if _finite(r[1])]
+    rows = [r for r in rows if finite(r[1])]
     height = 0.6 + 0.26 * max(len(rows), 1)
-    with _figure(width, height) as (fig, axes):
+    with figure(width, height) as (fig, axes):
         ax = axes[0][0]
         ax.grid(axis="x")
         ax.grid(axis="y", visible=False)
@@ -210,7 +89,7 @@ def forest_plot(
             ax.plot([value], [y], "o", ms=4.5, color=colour, mfc="white" if muted else colour, mew=0.9, zorder=3, clip_on=False)
         if reference is not None:
             ax.axvline(reference, color=PALETTE["blue"], lw=0.8, ls=(0, (3, 2)), zorder=0)
-        ax.set_yticks(ys, [r[0] for r in rows], family=_MONO if mono_labels else None, fontsize=_FONT_PT - 1)
+        ax.set_yticks(ys, [r[0] for r in rows], family=MONO if mono_labels else None, fontsize=FONT_PT - 1)
         ax.set_ylim(-0.6, len(rows) - 0.4)
         if xlim is not None:
             ax.set_xlim(*xlim)
@@ -219,7 +98,7 @@ def forest_plot(
         ax.set_xlabel(xlabel)
         if title:
             ax.set_title(title)
-        return _svg(fig, title or xlabel)
+        return svg(fig, title or xlabel)
 
 
 def confusion_plot(confusion: Mapping[str, ConfusionCounts], *, title: str = "", width: float = TEXT_WIDTH_IN) -> str:
@@ -237,7 +116,7 @@ def confusion_plot(confusion: Mapping[str, ConfusionCounts], *, title: str = "",
     any_unknown = any(c.unknown for c in confusion.values())
     cols = 2
     width = min(width, 0.6 + (1.25 * cols + 0.35) * n)
-    with _figure(width, 2.05, ncols=n) as (fig, axes):
+    with figure(width, 2.05, ncols=n) as (fig, axes):
         for ax, split in zip(axes[0], splits):
             c = confusion[split]
             rows = [[c.tp, c.fn], [c.fp, c.tn]]
@@ -252,23 +131,23 @@ def confusion_plot(confusion: Mapping[str, ConfusionCounts], *, title: str = "",
             names = {(0, 0): "TP", (0, 1): "FN", (1, 0): "FP", (1, 1): "TN"}
             for (i, j), value in np.ndenumerate(grid):
                 ink = "white" if share[i, j] > 0.55 else "#111111"
-                ax.text(j, i - 0.12, _count(value), ha="center", va="center", fontsize=_FONT_PT, color=ink)
+                ax.text(j, i - 0.12, count_text(value), ha="center", va="center", fontsize=FONT_PT, color=ink)
                 sub = f"{names.get((i, j), 'unk.')} {100 * share[i, j]:.1f}%"
-                ax.text(j, i + 0.24, sub, ha="center", va="center", fontsize=_FONT_PT - 2.5, color=ink, alpha=0.85)
+                ax.text(j, i + 0.24, sub, ha="center", va="center", fontsize=FONT_PT - 2.5, color=ink, alpha=0.85)
             ax.set_xticks(range(cols), ["yes", "no", "unknown"][:cols])
             ax.set_yticks([0, 1], ["yes", "no"])
             ax.tick_params(length=0)
             ax.grid(False)
             for side in ("left", "bottom"):
                 ax.spines[side].set_visible(False)
-            ax.set_title(split, fontsize=_FONT_PT, loc="center")
+            ax.set_title(split, fontsize=FONT_PT, loc="center")
             xlabel = "decision"
             if any_unknown:
-                xlabel += f"  (unknown: {_count(c.unknown)})"
-            ax.set_xlabel(xlabel, fontsize=_FONT_PT - 1)
+                xlabel += f"  (unknown: {count_text(c.unknown)})"
+            ax.set_xlabel(xlabel, fontsize=FONT_PT - 1)
         axes[0][0].set_ylabel("label")
         fig.subplots_adjust(wspace=0.22)
-        return _svg(fig, title or "confusion matrices")
+        return svg(fig, title or "confusion matrices")
 
 
 def convergence_plot(
@@ -284,11 +163,11 @@ def convergence_plot(
 ) -> str:
     """A metric (in %) after the first k questions, one line per readout; the headline's final
     95% CI as a band, and the k from which the headline stays within tolerance as a rule."""
-    with _figure(width, 2.5) as (fig, axes):
+    with figure(width, 2.5) as (fig, axes):
         ax = axes[0][0]
         order = sorted(curves, key=lambda name: name != headline)
         for index, name in enumerate(order):
-            points = [(k, 100 * v) for k, v in curves[name] if _finite(v)]
+            points = [(k, 100 * v) for k, v in curves[name] if finite(v)]
             if not points:
                 continue
             colour, style, marker = readout_style(name, index)
@@ -313,7 +192,7 @@ def convergence_plot(
             last_k = max((k for curve in curves.values() for k, _ in curve), default=stable_after)
             right_half = stable_after > 0.6 * last_k  # then write the note left of the rule, inside the axes
             ax.annotate(
-                f"stable from k = {_count(stable_after)}",
+                f"stable from k = {count_text(stable_after)}",
                 (stable_after, 0.5),
                 xycoords=("data", "axes fraction"),
                 xytext=(-3 if right_half else 3, 0),
@@ -321,7 +200,7 @@ def convergence_plot(
                 va="center",
                 ha="right" if right_half else "left",
                 bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none"},
-                fontsize=_FONT_PT - 1.5,
+                fontsize=FONT_PT - 1.5,
                 color="#555555",
             )
         ax.set_xlabel("questions answered (first k)")
@@ -329,12 +208,12 @@ def convergence_plot(
         legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, handlelength=2.2)
         for text in legend.get_texts():
             if text.get_text() in curves:
-                text.set_family(_MONO)
-                text.set_fontsize(_FONT_PT - 1.5)
-        ax.xaxis.set_major_formatter(_thousands())
+                text.set_family(MONO)
+                text.set_fontsize(FONT_PT - 1.5)
+        ax.xaxis.set_major_formatter(thousands())
         if title:
             ax.set_title(title)
-        return _svg(fig, title or f"{ylabel} convergence")
+        return svg(fig, title or f"{ylabel} convergence")
 
 
 def p_yes_histograms(
@@ -352,7 +231,7 @@ def p_yes_histograms(
     n = max(len(names), 1)
     width = min(width, 0.6 + 2.9 * n)
     edges = np.linspace(0.0, 1.0, bins + 1)
-    with _figure(width, 2.1, ncols=n, sharey=False) as (fig, axes):
+    with figure(width, 2.1, ncols=n, sharey=False) as (fig, axes):
         for ax, name in zip(axes[0], names):
             for label, by_label in (("yes", p_yes[name].yes), ("no", p_yes[name].no)):
                 values = np.asarray(by_label, dtype=float)
@@ -368,18 +247,18 @@ def p_yes_histograms(
                     color=colour,
                     lw=1.1,
                     ls="-" if label == "yes" else (0, (3, 1.5)),
-                    label=f"label {label} (n = {_count(values.size)})",
+                    label=f"label {label} (n = {count_text(values.size)})",
                 )
             ax.axvline(0.5, color="#555555", lw=0.6, ls=(0, (2, 2)))
             ax.set_xlim(0, 1)
             ax.set_xlabel("$p_{\\mathrm{yes}}$")
-            ax.set_title(name, fontsize=_FONT_PT - 1, family=_MONO)
-            ax.legend(loc="upper center", fontsize=_FONT_PT - 1.5, handlelength=1.6)
+            ax.set_title(name, fontsize=FONT_PT - 1, family=MONO)
+            ax.legend(loc="upper center", fontsize=FONT_PT - 1.5, handlelength=1.6)
             ax.set_ylim(0, (ymax if ymax is not None else ax.get_ylim()[1]) * 1.3)  # room for the legend
-            ax.yaxis.set_major_formatter(_thousands())
+            ax.yaxis.set_major_formatter(thousands())
         axes[0][0].set_ylabel("questions")
         fig.subplots_adjust(wspace=0.3)
-        return _svg(fig, title or "p_yes histograms by label")
+        return svg(fig, title or "p_yes histograms by label")
 
 
 def reliability_diagram(calibration: Mapping[str, Calibration], *, title: str = "", width: float = 4.2) -> str:
@@ -387,7 +266,7 @@ def reliability_diagram(calibration: Mapping[str, Calibration], *, title: str = 
     above a bar chart of how many questions each bin holds (so sparse bins are visible)."""
     import numpy as np
 
-    with _figure(width, 3.3, nrows=2, gridspec_kw={"height_ratios": [3.2, 1], "hspace": 0.08}, sharex=True) as (
+    with figure(width, 3.3, nrows=2, gridspec_kw={"height_ratios": [3.2, 1], "hspace": 0.08}, sharex=True) as (
         fig,
         axes,
     ):
@@ -401,7 +280,7 @@ def reliability_diagram(calibration: Mapping[str, Calibration], *, title: str = 
                 continue
             colour, style, marker = readout_style(name, index)
             ece = calibration[name].ece
-            label = name + (f" (ECE {ece:.3f})" if _finite(ece) else "")
+            label = name + (f" (ECE {ece:.3f})" if finite(ece) else "")
             top.plot([b.mean_p for b in bins], [b.frac_yes for b in bins], color=colour, ls=style, marker=marker, ms=3.4, lw=1.1, label=label)
             lo = np.array([b.lo for b in bins])
             hi = np.array([b.hi for b in bins])
@@ -411,17 +290,17 @@ def reliability_diagram(calibration: Mapping[str, Calibration], *, title: str = 
         top.set_ylim(-0.02, 1.02)
         top.set_ylabel("fraction labelled yes")
         top.grid(axis="x")
-        legend = top.legend(loc="upper left", fontsize=_FONT_PT - 1.5)
+        legend = top.legend(loc="upper left", fontsize=FONT_PT - 1.5)
         for text in legend.get_texts()[1:]:
-            text.set_family(_MONO)
+            text.set_family(MONO)
         bottom.set_ylabel("questions")
-        bottom.yaxis.set_major_formatter(_thousands())
-        bottom.yaxis.set_major_locator(_max_ticks(3))
+        bottom.yaxis.set_major_formatter(thousands())
+        bottom.yaxis.set_major_locator(max_ticks(3))
         bottom.set_xlabel("mean $p_{\\mathrm{yes}}$ in bin")
         bottom.grid(axis="y", which="major")
         if title:
             top.set_title(title)
-        return _svg(fig, title or "reliability diagram")
+        return svg(fig, title or "reliability diagram")
 
 
 def _hbar_axes(ax: Any) -> None:
@@ -442,10 +321,10 @@ def profile_plot(
 
     Bars are sorted, with the counts beside them (3 of 4 is not 300 of 400).
     """
-    rows = [o for o in objects if _finite(o.rate)][:top]
+    rows = [o for o in objects if finite(o.rate)][:top]
     rows = sorted(rows, key=lambda o: o.rate)
     height = 0.6 + 0.19 * max(len(rows), 1)
-    with _figure(width, height) as (fig, axes):
+    with figure(width, height) as (fig, axes):
         ax = axes[0][0]
         _hbar_axes(ax)
         ys = list(range(len(rows)))
@@ -453,13 +332,13 @@ def profile_plot(
         ax.barh(ys, rates, height=0.68, color=PALETTE["vermillion"], alpha=0.85, lw=0)
         top_x = xmax if xmax is not None else max(rates + [5.0])
         for y, rate, o in zip(ys, rates, rows):
-            ax.text(rate + top_x * 0.015, y, f"{_count(o.yes)}/{_count(o.n)}", va="center", fontsize=_FONT_PT - 1.5, color="#444444")
+            ax.text(rate + top_x * 0.015, y, f"{count_text(o.yes)}/{count_text(o.n)}", va="center", fontsize=FONT_PT - 1.5, color="#444444")
         ax.set_yticks(ys, [o.object for o in rows])
         ax.set_xlim(0, min(100.0, top_x * 1.2))
         ax.set_xlabel("answered yes when absent (%)")
         if title:
             ax.set_title(title)
-        return _svg(fig, title or "hallucination profile")
+        return svg(fig, title or "hallucination profile")
 
 
 def first_pieces_plot(
@@ -479,7 +358,7 @@ def first_pieces_plot(
     rows = [(p.piece, p.count, 100 * p.share) for p in pieces[:top]][::-1]
     yes, no = set(yes_pieces), set(no_pieces)
     height = 0.75 + 0.21 * max(len(rows), 1)
-    with _figure(width, height) as (fig, axes):
+    with figure(width, height) as (fig, axes):
         ax = axes[0][0]
         _hbar_axes(ax)
         outside = [piece not in yes and piece not in no for piece, _, _ in rows]
@@ -491,8 +370,8 @@ def first_pieces_plot(
                 bar.set_edgecolor("white")
         top_x = xmax if xmax is not None else max([r[2] for r in rows] + [5.0])
         for y, (_, count, pct) in enumerate(rows):
-            ax.text(pct + top_x * 0.015, y, _count(count), va="center", fontsize=_FONT_PT - 1.5, color="#444444")
-        ax.set_yticks(range(len(rows)), [repr(r[0]) for r in rows], family=_MONO, fontsize=_FONT_PT - 1)
+            ax.text(pct + top_x * 0.015, y, count_text(count), va="center", fontsize=FONT_PT - 1.5, color="#444444")
+        ax.set_yticks(range(len(rows)), [repr(r[0]) for r in rows], family=MONO, fontsize=FONT_PT - 1)
         ax.set_xlim(0, min(100.0, top_x * 1.2))
         ax.set_xlabel("questions with this first-token argmax (%)")
         ax.legend(
@@ -502,8 +381,8 @@ def first_pieces_plot(
                 Patch(facecolor=PALETTE["orange"], edgecolor="white", hatch="////", label="outside both"),
             ],
             loc="lower right",
-            fontsize=_FONT_PT - 1.5,
+            fontsize=FONT_PT - 1.5,
         )
         if title:
             ax.set_title(title)
-        return _svg(fig, title or "first-token pieces")
+        return svg(fig, title or "first-token pieces")
