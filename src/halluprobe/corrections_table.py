@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.readouts.corrections import CORRECTIONS, inert_reason, parse_correction
+from halluprobe.readouts.corrections import CORRECTIONS, parse_correction
+from halluprobe.readouts.value import Readout
 from halluprobe.errors import InputError
 from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.paired import ImageBootstrap, SampleTable, paired_test
@@ -247,7 +248,7 @@ def corrections_table(
             mcnemar_p=None if paired is None else paired.mcnemar_p,
             f1_sampled=sampled,
             delta_sampled=None if sampled is None or base_sampled is None else sampled - base_sampled,
-            inert=inert_reason(name) if kind == "correction" and chosen_on != "folds" else None,
+            inert=Readout.parse(name).inert_reason if kind == "correction" and chosen_on != "folds" else None,
             chosen_on=chosen_on,
             f1_draws=drawn_f1(rows, draws, seed, policy) if draws else None,
         )  # fmt: skip
@@ -274,8 +275,8 @@ def _grid_rows(grid: Sequence[str], header: RunHeader, samples: Sequence[Sample]
     rows_of = {spec: readout_rows(spec, header, samples) for spec in grid}
     decisions = {spec: _decisions(rows) for spec, rows in rows_of.items()}
     out: list[CorrectionRow] = []
-    for method in dict.fromkeys(parse_correction(s)[0] for s in grid):
-        settings = [s for s in grid if parse_correction(s)[0] == method]
+    for method in dict.fromkeys(Readout.parse(s).method for s in grid):
+        settings = [s for s in grid if Readout.parse(s).method == method]
         held_out: list[ScoreRow] = [None] * len(images)  # type: ignore[list-item]
         chosen: list[str] = []
         for f in range(k):

@@ -30,18 +30,12 @@ __all__ = [
     "compat_rundir",
     "read_run_samples",
     "read_scored_run",
-    "readout_results",
     "readout_rows",
     "readouts_reports",
     "write_per_question",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def readout_results(readout: Readout | str, header: RunHeader, samples: Sequence[Sample]) -> list[ReadoutResult | None]:
-    """:func:`~halluprobe.readouts.apply.apply_run` under its former name (the audit calls it)."""
-    return apply_run(readout, header, samples)
 
 
 def readout_rows(readout: Readout | str, header: RunHeader, samples: Sequence[Sample]) -> list[ScoreRow]:

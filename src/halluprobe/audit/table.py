@@ -18,12 +18,12 @@ from halluprobe.benchmarks.pope import object_from_text
 from halluprobe.errors import InputError
 from halluprobe.metrics.paired import SampleTable
 from halluprobe.metrics.score import ScoreRow
-from halluprobe.readouts.apply import TEXT_PREFIX
+from halluprobe.readouts.apply import apply_run
 from halluprobe.readouts.logits import LEGACY_READOUTS
 from halluprobe.records import RunHeader, Sample, ScoreReport
 from halluprobe.records_audit import BootstrapSettings, ScoreTables
 from halluprobe.rundir import RunDir
-from halluprobe.scoring import readout_results
+from halluprobe.readouts.value import Readout
 
 __all__ = [
     "DEFAULT_HEADLINE",
@@ -88,7 +88,7 @@ def load_run(path: str | Path) -> AuditedRun:
 
 def build_run(header: RunHeader, samples: list[Sample]) -> AuditedRun:
     # readouts applied at score time (readouts.apply), cross-checked against stored decisions
-    results = {r: readout_results(r, header, samples) for r in _audited_readouts(header, samples)}
+    results = {r: apply_run(Readout.parse(r), header, samples) for r in _audited_readouts(header, samples)}
     readouts = [r for r, res in results.items() if any(x is not None for x in res)]
     missing = [r for r in header.readouts if r not in readouts]
     if missing:
@@ -129,7 +129,7 @@ def choose_headline(run: AuditedRun, headline: str | None) -> tuple[str, str | N
     own = [r for r in tool_rules if r in run.readouts]
     if own:
         return own[0], f"headline {own[0]}: the rule the importing tool recorded (this run has no {DEFAULT_HEADLINE} readout)"
-    text = [r for r in run.readouts if r.startswith(TEXT_PREFIX)]
+    text = [r for r in run.readouts if Readout.parse(r).kind == "text"]
     if text:
         return text[0], f"headline {text[0]}: the run's first text rule (this run has no {DEFAULT_HEADLINE} readout)"
     raise InputError(f"this run has no {DEFAULT_HEADLINE} readout and no text rule; name one with --headline ({', '.join(run.readouts)})")
