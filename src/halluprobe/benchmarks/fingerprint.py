@@ -1,0 +1,27 @@
+"""The content fingerprint of a question file: what it asks, whatever its bytes.
+
+The sha256 of a file changes when the same questions are re-saved as JSON lines instead of a
+pretty-printed array, or with other line endings (VCD re-saved POPE's A-OKVQA and GQA files so).
+The fingerprint reads only each record's ``question_id``, ``image``, ``text`` and ``label``
+(lower-cased, as read), in file order, as canonical JSON (sorted keys, no spaces, UTF-8), so
+those copies share it, and any change to a question, its order or its label changes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+
+from halluprobe.records import Question
+
+__all__ = ["FINGERPRINT_FIELDS", "content_fingerprint"]
+
+FINGERPRINT_FIELDS = ("question_id", "image", "text", "label")
+
+
+def content_fingerprint(questions: Iterable[Question]) -> str:
+    """sha256 (hex) of the questions' fingerprint fields in order, as canonical JSON."""
+    records = [{"image": q.image, "label": q.label, "question_id": q.question_id, "text": q.text} for q in questions]
+    canonical = json.dumps(records, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
