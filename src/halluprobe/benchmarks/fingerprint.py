@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 from halluprobe.records import Question
 
-__all__ = ["FINGERPRINT_FIELDS", "content_fingerprint"]
+__all__ = ["FINGERPRINT_FIELDS", "content_fingerprint", "fingerprint_info"]
 
 FINGERPRINT_FIELDS = ("question_id", "image", "text", "label")
 
@@ -25,3 +27,16 @@ def content_fingerprint(questions: Iterable[Question]) -> str:
     records = [{"image": q.image, "label": q.label, "question_id": q.question_id, "text": q.text} for q in questions]
     canonical = json.dumps(records, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def fingerprint_info(files: Mapping[str, Path]) -> dict[str, dict[str, Any]]:
+    """What an import records of its labels files (split -> path): each file's content
+    fingerprint and the pinned question files it is (``dataset@version:file``; empty: none)."""
+    from halluprobe.benchmarks.datasets import identify_fingerprint
+    from halluprobe.benchmarks.pope import read_questions
+
+    prints = {split: content_fingerprint(read_questions(path, split=split)) for split, path in files.items()}
+    return {
+        "question_fingerprints": prints,
+        "question_datasets": {split: identify_fingerprint(fp) for split, fp in prints.items()},
+    }
