@@ -242,7 +242,7 @@ def dataset_version(dataset: str, version: str | None = None) -> DatasetVersion:
 def known_fingerprints() -> dict[str, list[str]]:
     """fingerprint -> every ``dataset@version:file`` whose questions it is."""
     table: dict[str, list[str]] = {}
-    for v in _ALL:
+    for v in (v for versions in DATASETS.values() for v in versions.values()):
         for name, fp in v.fingerprints.items():
             table.setdefault(fp, []).append(f"{v.dataset}@{v.version}:{name}")
     return table
