@@ -13,7 +13,6 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks import datasets
 from halluprobe.benchmarks.dataset_files import DASHB_QUERY, dashb_questions, fetch_dataset, popev2_questions
 from halluprobe.benchmarks.datasets import DATASETS, DatasetVersion, SourceFile, dataset_version, identify_fingerprint
 from halluprobe.benchmarks.fingerprint import content_fingerprint
@@ -267,3 +266,15 @@ def test_an_import_records_the_fingerprint_and_the_pinned_file_it_is(tmp_path: P
     info = RunDir(tmp_path / "run").read_header().backend_info
     assert info["question_fingerprints"] == {"random": version.fingerprints["gqa_pope_random.json"]}
     assert info["question_datasets"] == {"random": ["gqa@toy:gqa_pope_random.json"]}
+
+
+def test_fingerprint_info_skips_a_labels_file_that_is_not_pope(tmp_path: Path) -> None:
+    from halluprobe.benchmarks.fingerprint import fingerprint_info
+
+    pope = tmp_path / "gqa_pope_random.json"
+    _write_array(pope, _records())
+    keyed_by_id = tmp_path / "marine_label.json"  # MARINE's labels: {"id", "image", "label"}
+    keyed_by_id.write_text(json.dumps([{"id": 1, "image": "a.jpg", "label": "yes"}], indent=4))
+    info = fingerprint_info({"random": pope, "adversarial": keyed_by_id})
+    assert info["question_fingerprints"] == {"random": content_fingerprint(read_questions(pope))}
+    assert info["question_datasets"] == {"random": []}

@@ -82,11 +82,30 @@ def _llava_fixture(root: Path) -> tuple[dict[str, Any], float]:
         "name": "llava-toy", "model": "LLaVA-1.5-13B", "decoding": "greedy", "repository": REPO, "commit": COMMIT, "format": "llava",
         "answers": [_put(root, REPO, COMMIT, "playground/data/eval/pope/answers/llava-v1.5-13b.jsonl", "".join(json.dumps(a) + "\n" for a in answers).encode())],
         "questions": _put(root, REPO, COMMIT, "playground/data/eval/pope/llava_pope_test.jsonl", "".join(json.dumps(q) + "\n" for q in questions).encode()),
-        "labels": labels, "dataset": "coco", "version": "2023-08-10",
+        "labels": labels, "dataset": "coco-toy", "version": "toy",
         "parser": {"rule": "pope", "source": "llava/eval/eval_pope.py"},
         "published": [], "notes": ["toy"],
     }  # fmt: skip
     return entry, sum(f1s) / len(f1s)
+
+
+@pytest.fixture
+def toy_coco(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A file:// mirror holding the LLaVA-shaped fixture, its labels pinned as dataset coco-toy@toy."""
+    from halluprobe.benchmarks.datasets import DatasetVersion, SourceFile
+    from halluprobe.benchmarks.fingerprint import content_fingerprint
+    from halluprobe.benchmarks.pope import read_questions
+
+    mirror = tmp_path / "mirror"
+    entry, _ = _llava_fixture(mirror)
+    sources, prints = {}, {}
+    for f in entry["labels"]:
+        name = f["path"].rsplit("/", 1)[-1]
+        sources[name] = (SourceFile(POPE_REPO, POPE_COMMIT, f["path"], f["sha256"]),)
+        prints[name] = content_fingerprint(read_questions(mirror / POPE_REPO / POPE_COMMIT / f["path"]))
+    monkeypatch.setitem(DATASETS, "coco-toy", {"toy": DatasetVersion("coco-toy", "toy", "2023-08-10", "pope", sources, prints, "coco-val2014", {})})
+    monkeypatch.setenv("HALLUPROBE_GITHUB_URL", mirror.as_uri())
+    return mirror
 
 
 def _registry(tmp_path: Path, entries: list[dict[str, Any]]) -> Path:
@@ -121,9 +140,8 @@ def test_literature_list_runs_offline() -> None:
     assert json.loads(as_json.output)["schema_version"] == 1
 
 
-def test_audit_all_recomputes_the_published_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mirror = tmp_path / "mirror"
-    entry, mean_f1 = _llava_fixture(mirror)
+def test_audit_all_recomputes_the_published_figure(tmp_path: Path, toy_coco: Path) -> None:
+    entry, mean_f1 = _llava_fixture(toy_coco)
     published = round(100 * mean_f1, 1)
     entry["published"] = [
         {"metric": "f1_macro", "value": published, "scale": 100, "decimals": 1, "where": "MODEL_ZOO row | POPE", "path": "docs/MODEL_ZOO.md"},
@@ -131,7 +149,6 @@ def test_audit_all_recomputes_the_published_figure(tmp_path: Path, monkeypatch: 
     ]
     marine = {**entry, "name": "marine-toy", "format": "marine", "published": []}  # a format of another build
     reg = _registry(tmp_path, [entry, marine])
-    monkeypatch.setenv("HALLUPROBE_GITHUB_URL", mirror.as_uri())
     out = tmp_path / "audit"
     result = runner.invoke(app, ["literature", "audit", "--all", "--out", str(out), "--registry", str(reg), "--resamples", "200"])
     assert result.exit_code == 0, result.output
@@ -145,7 +162,8 @@ def test_audit_all_recomputes_the_published_figure(tmp_path: Path, monkeypatch: 
     assert lo <= first["authors"] <= hi
     # strict reads "I don't know" / "Not sure" as unknown (wrong here); LLaVA's rule as yes / no
     assert first["strict"] != first["authors"] and llava["rule_changes"] > 0
-    assert llava["questions_are"] == {s: [] for s in ("random", "popular", "adversarial")}  # toy labels: no pinned file
+    # the labels are the pinned dataset the entry names, told by content fingerprint
+    assert llava["questions_are"] == {s: [f"coco-toy@toy:coco_pope_{s}.json"] for s in ("random", "popular", "adversarial")}
     md = (out / "literature.md").read_text()
     assert md.startswith("<!-- halluprobe literature audit: halluprobe=")
     assert "| equal |" in md and "differs by" in md and "MODEL_ZOO row \\| POPE" in md
@@ -160,12 +178,15 @@ def test_audit_all_recomputes_the_published_figure(tmp_path: Path, monkeypatch: 
     assert forced.exit_code == 0, forced.output
 
 
-def test_audit_bad_input_is_exit_2_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mirror = tmp_path / "mirror"
-    entry, _ = _llava_fixture(mirror)
+def test_audit_bad_input_is_exit_2_one_line(tmp_path: Path, toy_coco: Path) -> None:
+    entry, _ = _llava_fixture(toy_coco)
+    # labels that are not the dataset version the entry names: refused, naming the file
+    other = _registry(tmp_path, [{**entry, "dataset": "coco", "version": "2023-08-10"}])
+    wrong = runner.invoke(app, ["literature", "audit", "llava-toy", "--out", str(tmp_path / "w"), "--registry", str(other)])
+    assert wrong.exit_code == 2 and wrong.output.count("\n") == 1
+    assert "labels match no fingerprint of coco@2023-08-10 (they are: coco-toy@toy:coco_pope_" in wrong.output
     entry["answers"][0]["sha256"] = "a" * 64  # the registry and the file disagree
     reg = _registry(tmp_path, [entry])
-    monkeypatch.setenv("HALLUPROBE_GITHUB_URL", mirror.as_uri())
     one = runner.invoke(app, ["literature", "audit", "llava-toy", "--out", str(tmp_path / "a"), "--registry", str(reg)])
     assert one.exit_code == 2
     assert one.output.count("\n") == 1 and "sha256 mismatch" in one.output and "llava-v1.5-13b.jsonl" in one.output

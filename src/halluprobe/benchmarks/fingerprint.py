@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from halluprobe.errors import InputError
 from halluprobe.records import Question
 
 __all__ = ["FINGERPRINT_FIELDS", "content_fingerprint", "fingerprint_info"]
@@ -35,7 +36,12 @@ def fingerprint_info(files: Mapping[str, Path]) -> dict[str, dict[str, Any]]:
     from halluprobe.benchmarks.datasets import identify_fingerprint
     from halluprobe.benchmarks.pope import read_questions
 
-    prints = {split: content_fingerprint(read_questions(path, split=split)) for split, path in files.items()}
+    prints: dict[str, str] = {}
+    for split, path in files.items():
+        try:
+            prints[split] = content_fingerprint(read_questions(path, split=split))
+        except InputError:  # a format's own labels file (MARINE's keyed by id) has no POPE questions to fingerprint
+            continue
     return {
         "question_fingerprints": prints,
         "question_datasets": {split: identify_fingerprint(fp) for split, fp in prints.items()},

@@ -124,6 +124,21 @@ def _check(fig: Figure, authors: tuple[float | None, Any], strict: tuple[float |
     )
 
 
+def _check_dataset(entry: Entry, questions_are: dict[str, list[str]], labels: list[Path]) -> None:
+    """The labels must be the pinned dataset version the entry names (by content fingerprint):
+    a figure recomputed on other questions would be compared with the wrong thing."""
+    from halluprobe.benchmarks.datasets import DATASETS
+
+    if entry.version is None or entry.dataset not in DATASETS or not labels:
+        return
+    want = f"{entry.dataset}@{entry.version}:"
+    for split, names in questions_are.items():
+        if not any(name.startswith(want) for name in names):
+            where = next((p for p in labels if split in p.name), labels[0])
+            found = ", ".join(names) or "no pinned file"
+            raise InputError(f"the {split} labels match no fingerprint of {want[:-1]} (they are: {found})", where)
+
+
 def audit_entry(
     entry: Entry,
     out: Path,
@@ -172,6 +187,7 @@ def audit_entry(
     result.rule_changes = sum(a.decision != s.decision for a, s in zip(authors_rows, strict_rows))
     result.answers = len(authors_rows)
     result.questions_are = dict(header.backend_info.get("question_datasets") or {})
+    _check_dataset(entry, result.questions_are, files["labels"])
     if entry.fingerprint is not None:
         prints = set((header.backend_info.get("question_fingerprints") or {}).values())
         if entry.fingerprint not in prints and entry.questions is not None:
