@@ -278,3 +278,13 @@ def test_fingerprint_info_skips_a_labels_file_that_is_not_pope(tmp_path: Path) -
     info = fingerprint_info({"random": pope, "adversarial": keyed_by_id})
     assert info["question_fingerprints"] == {"random": content_fingerprint(read_questions(pope))}
     assert info["question_datasets"] == {"random": []}
+
+
+def test_counts_tell_a_version_where_the_fingerprint_does_not() -> None:
+    from halluprobe.benchmarks.datasets import counts_hint
+
+    # LLaVA-1.5's random split re-saved or reordered: its counts still name 2023-08-10
+    assert counts_hint("random", 2910, 144) == "2910 random questions, 144 reading 'imange': the counts of coco@2023-08-10 (other questions, labels or order)"
+    assert "coco@2023-10-09" in counts_hint("adversarial", 3000, 57) and "coco@2023-11-16" not in counts_hint("adversarial", 3000, 57)
+    assert "repope@2025-04-10" in counts_hint("random", 2774, 0)
+    assert counts_hint("adversarial", 3000, 66).endswith("no pinned version has these counts")  # MARINE's own draw

@@ -27,6 +27,7 @@ __all__ = [
     "dataset_version",
     "known_fingerprints",
     "identify_fingerprint",
+    "counts_hint",
 ]
 
 POPE_REPO = "RUCAIBox/POPE"  # formerly AoiDragon/POPE: GitHub serves both names
@@ -251,3 +252,15 @@ def known_fingerprints() -> dict[str, list[str]]:
 def identify_fingerprint(fingerprint: str) -> list[str]:
     """The pinned question files with this content fingerprint (none: not a published file)."""
     return known_fingerprints().get(fingerprint, [])
+
+
+def counts_hint(split: str, n_questions: int, n_misspelled: int) -> str:
+    """For questions that are no pinned file: which pinned versions have the same number of
+    questions in ``split`` and the same number reading "imange" (LLaVA-1.5's random split:
+    2,910 and 144), so a re-saved or subsetted copy can still be placed."""
+    from halluprobe.benchmarks.sources import POPE_VERSIONS
+
+    same = [f"coco@{v.name}" for v in POPE_VERSIONS.values() if v.counts.get(split) == n_questions and v.misspelled.get(split) == n_misspelled]
+    same += [f"{v.dataset}@{v.version}" for v in _ALL if v.dataset != "coco" and v.counts.get(split) == n_questions and n_misspelled == 0]
+    head = f"{n_questions} {split} questions, {n_misspelled} reading 'imange'"
+    return f"{head}: the counts of {', '.join(same)} (other questions, labels or order)" if same else f"{head}: no pinned version has these counts"

@@ -32,17 +32,23 @@ def content_fingerprint(questions: Iterable[Question]) -> str:
 
 def fingerprint_info(files: Mapping[str, Path]) -> dict[str, dict[str, Any]]:
     """What an import records of its labels files (split -> path): each file's content
-    fingerprint and the pinned question files it is (``dataset@version:file``; empty: none)."""
-    from halluprobe.benchmarks.datasets import identify_fingerprint
+    fingerprint, the pinned question files it is (``dataset@version:file``; empty: none) and,
+    for one that is none, which pinned versions share its counts (``question_hints``)."""
+    from halluprobe.benchmarks.datasets import counts_hint, identify_fingerprint
     from halluprobe.benchmarks.pope import read_questions
 
     prints: dict[str, str] = {}
+    hints: dict[str, str] = {}
     for split, path in files.items():
         try:
-            prints[split] = content_fingerprint(read_questions(path, split=split))
+            questions = read_questions(path, split=split)
         except InputError:  # a format's own labels file (MARINE's keyed by id) has no POPE questions to fingerprint
             continue
+        prints[split] = content_fingerprint(questions)
+        if not identify_fingerprint(prints[split]):
+            hints[split] = counts_hint(split, len(questions), sum("imange" in q.text for q in questions))
     return {
         "question_fingerprints": prints,
         "question_datasets": {split: identify_fingerprint(fp) for split, fp in prints.items()},
+        **({"question_hints": hints} if hints else {}),
     }

@@ -188,6 +188,7 @@ def audit_entry(
     result.answers = len(authors_rows)
     result.questions_are = dict(header.backend_info.get("question_datasets") or {})
     _check_dataset(entry, result.questions_are, files["labels"])
+    result.notes.extend(f"{split} labels are no pinned file: {hint}" for split, hint in (header.backend_info.get("question_hints") or {}).items())
     if entry.fingerprint is not None:
         prints = set((header.backend_info.get("question_fingerprints") or {}).values())
         if entry.fingerprint not in prints and entry.questions is not None:
