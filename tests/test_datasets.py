@@ -288,3 +288,34 @@ def test_counts_tell_a_version_where_the_fingerprint_does_not() -> None:
     assert "coco@2023-10-09" in counts_hint("adversarial", 3000, 57) and "coco@2023-11-16" not in counts_hint("adversarial", 3000, 57)
     assert "repope@2025-04-10" in counts_hint("random", 2774, 0)
     assert counts_hint("adversarial", 3000, 66).endswith("no pinned version has these counts")  # MARINE's own draw
+
+
+def test_dashb_fetched_imported_and_scored_with_its_own_metric(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "mirror"
+    neg = _mirror_file(root, "YanNeu/DASH-B", "1" * 40, "images/dash_benchmark_neg.json", json.dumps(NEG, indent=4).encode())
+    pos = _mirror_file(root, "YanNeu/DASH-B", "1" * 40, "images/dash_benchmark_pos.json", json.dumps(POS, indent=4).encode())
+    expected = [{"question_id": i + 1, "image": image, "text": DASHB_QUERY.format(obj), "label": label}
+                for i, (image, obj, label) in enumerate([
+                    ("neg/coco/backpack/11.png", "backpack", "no"), ("neg/coco/backpack/12.png", "backpack", "no"),
+                    ("neg/objects_365_100/tie/13.png", "tie", "no"), ("pos/coco/backpack/0.jpg", "backpack", "yes"),
+                    ("pos/objects_365_100/tie/0.jpg", "tie", "yes"), ("pos/objects_365_100/tie/1.jpg", "tie", "yes")])]  # fmt: skip
+    fp = hashlib.sha256(json.dumps(expected, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
+    version = DatasetVersion("dashb", "toy", "2025-03-31", "dashb", {"dashb.jsonl": (neg, pos)}, {"dashb.jsonl": fp}, "user", {"dashb": 6})
+    monkeypatch.setitem(DATASETS, "dashb", {"toy": version})
+    monkeypatch.setenv("HALLUPROBE_GITHUB_URL", root.as_uri())
+    fetched = runner.invoke(app, ["data", "pope", "--dataset", "dashb", "--out", str(tmp_path / "dashb"), "--images", str(tmp_path / "imgs")])
+    assert fetched.exit_code == 0, fetched.output
+    assert "0 of 6 images present" in fetched.output and "6 images missing: neg/coco/backpack/11.png" in fetched.output
+    # answers: neg "No", "I don't know" (unknown: wrong), "Yes"; pos "Yes", "yes", "No"
+    said = ["No", "I don't know", "Yes", "Yes", "yes", "No"]
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"question": q["text"], "image": q["image"], "answer": a}) + "\n" for q, a in zip(expected, said)))
+    imported = runner.invoke(app, ["import", "answers", str(answers), "--labels", str(tmp_path / "dashb" / "dashb.jsonl"), "--out", str(tmp_path / "run")])
+    assert imported.exit_code == 0, imported.output
+    scored = runner.invoke(app, ["score", str(tmp_path / "run"), "--readout", "text:strict", "--resamples", "50"])
+    assert scored.exit_code == 0, scored.output
+    # TPR 2/3, TNR 1/3 (the unknown counts wrong), mean 1/2, harmonic 2*(2/3)(1/3)/1 = 4/9
+    assert "DASH-B: mean of TPR and TNR 50.0 [" in scored.output
+    assert "(TPR 66.7 of 3, TNR 33.3 of 3; accuracy 50.0, harmonic mean 44.4)" in scored.output
+    as_json = runner.invoke(app, ["score", str(tmp_path / "run"), "--readout", "text:strict", "--json", "--resamples", "50"])
+    assert "DASH-B" not in as_json.output  # the JSON score object is unchanged
