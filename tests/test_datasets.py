@@ -319,3 +319,20 @@ def test_dashb_fetched_imported_and_scored_with_its_own_metric(tmp_path: Path, m
     assert "(TPR 66.7 of 3, TNR 33.3 of 3; accuracy 50.0, harmonic mean 44.4)" in scored.output
     as_json = runner.invoke(app, ["score", str(tmp_path / "run"), "--readout", "text:strict", "--json", "--resamples", "50"])
     assert "DASH-B" not in as_json.output  # the JSON score object is unchanged
+
+
+def test_popev2_images_originals_fetched_edits_named(tmp_path: Path) -> None:
+    from halluprobe.benchmarks.dataset_files import fetch_dataset_images
+    from halluprobe.benchmarks.pope import write_questions
+
+    coco = tmp_path / "coco"  # a local stand-in for images.cocodataset.org, served as file://
+    (coco / "train2017").mkdir(parents=True)
+    Image.new("RGB", (6, 6), (200, 10, 10)).save(coco / "train2017" / "000000046207.jpg")
+    annotations = [{"image_id": 46207, "image_name": n, "target_object": "remote", "query": "Is there a remote in the image?", "label": lab}
+                   for n, lab in (("/images/000000046207.jpg", "No"), ("/coco/train2017/000000046207.jpg", "Yes"))]  # fmt: skip
+    (tmp_path / "a.json").write_text(json.dumps(annotations))
+    questions = write_questions(tmp_path / "popev2.jsonl", popev2_questions(tmp_path / "a.json"))
+    version = dataset_version("popev2")
+    line, missing = fetch_dataset_images(version, [questions], tmp_path / "images", base_url=coco.as_uri())
+    assert (tmp_path / "images" / "train2017" / "000000046207.jpg").is_file()
+    assert "1 downloaded" in line and missing == ["edited/000000046207.jpg"]

@@ -149,11 +149,24 @@ def fetch_dataset(
             if got != version.fingerprints[name]:
                 raise InputError(f"converted questions have fingerprint {got}, the registry pins {version.fingerprints[name]}", cached[0])
             if dest.exists() and not overwrite:
-                raise InputError("exists; pass overwrite to replace it", dest)
+                if _fingerprint_of_file(dest) == got:  # the same questions already there: kept
+                    written.append(dest)
+                    continue
+                raise InputError("exists and holds other questions; pass overwrite to replace it", dest)
             written.append(write_questions(dest, questions))
         if progress is not None:
             progress(i, len(version.sources))
     return written
+
+
+def _fingerprint_of_file(path: Path) -> str | None:
+    from halluprobe.benchmarks.fingerprint import content_fingerprint
+    from halluprobe.benchmarks.pope import read_questions
+
+    try:
+        return content_fingerprint(read_questions(path))
+    except InputError:
+        return None
 
 
 def missing_images(question_files: list[Path], images_dir: Path) -> list[str]:
