@@ -133,6 +133,7 @@ def test_data_pope_dataset_fetches_at_the_commit_and_names_missing_images(tmp_pa
     assert json.loads(out.read_text()) == records  # the array, byte for byte
     assert "1 of 3 images present" in result.output
     assert "2 images missing: 2405723.jpg, 2405724.jpg" in result.output
+    assert (tmp_path / "out" / "missing-images.txt").read_text() == "2405723.jpg\n2405724.jpg\n"
     # a second fetch is served by the cache, even with the mirror gone
     monkeypatch.setenv("HALLUPROBE_GITHUB_URL", (tmp_path / "nowhere").as_uri())
     again = runner.invoke(app, ["data", "pope", "--dataset", "gqa", "--out", str(tmp_path / "out2")])

@@ -10,6 +10,7 @@ import typer
 
 from halluprobe.cli._app import app, build_app, console, data_app, errors, fail, progress
 from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.files import write_atomic
 
 __all__ = ["build_pope_cmd", "data_pope_cmd", "tokens_cmd", "models_cmd", "demo_cmd"]
 
@@ -87,8 +88,10 @@ def data_pope_cmd(
                 else:
                     line, missing = fetch_dataset_images(chosen, list(paths), coco_images, progress=bar)
             typer.echo(f"{coco_images}: {line}")
-            if missing:
-                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            if missing:  # every one named in a file beside the questions, the first few here
+                listed = out / "missing-images.txt"
+                write_atomic(listed, "".join(name + "\n" for name in missing))
+                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more (all in {listed})" if len(missing) > 5 else "")
                 typer.echo(f"{coco_images}: {len(missing)} images missing: {shown}")
 
 
