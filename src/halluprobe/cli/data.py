@@ -52,7 +52,7 @@ def build_pope_cmd(
 def data_pope_cmd(
     out: Annotated[Path, typer.Option(help="Directory for the dataset's question files.")],
     dataset: Annotated[str, typer.Option(help="coco (default), aokvqa, gqa, repope, dashb or popev2 (docs/pope-versions.md).")] = "coco",
-    coco_images: Annotated[
+    images: Annotated[
         Optional[Path],
         typer.Option(
             "--images", "--coco-images",
@@ -80,19 +80,19 @@ def data_pope_cmd(
                 paths = fetch_dataset(chosen, out, progress=bar)
         for path in paths:
             typer.echo(str(path))
-        if coco_images is not None:
+        if images is not None:
             with progress("images") as bar:
                 if dataset == "coco":
-                    report = fetch_coco_images(list(paths), coco_images, progress=bar)
+                    report = fetch_coco_images(list(paths), images, progress=bar)
                     line, missing = str(report), sorted(report.failed)
                 else:
-                    line, missing = fetch_dataset_images(chosen, list(paths), coco_images, progress=bar)
-            typer.echo(f"{coco_images}: {line}")
+                    line, missing = fetch_dataset_images(chosen, list(paths), images, progress=bar)
+            typer.echo(f"{images}: {line}")
             if missing:  # every one named in a file beside the questions, the first few here
                 listed = out / "missing-images.txt"
                 write_atomic(listed, "".join(name + "\n" for name in missing))
                 shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more (all in {listed})" if len(missing) > 5 else "")
-                typer.echo(f"{coco_images}: {len(missing)} images missing: {shown}")
+                typer.echo(f"{images}: {len(missing)} images missing: {shown}")
 
 
 @app.command("tokens")
