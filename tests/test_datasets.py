@@ -337,3 +337,23 @@ def test_popev2_images_originals_fetched_edits_named(tmp_path: Path) -> None:
     line, missing = fetch_dataset_images(version, [questions], tmp_path / "images", base_url=coco.as_uri())
     assert (tmp_path / "images" / "train2017" / "000000046207.jpg").is_file()
     assert "1 downloaded" in line and missing == ["edited/000000046207.jpg"]
+
+
+def test_score_prints_popev2s_paired_drop(tmp_path: Path) -> None:
+    from halluprobe.benchmarks.pope import write_questions
+
+    annotations = [{"image_id": i, "image_name": f"{folder}/{i:012d}.jpg", "target_object": "cup", "query": "Is there a cup in the image?", "label": lab}
+                   for i in (1, 2) for folder, lab in (("/images", "No"), ("/coco/train2017", "Yes"))]  # fmt: skip
+    (tmp_path / "a.json").write_text(json.dumps(annotations))
+    questions = popev2_questions(tmp_path / "a.json")
+    labels = write_questions(tmp_path / "popev2.jsonl", questions)
+    said = {"edited/000000000001.jpg": "No", "train2017/000000000001.jpg": "Yes", "edited/000000000002.jpg": "Yes", "train2017/000000000002.jpg": "Yes"}
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"question": q.text, "image": q.image, "answer": said[q.image]}) + "\n" for q in questions))
+    imported = runner.invoke(app, ["import", "answers", str(answers), "--labels", str(labels), "--out", str(tmp_path / "run")])
+    assert imported.exit_code == 0, imported.output
+    scored = runner.invoke(app, ["score", str(tmp_path / "run"), "--readout", "text:pope", "--resamples", "50"])
+    assert scored.exit_code == 0, scored.output
+    # pair 1: yes then no (drop 1); pair 2: yes to both (drop 0)
+    assert "POPEv2: paired drop in p(yes), original to edited, 0.500 [" in scored.output
+    assert "over 2 pairs (1 yes then no, 1 yes to both; 0 unpaired)" in scored.output
