@@ -185,6 +185,17 @@ def test_audit_bad_input_is_exit_2_one_line(tmp_path: Path, toy_coco: Path) -> N
     wrong = runner.invoke(app, ["literature", "audit", "llava-toy", "--out", str(tmp_path / "w"), "--registry", str(other)])
     assert wrong.exit_code == 2 and wrong.output.count("\n") == 1
     assert "labels match no fingerprint of coco@2023-08-10 (they are: coco-toy@toy:coco_pope_" in wrong.output
+    # an own draw pinned by fingerprint: questions with another fingerprint are refused
+    own = _registry(tmp_path, [{**entry, "dataset": "coco", "version": None, "fingerprint": "0" * 64}])
+    drift = runner.invoke(app, ["literature", "audit", "llava-toy", "--out", str(tmp_path / "d"), "--registry", str(own)])
+    assert drift.exit_code == 2 and drift.output.count("\n") == 1 and "match no fingerprint the registry pins" in drift.output
+    from halluprobe.benchmarks.fingerprint import content_fingerprint
+    from halluprobe.benchmarks.pope import read_questions
+
+    fp = content_fingerprint(read_questions(toy_coco / POPE_REPO / POPE_COMMIT / "output/coco/coco_pope_random.json"))
+    pinned = _registry(tmp_path, [{**entry, "dataset": "coco", "version": None, "fingerprint": fp}])
+    fits = runner.invoke(app, ["literature", "audit", "llava-toy", "--out", str(tmp_path / "f"), "--registry", str(pinned), "--resamples", "20"])
+    assert fits.exit_code == 0, fits.output
     entry["answers"][0]["sha256"] = "a" * 64  # the registry and the file disagree
     reg = _registry(tmp_path, [entry])
     one = runner.invoke(app, ["literature", "audit", "llava-toy", "--out", str(tmp_path / "a"), "--registry", str(reg)])

@@ -38,6 +38,7 @@ __all__ = [
     "fetch_source",
     "fetch_dataset",
     "missing_images",
+    "fingerprint_of_file",
     "fetch_dataset_images",
 ]
 
@@ -149,7 +150,7 @@ def fetch_dataset(
             if got != version.fingerprints[name]:
                 raise InputError(f"converted questions have fingerprint {got}, the registry pins {version.fingerprints[name]}", cached[0])
             if dest.exists() and not overwrite:
-                if _fingerprint_of_file(dest) == got:  # the same questions already there: kept
+                if fingerprint_of_file(dest) == got:  # the same questions already there: kept
                     written.append(dest)
                     continue
                 raise InputError("exists and holds other questions; pass overwrite to replace it", dest)
@@ -159,7 +160,8 @@ def fetch_dataset(
     return written
 
 
-def _fingerprint_of_file(path: Path) -> str | None:
+def fingerprint_of_file(path: Path) -> str | None:
+    """The content fingerprint of a POPE-format file, None for any other file."""
     from halluprobe.benchmarks.fingerprint import content_fingerprint
     from halluprobe.benchmarks.pope import read_questions
 

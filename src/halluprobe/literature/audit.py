@@ -192,10 +192,9 @@ def audit_entry(
     if entry.fingerprint is not None:
         prints = set((header.backend_info.get("question_fingerprints") or {}).values())
         if entry.fingerprint not in prints and entry.questions is not None:
-            from halluprobe.benchmarks.fingerprint import content_fingerprint
-            from halluprobe.benchmarks.pope import read_questions
+            from halluprobe.benchmarks.dataset_files import fingerprint_of_file
 
-            prints.add(content_fingerprint(read_questions(files["questions"][0])))
+            prints.add(fingerprint_of_file(files["questions"][0]) or "")  # MARINE's question file is POPE-format
         if entry.fingerprint not in prints:
-            raise InputError(f"the questions match no pinned fingerprint: expected {entry.fingerprint}", files["answers"][0])
+            raise InputError(f"the questions match no fingerprint the registry pins: expected {entry.fingerprint}", files["answers"][0])
     return result
