@@ -327,7 +327,7 @@ def test_data_pope_version_fetches_at_its_commit_and_checks_the_pin(tmp_path: Pa
         result = CliRunner().invoke(app, ["data", "pope", "--version", "2023-08", "--out", str(tmp_path / "out")])
     finally:
         server.shutdown()
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the download and its pin disagree: bad input (issue 22)
     assert "expected c16b65d2df6d70bb0814c8a4375833d39cdb09928fd936d3fc546491efa37f35" in result.output
     assert requested[0] == "/e3e39262c85a6a83f26cf5094022a782cb0df58d/coco_pope_random.json"
     bad = CliRunner().invoke(app, ["data", "pope", "--version", "1999", "--out", str(tmp_path / "out")])

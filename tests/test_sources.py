@@ -158,7 +158,8 @@ def test_sha_mismatch(served: tuple[Server, Path], tmp_path: Path) -> None:
     wrong = "ab" * 32
     pins["coco_pope_popular.json"] = wrong
     cache = tmp_path / "cache"
-    with pytest.raises(RuntimeFailure) as ei:
+    # the registry and the file disagree: bad input (exit 2), one line naming the URL
+    with pytest.raises(InputError) as ei:
         fetch_pope(tmp_path / "out", cache_dir=cache, base_url=srv.url, pins=pins)
     msg = str(ei.value)
     assert "coco_pope_popular.json" in msg and wrong in msg and actual in msg

@@ -294,6 +294,10 @@ class RunHeader(FrozenRecord):
     pope_versions: dict[str, list[str]] = Field(default_factory=dict)
     # the clip signal's model and captions, when the run recorded it (absent otherwise)
     clip: ClipSetting | None = _absent_when_none()
+    # split -> content fingerprint of its benchmark file (benchmarks/fingerprint.py): which
+    # published questions these are, whatever their bytes. Absent in older run dirs; not part
+    # of the run's fingerprint, so their resume is unchanged.
+    question_fingerprints: dict[str, str] | None = _absent_when_none()
 
 
 class Metrics(FrozenRecord):

@@ -232,6 +232,8 @@ def make_header(
     """The header: written before the first sample. ``benchmarks``: split -> (path, sha256);
     ``clip``: the scorer of the ``clip`` signal, when the run records it."""
     from halluprobe import __version__
+    from halluprobe.benchmarks.fingerprint import content_fingerprint
+    from halluprobe.benchmarks.pope import read_questions
     from halluprobe.benchmarks.versions import versions_of_file
 
     text_rules = [] if config.open_ended else list(config.text_rules)
@@ -258,6 +260,7 @@ def make_header(
         packages=_package_versions(),
         pope_versions={split: versions_of_file(sha) for split, (_, sha) in benchmarks.items()},
         clip=clip.setting() if clip is not None else None,
+        question_fingerprints={split: content_fingerprint(read_questions(path, split=split)) for split, (path, _) in benchmarks.items()},
     )
     return header.model_copy(update={"fingerprint": run_fingerprint(header)})
 

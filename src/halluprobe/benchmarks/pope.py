@@ -375,8 +375,33 @@ def split_name(path: str | Path) -> str:
     return m.group(1) if m else p.stem
 
 
+def _question_records(text: str, path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    """(line, record) of JSON Lines, or of a JSON array (POPE's A-OKVQA and GQA files are
+    pretty-printed arrays): there the line is where the record's ``{`` stands."""
+    if not text.lstrip().startswith("["):
+        yield from iter_objects(text, path)
+        return
+    decoder = json.JSONDecoder()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from e
+    if not isinstance(data, list):
+        raise InputError(f"expected a JSON array or JSON Lines, got {type_name(data)}", path)
+    # line numbers for messages: walk the array's elements with the decoder
+    pos = text.index("[") + 1
+    for rec in data:
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        line = text.count("\n", 0, pos) + 1
+        _, pos = decoder.raw_decode(text, pos)
+        if not isinstance(rec, dict):
+            raise InputError(f"expected a JSON object, got {type_name(rec)}", path, line)
+        yield line, rec
+
+
 def read_questions(path: str | Path, split: str | None = None) -> list[Question]:
-    """Read a POPE-format JSON Lines file into questions of ``split`` (default: ``split_name``).
+    """Read a POPE-format file (JSON Lines or a JSON array) into questions of ``split`` (default: ``split_name``).
 
     Accepts the official files (CRLF or LF, last newline optional); ``object`` is optional and,
     when absent, derived from a standard question text; unknown keys go into ``metadata``.
@@ -387,7 +412,7 @@ def read_questions(path: str | Path, split: str | None = None) -> list[Question]
 
     questions: list[Question] = []
     first_line: dict[int, int] = {}
-    for lineno, rec in iter_objects(text, p):
+    for lineno, rec in _question_records(text, p):
         for key in _REQUIRED_KEYS:
             if key not in rec:
                 raise InputError(f"missing key {key!r}", p, lineno)

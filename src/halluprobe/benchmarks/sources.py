@@ -7,28 +7,23 @@
   to a ``.part`` file, must decode with PIL, and is then renamed into place, so an interrupted
   fetch resumes where it stopped and a bad image is never kept.
 
-Only the standard library talks to the network (urllib). Base URLs: parameter, then the
+The download itself is :mod:`halluprobe.benchmarks.download`'s. Base URLs: parameter, then the
 ``HALLUPROBE_POPE_URL`` / ``HALLUPROBE_COCO_URL`` environment variables, then the defaults;
 the cache folder: parameter, then ``HALLUPROBE_CACHE_DIR``, then the user cache folder.
 """
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import logging
 import os
-import shutil
-import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.benchmarks.download import FileFailure, copy_pinned, default_cache_dir, download, fetch_pinned, remove_quietly
+from halluprobe.errors import InputError
 
 __all__ = [
     "POPE_BASE_URL",
@@ -42,6 +37,8 @@ __all__ = [
     "pope_urls",
     "fetch_pope",
     "fetch_coco_images",
+    "fetch_images",
+    "image_names",
 ]
 
 logger = logging.getLogger(__name__)
@@ -155,12 +152,8 @@ def pope_version(name: str) -> PopeVersion:
         raise InputError(f"unknown POPE version {name!r}; known: {known}")
     return found
 
-_ENV_CACHE = "HALLUPROBE_CACHE_DIR"
 _ENV_POPE_URL = "HALLUPROBE_POPE_URL"
 _ENV_COCO_URL = "HALLUPROBE_COCO_URL"
-_TIMEOUT_S = 60.0
-_CHUNK = 1 << 16
-_USER_AGENT = "halluprobe (+https://github.com/RUCAIBox/POPE data fetcher)"
 
 
 @dataclass(frozen=True)
@@ -189,16 +182,6 @@ class FetchReport:
         return text
 
 
-def default_cache_dir() -> Path:
-    """``$HALLUPROBE_CACHE_DIR``, else the platform's user cache folder for halluprobe."""
-    env = os.environ.get(_ENV_CACHE)
-    if env:
-        return Path(env).expanduser()
-    from platformdirs import user_cache_dir  # late: only fetching needs it
-
-    return Path(user_cache_dir("halluprobe"))
-
-
 def _base(url: str | None, env: str, default: str) -> str:
     base = url or os.environ.get(env) or default
     return base if base.endswith("/") else base + "/"
@@ -212,62 +195,6 @@ def pope_urls(base_url: str | None = None, pins: dict[str, str] | None = None) -
 
 def _urls(base: str, pins: dict[str, str] | None) -> dict[str, str]:
     return {name: base + urllib.parse.quote(name) for name in (pins or POPE_FILES)}
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _unreachable(url: str, reason: object) -> RuntimeFailure:
-    host = urllib.parse.urlsplit(url).netloc or url
-    return RuntimeFailure(f"cannot reach {host}: {reason} (offline?)")
-
-
-class _FileFailure(Exception):
-    """One URL failed (HTTP error status, broken transfer): a per-file failure, not an unreachable host."""
-
-
-def _download(url: str, dest: Path) -> str:
-    """Stream ``url`` into ``dest``; return the sha256 of what was written.
-
-    Raises RuntimeFailure when the host cannot be reached and _FileFailure on an HTTP error
-    status or a broken transfer; ``dest`` may then hold a partial file, which the caller removes.
-    """
-    req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
-    h = hashlib.sha256()
-    try:
-        with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp, open(dest, "wb") as f:
-            while True:
-                chunk = resp.read(_CHUNK)
-                if not chunk:
-                    break
-                h.update(chunk)
-                f.write(chunk)
-    except urllib.error.HTTPError as e:
-        raise _FileFailure(f"HTTP {e.code} {e.reason} for {url}") from e
-    except http.client.HTTPException as e:  # e.g. IncompleteRead: the server closed early
-        raise _FileFailure(f"broken transfer for {url}: {e!r}") from e
-    except urllib.error.URLError as e:
-        raise _unreachable(url, e.reason) from e
-    except (TimeoutError, socket.timeout) as e:
-        raise _unreachable(url, "timed out") from e
-    except (ConnectionError, OSError) as e:
-        # reset mid-transfer, refused, ... (OSError also covers a full disk: say what happened)
-        if isinstance(e, ConnectionError) or e.errno is None:
-            raise _unreachable(url, e) from e
-        raise RuntimeFailure(f"cannot write {dest}: {e.strerror or e}") from e
-    return h.hexdigest()
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def fetch_pope(
@@ -285,7 +212,7 @@ def fetch_pope(
     ``pins`` (file name -> sha256) replaces :data:`POPE_FILES`. ``version`` (a name of
     :data:`POPE_VERSIONS`) fetches that published content instead: the files at its commit,
     pinned by their sha256 (the cache is keyed by sha256, so versions never mix). A download whose sha256 differs
-    from its pin is removed and raises RuntimeFailure naming the file, the expected and the
+    from its pin is removed and raises InputError (exit 2) naming the URL, the expected and the
     received digest. A file already in ``out_dir`` with the pinned digest is kept; one with
     another digest is an InputError unless ``overwrite``.
     """
@@ -310,52 +237,9 @@ def fetch_pope(
 
     results: list[Path] = []
     for i, (name, expected) in enumerate(pins.items(), start=1):
-        if PurePosixPath(name).name != name or name in ("", ".", ".."):
-            raise InputError(f"POPE file name must be a plain file name, got {name!r}")
-        cached = cache / "pope" / expected / name
-        if cached.is_file() and _sha256_file(cached) == expected:
-            logger.info("%s: using the cached copy %s", name, cached)
-        else:
-            try:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise RuntimeFailure(f"cannot create cache folder {cached.parent}: {e.strerror or e}") from e
-            part = cached.with_name(name + ".part")
-            logger.info("%s: downloading %s", name, urls[name])
-            try:
-                got = _download(urls[name], part)
-            except _FileFailure as e:
-                _remove(part)
-                raise RuntimeFailure(f"{name}: download failed: {e}") from e
-            except BaseException:
-                _remove(part)
-                raise
-            if got != expected:
-                _remove(part)
-                raise RuntimeFailure(
-                    f"{name}: sha256 mismatch: expected {expected}, got {got} (from {urls[name]}); "
-                    "the download was removed"
-                )
-            os.replace(part, cached)
-
-        dest = out / name
-        if dest.exists():
-            if dest.is_file() and _sha256_file(dest) == expected:
-                results.append(dest)
-                if progress is not None:
-                    progress(i, len(pins))
-                continue
-            if not overwrite:
-                raise InputError("exists and differs from the pinned file; pass overwrite to replace it", dest)
-        # a copy, not a link: editing the output must never corrupt the cache
-        tmp = out / f".{name}.tmp-{os.getpid()}"
-        try:
-            shutil.copyfile(cached, tmp)
-            os.replace(tmp, dest)
-        except OSError as e:
-            _remove(tmp)
-            raise InputError(f"cannot write: {e.strerror or e}", dest) from e
-        results.append(dest)
+        logger.info("%s: %s", name, urls[name])
+        cached = fetch_pinned(urls[name], name, expected, cache_dir=cache, kind="pope")
+        results.append(copy_pinned(cached, out / name, expected, overwrite=overwrite))
         if progress is not None:
             progress(i, len(pins))
     return results
@@ -373,7 +257,7 @@ def _check_image(path: Path) -> str | None:
     return None
 
 
-def _image_names(question_files: Iterable[str | Path]) -> list[str]:
+def image_names(question_files: Iterable[str | Path]) -> list[str]:
     from halluprobe.benchmarks.pope import read_questions  # late: avoid an import cycle
 
     names: dict[str, None] = {}
@@ -395,16 +279,16 @@ def _fetch_one(name: str, base: str, out: Path) -> tuple[str, str, str | None]:
     part = dest.with_name(dest.name + ".part")
     url = base + urllib.parse.quote(name)
     try:
-        _download(url, part)
-    except _FileFailure as e:
-        _remove(part)
+        download(url, part)
+    except FileFailure as e:
+        remove_quietly(part)
         return name, "failed", str(e)
     except BaseException:
-        _remove(part)
+        remove_quietly(part)
         raise
     reason = _check_image(part)
     if reason is not None:
-        _remove(part)
+        remove_quietly(part)
         return name, "failed", reason
     os.replace(part, dest)
     return name, "downloaded", None
@@ -426,8 +310,19 @@ def fetch_coco_images(
     ``$HALLUPROBE_COCO_URL`` or :data:`COCO_VAL2014_URL`.
     """
     base = _base(base_url, _ENV_COCO_URL, COCO_VAL2014_URL)
+    return fetch_images(image_names(question_files), out_dir, base, progress=progress, workers=workers)
+
+
+def fetch_images(
+    names: list[str],
+    out_dir: str | Path,
+    base: str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int = 8,
+) -> FetchReport:
+    """Download ``base + name`` into ``out_dir/name`` for each image name (see :func:`fetch_coco_images`)."""
     out = Path(out_dir)
-    names = _image_names(question_files)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -10,6 +10,7 @@ import typer
 
 from halluprobe.cli._app import app, build_app, console, data_app, errors, fail, progress
 from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.files import write_atomic
 
 __all__ = ["build_pope_cmd", "data_pope_cmd", "tokens_cmd", "models_cmd", "demo_cmd"]
 
@@ -49,29 +50,49 @@ def build_pope_cmd(
 
 @data_app.command("pope")
 def data_pope_cmd(
-    out: Annotated[Path, typer.Option(help="Directory for the three official COCO POPE files.")],
-    coco_images: Annotated[
-        Optional[Path], typer.Option(help="Also fetch the COCO val2014 images these questions use, into this directory.")
+    out: Annotated[Path, typer.Option(help="Directory for the dataset's question files.")],
+    dataset: Annotated[str, typer.Option(help="coco (default), aokvqa, gqa, repope, dashb or popev2 (docs/pope-versions.md).")] = "coco",
+    images: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--images", "--coco-images",
+            help="Images folder: the public images these questions use are fetched into it (COCO), the others checked there.",
+        ),
     ] = None,
     version: Annotated[
         Optional[str],
-        typer.Option(help="Published version: 2023-08-10 (alias 2023-08, LLaVA-1.5's), 2023-08-04, 2023-10-09, 2023-11-16 (current)."),
+        typer.Option(help="Published version (coco: 2023-08-10 alias 2023-08, LLaVA-1.5's; 2023-08-04; 2023-10-09; 2023-11-16, current)."),
     ] = None,
 ) -> None:
-    """Fetch the official COCO POPE files (pinned sha256, cached) and, optionally, their images.
+    """Fetch a POPE dataset's question files at the authors' commit (pinned sha256, cached) and, optionally, its images.
 
     --version fetches an older published content (see docs/pope-versions.md) by its commit."""
+    from halluprobe.benchmarks.dataset_files import fetch_dataset, fetch_dataset_images
+    from halluprobe.benchmarks.datasets import dataset_version
     from halluprobe.benchmarks.sources import fetch_coco_images, fetch_pope
 
     with errors():
-        with progress("POPE files") as bar:
-            paths = fetch_pope(out, progress=bar, version=version)
+        chosen = dataset_version(dataset, version)
+        with progress(f"{dataset} question files") as bar:
+            if dataset == "coco":  # the POPE repository's own URLs (and $HALLUPROBE_POPE_URL), as before
+                paths = fetch_pope(out, progress=bar, version=version)
+            else:
+                paths = fetch_dataset(chosen, out, progress=bar)
         for path in paths:
             typer.echo(str(path))
-        if coco_images is not None:
-            with progress("COCO images") as bar:
-                report = fetch_coco_images(list(paths), coco_images, progress=bar)
-            typer.echo(f"{coco_images}: {report}")
+        if images is not None:
+            with progress("images") as bar:
+                if dataset == "coco":
+                    report = fetch_coco_images(list(paths), images, progress=bar)
+                    line, missing = str(report), sorted(report.failed)
+                else:
+                    line, missing = fetch_dataset_images(chosen, list(paths), images, progress=bar)
+            typer.echo(f"{images}: {line}")
+            if missing:  # every one named in a file beside the questions, the first few here
+                listed = out / "missing-images.txt"
+                write_atomic(listed, "".join(name + "\n" for name in missing))
+                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more (all in {listed})" if len(missing) > 5 else "")
+                typer.echo(f"{images}: {len(missing)} images missing: {shown}")
 
 
 @app.command("tokens")

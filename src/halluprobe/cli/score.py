@@ -88,6 +88,12 @@ def score_cmd(
         typer.echo(render_latex(report, title, provenance) if latex else score_markdown(report, title, provenance))
     else:
         console().print(score_table(report, title))
+        if rundir is not None:  # DASH-B's and POPEv2's own metrics, for runs on those datasets
+            from halluprobe.dataset_scores import dataset_metric_lines
+
+            with errors():
+                for line in dataset_metric_lines(rundir, readout, force_invalid=force_invalid, n_resamples=resamples, seed=seed):
+                    typer.echo(line)
 
 
 @app.command("audit")

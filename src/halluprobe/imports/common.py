@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from halluprobe.benchmarks.fingerprint import fingerprint_info
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
@@ -212,6 +213,7 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
             "pope_version": result.versions,
             "tool_readouts": result.tool_rules,
             "manifest": MANIFEST,
+            **fingerprint_info(result.labels),  # which published questions the labels are
         },
         model=result.model,
         template="(imported: the prompt of each sample is the one the answers file records)",

@@ -1,0 +1,200 @@
+"""``literature audit``: recompute a published figure from the authors' own released answers.
+
+Per registry entry: download every pinned file into the cache (sha256 checked) and copy it
+under ``OUT/<name>/files``, import the answers as a run dir (``OUT/<name>/run``), score it with
+the authors' rule (counting an unreadable answer as they do) and with halluprobe's
+``text:strict``, and set each published figure beside its recomputation: equal at the
+published precision or not, and by how much; the image-clustered CI; which POPE content the
+labels are (by content fingerprint); how many answers the two rules classify differently.
+An entry this build cannot audit (its import format or parser is not here) is listed with
+the reason instead of a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from halluprobe.errors import InputError
+from halluprobe.literature.registry import Entry, Figure
+
+__all__ = ["STRICT_RULE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files"]
+
+STRICT_RULE = "strict"
+
+
+@dataclass(frozen=True)
+class FigureCheck:
+    """One published figure and its recomputations (in the figure's own scale)."""
+
+    metric: str
+    where: str
+    published: float
+    decimals: int
+    authors: float | None
+    equal: bool | None
+    difference: float | None
+    strict: float | None
+    ci: tuple[float, float] | None
+
+
+@dataclass
+class EntryAudit:
+    name: str
+    model: str
+    decoding: str
+    dataset: str
+    parser: str
+    status: str  # "audited", or why not
+    figures: list[FigureCheck] = field(default_factory=list)
+    recomputed: dict[str, float | None] = field(default_factory=dict)  # headline numbers when nothing is published
+    questions_are: dict[str, list[str]] = field(default_factory=dict)  # split -> pinned files its labels are
+    rule_changes: int | None = None  # answers the authors' rule and strict classify differently
+    answers: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def missing_capability(entry: Entry) -> str | None:
+    """Why this build cannot audit ``entry`` (its import format or parse rule is absent), or None."""
+    from halluprobe.imports import FORMATS
+    from halluprobe.readouts.text import ALL_TEXT_RULES
+
+    if entry.format not in FORMATS:
+        return f"needs the import format {entry.format!r}, not in this build (formats: {', '.join(FORMATS)})"
+    if entry.parser.rule not in ALL_TEXT_RULES:
+        return f"needs the text rule text:{entry.parser.rule}, not in this build"
+    return None
+
+
+def fetch_entry_files(entry: Entry, dest: Path, *, cache_dir: Path | None = None, mirror: str | None = None) -> dict[str, list[Path]]:
+    """Download (or take from the cache) every file of ``entry``, sha256 checked, copied under
+    ``dest``; role -> paths. Two files of one name (one split each) keep their repository folders apart."""
+    from halluprobe.benchmarks.dataset_files import fetch_source
+    from halluprobe.benchmarks.datasets import SourceFile
+    from halluprobe.benchmarks.download import copy_pinned
+
+    out: dict[str, list[Path]] = {"answers": [], "questions": [], "labels": []}
+    for role, f in entry.files():
+        repository, commit = entry.repository_of(f)
+        cached = fetch_source(SourceFile(repository, commit, f.path, f.sha256), cache_dir=cache_dir, mirror=mirror)
+        target = dest / role / f.path.replace("/", "__") if role == "answers" else dest / role / f.path.rsplit("/", 1)[-1]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        out[role].append(copy_pinned(cached, target, f.sha256, overwrite=True))
+    return out
+
+
+def _value(metric: str, report: Any, rows: Sequence[Any], n_resamples: int, seed: int) -> tuple[float | None, tuple[float, float] | None]:
+    """``metric`` (ratio in [0, 1]) and its image-clustered CI from a score report or, for DASH-B's, the rows."""
+    if metric.startswith("dashb_"):
+        from halluprobe.metrics.datasets import dashb_scores
+
+        d = dashb_scores(rows, n_resamples=n_resamples, seed=seed)
+        value = {"dashb_mean": d.mean_tpr_tnr, "dashb_tpr": d.tpr, "dashb_tnr": d.tnr, "dashb_accuracy": d.accuracy,
+                 "dashb_harmonic": d.harmonic_mean}[metric]  # fmt: skip
+        return value, d.mean_ci if metric == "dashb_mean" else None
+    macro = metric.endswith("_macro")
+    name = metric.removesuffix("_macro")
+    table = report.macro if macro else (next(iter(report.splits.values())) if len(report.splits) == 1 else report.pooled)
+    return getattr(table, name), table.ci.get(name)
+
+
+def _scaled(value: float | None, scale: int) -> float | None:
+    return None if value is None else value * scale
+
+
+def _check(fig: Figure, authors: tuple[float | None, Any], strict: tuple[float | None, Any]) -> FigureCheck:
+    a = _scaled(authors[0], fig.scale)
+    ci = authors[1]
+    equal = None if a is None else round(a, fig.decimals) == round(fig.value, fig.decimals)
+    return FigureCheck(
+        metric=fig.metric,
+        where=fig.where,
+        published=fig.value,
+        decimals=fig.decimals,
+        authors=a,
+        equal=equal,
+        difference=None if a is None else a - fig.value,
+        strict=_scaled(strict[0], fig.scale),
+        ci=None if ci is None else (ci[0] * fig.scale, ci[1] * fig.scale),
+    )
+
+
+def _check_dataset(entry: Entry, questions_are: dict[str, list[str]], labels: list[Path]) -> None:
+    """The labels must be the pinned dataset version the entry names (by content fingerprint):
+    a figure recomputed on other questions would be compared with the wrong thing."""
+    from halluprobe.benchmarks.datasets import DATASETS
+
+    if entry.version is None or entry.dataset not in DATASETS or not labels:
+        return
+    want = f"{entry.dataset}@{entry.version}:"
+    for split, names in questions_are.items():
+        if not any(name.startswith(want) for name in names):
+            where = next((p for p in labels if split in p.name), labels[0])
+            found = ", ".join(names) or "no pinned file"
+            raise InputError(f"the {split} labels match no fingerprint of {want[:-1]} (they are: {found})", where)
+
+
+def audit_entry(
+    entry: Entry,
+    out: Path,
+    *,
+    cache_dir: Path | None = None,
+    mirror: str | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> EntryAudit:
+    """Fetch, import and score one entry under ``out/<name>`` (see the module docstring)."""
+    from halluprobe.imports import import_answers
+    from halluprobe.metrics.score import score_rows
+    from halluprobe.scoring import read_scored_run, readout_rows
+
+    result = EntryAudit(
+        name=entry.name, model=entry.model, decoding=entry.decoding, parser=f"text:{entry.parser.rule}",
+        dataset=f"{entry.dataset}@{entry.version}" if entry.version else f"{entry.dataset} (own draw, fingerprint {(entry.fingerprint or '?')[:12]})",
+        status="audited", notes=list(entry.notes),
+    )  # fmt: skip
+    files = fetch_entry_files(entry, out / entry.name / "files", cache_dir=cache_dir, mirror=mirror)
+    missing = missing_capability(entry)
+    if missing is not None:
+        result.status = f"not audited: {missing}"
+        return result
+    run = out / entry.name / "run"
+    if run.exists() and not overwrite:
+        raise InputError("exists: pass --overwrite to audit again into this folder", run)
+    rundir, _ = import_answers(
+        entry.format, files["answers"], run, labels=files["labels"], questions=(files["questions"] or [None])[0],
+        model=entry.model, overwrite=overwrite,
+    )  # fmt: skip
+    _, header, samples = read_scored_run(rundir.path, f"text:{entry.parser.rule}")
+    authors_rows = readout_rows(f"text:{entry.parser.rule}", header, samples)
+    strict_rows = readout_rows(f"text:{STRICT_RULE}", header, samples)
+    policy = entry.parser.unknown
+    authors = score_rows(authors_rows, readout=f"text:{entry.parser.rule}", policy=policy, n_resamples=n_resamples, seed=seed)
+    strict = score_rows(strict_rows, readout=f"text:{STRICT_RULE}", policy=policy, n_resamples=n_resamples, seed=seed)
+    for fig in entry.published:
+        result.figures.append(
+            _check(fig, _value(fig.metric, authors, authors_rows, n_resamples, seed), _value(fig.metric, strict, strict_rows, n_resamples, seed))
+        )
+    if not entry.published:  # nothing published: the headline numbers, recomputed
+        for metric in ("f1_macro", "accuracy_macro", "yes_ratio_macro"):
+            result.recomputed[metric] = _value(metric, authors, authors_rows, n_resamples, seed)[0]
+    result.rule_changes = sum(a.decision != s.decision for a, s in zip(authors_rows, strict_rows))
+    result.answers = len(authors_rows)
+    result.questions_are = dict(header.backend_info.get("question_datasets") or {})
+    _check_dataset(entry, result.questions_are, files["labels"])
+    result.notes.extend(f"{split} labels are no pinned file: {hint}" for split, hint in (header.backend_info.get("question_hints") or {}).items())
+    if entry.fingerprint is not None:
+        prints = set((header.backend_info.get("question_fingerprints") or {}).values())
+        if entry.fingerprint not in prints and entry.questions is not None:
+            from halluprobe.benchmarks.dataset_files import fingerprint_of_file
+
+            prints.add(fingerprint_of_file(files["questions"][0]) or "")  # MARINE's question file is POPE-format
+        if entry.fingerprint not in prints:
+            raise InputError(f"the questions match no fingerprint the registry pins: expected {entry.fingerprint}", files["answers"][0])
+    return result

@@ -1,0 +1,134 @@
+"""Run a literature audit over registry entries and write its table.
+
+``OUT/literature.md``: one row per published figure (an entry with none: its recomputed
+headline), a provenance comment first (halluprobe version, registry digest, seed, resamples),
+then each entry's notes: the POPE content its labels are, the parser confound, and what the
+registry records of it. ``OUT/literature.json``: the same, as data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.files import write_atomic
+from halluprobe.literature.audit import STRICT_RULE, EntryAudit, audit_entry
+from halluprobe.literature.registry import Entry, Registry
+
+__all__ = ["LITERATURE_MD", "LITERATURE_JSON", "audit_literature", "literature_markdown", "list_markdown"]
+
+LITERATURE_MD = "literature.md"
+LITERATURE_JSON = "literature.json"
+
+
+def registry_digest(registry: Registry) -> str:
+    return hashlib.sha256(registry.model_dump_json().encode()).hexdigest()
+
+
+def audit_literature(
+    registry: Registry,
+    entries: Sequence[Entry],
+    out: Path,
+    *,
+    cache_dir: Path | None = None,
+    mirror: str | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    overwrite: bool = False,
+    keep_going: bool = False,
+) -> list[EntryAudit]:
+    """Audit ``entries`` into ``out`` and write the table. With ``keep_going`` (``--all``) an
+    entry that fails with bad input is listed with its one-line reason and the others go on."""
+    audits: list[EntryAudit] = []
+    for entry in entries:
+        try:
+            audits.append(
+                audit_entry(entry, out, cache_dir=cache_dir, mirror=mirror, n_resamples=n_resamples, seed=seed, overwrite=overwrite)
+            )
+        except (InputError, RuntimeFailure) as e:
+            if not keep_going:
+                raise
+            audits.append(
+                EntryAudit(name=entry.name, model=entry.model, decoding=entry.decoding, dataset=entry.dataset,
+                           parser=f"text:{entry.parser.rule}", status=f"not audited: {e}", notes=list(entry.notes))
+            )  # fmt: skip
+    provenance = _provenance(registry, n_resamples, seed)
+    write_atomic(out / LITERATURE_MD, literature_markdown(audits, provenance))
+    data = {"provenance": provenance, "entries": [a.as_json() for a in audits]}
+    write_atomic(out / LITERATURE_JSON, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    return audits
+
+
+def _provenance(registry: Registry, n_resamples: int, seed: int) -> dict[str, object]:
+    from halluprobe import __version__
+
+    return {"halluprobe": __version__, "registry_sha256": registry_digest(registry), "resamples": n_resamples, "seed": seed}
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell (a published row may quote a '|')."""
+    return text.replace("|", "\\|")
+
+
+def _num(value: float | None, decimals: int) -> str:
+    return "-" if value is None else f"{value:.{decimals}f}"
+
+
+def _verdict(equal: bool | None, difference: float | None, decimals: int) -> str:
+    if equal is None:
+        return "-"
+    if equal:
+        return "equal"
+    return f"differs by {difference:+.{decimals}f}" if difference is not None else "differs"
+
+
+def literature_markdown(audits: Sequence[EntryAudit], provenance: dict[str, object]) -> str:
+    """The audit's Markdown: a provenance comment, the table, then each entry's confounds and notes."""
+    lines = [
+        "<!-- halluprobe literature audit: " + ", ".join(f"{k}={v}" for k, v in provenance.items()) + " -->",
+        "",
+        f"| entry | figure | published | authors' rule | reproduced | text:{STRICT_RULE} | 95% CI (images) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for a in audits:
+        if not a.status.startswith("audited"):
+            lines.append(f"| {a.name} | - | - | {_cell(a.status)} | - | - | - |")
+            continue
+        for f in a.figures:
+            ci = "-" if f.ci is None else f"[{_num(f.ci[0], f.decimals + 1)}, {_num(f.ci[1], f.decimals + 1)}]"
+            lines.append(
+                f"| {a.name} | {f.metric}: {_cell(f.where)} | {_num(f.published, f.decimals)} | {_num(f.authors, f.decimals + 1)} "
+                f"| {_verdict(f.equal, f.difference, f.decimals + 1)} | {_num(f.strict, f.decimals + 1)} | {ci} |"
+            )
+        if not a.figures:
+            shown = ", ".join(f"{k} {_num(None if v is None else 100 * v, 2)}" for k, v in a.recomputed.items())
+            lines.append(f"| {a.name} | none published | - | {shown} | - | - | - |")
+    lines.append("")
+    for a in audits:
+        lines.append(f"- **{a.name}** ({a.model}; {a.decoding}; {a.dataset}; parser {a.parser}): {a.status}")
+        if a.questions_are:
+            shown = "; ".join(f"{split}: {', '.join(names) if names else 'no pinned file'}" for split, names in a.questions_are.items())
+            lines.append(f"  - POPE content of the labels (by fingerprint): {shown}")
+        if a.rule_changes is not None:
+            lines.append(f"  - parser confound: {a.parser} and text:{STRICT_RULE} classify {a.rule_changes} of {a.answers} answers differently")
+        lines.extend(f"  - {note}" for note in a.notes)
+    return "\n".join(lines) + "\n"
+
+
+def list_markdown(registry: Registry) -> str:
+    """``literature list``: one row per entry, and whether this build can audit it."""
+    from halluprobe.literature.audit import missing_capability
+
+    lines = ["| entry | model | decoding | dataset | format | parser | published | in this build |", "|---|---|---|---|---|---|---|---|"]
+    for e in registry.entries:
+        dataset = f"{e.dataset}@{e.version}" if e.version else f"{e.dataset} (own draw)"
+        published = ", ".join(f"{f.metric} {f.value:g}" for f in e.published) or "none"
+        missing = missing_capability(e)
+        lines.append(
+            f"| {e.name} | {_cell(e.model)} | {_cell(e.decoding)} | {dataset} | {e.format} | text:{e.parser.rule} | {published} | "
+            f"{'auditable' if missing is None else _cell(missing)} |"
+        )
+    return "\n".join(lines) + "\n"
