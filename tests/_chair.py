@@ -41,13 +41,24 @@ class FixtureTools:
 
 def families(tags: dict[str, str] | None = None) -> dict[str, ChairFamily]:
     tools = FixtureTools(tags)
-    return {name: ChairFamily(name, tools) for name in ("chair@lemmatizer", "chair@singularize")}
+    return {
+        name: ChairFamily(name, tools)
+        for name in ("chair@lemmatizer", "chair@singularize")
+    }
 
 
-def write_coco(folder: Path, year: str, instances: dict[int, Iterable[str]], captions: dict[int, Iterable[str]]) -> Path:
+def write_coco(
+    folder: Path,
+    year: str,
+    instances: dict[int, Iterable[str]],
+    captions: dict[int, Iterable[str]],
+) -> Path:
     """COCO-shaped instances/captions files (val holds every image, train none)."""
     folder.mkdir(parents=True, exist_ok=True)
-    cats = [{"id": i + 1, "name": name, "supercategory": "x"} for i, name in enumerate(COCO_CATEGORIES)]
+    cats = [
+        {"id": i + 1, "name": name, "supercategory": "x"}
+        for i, name in enumerate(COCO_CATEGORIES)
+    ]
     ids = {c["name"]: c["id"] for c in cats}
     images = sorted({*instances, *captions})
     inst = {"images": [{"id": i} for i in images], "categories": cats,
@@ -60,5 +71,7 @@ def write_coco(folder: Path, year: str, instances: dict[int, Iterable[str]], cap
     (folder / f"captions_val{year}.json").write_text(json.dumps(caps))
     empty = {"images": [], "annotations": [], "categories": cats}
     (folder / f"instances_train{year}.json").write_text(json.dumps(empty))
-    (folder / f"captions_train{year}.json").write_text(json.dumps({"images": [], "annotations": []}))
+    (folder / f"captions_train{year}.json").write_text(
+        json.dumps({"images": [], "annotations": []})
+    )
     return folder

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from _chair import FixtureTools, families
 
 from halluprobe.benchmarks.chair.families import FAMILIES, family_named
 from halluprobe.benchmarks.chair.singularize import singularize
 from halluprobe.benchmarks.chair.vocabulary import COCO_CATEGORIES, vocabulary
-
-from _chair import FixtureTools, families
 
 LEM, SING = FAMILIES
 
@@ -36,8 +35,15 @@ def test_vocabulary_parse_quirks() -> None:
     # written after a double space: kept with the space, so never matched
     assert " motor bike" in vocab.objects and "motor bike" not in vocab.objects
     assert " cheesecake" in vocab.objects and "cheesecake" not in vocab.objects
-    assert vocab.node_of["man"] == "person" and vocab.node_of["ski"] == "skis" and vocab.node_of["bow"] == "tie"
-    assert vocab.double_words["wine glas"] == "wine glass" and vocab.double_words["baby bear"] == "bear"
+    assert (
+        vocab.node_of["man"] == "person"
+        and vocab.node_of["ski"] == "skis"
+        and vocab.node_of["bow"] == "tie"
+    )
+    assert (
+        vocab.double_words["wine glas"] == "wine glass"
+        and vocab.double_words["baby bear"] == "bear"
+    )
 
 
 # caption -> (lemmatizer objects, singularize objects); the fixture's tags (tests/_chair.py)
@@ -48,7 +54,10 @@ CORPUS = {
     "two ties": (["tie"], []),
     "a man tied a knot": (["person", "tie"], ["person"]),
     "glasses": ([], []),
-    "wine glasses and a wine glass": (["wine glass", "wine glass"], ["wine glass", "wine glass"]),
+    "wine glasses and a wine glass": (
+        ["wine glass", "wine glass"],
+        ["wine glass", "wine glass"],
+    ),
     "a hot dog and two hot dogs": (["hot dog", "hot dog"], ["hot dog", "hot dog"]),
     "a teddy bear": (["teddy bear"], ["teddy bear"]),
     "two teddy bears": (["teddy bear"], ["teddy bear"]),
@@ -86,7 +95,10 @@ def test_positions_and_length_follow_the_evaluator() -> None:
     fam = families()[SING]
     read = fam.caption_objects("a dog and a hot dog near a cat")
     assert read.words == ("dog", "hot dog", "cat") and read.positions == (1, 4, 8)
-    assert read.tokens == ("a", "dog", "and", "a", "hot dog", "near", "a", "cat") and len(read.tokens) == 8
+    assert (
+        read.tokens == ("a", "dog", "and", "a", "hot dog", "near", "a", "cat")
+        and len(read.tokens) == 8
+    )
     # dropping "seat" shifts the later positions, exactly as the original's enumerate does
     read = fam.caption_objects("a seat by the toilet and a dog")
     assert read.objects == ("toilet", "dog") and read.positions == (3, 6)
@@ -97,7 +109,16 @@ def _plural(word: str) -> str:
                  "knife": "knives", "goose": "geese", "ox": "oxen", "calf": "calves", "policeman": "policemen",
                  "gentleman": "gentlemen", "serviceman": "servicemen", "grandchild": "grandchildren", "knive": "knives",
                  "pocketknife": "pocketknives"}  # fmt: skip
-    if word in irregular or word in ("sheep", "bison", "cattle", "people", "children", "oxen", "skis", "scissors"):
+    if word in irregular or word in (
+        "sheep",
+        "bison",
+        "cattle",
+        "people",
+        "children",
+        "oxen",
+        "skis",
+        "scissors",
+    ):
         return irregular.get(word, word)
     if word.endswith(("s", "x", "ch", "sh")):
         return word + "es"
@@ -129,13 +150,18 @@ def test_plurals_of_every_synonym() -> None:
     assert misses[SING] == SINGULARIZE_MISSES
 
 
-def test_real_tools_name_missing_nltk_data(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_real_tools_name_missing_nltk_data(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     import nltk
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
     from halluprobe.errors import RuntimeFailure
 
-    with pytest.raises(RuntimeFailure, match="punkt_tab.*python -m nltk.downloader punkt_tab averaged_perceptron_tagger_eng wordnet"):
+    with pytest.raises(
+        RuntimeFailure,
+        match="punkt_tab.*python -m nltk.downloader punkt_tab averaged_perceptron_tagger_eng wordnet",
+    ):
         family_named("lemmatizer")
     with pytest.raises(ValueError, match="unknown CHAIR family"):
         family_named("stemmer", FixtureTools())

@@ -25,7 +25,14 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-PACKAGE_DATA = Path(__file__).resolve().parents[1] / "src" / "halluprobe" / "benchmarks" / "chair" / "data"
+PACKAGE_DATA = (
+    Path(__file__).resolve().parents[1]
+    / "src"
+    / "halluprobe"
+    / "benchmarks"
+    / "chair"
+    / "data"
+)
 CACHES = {
     "lemmatizer": "sangminwoo/RITUAL commit 6cabb6fc0dea4557433f4ea107a2f759c12b4637, chair.pkl (shikiw/OPERA chair.py, lemmatizer family)",
     "singularize": "Maxlinn/CHAIR-metric-standalone commit 471eb7539d8aa930790855e431aaf8cfc2467117, chair.pkl (singularize family)",
@@ -74,13 +81,27 @@ def read_cache(path: Path) -> dict[int, list[str]]:
 
 def read_list(path: Path) -> list[dict[str, Any]]:
     text = path.read_text(encoding="utf-8")
-    rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in text.splitlines() if line.strip()]
+    rows = (
+        json.loads(text)
+        if text.lstrip().startswith("[")
+        else [json.loads(line) for line in text.splitlines() if line.strip()]
+    )
     out = []
     for row in rows:
         if "image_id" in row:
-            out.append({"image_id": int(row["image_id"]), "image": f"COCO_val2014_{int(row['image_id']):012d}.jpg"})
+            out.append(
+                {
+                    "image_id": int(row["image_id"]),
+                    "image": f"COCO_val2014_{int(row['image_id']):012d}.jpg",
+                }
+            )
         else:
-            out.append({"image_id": int(Path(row["image"]).stem.split("_")[-1]), "image": row["image"]})
+            out.append(
+                {
+                    "image_id": int(Path(row["image"]).stem.split("_")[-1]),
+                    "image": row["image"],
+                }
+            )
     return out
 
 
@@ -92,23 +113,39 @@ def main() -> None:
     parser.add_argument("--opera-list", type=Path, required=True)
     args = parser.parse_args()
     lists = {}
-    for name, path in (("chair500-lim", args.lim_list), ("chair500-opera", args.opera_list)):
-        lists[name] = {**LISTS[name], "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "entries": read_list(path)}
+    for name, path in (
+        ("chair500-lim", args.lim_list),
+        ("chair500-opera", args.opera_list),
+    ):
+        lists[name] = {
+            **LISTS[name],
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "entries": read_list(path),
+        }
     wanted = sorted({e["image_id"] for spec in lists.values() for e in spec["entries"]})
     PACKAGE_DATA.mkdir(parents=True, exist_ok=True)
-    (PACKAGE_DATA / "lists.json").write_text(json.dumps(lists, separators=(",", ":")) + "\n", encoding="utf-8")
-    for family, path in (("lemmatizer", args.lemmatizer_pkl), ("singularize", args.singularize_pkl)):
+    (PACKAGE_DATA / "lists.json").write_text(
+        json.dumps(lists, separators=(",", ":")) + "\n", encoding="utf-8"
+    )
+    for family, path in (
+        ("lemmatizer", args.lemmatizer_pkl),
+        ("singularize", args.singularize_pkl),
+    ):
         cache = read_cache(path)
         missing = [i for i in wanted if i not in cache]
         if missing:
-            raise SystemExit(f"{path}: images {missing[:5]} of the lists are not in the cache")
+            raise SystemExit(
+                f"{path}: images {missing[:5]} of the lists are not in the cache"
+            )
         data = {
             "source": f"{CACHES[family]}; sha256 {hashlib.sha256(path.read_bytes()).hexdigest()}; "
                       f"{len(cache)} images in the cache, the {len(wanted)} of the standard lists kept",
             "attribution": ATTRIBUTION,
             "objects": {str(i): cache[i] for i in wanted},
         }  # fmt: skip
-        (PACKAGE_DATA / f"ground_truth_{family}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
+        (PACKAGE_DATA / f"ground_truth_{family}.json").write_text(
+            json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8"
+        )
         print(f"{family}: {len(cache)} cached images, {len(wanted)} written")
 
 

@@ -17,6 +17,7 @@ from halluprobe.cli import check as _check  # noqa: F401
 from halluprobe.cli import io as _io  # noqa: F401
 from halluprobe.cli import prove as _prove  # noqa: F401
 from halluprobe.cli import probe as _probe  # noqa: F401
+from halluprobe.cli import chair as _chair  # noqa: F401
 from halluprobe.cli._app import app
 
 __all__ = ["app", "main"]

@@ -41,7 +41,9 @@ FAMILY_SOURCES: dict[str, str] = {
     "chair@lemmatizer": "shikiw/OPERA chair.py (2023-11-30): nltk word_tokenize + pos_tag + WordNet lemmatizer",
     "chair@singularize": "LisaAnne/Hallucination utils/chair.py, Maxlinn/CHAIR-metric-standalone: nltk word_tokenize + pattern singularize",
 }
-NLTK_DOWNLOAD = "python -m nltk.downloader punkt_tab averaged_perceptron_tagger_eng wordnet"
+NLTK_DOWNLOAD = (
+    "python -m nltk.downloader punkt_tab averaged_perceptron_tagger_eng wordnet"
+)
 
 
 class TextTools(Protocol):
@@ -62,7 +64,9 @@ def _need_nltk_data(resource: str, what: str) -> None:
     try:
         nltk.data.find(resource)
     except LookupError:
-        raise RuntimeFailure(f"NLTK's {what} ({resource}) is missing; get it with: {NLTK_DOWNLOAD}") from None
+        raise RuntimeFailure(
+            f"NLTK's {what} ({resource}) is missing; get it with: {NLTK_DOWNLOAD}"
+        ) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,7 +92,9 @@ class NltkTools:
 
         _need_nltk_data("tokenizers/punkt_tab/english/", "tokenizer")
         if need_tagger:
-            _need_nltk_data("taggers/averaged_perceptron_tagger_eng/", "part-of-speech tagger")
+            _need_nltk_data(
+                "taggers/averaged_perceptron_tagger_eng/", "part-of-speech tagger"
+            )
         self.identity = f"nltk {nltk.__version__}"
 
     def tokenize(self, text: str) -> list[str]:
@@ -142,16 +148,25 @@ class ChairFamily:
         self.name = name
         self.tools = tools
         self._normalise: Callable[[list[str]], list[str]] = (
-            self._lemmatize if name == "chair@lemmatizer" else lambda words: [singularize(w) for w in words]
+            self._lemmatize
+            if name == "chair@lemmatizer"
+            else lambda words: [singularize(w) for w in words]
         )
 
     @property
     def identity(self) -> dict[str, str]:
-        return {"family": self.name, "rules": FAMILY_SOURCES[self.name], "tools": self.tools.identity}
+        return {
+            "family": self.name,
+            "rules": FAMILY_SOURCES[self.name],
+            "tools": self.tools.identity,
+        }
 
     def _lemmatize(self, words: list[str]) -> list[str]:
         tags = self.tools.tag(words)
-        return [self.tools.lemmatize(word, _wordnet_pos(tag)) for word, tag in zip(words, tags)]
+        return [
+            self.tools.lemmatize(word, _wordnet_pos(tag))
+            for word, tag in zip(words, tags)
+        ]
 
     def caption_objects(self, caption: str) -> CaptionObjects:
         vocab = vocabulary()
@@ -174,7 +189,9 @@ class ChairFamily:
         # enumerate the seat-less list against the unfiltered starts, as the original does
         positions = tuple(starts[k] for k, w in enumerate(kept) if w in vocab.objects)
         found = tuple(w for w in kept if w in vocab.objects)
-        return CaptionObjects(found, tuple(vocab.node_of[w] for w in found), positions, tuple(merged))
+        return CaptionObjects(
+            found, tuple(vocab.node_of[w] for w in found), positions, tuple(merged)
+        )
 
 
 def family_named(name: str, tools: TextTools | None = None) -> ChairFamily:

@@ -65,7 +65,9 @@ class GroundTruth(FrozenRecord):
         return p
 
 
-def image_id_of(value: object, path: str | Path | None = None, line: int | None = None) -> int:
+def image_id_of(
+    value: object, path: str | Path | None = None, line: int | None = None
+) -> int:
     """A COCO image id from an int, a digit string or a file name (``COCO_val2014_000000002239.jpg``)."""
     if isinstance(value, bool):
         raise InputError(f"expected a COCO image id, got {value!r}", path, line)
@@ -75,7 +77,11 @@ def image_id_of(value: object, path: str | Path | None = None, line: int | None 
         digits = re.findall(r"\d+", Path(value).stem)
         if digits:
             return int(digits[-1])
-    raise InputError(f"expected a COCO image id (a number or a COCO file name), got {value!r}", path, line)
+    raise InputError(
+        f"expected a COCO image id (a number or a COCO file name), got {value!r}",
+        path,
+        line,
+    )
 
 
 def _load_json(path: Path) -> Any:
@@ -87,21 +93,34 @@ def _load_json(path: Path) -> Any:
         raise InputError(f"not a JSON file: {err}", path) from None
 
 
-def coco_annotation_files(annotations: Path, year: str) -> tuple[list[Path], list[Path]]:
+def coco_annotation_files(
+    annotations: Path, year: str
+) -> tuple[list[Path], list[Path]]:
     """(instances, captions) files of ``year``: ``instances_{val,train}{year}.json`` and
     ``captions_{val,train}{year}.json`` in ``annotations``."""
     if year not in ("2014", "2017"):
         raise InputError(f"COCO annotation year must be 2014 or 2017, not {year!r}")
-    instances = [annotations / f"instances_{split}{year}.json" for split in ("val", "train")]
-    captions = [annotations / f"captions_{split}{year}.json" for split in ("val", "train")]
+    instances = [
+        annotations / f"instances_{split}{year}.json" for split in ("val", "train")
+    ]
+    captions = [
+        annotations / f"captions_{split}{year}.json" for split in ("val", "train")
+    ]
     for p in (*instances, *captions):
         if not p.is_file():
-            raise InputError(f"COCO {year} annotation file not found (annotations_trainval{year}.zip, unzipped)", p)
+            raise InputError(
+                f"COCO {year} annotation file not found (annotations_trainval{year}.zip, unzipped)",
+                p,
+            )
     return instances, captions
 
 
 def ground_truth_from_coco(
-    instances: Iterable[Path], captions: Iterable[Path], family: ChairFamily, *, year: str | None = None
+    instances: Iterable[Path],
+    captions: Iterable[Path],
+    family: ChairFamily,
+    *,
+    year: str | None = None,
 ) -> GroundTruth:
     """CHAIR's ground truth from COCO instance and caption files, as ``get_annotations`` builds it."""
     vocab = vocabulary()
@@ -116,7 +135,9 @@ def ground_truth_from_coco(
                 name = names[ann["category_id"]]
                 found.setdefault(int(ann["image_id"]), set()).add(vocab.node_of[name])
         except (KeyError, TypeError) as err:
-            raise InputError(f"not a COCO instances file (missing or unknown {err})", path) from None
+            raise InputError(
+                f"not a COCO instances file (missing or unknown {err})", path
+            ) from None
     for path in captions:
         data = _load_json(path)
         files[str(path)] = sha256_file(path)
@@ -125,7 +146,9 @@ def ground_truth_from_coco(
                 nodes = family.caption_objects(ann["caption"]).objects
                 found.setdefault(int(ann["image_id"]), set()).update(nodes)
         except (KeyError, TypeError) as err:
-            raise InputError(f"not a COCO captions file (missing {err})", path) from None
+            raise InputError(
+                f"not a COCO captions file (missing {err})", path
+            ) from None
     return GroundTruth(family=family.name, source="coco", year=year, files=files,
                        objects={k: sorted(v) for k, v in sorted(found.items())})  # fmt: skip
 
@@ -141,12 +164,22 @@ def ground_truth_from_objects(path: Path) -> GroundTruth:
         obj, line = rec.value, rec.line
         key = "image_id" if "image_id" in obj else "image"
         if key not in obj or not isinstance(obj.get("objects"), list):
-            raise InputError('expected {"image_id" or "image", "objects": [names]}', path, line)
+            raise InputError(
+                'expected {"image_id" or "image", "objects": [names]}', path, line
+            )
         image_id = image_id_of(obj[key], path, line)
         nodes = found.setdefault(image_id, set())
         for name in obj["objects"]:
-            if not isinstance(name, str) or name.strip().lower() not in vocab.node_of or not name.strip():
-                raise InputError(f"image {image_id}: object {name!r} is not a COCO category or a CHAIR synonym of one", path, line)
+            if (
+                not isinstance(name, str)
+                or name.strip().lower() not in vocab.node_of
+                or not name.strip()
+            ):
+                raise InputError(
+                    f"image {image_id}: object {name!r} is not a COCO category or a CHAIR synonym of one",
+                    path,
+                    line,
+                )
             nodes.add(vocab.node_of[name.strip().lower()])
     return GroundTruth(family="", source="objects", files={str(path): sha256_file(path)},
                        objects={k: sorted(v) for k, v in sorted(found.items())})  # fmt: skip
@@ -161,18 +194,26 @@ def load_ground_truth(path: Path) -> GroundTruth:
         whole = json.loads(text)
     except json.JSONDecodeError:
         whole = None  # JSON Lines
-    if isinstance(whole, dict) and "source" in whole and isinstance(whole.get("objects"), dict):
+    if (
+        isinstance(whole, dict)
+        and "source" in whole
+        and isinstance(whole.get("objects"), dict)
+    ):
         try:
             return GroundTruth.model_validate(whole)
         except ValueError as err:
-            raise InputError(f"not a CHAIR ground truth file: {str(err).splitlines()[0]}", path) from None
+            raise InputError(
+                f"not a CHAIR ground truth file: {str(err).splitlines()[0]}", path
+            ) from None
     return ground_truth_from_objects(path)
 
 
 def shipped_ground_truth(family: str) -> GroundTruth:
     """The ground truth shipped for the standard lists' images, in ``family``."""
     name = family.removeprefix("chair@")
-    resource = resources.files("halluprobe.benchmarks.chair").joinpath(f"data/ground_truth_{name}.json")
+    resource = resources.files("halluprobe.benchmarks.chair").joinpath(
+        f"data/ground_truth_{name}.json"
+    )
     if not resource.is_file():
         raise InputError(f"no shipped CHAIR ground truth for {family}")
     data = json.loads(resource.read_text(encoding="utf-8"))

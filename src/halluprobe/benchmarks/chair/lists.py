@@ -23,7 +23,14 @@ from halluprobe.benchmarks.chair.groundtruth import image_id_of
 from halluprobe.errors import InputError
 from halluprobe.records import Question
 
-__all__ = ["CHAIR_SPLIT", "STANDARD_LISTS", "ImageList", "chair_questions", "missing_images", "read_image_list"]
+__all__ = [
+    "CHAIR_SPLIT",
+    "STANDARD_LISTS",
+    "ImageList",
+    "chair_questions",
+    "missing_images",
+    "read_image_list",
+]
 
 CHAIR_SPLIT = "chair"
 
@@ -37,12 +44,21 @@ class ImageList:
     images: tuple[str, ...]  # file names, in list order
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.source, "sha256": self.sha256, "images": len(self.ids)}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "sha256": self.sha256,
+            "images": len(self.ids),
+        }
 
 
 @functools.cache
 def _shipped() -> dict[str, Any]:
-    text = resources.files("halluprobe.benchmarks.chair").joinpath("data/lists.json").read_text(encoding="utf-8")
+    text = (
+        resources.files("halluprobe.benchmarks.chair")
+        .joinpath("data/lists.json")
+        .read_text(encoding="utf-8")
+    )
     return dict(json.loads(text))
 
 
@@ -62,7 +78,9 @@ def read_image_list(name_or_path: str) -> ImageList:
         return _standard(name_or_path)
     path = Path(name_or_path)
     if not path.is_file():
-        raise InputError(f"unknown image list {name_or_path!r}: a standard list ({', '.join(STANDARD_LISTS)}) or a file of image lines")
+        raise InputError(
+            f"unknown image list {name_or_path!r}: a standard list ({', '.join(STANDARD_LISTS)}) or a file of image lines"
+        )
     from halluprobe.jsonl import read_records
     from halluprobe.rundir import sha256_file
 
@@ -80,7 +98,13 @@ def read_image_list(name_or_path: str) -> ImageList:
             raise InputError('expected {"image_id"} or {"image"}', path, rec.line)
         if ids[-1] in ids[:-1]:
             raise InputError(f"image {ids[-1]} is listed twice", path, rec.line)
-    return ImageList(name=path.name, source=str(path), sha256=sha256_file(path), ids=tuple(ids), images=tuple(images))
+    return ImageList(
+        name=path.name,
+        source=str(path),
+        sha256=sha256_file(path),
+        ids=tuple(ids),
+        images=tuple(images),
+    )
 
 
 def missing_images(image_list: ImageList, folder: Path) -> list[str]:
@@ -93,7 +117,14 @@ def chair_questions(image_list: ImageList, prompt: str) -> list[Question]:
     if not prompt.strip():
         raise InputError("--prompt is empty")
     return [
-        Question(split=CHAIR_SPLIT, question_id=i, image=image, text=prompt, label="yes", kind="open",
-                 metadata={"image_id": image_id, "chair_list": image_list.name})  # fmt: skip
+        Question(
+            split=CHAIR_SPLIT,
+            question_id=i,
+            image=image,
+            text=prompt,
+            label="yes",
+            kind="open",
+            metadata={"image_id": image_id, "chair_list": image_list.name},
+        )  # fmt: skip
         for i, (image_id, image) in enumerate(zip(image_list.ids, image_list.images))
     ]

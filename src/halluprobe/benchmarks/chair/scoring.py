@@ -23,7 +23,16 @@ from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap, paired_bootstrap_diff
 from halluprobe.records import FrozenRecord
 
-__all__ = ["METRICS", "Caption", "CaptionScore", "ChairSummary", "paired_differences", "score_captions", "summarize", "truncate_incomplete"]
+__all__ = [
+    "METRICS",
+    "Caption",
+    "CaptionScore",
+    "ChairSummary",
+    "paired_differences",
+    "score_captions",
+    "summarize",
+    "truncate_incomplete",
+]
 
 METRICS: tuple[str, ...] = ("chair_s", "chair_i", "recall", "length")
 
@@ -44,7 +53,9 @@ class CaptionScore(FrozenRecord):
     words: list[str]  # synonym-table words found
     objects: list[str]  # their COCO categories, one per mention
     positions: list[int]  # the evaluator's word index of each mention
-    hallucinated: list[str]  # categories mentioned but not in the ground truth, one per mention
+    hallucinated: list[
+        str
+    ]  # categories mentioned but not in the ground truth, one per mention
     hallucinated_words: list[str]
     hallucinated_positions: list[int]
     ground_truth: list[str]
@@ -76,7 +87,11 @@ def truncate_incomplete(caption: str) -> str:
 
 
 def score_captions(
-    captions: Sequence[Caption], ground_truth: GroundTruth, family: ChairFamily, *, truncate: bool = False
+    captions: Sequence[Caption],
+    ground_truth: GroundTruth,
+    family: ChairFamily,
+    *,
+    truncate: bool = False,
 ) -> list[CaptionScore]:
     """Score every caption; an image missing from the ground truth is an InputError naming the caption."""
     scores = []
@@ -122,7 +137,9 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> Callable[[np.ndarray], float | N
     return stat
 
 
-def _statistics(scores: Sequence[CaptionScore]) -> dict[str, Callable[[np.ndarray], float | None]]:
+def _statistics(
+    scores: Sequence[CaptionScore],
+) -> dict[str, Callable[[np.ndarray], float | None]]:
     c = _columns(scores)
     return {
         "chair_s": _ratio(c["hallucinated_caps"], c["one"]),
@@ -133,7 +150,12 @@ def _statistics(scores: Sequence[CaptionScore]) -> dict[str, Callable[[np.ndarra
 
 
 def summarize(
-    scores: Sequence[CaptionScore], family: str, *, settings: dict[str, Any], n_resamples: int = 1000, seed: int = 0
+    scores: Sequence[CaptionScore],
+    family: str,
+    *,
+    settings: dict[str, Any],
+    n_resamples: int = 1000,
+    seed: int = 0,
 ) -> ChairSummary:
     if not scores:
         raise InputError("no caption to score")
@@ -143,11 +165,17 @@ def summarize(
     ci = {name: (cluster_bootstrap(clusters, stat, n_resamples=n_resamples, seed=seed) if n_resamples else None)
           for name, stat in stats.items()}  # fmt: skip
     values = {name: stat(everything) for name, stat in stats.items()}
-    return ChairSummary(family=family, n=len(scores), ci=ci, settings=settings, **values)
+    return ChairSummary(
+        family=family, n=len(scores), ci=ci, settings=settings, **values
+    )
 
 
 def paired_differences(
-    a: Sequence[CaptionScore], b: Sequence[CaptionScore], *, n_resamples: int = 1000, seed: int = 0
+    a: Sequence[CaptionScore],
+    b: Sequence[CaptionScore],
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
 ) -> dict[str, dict[str, float | tuple[float, float] | None]]:
     """a - b for every metric, with a paired image-bootstrap CI; both must caption the same images once each."""
     ids_a = [s.image_id for s in a]
@@ -156,7 +184,9 @@ def paired_differences(
         raise InputError("a paired difference needs one caption per image in each run")
     if set(ids_a) != set(ids_b):
         only = sorted(set(ids_a) ^ set(ids_b))
-        raise InputError(f"the two runs caption different images ({len(only)} differ, e.g. image {only[0]})")
+        raise InputError(
+            f"the two runs caption different images ({len(only)} differ, e.g. image {only[0]})"
+        )
     order = {image: k for k, image in enumerate(ids_a)}
     b_sorted = sorted(b, key=lambda s: order[s.image_id])
     stats_a, stats_b = _statistics(a), _statistics(b_sorted)
@@ -164,6 +194,17 @@ def paired_differences(
     out: dict[str, dict[str, float | tuple[float, float] | None]] = {}
     for name in METRICS:
         va, vb = stats_a[name](everything), stats_b[name](everything)
-        ci = paired_bootstrap_diff(ids_a, stats_a[name], stats_b[name], n_resamples=n_resamples, seed=seed) if n_resamples else None
-        out[name] = {"a": va, "b": vb, "diff": None if va is None or vb is None else va - vb, "ci": ci}
+        ci = (
+            paired_bootstrap_diff(
+                ids_a, stats_a[name], stats_b[name], n_resamples=n_resamples, seed=seed
+            )
+            if n_resamples
+            else None
+        )
+        out[name] = {
+            "a": va,
+            "b": vb,
+            "diff": None if va is None or vb is None else va - vb,
+            "ci": ci,
+        }
     return out

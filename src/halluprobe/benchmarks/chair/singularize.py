@@ -87,7 +87,9 @@ def singularize(word: str) -> str:
     if word.endswith("'"):  # dogs' -> dog's
         return singularize(word[:-1]) + "'s"
     lower = word.lower()
-    if any(x.endswith(lower) for x in _UNINFLECTED) or any(x.endswith(lower) for x in _UNCOUNTABLE):
+    if any(x.endswith(lower) for x in _UNINFLECTED) or any(
+        x.endswith(lower) for x in _UNCOUNTABLE
+    ):
         return word
     if any(lower.endswith(x + "s") for x in _IE_WORDS):
         return lower

@@ -13,7 +13,14 @@ import functools
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["COCO_CATEGORIES", "COCO_DOUBLE_WORDS", "ANIMAL_WORDS", "VEHICLE_WORDS", "ChairVocabulary", "vocabulary"]
+__all__ = [
+    "ANIMAL_WORDS",
+    "COCO_CATEGORIES",
+    "COCO_DOUBLE_WORDS",
+    "VEHICLE_WORDS",
+    "ChairVocabulary",
+    "vocabulary",
+]
 
 # the 80 COCO detection categories (instances_*.json names; id order)
 COCO_CATEGORIES: tuple[str, ...] = (
@@ -37,7 +44,20 @@ COCO_DOUBLE_WORDS: tuple[str, ...] = (
     "train track",
 )  # fmt: skip
 # "baby bird" / "adult bird" -> "bird" (else "baby"/"adult" would fire "person")
-ANIMAL_WORDS: tuple[str, ...] = ("bird", "cat", "dog", "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe", "animal", "cub")
+ANIMAL_WORDS: tuple[str, ...] = (
+    "bird",
+    "cat",
+    "dog",
+    "horse",
+    "sheep",
+    "cow",
+    "elephant",
+    "bear",
+    "zebra",
+    "giraffe",
+    "animal",
+    "cub",
+)
 # "passenger jet" -> "jet" (else "passenger" would fire "person")
 VEHICLE_WORDS: tuple[str, ...] = ("jet", "train")
 
@@ -60,7 +80,11 @@ def _parse_synonyms(text: str) -> list[list[str]]:
 
 @functools.cache
 def vocabulary() -> ChairVocabulary:
-    text = resources.files("halluprobe.benchmarks.chair").joinpath("data/synonyms.txt").read_text(encoding="utf-8")
+    text = (
+        resources.files("halluprobe.benchmarks.chair")
+        .joinpath("data/synonyms.txt")
+        .read_text(encoding="utf-8")
+    )
     objects: set[str] = set()
     node_of: dict[str, str] = {}
     for synonyms in _parse_synonyms(text):
