@@ -81,7 +81,7 @@ def test_questions_run_and_both_numbers(tmp_path: Path) -> None:
     assert numbers["existence"] == expected["existence"]
     # the scripted model says "No." -- not AMBER's exact "No": every answer counts wrong there
     assert texts == ["No."] * 4 and numbers["existence"]["Accuracy"] == 0.0 and numbers["existence"]["Recall"] == 0.0
-    assert json.loads(score.stdout)["splits"]["existence"]["n"] == 4
+    assert json.loads(score.stdout)["splits"]["amber_existence"]["n"] == 4  # the split is the file stem
     open_run = runner.invoke(app, ["amber", "score", str(tmp_path / "nothing"), "--data", str(data), "--no-check-sha256"])
     assert open_run.exit_code == 2
 
