@@ -30,13 +30,16 @@ def amber_questions_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace existing files.")] = False,
 ) -> None:
     """Write AMBER's discriminative queries as yes/no question files for `halluprobe run`."""
-    from halluprobe.benchmarks.amber.data import amber_questions, read_amber_annotations, read_amber_queries
+    from halluprobe.benchmarks.amber.data import amber_generative_questions, amber_questions, read_amber_annotations, read_amber_queries
     from halluprobe.benchmarks.pope import write_questions
 
     with errors():
         annotations = read_amber_annotations(data / "annotations.json", check_sha256=check_sha256)
         query_path = data / "query" / "query_discriminative.json"
         by_split = amber_questions(annotations, read_amber_queries(query_path, check_sha256=check_sha256), query_path)
+        generative_path = data / "query" / "query_generative.json"
+        if generative_path.is_file():  # open questions: run with --open-ended, score with `amber generative`
+            by_split["generative"] = amber_generative_questions(annotations, read_amber_queries(generative_path, check_sha256=check_sha256), generative_path)
         if images is not None:
             missing = sorted({q.image for qs in by_split.values() for q in qs if not (images / q.image).is_file()})
             if missing:
@@ -48,7 +51,8 @@ def amber_questions_cmd(
         for split, questions in by_split.items():
             write_questions(paths[split], questions)
     for split, questions in by_split.items():
-        typer.echo(f"{paths[split]}: {len(questions)} questions ({sum(q.label == 'no' for q in questions)} no)")
+        kind = "open questions (run --open-ended)" if split == "generative" else f"questions ({sum(q.label == 'no' for q in questions)} no)"
+        typer.echo(f"{paths[split]}: {len(questions)} {kind}")
 
 
 @amber_app.command("score")
@@ -84,3 +88,58 @@ def amber_score_cmd(
     typer.echo("AMBER's own numbers (compat amber: exact 'Yes'/'No', 'No' the positive class)")
     for dimension, v in numbers.items():
         typer.echo(f"  {dimension:<10} n={v['n']:<6} Accuracy {v['Accuracy']:5.1f}  Precision {v['Precision']:5.1f}  Recall {v['Recall']:5.1f}  F1 {v['F1']:5.1f}")
+
+
+@amber_app.command("generative")
+def amber_generative_cmd(
+    rundir: Annotated[Path, typer.Argument(help="A run --open-ended of amber_generative.jsonl.")],
+    data: DataOption,
+    spacy_model: Annotated[str, typer.Option(help="spaCy model of the similarity step (AMBER: en_core_web_lg; another changes the numbers).")] = "en_core_web_lg",
+    similarity: Annotated[float, typer.Option(help="spaCy similarity above which two words are one (AMBER: 0.8).")] = 0.8,
+    check_sha256: CheckOption = True,
+    out: Annotated[Optional[Path], typer.Option(help="Folder for amber_generative.json (numbers, settings, per caption).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False,
+) -> None:
+    """AMBER's generative CHAIR, Cover, Hal and Cog of a run's captions (the spaCy model is recorded)."""
+    from dataclasses import asdict
+
+    from halluprobe.benchmarks.amber.data import AMBER_PINS, read_amber_annotations
+    from halluprobe.benchmarks.amber.generative import SpacySimilarity, amber_generative
+    from halluprobe.benchmarks.chair.families import NltkTools
+    from halluprobe.files import write_atomic
+    from halluprobe.rundir import RunDir, sha256_file
+
+    with errors():
+        annotations = read_amber_annotations(data / "annotations.json", check_sha256=check_sha256)
+        files = {"relation.json": data / "relation.json", "safe_words.txt": data / "safe_words.txt"}
+        for name, path in files.items():
+            if not path.is_file():
+                raise InputError("AMBER file not found", path)
+            if check_sha256 and sha256_file(path) != AMBER_PINS[f"data/{name}"]:
+                raise InputError("sha256 differs from AMBER commit 5e1fd52f8ea6's (pass --no-check-sha256 to use it anyway)", path)
+        try:
+            association = json.loads(files["relation.json"].read_text(encoding="utf-8"))
+        except ValueError as err:
+            raise InputError(f"not a JSON file: {err}", files["relation.json"]) from None
+        safe_words = [line.split("\n")[0] for line in files["safe_words.txt"].read_text(encoding="utf-8").splitlines()]
+        run = RunDir(rundir)
+        header = run.read_header()
+        if not header.open_ended:
+            raise InputError("a run of yes/no answers: AMBER's generative metrics read captions (run amber_generative.jsonl --open-ended)", run.header_path)
+        captions = []
+        for sample in run.read_samples():
+            if not 1 <= sample.question_id <= len(annotations) or annotations[sample.question_id - 1]["type"] != "generative":
+                raise InputError(f"sample question_id {sample.question_id} is not a generative AMBER id", run.samples_path)
+            captions.append((sample.question_id, "" if sample.error else (sample.text or "")))
+        tools = NltkTools()
+        sim = SpacySimilarity(spacy_model, similarity)
+        numbers, per_caption = amber_generative(captions, annotations, association, safe_words, tools, sim)
+        result = {"numbers": numbers, "settings": {"commit": "5e1fd52f8ea6", "similarity": sim.identity, "tools": tools.identity,
+                                                   "run": str(rundir), "max_new_tokens": header.max_new_tokens}}  # fmt: skip
+        if out is not None:
+            write_atomic(out / "amber_generative.json", json.dumps({**result, "captions": [asdict(r) for r in per_caption]}, indent=1) + "\n")
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo("AMBER generative: " + "  ".join(f"{k} {numbers[k]:.1f}" for k in ("CHAIR", "Cover", "Hal", "Cog")) + f"  (n={numbers['n']})")
+    typer.echo(f"similarity: {sim.identity}" + ("" if spacy_model == "en_core_web_lg" else " -- AMBER used en_core_web_lg: not comparable"))

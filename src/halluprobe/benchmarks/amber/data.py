@@ -20,6 +20,7 @@ __all__ = [
     "AMBER_COMMIT",
     "AMBER_PINS",
     "DIMENSIONS",
+    "amber_generative_questions",
     "amber_questions",
     "dimension_of",
     "read_amber_annotations",
@@ -102,4 +103,16 @@ def amber_questions(annotations: list[dict[str, Any]], queries: list[dict[str, A
         out.setdefault(split, []).append(
             Question(split=split, question_id=qid, image=q["image"], text=q["query"], label=ann["truth"], metadata={"amber_type": ann["type"]})
         )
+    return out
+
+
+def amber_generative_questions(annotations: list[dict[str, Any]], queries: list[dict[str, Any]], source: Path | None = None) -> list[Question]:
+    """The generative queries as open questions (split ``generative``; question_id = AMBER's id)
+    for ``run --open-ended``."""
+    out = []
+    for q in queries:
+        qid = q["id"]
+        if not isinstance(qid, int) or not 1 <= qid <= len(annotations) or annotations[qid - 1]["type"] != "generative":
+            raise InputError(f"query id {qid!r} is not a generative AMBER annotation", source)
+        out.append(Question(split="generative", question_id=qid, image=q["image"], text=q["query"], label="yes", kind="open"))
     return out
