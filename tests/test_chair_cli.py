@@ -125,6 +125,12 @@ def test_build_run_and_score(tmp_path: Path) -> None:
         settings["image_list"] == {"chair": "list.jsonl"}
         and settings["family"] == "chair@lemmatizer"
     )
+    report = (tmp_path / "scores" / "chair_report.md").read_text()
+    assert report.startswith("## CHAIR\n\n<!-- halluprobe-chair-provenance {") and "| chair@lemmatizer | 3 | 33.3 [" in report
+    assert "### Objects most often hallucinated" in report and "| 1 | cat (1 captions) | cat (1 captions) |" in report
+    provenance = json.loads(report.splitlines()[2].removeprefix("<!-- halluprobe-chair-provenance ").removesuffix(" -->"))
+    assert provenance["source"]["run"] == str(tmp_path / "run") and len(provenance["source"]["samples_sha256"]) == 64
+    assert (tmp_path / "scores" / "chair_table.tex").read_text().startswith("% halluprobe-chair-provenance {")
     per_caption = [
         json.loads(x)
         for x in (tmp_path / "scores" / "chair_singularize.jsonl")

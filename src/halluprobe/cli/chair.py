@@ -127,6 +127,16 @@ def _read(path: Path, fmt: str | None) -> tuple[Any, dict[str, Any]]:
     }
 
 
+def _source(path: Path) -> dict[str, Any]:
+    """What a CHAIR table names as its source: a run (path, fingerprint, samples sha256) or a file."""
+    from halluprobe.rundir import RunDir, sha256_file
+
+    if path.is_dir():
+        run = RunDir(path)
+        return {"run": str(path), "fingerprint": run.read_header().fingerprint, "samples_sha256": sha256_file(run.samples_path)}
+    return {"captions": str(path), "sha256": sha256_file(path)}
+
+
 @app.command("chair")
 def chair_cmd(
     captions: Annotated[
@@ -257,6 +267,11 @@ def chair_cmd(
                 out / "chair_summary.json",
                 json.dumps(results, indent=2, ensure_ascii=False) + "\n",
             )
+            from halluprobe.report.chair import chair_latex_table, chair_section
+
+            source = _source(captions)
+            write_atomic(out / "chair_report.md", chair_section(results, per_caption, source))
+            write_atomic(out / "chair_table.tex", chair_latex_table(results, source))
     if as_json:
         typer.echo(json.dumps(results, indent=2, ensure_ascii=False))
         return
@@ -276,6 +291,6 @@ def chair_cmd(
                f"max_new_tokens: {settings.get('max_new_tokens')}; truncate_incomplete: {truncate_incomplete}")  # fmt: skip
     if out is not None:
         typer.echo(
-            f"{out}: chair_summary.json, "
+            f"{out}: chair_summary.json, chair_report.md, chair_table.tex, "
             + ", ".join(f"chair_{n.removeprefix('chair@')}.jsonl" for n in names)
         )
