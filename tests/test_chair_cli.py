@@ -250,3 +250,18 @@ def test_a_yes_no_run_is_refused(tmp_path: Path) -> None:
         result.exit_code == 2
         and "run.json: a run of yes/no answers: CHAIR scores captions" in result.output
     )
+
+
+def test_import_lmms_eval_chair_logs(tmp_path: Path) -> None:
+    logs = tmp_path / "samples_coco_cap_chair.jsonl"
+    rows = [
+        {"doc_id": 0, "doc": {"question_id": 1, "gt_object": ["dog"]}, "filtered_resps": [["a dog"]], "resps": [["a dog"]]},
+        {"doc_id": 1, "filtered_resps": ["a cat"], "coco_cap_chair_s": {"image_id": 2, "pred": ["cat"], "answer": ["cat"]}},
+    ]
+    logs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, ["import", "lmms-eval-chair", str(logs), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    samples = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert [(s["image"], s["text"]) for s in samples] == [("1", "a dog"), ("2", "a cat")]
+    scored = runner.invoke(app, ["chair", str(tmp_path / "run"), "--ground-truth", str(_objects(tmp_path)), "--json", "--bootstrap", "0"])
+    assert json.loads(scored.stdout)["chair@lemmatizer"]["summary"]["chair_s"] == 0

@@ -153,3 +153,24 @@ def test_shipped_sets_match_the_builder(tmp_path: Path) -> None:
     )
     assert "CC BY 4.0" in data["attribution"] and "6cabb6fc0dea" in data["source"]
     assert isinstance(lem, GroundTruth) and lem.source == "shipped"
+
+
+def test_the_tools_script_unpickles_only_containers_and_strings(tmp_path: Path) -> None:
+    import pickle
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "tools"))
+    try:
+        from chair_shipped_ground_truth import read_cache
+    finally:
+        sys.path.pop(0)
+    # a CHAIR-evaluator-shaped cache, written by hand: __main__.CHAIR with a defaultdict of sets
+    cache = (b"\x80\x04\x8c\x08__main__\x94\x8c\x05CHAIR\x94\x93\x94)\x81\x94}\x94\x8c\x0fimid_to_objects\x94"
+             + pickle.dumps({42: {"dog", "person"}}, protocol=4)[2:-1] + b"sb.")  # fmt: skip
+    path = tmp_path / "chair.pkl"
+    path.write_bytes(cache)
+    assert read_cache(path) == {42: ["dog", "person"]}
+    evil = tmp_path / "evil.pkl"
+    evil.write_bytes(pickle.dumps(print, protocol=4))
+    with pytest.raises(pickle.UnpicklingError, match="refused global builtins.print"):
+        read_cache(evil)
