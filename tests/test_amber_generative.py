@@ -71,3 +71,12 @@ def test_cli_records_the_similarity_model(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["numbers"]["CHAIR"] == 33.3 and out["settings"]["similarity"] == "fixture" and out["settings"]["max_new_tokens"] == 64
+    # the same captions from an lmms-eval amber_g log: the same numbers
+    logs = tmp_path / "samples_amber_g.jsonl"
+    logs.write_text("".join(json.dumps({"doc_id": k, "doc": {"question_id": k + 1, "task_type": "generative"}, "filtered_resps": [text]}) + "\n"
+                            for k, text in enumerate(["a puppy on the lawn near a car and a sign and a frisbee", "a cat"])))  # fmt: skip
+    imported = runner.invoke(app, ["import", "lmms-eval-amber", str(logs), "--out", str(tmp_path / "lmms")])
+    assert imported.exit_code == 0, imported.output
+    again = runner.invoke(app, ["amber", "generative", str(tmp_path / "lmms"), "--data", str(data), "--no-check-sha256", "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["numbers"] == out["numbers"]

@@ -7,7 +7,9 @@ Formats (name: what a line is):
 - ``llava-captions``: LLaVA-style answer lines ``{"question_id" or "image_id" or "image", "text"}``;
   a ``question_id`` alone is looked up in ``--questions`` (LLaVA's question file: its ``image``);
 - ``lmms-eval-chair``: lmms-eval's ``--log_samples`` lines of ``coco_cap_chair``: the caption is
-  ``filtered_resps[0]``, the image ``doc.question_id`` or the ``image_id`` of the metric entries.
+  ``filtered_resps[0]``, the image ``doc.question_id`` or the ``image_id`` of the metric entries;
+- ``lmms-eval-amber``: the same of ``amber_g``: the sample's question_id is AMBER's id
+  (``doc.question_id``), scored by ``halluprobe amber generative``.
 
 Every line becomes one sample (split ``chair``, question_id = its order); the image is kept as
 the file gives it (a COCO id or file name). The prompt and the token cap are not in these files:
@@ -37,7 +39,7 @@ __all__ = [
     "read_caption_file",
 ]
 
-CAPTION_FORMATS: tuple[str, ...] = ("opera", "llava-captions", "lmms-eval-chair")
+CAPTION_FORMATS: tuple[str, ...] = ("opera", "llava-captions", "lmms-eval-chair", "lmms-eval-amber")
 CAPTION_SPLIT = "chair"
 UNKNOWN_PROMPT = "(imported caption: the file does not record the prompt)"
 
@@ -47,6 +49,7 @@ class CaptionLine:
     image: str  # a COCO image id or file name, as the file gives it
     text: str
     source: str  # file:line
+    question_id: int | None = None  # AMBER's id (lmms-eval-amber), kept as the sample's question_id
 
 
 def _image(value: Any, path: Path, line: int | None, where: str) -> str:
@@ -97,6 +100,7 @@ def read_caption_file(
     by_question = _questions_images(questions) if questions is not None else None
     out = []
     for rec in read_records(path, "caption"):
+        amber_id: int | None = None
         obj, line, where = rec.value, rec.line, rec.where
         if fmt == "opera":
             if "image_id" not in obj or "caption" not in obj:
@@ -127,6 +131,12 @@ def read_caption_file(
                     f"{where}not an lmms-eval samples line (no doc_id)", path, line
                 )
             image, text = _lmms_caption(obj)
+            if fmt == "lmms-eval-amber":
+                doc = obj.get("doc") if isinstance(obj.get("doc"), dict) else {}
+                amber_id = doc.get("question_id")
+                if not isinstance(amber_id, int) or isinstance(amber_id, bool):
+                    raise InputError(f"{where}an amber_g log line needs doc.question_id (AMBER's id; lmms-eval v0.4+ logs drop doc)", path, line)
+                image = f"AMBER_{amber_id}.jpg"  # AMBER's generative query k asks about AMBER_k.jpg
         if not isinstance(text, str):
             raise InputError(
                 f"{where}the caption must be a string, got {type(text).__name__}",
@@ -138,6 +148,7 @@ def read_caption_file(
                 image=_image(image, path, line, where),
                 text=text,
                 source=f"{path}:{line if line is not None else rec.index}",
+                question_id=amber_id if fmt == "lmms-eval-amber" else None,
             )
         )
     return out
@@ -174,7 +185,7 @@ def import_captions(fmt: str, files: list[Path], out: Path, *, questions: Path |
     )
     rundir = RunDir(out)
     rundir.start(header, resume=False, force=False, overwrite=overwrite)
-    rundir.append(Sample(split=CAPTION_SPLIT, question_id=i, image=c.image, object=None, label="yes", prompt=UNKNOWN_PROMPT,
+    rundir.append(Sample(split=CAPTION_SPLIT, question_id=i if c.question_id is None else c.question_id, image=c.image, object=None, label="yes", prompt=UNKNOWN_PROMPT,
                          text=c.text) for i, c in enumerate(lines))  # fmt: skip
     manifest = {"schema_version": 1, "format": fmt, "sources": sources, "imported": {"total": len(lines)},
                 "lines": [c.source for c in lines]}  # fmt: skip
