@@ -39,6 +39,20 @@ class FixtureTools:
         return wordnet_lemmatize(word, wordnet_pos)
 
 
+def wordnet_or_skip() -> None:
+    """Skip where Debian's WordNet (the lemmatizer family's) is not installed, as Auto-Probe's tests do."""
+    import pytest
+
+    from halluprobe.benchmarks.chair.families import wordnet_lemmatize
+    from halluprobe.errors import RuntimeFailure
+
+    pytest.importorskip("nltk", reason="the probe extra (nltk) is not installed: pip install -e '.[probe]'")
+    try:
+        wordnet_lemmatize("dogs", "n")
+    except RuntimeFailure as err:
+        pytest.skip(f"WordNet unavailable ({err}); scripts/setup.sh installs wordnet-base")
+
+
 def families(tags: dict[str, str] | None = None) -> dict[str, ChairFamily]:
     tools = FixtureTools(tags)
     return {

@@ -13,7 +13,12 @@ from halluprobe.benchmarks.amber.generative import amber_generative
 from halluprobe.benchmarks.chair import families as chair_families
 from halluprobe.cli import app
 
-from _chair import FixtureTools
+from _chair import wordnet_or_skip, FixtureTools
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wordnet() -> None:
+    wordnet_or_skip()
 
 ASSOCIATION = {"dog": ["puppy"], "cat": [], "grass": ["lawn"], "car": ["vehicle"], "frisbee": [], "sign": []}
 ANNOTATIONS = [

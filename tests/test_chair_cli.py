@@ -6,7 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from _chair import FixtureTools
+from _chair import wordnet_or_skip, FixtureTools
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wordnet() -> None:
+    wordnet_or_skip()
 from typer.testing import CliRunner
 
 from halluprobe.benchmarks.chair import families as chair_families

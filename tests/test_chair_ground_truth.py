@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from _chair import families, write_coco
+from _chair import wordnet_or_skip, families, write_coco
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wordnet() -> None:
+    wordnet_or_skip()
 
 from halluprobe.benchmarks.chair.groundtruth import (
     GroundTruth,

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from _chair import FixtureTools, families
+from _chair import wordnet_or_skip, FixtureTools, families
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wordnet() -> None:
+    wordnet_or_skip()
 
 from halluprobe.benchmarks.chair.families import FAMILIES, family_named
 from halluprobe.benchmarks.chair.singularize import singularize

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from _chair import families
+from _chair import wordnet_or_skip, families
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wordnet() -> None:
+    wordnet_or_skip()
 
 from halluprobe.benchmarks.chair.groundtruth import GroundTruth
 from halluprobe.benchmarks.chair.scoring import (

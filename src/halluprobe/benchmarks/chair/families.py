@@ -58,6 +58,13 @@ class TextTools(Protocol):
     def lemmatize(self, word: str, wordnet_pos: str) -> str: ...
 
 
+def _import_nltk() -> None:
+    try:
+        import nltk  # noqa: F401
+    except ImportError:
+        raise RuntimeFailure("CHAIR reads captions with nltk, which is not installed: pip install 'halluprobe[probe]'") from None
+
+
 def _need_nltk_data(resource: str, what: str) -> None:
     import nltk
 
@@ -88,6 +95,7 @@ class NltkTools:
     naming what is missing and how to get it."""
 
     def __init__(self, need_tagger: bool = True) -> None:
+        _import_nltk()
         import nltk
 
         _need_nltk_data("tokenizers/punkt_tab/english/", "tokenizer")
