@@ -270,3 +270,26 @@ def test_import_lmms_eval_chair_logs(tmp_path: Path) -> None:
     assert [(s["image"], s["text"]) for s in samples] == [("1", "a dog"), ("2", "a cat")]
     scored = runner.invoke(app, ["chair", str(tmp_path / "run"), "--ground-truth", str(_objects(tmp_path)), "--json", "--bootstrap", "0"])
     assert json.loads(scored.stdout)["chair@lemmatizer"]["summary"]["chair_s"] == 0
+
+
+def test_ground_truth_from_coco_files_is_cached_per_family(tmp_path: Path) -> None:
+    from _chair import write_coco
+
+    coco = write_coco(tmp_path / "ann", "2017", {1: ["dog"], 2: ["cat"], 3: []}, {1: ["a man"], 2: ["a cat"], 3: ["a red bus"]})
+    opera = tmp_path / "opera.jsonl"
+    opera.write_text('{"image_id": 1, "caption": "a man and a dog"}\n{"image_id": 2, "caption": "a cat"}\n{"image_id": 3, "caption": "a bus"}\n')
+    first = runner.invoke(app, ["chair", str(opera), "--coco", str(coco), "--year", "2017", "--out", str(tmp_path / "s"), "--json", "--bootstrap", "0"])
+    assert first.exit_code == 0, first.output
+    data = json.loads(first.stdout)
+    # the ground-truth captions are read by each family: "a red bus" gives bus to the lemmatizer only
+    assert data["chair@lemmatizer"]["summary"]["chair_s"] == 0 and data["chair@singularize"]["summary"]["chair_s"] == 0
+    assert data["chair@lemmatizer"]["summary"]["recall"] == pytest.approx(4 / 4)
+    assert data["chair@singularize"]["summary"]["recall"] == pytest.approx(3 / 3)  # "a bus" is "a bu": nothing mentioned
+    gt = data["chair@lemmatizer"]["summary"]["settings"]["ground_truth"]
+    assert gt["source"] == "coco" and gt["year"] == "2017" and len(gt["files"]) == 4
+    for family in ("lemmatizer", "singularize"):
+        again = runner.invoke(app, ["chair", str(opera), "--family", family, "--ground-truth", str(tmp_path / "s" / f"ground_truth_{family}.json"),
+                                    "--json", "--bootstrap", "0"])  # fmt: skip
+        assert again.exit_code == 0, again.output
+        summary = json.loads(again.stdout)[f"chair@{family}"]["summary"]
+        assert summary["recall"] == data[f"chair@{family}"]["summary"]["recall"] and summary["settings"]["ground_truth"]["source"] == "coco"

@@ -258,6 +258,8 @@ def chair_cmd(
                 }
             results[name] = entry
             per_caption[name] = scores
+            if coco is not None and out is not None:  # built from the annotations: cached as small JSON for --ground-truth
+                truth.save(out / f"ground_truth_{name.removeprefix('chair@')}.json")
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             for name, scores in per_caption.items():
