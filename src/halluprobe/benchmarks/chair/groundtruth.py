@@ -187,9 +187,12 @@ def ground_truth_from_objects(path: Path) -> GroundTruth:
 
 def load_ground_truth(path: Path) -> GroundTruth:
     """A ground truth saved by :meth:`GroundTruth.save`, else object lines."""
-    text = path.read_text(encoding="utf-8") if path.is_file() else None
-    if text is None:
+    if not path.is_file():
         raise InputError("ground truth file not found", path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read the ground truth: {err}", path) from None
     try:
         whole = json.loads(text)
     except json.JSONDecodeError:
