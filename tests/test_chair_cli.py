@@ -293,3 +293,27 @@ def test_ground_truth_from_coco_files_is_cached_per_family(tmp_path: Path) -> No
         assert again.exit_code == 0, again.output
         summary = json.loads(again.stdout)[f"chair@{family}"]["summary"]
         assert summary["recall"] == data[f"chair@{family}"]["summary"]["recall"] and summary["settings"]["ground_truth"]["source"] == "coco"
+
+
+def test_coco_zip_read_as_it_is_and_pinned(tmp_path: Path) -> None:
+    import hashlib
+    import zipfile
+
+    from _chair import write_coco
+
+    folder = write_coco(tmp_path / "ann", "2014", {1: ["dog"], 2: ["cat"], 3: ["bus"]}, {1: ["a dog"], 2: ["a cat"], 3: ["a bus"]})
+    archive = tmp_path / "annotations_trainval2014.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in sorted(folder.iterdir()):
+            z.write(f, f"annotations/{f.name}")
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    opera = tmp_path / "opera.jsonl"
+    opera.write_text('{"image_id": 1, "caption": "a dog and a cat"}\n')
+    ok = runner.invoke(app, ["chair", str(opera), "--coco", str(archive), "--coco-sha256", digest, "--json", "--bootstrap", "0"])
+    assert ok.exit_code == 0, ok.output
+    summary = json.loads(ok.stdout)["chair@singularize"]["summary"]
+    assert summary["chair_s"] == 1 and f"{archive}!annotations/captions_train2014.json" in summary["settings"]["ground_truth"]["files"]
+    bad = runner.invoke(app, ["chair", str(opera), "--coco", str(archive), "--coco-sha256", "0" * 64, "--bootstrap", "0"])
+    assert bad.exit_code == 2 and f"{archive}: sha256 {digest} differs from the pinned" in bad.output
+    wrong_year = runner.invoke(app, ["chair", str(opera), "--coco", str(archive), "--year", "2017", "--bootstrap", "0"])
+    assert wrong_year.exit_code == 2 and "the zip holds no annotations/instances_val2017.json" in wrong_year.output

@@ -72,7 +72,7 @@ def build_chair_cmd(
 
 
 def _ground_truth(
-    family: str, ground_truth: Path | None, coco: Path | None, year: str
+    family: str, ground_truth: Path | None, coco: Path | None, year: str, coco_sha256: str | None = None
 ) -> Any:
     from halluprobe.benchmarks.chair.families import family_named
     from halluprobe.benchmarks.chair.groundtruth import (
@@ -87,7 +87,7 @@ def _ground_truth(
     if ground_truth is not None:
         return load_ground_truth(ground_truth)
     if coco is not None:
-        instances, captions = coco_annotation_files(coco, year)
+        instances, captions = coco_annotation_files(coco, year, expected_sha256=coco_sha256)
         return ground_truth_from_coco(
             instances, captions, family_named(family), year=year
         )
@@ -160,7 +160,7 @@ def chair_cmd(
     coco: Annotated[
         Path | None,
         typer.Option(
-            help="Folder of COCO's instances_/captions_{train,val}YEAR.json: build the ground truth from them."
+            help="COCO's annotations_trainvalYEAR.zip, or the folder of its instances_/captions_ files: build the ground truth from them."
         ),
     ] = None,
     year: Annotated[
@@ -169,6 +169,10 @@ def chair_cmd(
             help="COCO annotation year for --coco: 2014 (most papers) or 2017 (PAI, SPIN)."
         ),
     ] = "2014",
+    coco_sha256: Annotated[
+        str | None,
+        typer.Option(help="Pin for --coco given as COCO's annotations zip: its sha256 (a differing zip is refused)."),
+    ] = None,
     truncate_incomplete: Annotated[
         bool,
         typer.Option(
@@ -234,7 +238,7 @@ def chair_cmd(
         per_caption: dict[str, list[Any]] = {}
         for name in names:
             fam = family_named(name)
-            truth = _ground_truth(name, ground_truth, coco, year)
+            truth = _ground_truth(name, ground_truth, coco, year, coco_sha256)
             scores = score_captions(caps, truth, fam, truncate=truncate_incomplete)
             recorded = {
                 **settings,

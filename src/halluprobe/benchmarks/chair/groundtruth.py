@@ -11,9 +11,12 @@ A :class:`GroundTruth` is saved as small JSON (``save``/``load``) with where it 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import zipfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +32,7 @@ from halluprobe.rundir import sha256_file
 
 __all__ = [
     "COCO_ATTRIBUTION",
+    "CocoFile",
     "GroundTruth",
     "coco_annotation_files",
     "ground_truth_from_coco",
@@ -84,71 +88,90 @@ def image_id_of(
     )
 
 
-def _load_json(path: Path) -> Any:
+@dataclass(frozen=True)
+class CocoFile:
+    """One COCO annotation file: a file, or a member of COCO's zip (``annotations/...``)."""
+
+    path: Path
+    member: str | None = None
+
+    @property
+    def label(self) -> str:
+        return str(self.path) if self.member is None else f"{self.path}!{self.member}"
+
+    def read(self) -> bytes:
+        try:
+            if self.member is None:
+                return self.path.read_bytes()
+            with zipfile.ZipFile(self.path) as archive:
+                return archive.read(self.member)
+        except (OSError, KeyError, zipfile.BadZipFile) as err:
+            raise InputError(f"cannot read {self.member or 'the file'}: {err}", self.path) from None
+
+
+def _load_json(source: CocoFile) -> tuple[Any, str]:
+    """(parsed JSON, sha256 of its bytes)."""
+    raw = source.read()
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror or err}", path) from None
+        return json.loads(raw.decode("utf-8")), hashlib.sha256(raw).hexdigest()
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"not a JSON file: {err}", path) from None
+        raise InputError(f"not a JSON file ({source.member or source.path.name}): {err}", source.path) from None
 
 
-def coco_annotation_files(
-    annotations: Path, year: str
-) -> tuple[list[Path], list[Path]]:
-    """(instances, captions) files of ``year``: ``instances_{val,train}{year}.json`` and
-    ``captions_{val,train}{year}.json`` in ``annotations``."""
+def coco_annotation_files(annotations: Path, year: str, *, expected_sha256: str | None = None) -> tuple[list[CocoFile], list[CocoFile]]:
+    """(instances, captions) files of ``year`` (``instances_{val,train}{year}.json``,
+    ``captions_{val,train}{year}.json``) in a folder, or in COCO's ``annotations_trainval{year}.zip``
+    read as it is; ``expected_sha256`` pins the zip (a differing one is refused)."""
     if year not in ("2014", "2017"):
         raise InputError(f"COCO annotation year must be 2014 or 2017, not {year!r}")
-    instances = [
-        annotations / f"instances_{split}{year}.json" for split in ("val", "train")
-    ]
-    captions = [
-        annotations / f"captions_{split}{year}.json" for split in ("val", "train")
-    ]
-    for p in (*instances, *captions):
-        if not p.is_file():
-            raise InputError(
-                f"COCO {year} annotation file not found (annotations_trainval{year}.zip, unzipped)",
-                p,
-            )
-    return instances, captions
+    names = [f"{kind}_{split}{year}.json" for kind in ("instances", "captions") for split in ("val", "train")]
+    if annotations.is_file():
+        if expected_sha256 is not None and (digest := sha256_file(annotations)) != expected_sha256.lower():
+            raise InputError(f"sha256 {digest} differs from the pinned {expected_sha256}", annotations)
+        if not zipfile.is_zipfile(annotations):
+            raise InputError(f"expected COCO's annotations_trainval{year}.zip or the folder it unzips to", annotations)
+        with zipfile.ZipFile(annotations) as archive:
+            present = set(archive.namelist())
+        files = [CocoFile(annotations, f"annotations/{name}") for name in names]
+        missing = [f.member for f in files if f.member not in present]
+        if missing:
+            raise InputError(f"the zip holds no {missing[0]} (COCO {year} annotations expected)", annotations)
+    else:
+        if expected_sha256 is not None:
+            raise InputError("--coco-sha256 pins COCO's zip; this is a folder", annotations)
+        files = [CocoFile(annotations / name) for name in names]
+        for f in files:
+            if not f.path.is_file():
+                raise InputError(f"COCO {year} annotation file not found (annotations_trainval{year}.zip, unzipped)", f.path)
+    return files[:2], files[2:]
+
+
+def _coco(source: Path | CocoFile) -> CocoFile:
+    return source if isinstance(source, CocoFile) else CocoFile(source)
 
 
 def ground_truth_from_coco(
-    instances: Iterable[Path],
-    captions: Iterable[Path],
-    family: ChairFamily,
-    *,
-    year: str | None = None,
+    instances: Iterable[Path | CocoFile], captions: Iterable[Path | CocoFile], family: ChairFamily, *, year: str | None = None
 ) -> GroundTruth:
     """CHAIR's ground truth from COCO instance and caption files, as ``get_annotations`` builds it."""
     vocab = vocabulary()
     found: dict[int, set[str]] = {}
     files: dict[str, str] = {}
-    for path in instances:
-        data = _load_json(path)
-        files[str(path)] = sha256_file(path)
+    for source in map(_coco, instances):
+        data, files[source.label] = _load_json(source)
         try:
             names = {cat["id"]: cat["name"] for cat in data["categories"]}
             for ann in data["annotations"]:
-                name = names[ann["category_id"]]
-                found.setdefault(int(ann["image_id"]), set()).add(vocab.node_of[name])
+                found.setdefault(int(ann["image_id"]), set()).add(vocab.node_of[names[ann["category_id"]]])
         except (KeyError, TypeError) as err:
-            raise InputError(
-                f"not a COCO instances file (missing or unknown {err})", path
-            ) from None
-    for path in captions:
-        data = _load_json(path)
-        files[str(path)] = sha256_file(path)
+            raise InputError(f"not a COCO instances file ({source.member or source.path.name}: missing or unknown {err})", source.path) from None
+    for source in map(_coco, captions):
+        data, files[source.label] = _load_json(source)
         try:
             for ann in data["annotations"]:
-                nodes = family.caption_objects(ann["caption"]).objects
-                found.setdefault(int(ann["image_id"]), set()).update(nodes)
+                found.setdefault(int(ann["image_id"]), set()).update(family.caption_objects(ann["caption"]).objects)
         except (KeyError, TypeError) as err:
-            raise InputError(
-                f"not a COCO captions file (missing {err})", path
-            ) from None
+            raise InputError(f"not a COCO captions file ({source.member or source.path.name}: missing {err})", source.path) from None
     return GroundTruth(family=family.name, source="coco", year=year, files=files,
                        objects={k: sorted(v) for k, v in sorted(found.items())})  # fmt: skip
 
