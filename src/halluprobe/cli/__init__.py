@@ -18,6 +18,8 @@ from halluprobe.cli import io as _io  # noqa: F401
 from halluprobe.cli import prove as _prove  # noqa: F401
 from halluprobe.cli import probe as _probe  # noqa: F401
 from halluprobe.cli import literature as _literature  # noqa: F401
+from halluprobe.cli import chair as _chair  # noqa: F401
+from halluprobe.cli import amber as _amber  # noqa: F401
 from halluprobe.cli._app import app
 
 __all__ = ["app", "main"]

@@ -14,7 +14,7 @@ __all__ = ["import_cmd", "export_cmd"]
 
 @app.command("import")
 def import_cmd(
-    args: Annotated[list[str], typer.Argument(help="[FORMAT] FILE...: llava, lmms-eval, vlmevalkit, pope, answers, marine or dashb, then the answers files.")],
+    args: Annotated[list[str], typer.Argument(help="[FORMAT] FILE...: llava, lmms-eval, vlmevalkit, pope, answers, marine or dashb (or the caption formats opera, llava-captions, lmms-eval-chair, lmms-eval-amber), then the files.")],
     out: Annotated[Path, typer.Option(help="Run directory to write.")],
     fmt: Annotated[Optional[str], typer.Option("--format", help="Force the format (else the first word, or detected).")] = None,
     labels: Annotated[
@@ -31,15 +31,20 @@ def import_cmd(
     Every answer is imported or listed with its reason in RUNDIR/manifest.json."""
     from halluprobe.errors import InputError
     from halluprobe.imports import FORMATS, import_answers
+    from halluprobe.imports.captions import CAPTION_FORMATS, import_captions
 
     with errors():
         files = list(args)
-        if files and files[0] in FORMATS and not Path(files[0]).exists():
+        if files and files[0] in (*FORMATS, *CAPTION_FORMATS) and not Path(files[0]).exists():
             if fmt is not None and fmt != files[0]:
                 raise InputError(f"two formats given: {files[0]} and --format {fmt}")
             fmt = files.pop(0)
         if not files:
             raise InputError("give the answers file(s) to import")
+        if fmt in CAPTION_FORMATS:  # captions: a run dir of open answers, scored by `halluprobe chair`
+            captions_run, n = import_captions(fmt, [Path(f) for f in files], out, questions=questions, model=model, overwrite=overwrite)
+            typer.echo(f"{captions_run.path}: {n} captions imported ({fmt}); score them with `halluprobe chair {captions_run.path}`")
+            return
         rundir, result = import_answers(
             fmt, [Path(f) for f in files], out, labels=labels or (), questions=questions, split=split, model=model,
             overwrite=overwrite,

@@ -1,0 +1,78 @@
+"""The captions of a run dir of open answers (``run --open-ended``, or imported caption files),
+and the generation settings that move CHAIR, recorded with every result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from halluprobe.benchmarks.chair.groundtruth import image_id_of
+from halluprobe.benchmarks.chair.scoring import Caption
+from halluprobe.errors import InputError
+from halluprobe.rundir import RunDir
+
+__all__ = ["run_captions"]
+
+
+def _question_file(benchmark_path: str) -> tuple[str | None, str | None]:
+    """(``chair_list``, question text) of a ``build chair`` question file, where it is still there."""
+    try:
+        first = json.loads(
+            Path(benchmark_path).read_text(encoding="utf-8").split("\n", 1)[0]
+        )
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(first, dict):
+        return None, None
+    name, text = first.get("chair_list"), first.get("text")
+    if not isinstance(
+        name, str
+    ):  # not a `build chair` file (an imported caption file's "text" is a caption)
+        return None, None
+    return name, (text if isinstance(text, str) else None)
+
+
+def run_captions(path: Path) -> tuple[list[Caption], dict[str, Any]]:
+    """(captions, settings) of a run dir. A run of yes/no answers is refused: CHAIR reads captions.
+    Errored samples are left out and counted in ``settings["errors"]``."""
+    rundir = RunDir(path)
+    header = rundir.read_header()
+    if not header.open_ended:
+        raise InputError(
+            "a run of yes/no answers: CHAIR scores captions (build the questions with `halluprobe build chair`, "
+            "run them with `halluprobe run --open-ended`, or import a caption file)",
+            rundir.header_path,
+        )
+    captions: list[Caption] = []
+    errors = 0
+    prompts: set[str] = set()
+    for line, sample in enumerate(rundir.read_samples(), start=1):
+        if sample.error or sample.text is None:
+            errors += 1
+            continue
+        prompts.add(sample.prompt)
+        captions.append(Caption(image_id=image_id_of(sample.image, rundir.samples_path, line), text=sample.text,
+                                source=f"{rundir.samples_path}:{line}"))  # fmt: skip
+    imported = header.backend.startswith("import:")
+    files = {split: _question_file(p) for split, p in header.benchmark_paths.items()}
+    questions = sorted({text for _, text in files.values() if text is not None})
+    settings = {
+        "run": str(path),
+        "model": header.model,
+        "backend": header.backend,
+        "image_list": {
+            split: files[split][0] or Path(p).name
+            for split, p in header.benchmark_paths.items()
+        },
+        "questions_sha256": dict(header.benchmarks),
+        # the question asked (from the question file), and the prompt the model saw
+        "prompt": (questions[0] if len(questions) == 1 else questions)
+        if questions
+        else "unknown",
+        "rendered_prompt": sorted(prompts)[0] if len(prompts) == 1 else sorted(prompts),
+        "template": header.template,
+        "max_new_tokens": "unknown (imported)" if imported else header.max_new_tokens,
+        "errors": errors,
+    }
+    return captions, settings

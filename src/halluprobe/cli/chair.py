@@ -1,0 +1,302 @@
+"""CHAIR verbs: ``build chair`` (open questions on a 500-image list) and ``chair`` (score
+captions in one or both normaliser families, with CIs and paired differences)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from halluprobe.cli._app import ResamplesOption, SeedOption, app, build_app, errors
+from halluprobe.errors import InputError
+
+__all__ = ["build_chair_cmd", "chair_cmd"]
+
+DEFAULT_PROMPT = "Please describe this image in detail."
+
+
+@build_app.command("chair")
+def build_chair_cmd(
+    image_list: Annotated[
+        str,
+        typer.Option(
+            "--list",
+            help="chair500-lim, chair500-opera, or a file of {image_id} / {image} lines.",
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Question file (JSON Lines) for `halluprobe run --open-ended`."
+        ),
+    ],
+    prompt: Annotated[
+        str,
+        typer.Option(help="The captioning prompt (it moves CHAIR: it is recorded)."),
+    ] = DEFAULT_PROMPT,
+    images: Annotated[
+        Path | None,
+        typer.Option(
+            help="Images folder: every image of the list must be in it (checked now)."
+        ),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace an existing output file.")
+    ] = False,
+) -> None:
+    """Write one open question per image of a CHAIR list; run it with `halluprobe run --open-ended`."""
+    from halluprobe.benchmarks.chair.lists import (
+        chair_questions,
+        missing_images,
+        read_image_list,
+    )
+    from halluprobe.benchmarks.pope import write_questions
+
+    with errors():
+        chosen = read_image_list(image_list)
+        if images is not None:
+            missing = missing_images(chosen, images)
+            if missing:
+                raise InputError(
+                    f"{len(missing)} images of {chosen.name} are not in the folder, e.g. {missing[0]}",
+                    images / missing[0],
+                )
+        if out.exists() and not overwrite:
+            raise InputError("exists; pass --overwrite to replace it", out)
+        write_questions(out, chair_questions(chosen, prompt))
+    typer.echo(
+        f"{out}: {len(chosen.ids)} open questions on {chosen.name} ({chosen.source})"
+    )
+
+
+def _ground_truth(
+    family: str, ground_truth: Path | None, coco: Path | None, year: str, coco_sha256: str | None = None
+) -> Any:
+    from halluprobe.benchmarks.chair.families import family_named
+    from halluprobe.benchmarks.chair.groundtruth import (
+        coco_annotation_files,
+        ground_truth_from_coco,
+        load_ground_truth,
+        shipped_ground_truth,
+    )
+
+    if ground_truth is not None and coco is not None:
+        raise InputError("give --ground-truth or --coco, not both")
+    if ground_truth is not None:
+        return load_ground_truth(ground_truth)
+    if coco is not None:
+        instances, captions = coco_annotation_files(coco, year, expected_sha256=coco_sha256)
+        return ground_truth_from_coco(
+            instances, captions, family_named(family), year=year
+        )
+    return shipped_ground_truth(family)
+
+
+def _read(path: Path, fmt: str | None) -> tuple[Any, dict[str, Any]]:
+    from halluprobe.benchmarks.chair.groundtruth import image_id_of
+    from halluprobe.benchmarks.chair.runs import run_captions
+    from halluprobe.benchmarks.chair.scoring import Caption
+
+    if path.is_dir():
+        return run_captions(path)
+    if not path.is_file():
+        raise InputError(
+            "not found: a run dir of open answers, or a caption file with --format",
+            path,
+        )
+    from halluprobe.imports.captions import read_caption_file
+
+    lines = read_caption_file(fmt or "opera", path)
+    caps = []
+    for c in lines:
+        file, _, line = c.source.rpartition(":")
+        caps.append(
+            Caption(
+                image_id=image_id_of(c.image, file, int(line)),
+                text=c.text,
+                source=c.source,
+            )
+        )
+    return caps, {
+        "captions": str(path),
+        "format": fmt or "opera",
+        "prompt": "unknown (caption file)",
+        "max_new_tokens": "unknown (caption file)",
+    }
+
+
+def _source(path: Path) -> dict[str, Any]:
+    """What a CHAIR table names as its source: a run (path, fingerprint, samples sha256) or a file."""
+    from halluprobe.rundir import RunDir, sha256_file
+
+    if path.is_dir():
+        run = RunDir(path)
+        return {"run": str(path), "fingerprint": run.read_header().fingerprint, "samples_sha256": sha256_file(run.samples_path)}
+    return {"captions": str(path), "sha256": sha256_file(path)}
+
+
+@app.command("chair")
+def chair_cmd(
+    captions: Annotated[
+        Path,
+        typer.Argument(
+            help="Run dir of open answers (or a caption file: see --format)."
+        ),
+    ],
+    family: Annotated[
+        str,
+        typer.Option(
+            help="lemmatizer (OPERA's chair.py), singularize (the original), or both."
+        ),
+    ] = "both",
+    ground_truth: Annotated[
+        Path | None,
+        typer.Option(
+            help="Object lines {image_id|image, objects} or a saved ground truth (default: shipped for the standard lists)."
+        ),
+    ] = None,
+    coco: Annotated[
+        Path | None,
+        typer.Option(
+            help="COCO's annotations_trainvalYEAR.zip, or the folder of its instances_/captions_ files: build the ground truth from them."
+        ),
+    ] = None,
+    year: Annotated[
+        str,
+        typer.Option(
+            help="COCO annotation year for --coco: 2014 (most papers) or 2017 (PAI, SPIN)."
+        ),
+    ] = "2014",
+    coco_sha256: Annotated[
+        str | None,
+        typer.Option(help="Pin for --coco given as COCO's annotations zip: its sha256 (a differing zip is refused)."),
+    ] = None,
+    truncate_incomplete: Annotated[
+        bool,
+        typer.Option(
+            "--truncate-incomplete",
+            help="Drop what follows each caption's last full stop (OPERA's short-caption protocol).",
+        ),
+    ] = False,
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            help="A second run on the same images: paired differences (this - that) with CIs."
+        ),
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="For a caption file: opera, llava-captions or lmms-eval-chair.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for chair_summary.json and chair_<family>.jsonl (per caption)."
+        ),
+    ] = None,
+    bootstrap: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace existing output files.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON.")
+    ] = False,
+) -> None:
+    """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
+    from halluprobe.benchmarks.chair.families import FAMILIES, family_named
+    from halluprobe.benchmarks.chair.scoring import (
+        paired_differences,
+        score_captions,
+        summarize,
+    )
+    from halluprobe.files import write_atomic
+    from halluprobe.formatting import format_ratio
+
+    with errors():
+        names = (
+            list(FAMILIES)
+            if family == "both"
+            else [family if family.startswith("chair@") else f"chair@{family}"]
+        )
+        if any(n not in FAMILIES for n in names):
+            raise InputError(
+                f"--family must be lemmatizer, singularize or both, not {family!r}"
+            )
+        if out is not None and not overwrite and (out / "chair_summary.json").exists():
+            raise InputError(
+                "exists; pass --overwrite to replace it", out / "chair_summary.json"
+            )
+        caps, settings = _read(captions, fmt)
+        other = _read(against, fmt)[0] if against is not None else None
+        results: dict[str, Any] = {}
+        per_caption: dict[str, list[Any]] = {}
+        for name in names:
+            fam = family_named(name)
+            truth = _ground_truth(name, ground_truth, coco, year, coco_sha256)
+            scores = score_captions(caps, truth, fam, truncate=truncate_incomplete)
+            recorded = {
+                **settings,
+                **fam.identity,
+                "ground_truth": truth.describe(),
+                "truncate_incomplete": truncate_incomplete,
+            }
+            summary = summarize(
+                scores, name, settings=recorded, n_resamples=bootstrap, seed=seed
+            )
+            entry: dict[str, Any] = {"summary": summary.model_dump(mode="json")}
+            if other is not None:
+                other_scores = score_captions(
+                    other, truth, fam, truncate=truncate_incomplete
+                )
+                entry["paired"] = {
+                    "against": str(against),
+                    **paired_differences(
+                        scores, other_scores, n_resamples=bootstrap, seed=seed
+                    ),
+                }
+            results[name] = entry
+            per_caption[name] = scores
+            if coco is not None and out is not None:  # built from the annotations: cached as small JSON for --ground-truth
+                truth.save(out / f"ground_truth_{name.removeprefix('chair@')}.json")
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            for name, scores in per_caption.items():
+                lines = "".join(s.model_dump_json() + "\n" for s in scores)
+                write_atomic(out / f"chair_{name.removeprefix('chair@')}.jsonl", lines)
+            write_atomic(
+                out / "chair_summary.json",
+                json.dumps(results, indent=2, ensure_ascii=False) + "\n",
+            )
+            from halluprobe.report.chair import chair_latex_table, chair_section
+
+            source = _source(captions)
+            write_atomic(out / "chair_report.md", chair_section(results, per_caption, source))
+            write_atomic(out / "chair_table.tex", chair_latex_table(results, source))
+    if as_json:
+        typer.echo(json.dumps(results, indent=2, ensure_ascii=False))
+        return
+    for name, entry in results.items():
+        s = entry["summary"]
+        cells = [f"{m} {format_ratio(s[m], s['ci'].get(m), digits=1, ci_digits=1, scale=100 if m != 'length' else 1, missing='n/a')}"
+                 for m in ("chair_s", "chair_i", "recall", "length")]  # fmt: skip
+        typer.echo(f"{name}: n={s['n']} " + "  ".join(cells))
+        for metric, d in entry.get("paired", {}).items():
+            if isinstance(d, dict) and d.get("diff") is not None:
+                scale = 1 if metric == "length" else 100
+                typer.echo(
+                    f"  {metric} - against: {format_ratio(d['diff'], d['ci'], digits=1, ci_digits=1, scale=scale)}"
+                )
+    gt = results[names[0]]["summary"]["settings"]["ground_truth"]
+    typer.echo(f"ground truth: {gt['source']}{' ' + gt['year'] if gt.get('year') else ''}; prompt: {settings.get('prompt')}; "
+               f"max_new_tokens: {settings.get('max_new_tokens')}; truncate_incomplete: {truncate_incomplete}")  # fmt: skip
+    if out is not None:
+        typer.echo(
+            f"{out}: chair_summary.json, chair_report.md, chair_table.tex, "
+            + ", ".join(f"chair_{n.removeprefix('chair@')}.jsonl" for n in names)
+        )
