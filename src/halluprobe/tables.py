@@ -16,16 +16,16 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from halluprobe import __version__
 from halluprobe.errors import InputError
-from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, markdown_table, score_rows_named
+from halluprobe.formatting import MARKDOWN_COLUMNS, fmt_ci, fmt_count, fmt_pct, fmt_score, format_ratio, markdown_table, score_rows_named
 from halluprobe.records import FrozenRecord, Metrics, RunHeader, Sample, ScoreReport
+from halluprobe.rundir import RunDir, sha256_file
 
-if TYPE_CHECKING:
-    from halluprobe.rundir import RunDir
 
 __all__ = [
     "PROVENANCE_MARK",
@@ -46,6 +46,7 @@ __all__ = [
     "score_grid",
     "render_markdown",
     "render_latex",
+    "score_table",
     "readouts_grid",
     "readouts_reports",
     "readouts_provenance",
@@ -127,8 +128,6 @@ class Grid:
 
 def run_source(path: str | Path) -> RunSource:
     """A run dir as a table names it: the path as given, its fingerprint and samples sha256."""
-    from halluprobe.rundir import RunDir, sha256_file
-
     rundir = RunDir(path)
     header = rundir.read_header()
     return RunSource(path=str(path), fingerprint=header.fingerprint, samples_sha256=sha256_file(rundir.samples_path))
@@ -136,8 +135,6 @@ def run_source(path: str | Path) -> RunSource:
 
 def score_provenance(rundir: str | Path, report: ScoreReport) -> Provenance:
     """The provenance of a score table of ``rundir`` (readout, policy and bootstrap from ``report``)."""
-    from halluprobe import __version__
-
     return Provenance(
         table="score",
         runs=(run_source(rundir),),
@@ -152,9 +149,6 @@ def score_provenance(rundir: str | Path, report: ScoreReport) -> Provenance:
 def answers_provenance(answers: str | Path, labels: Sequence[str | Path], report: ScoreReport) -> Provenance:
     """The provenance of a score table of a third-party answers file scored against ``labels``
     (``score --answers``): the files as given, with their sha256; the rule is the readout."""
-    from halluprobe import __version__
-    from halluprobe.rundir import sha256_file
-
     return Provenance(
         table="score",
         answers=FileSource(path=str(answers), sha256=sha256_file(answers)),
@@ -264,6 +258,19 @@ def render_latex(report: ScoreReport, title: str, provenance: Provenance | None 
     return _latex(grid, title, _bootstrap_note(report), provenance, rule_before=len(grid.rows) - 2)
 
 
+def score_table(report: ScoreReport, title: str) -> Any:
+    """The terminal table (a rich Table) of a score report: the cells of the "terminal" grid."""
+    from rich.table import Table  # rich only where a terminal table is printed
+
+    grid = score_grid(report, "terminal")
+    table = Table(title=title)
+    for col in grid.header:
+        table.add_column(col, justify="right" if col != "split" else "left")
+    for row in grid.rows:
+        table.add_row(*(cell.text for cell in row))
+    return table
+
+
 def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance | None) -> str:
     lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
     lines += [f"**{title}**", "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])]
@@ -364,8 +371,6 @@ def _score_readouts(
 
 def readouts_provenance(rundir: str | Path, reports: Mapping[str, ScoreReport], forced: Collection[str], headline: str) -> Provenance:
     """The provenance of a readouts table of ``rundir``."""
-    from halluprobe import __version__
-
     first = reports[headline]
     return Provenance(
         table="readouts",
@@ -401,8 +406,6 @@ _HEADLINE_RATIOS = (("accuracy", "acc"), ("precision", "prec"), ("recall", "rec"
 
 def percent_cell(m: Metrics, field: str) -> Cell:
     """A ratio in % with its CI, as the report writes it: ``85.8 [83.2, 88.1]``; values in %."""
-    from halluprobe.report.view import fmt_ci, fmt_pct
-
     value = getattr(m, field)
     ci = m.ci.get(field)
     interval = fmt_ci(ci)
@@ -417,8 +420,6 @@ def headline_grid(runs: Sequence[Sequence[tuple[str, Metrics]]], names: Sequence
     ratios in % with their CIs, AUROC and ECE on [0, 1], counts with SI thousands; a first
     column ``N. name`` when ``names`` are given (several runs), the errors column when a run
     has errors."""
-    from halluprobe.report.view import fmt_count, fmt_score
-
     show_errors = any(m.errors for rows in runs for _, m in rows)
     counts = [*_HEADLINE_COUNTS, *([("errors", "err")] if show_errors else [])]
     header = [*(["run"] if names else []), "split", *(h for _, h in counts), *(h for _, h in _HEADLINE_RATIOS), "AUROC", "ECE"]
@@ -439,8 +440,6 @@ def headline_provenance(
 ) -> Provenance:
     """The provenance of the report's headline table: its run dirs (and their names when
     several), the headline readout, policy and bootstrap the audits used."""
-    from halluprobe import __version__
-
     return Provenance(
         table="headline",
         runs=tuple(run_source(p) for p in rundirs),
@@ -544,8 +543,6 @@ def corrections_grid(report: Any, style: Style) -> Grid:
 
 def corrections_provenance(rundir: str | Path, report: Any, corrections: Sequence[str]) -> Provenance:
     """The provenance of a corrections table: the corrections named, policy and bootstrap."""
-    from halluprobe import __version__
-
     return Provenance(
         table="corrections",
         runs=(run_source(rundir),),

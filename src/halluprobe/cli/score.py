@@ -41,7 +41,7 @@ def score_cmd(
     ] = None,
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
-    from halluprobe.formatting import score_markdown, score_table
+    from halluprobe.tables import score_table
     from halluprobe.scoring import score_answers_file, score_rundir
 
     with errors():
@@ -70,11 +70,11 @@ def score_cmd(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif markdown or latex:
-        from halluprobe.tables import answers_provenance, render_latex, score_provenance
+        from halluprobe.tables import answers_provenance, render_latex, render_markdown, score_provenance
 
         with errors():  # the table names its source: the run dir, or the answers and labels files
             provenance = score_provenance(rundir, report) if rundir is not None else answers_provenance(answers, labels or (), report)  # type: ignore[arg-type]
-        typer.echo(render_latex(report, title, provenance) if latex else score_markdown(report, title, provenance))
+        typer.echo(render_latex(report, title, provenance) if latex else render_markdown(report, title, provenance))
     else:
         console().print(score_table(report, title))
 
