@@ -62,10 +62,10 @@ def run_demo(
 
     from halluprobe.audit import audit_run
     from halluprobe.backends.hf import HFBackend
-    from halluprobe.corrections_table import corrections_table
     from halluprobe.benchmarks.objects import read_objects
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
     from halluprobe.benchmarks.synthetic import write_synthetic
+    from halluprobe.corrections_table import corrections_table
     from halluprobe.errors import RuntimeFailure
     from halluprobe.readouts.tokensets import describe_token_sets
     from halluprobe.report import render_report

@@ -10,12 +10,14 @@ across splits.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "SCHEMA_VERSION",
+    "UNKNOWN_POLICIES",
+    "UnknownPolicy",
     "FrozenRecord",
     "Label",
     "Decision",
@@ -63,6 +65,11 @@ __all__ = [
     "RunDifferences",
     "RunComparison",
 ]
+
+# How an unknown answer (neither yes nor no) is counted: as wrong, as a no, as a yes, or
+# dropped. Defined once here; every policy parameter and record field uses this type.
+UnknownPolicy = Literal["wrong", "no", "yes", "drop"]
+UNKNOWN_POLICIES: tuple[UnknownPolicy, ...] = get_args(UnknownPolicy)
 
 SCHEMA_VERSION = 1
 
@@ -349,7 +356,7 @@ class ScoreReport(FrozenRecord):
 
     schema_version: int = SCHEMA_VERSION
     readout: str
-    unknown_policy: Literal["wrong", "no", "yes", "drop"]
+    unknown_policy: UnknownPolicy
     splits: dict[str, Metrics]
     pooled: Metrics
     macro: Metrics

@@ -23,9 +23,8 @@ from pydantic import ValidationError
 from halluprobe import __version__
 from halluprobe.errors import InputError
 from halluprobe.formatting import MARKDOWN_COLUMNS, fmt_ci, fmt_count, fmt_pct, fmt_score, format_ratio, markdown_table, score_rows_named
-from halluprobe.records import FrozenRecord, Metrics, RunHeader, Sample, ScoreReport
+from halluprobe.records import FrozenRecord, Metrics, RunHeader, Sample, ScoreReport, UnknownPolicy
 from halluprobe.rundir import RunDir, sha256_file
-
 
 __all__ = [
     "PROVENANCE_MARK",
@@ -105,7 +104,7 @@ class Provenance(FrozenRecord):
     readout: str
     readouts: tuple[str, ...] = ()
     forced: tuple[str, ...] = ()  # legacy readouts scored although invalid for the vocabulary
-    unknown: Literal["wrong", "no", "yes", "drop"]
+    unknown: UnknownPolicy
     seed: int
     resamples: int
     halluprobe: str
@@ -190,6 +189,8 @@ def parse_provenance(line: str, path: str | Path, number: int) -> tuple[Provenan
         data = json.loads(match.group(1))
     except json.JSONDecodeError as err:
         raise InputError(f"malformed provenance comment: {err.msg} at column {err.colno}", path, number) from None
+    except (ValueError, RecursionError) as err:  # an integer past Python's digit limit; nesting too deep
+        raise InputError(f"malformed provenance comment: {str(err) or type(err).__name__}", path, number) from None
     try:
         provenance = Provenance.model_validate(data)
     except ValidationError as err:
@@ -336,7 +337,7 @@ def readouts_grid(reports: Mapping[str, ScoreReport], forced: Collection[str], s
 
 
 def readouts_reports(
-    rundir: str | Path, *, readouts: Sequence[str] | None = None, policy: str = "wrong", n_resamples: int = 1000, seed: int = 0
+    rundir: str | Path, *, readouts: Sequence[str] | None = None, policy: UnknownPolicy = "wrong", n_resamples: int = 1000, seed: int = 0
 ) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
     """Every readout of a run (or those named) scored as ``score_rundir`` scores it (samples
     read once for all), and which of them are forced (legacy ids that are other words in this
@@ -350,7 +351,7 @@ def readouts_reports(
 
 
 def _score_readouts(
-    run: RunDir, header: RunHeader, samples: Sequence[Sample], readouts: Sequence[str], *, policy: str, n_resamples: int, seed: int
+    run: RunDir, header: RunHeader, samples: Sequence[Sample], readouts: Sequence[str], *, policy: UnknownPolicy, n_resamples: int, seed: int
 ) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
     """``readouts`` of one run's samples through ``score_rundir``'s checks and rows (no
     metrics.json), and the forced ones among them."""
@@ -365,7 +366,7 @@ def _score_readouts(
     reports = {}
     for r in names:
         check_readout(r, header, samples, force_invalid=r in forced, source=run.header_path)
-        reports[r] = score_rows(readout_rows(r, header, samples), readout=r, policy=policy, n_resamples=n_resamples, seed=seed)  # type: ignore[arg-type]
+        reports[r] = score_rows(readout_rows(r, header, samples), readout=r, policy=policy, n_resamples=n_resamples, seed=seed)
     return reports, forced
 
 
@@ -436,7 +437,7 @@ def headline_grid(runs: Sequence[Sequence[tuple[str, Metrics]]], names: Sequence
 
 
 def headline_provenance(
-    rundirs: Sequence[str | Path], names: Sequence[str], *, readout: str, policy: str, seed: int, resamples: int
+    rundirs: Sequence[str | Path], names: Sequence[str], *, readout: str, policy: UnknownPolicy, seed: int, resamples: int
 ) -> Provenance:
     """The provenance of the report's headline table: its run dirs (and their names when
     several), the headline readout, policy and bootstrap the audits used."""
@@ -445,7 +446,7 @@ def headline_provenance(
         runs=tuple(run_source(p) for p in rundirs),
         names=tuple(names) if len(rundirs) > 1 else None,
         readout=readout,
-        unknown=policy,  # type: ignore[arg-type]
+        unknown=policy,
         seed=seed,
         resamples=resamples,
         halluprobe=__version__,
@@ -470,7 +471,7 @@ RECOMMENDED = "dynamic"  # read from the model's own yes/no sets: the column to 
 
 
 def study_table(
-    rundirs: Sequence[str | Path], syntax: Literal["markdown", "latex"], *, policy: str = "wrong", n_resamples: int = 0, seed: int = 0
+    rundirs: Sequence[str | Path], syntax: Literal["markdown", "latex"], *, policy: UnknownPolicy = "wrong", n_resamples: int = 0, seed: int = 0
 ) -> str:
     """F1 per model, split (and macro) and readout for several runs, as the token-set study
     tabulates it. A legacy readout whose ids are other words in a model's vocabulary is scored

@@ -41,8 +41,8 @@ def score_cmd(
     ] = None,
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
-    from halluprobe.tables import score_table
     from halluprobe.scoring import score_answers_file, score_rundir
+    from halluprobe.tables import score_table
 
     with errors():
         if answers is not None or labels is not None:
