@@ -206,6 +206,36 @@ def test_bad_input_exits_2_with_file_and_line(run_dir: Path, tmp_path: Path) -> 
     assert code == 2 and f"{claims}:6: claim 'value' must be a string" in output, output
 
 
+def test_bootstrap_bounds_from_a_comment_are_checked_before_any_work(run_dir: Path, tmp_path: Path) -> None:
+    """A comment decides how much check computes: resamples and seed out of bounds are bad input
+    (one line, file:line), refused before scoring (10**9 resamples used to allocate until out of
+    memory, a negative count to traceback)."""
+    from halluprobe.check import MAX_RESAMPLES, MAX_SEED
+
+    md = tmp_path / "paper.md"
+    good = _score(run_dir, "--markdown")
+    assert '"resamples": 50' in good and '"seed": 0' in good
+    cases = [
+        ('"resamples": 50', '"resamples": -1', "provenance comment: resamples -1 is out of bounds"),
+        ('"resamples": 50', '"resamples": 1000000000', "resamples 1000000000 is out of bounds"),
+        ('"resamples": 50', f'"resamples": {MAX_RESAMPLES + 1}', f"resamples {MAX_RESAMPLES + 1} is out of bounds"),
+        ('"seed": 0', '"seed": -3', "seed -3 is out of bounds"),
+        ('"seed": 0', f'"seed": {MAX_SEED + 1}', f"seed {MAX_SEED + 1} is out of bounds"),
+        ('"seed": 0', '"seed": Infinity', "malformed provenance comment: seed"),
+        ('"seed": 0', '"seed": 1.5', "malformed provenance comment: seed"),
+        ('"seed": 0', '"seed": ' + "9" * 5000, "malformed provenance comment: "),  # past Python's int digit limit
+    ]
+    for old, bad, message in cases:
+        md.write_text("# Results\n" + good.replace(old, bad, 1))
+        code, output = _check(str(md))
+        assert code == 2 and output.startswith(f"error: {md}:2: ") and message in output, (bad[:40], output)
+        assert output.count("\n") == 1, output
+    # the bounds themselves are accepted: 0 resamples (no CIs) is what `score --resamples 0` writes
+    md.write_text(_score(run_dir, "--markdown", "--resamples", "0", "--seed", str(MAX_SEED)))
+    code, output = _check(str(md))
+    assert code == 0 and "everything matches" in output, output
+
+
 def test_terminal_table_in_a_code_block(run_dir: Path, tmp_path: Path) -> None:
     """The rich table `score` prints, pasted under a Markdown provenance comment (box and all)."""
     printed = _score(run_dir, "--resamples", "50")
