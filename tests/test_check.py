@@ -448,3 +448,31 @@ def test_readouts_tables_read_the_samples_once_and_score_like_score(run_dir: Pat
     monkeypatch.undo()
     for name, report in reports.items():
         assert report == score_rundir(run_dir, readout=name, n_resamples=20, seed=4, write=False, force_invalid=name in forced)
+
+
+@pytest.mark.parametrize("syntax", ["markdown", "latex"])
+def test_the_study_table_renders_from_a_grid_that_check_recomputes(run_dir: Path, tmp_path: Path, syntax: str) -> None:
+    """`audit --table` (unchanged: no comment) and the same table under a provenance comment,
+    which check verifies cell by cell, forced (†) cells included."""
+    from halluprobe.tables import study_provenance, study_table
+
+    printed = runner.invoke(app, ["audit", str(run_dir), "--table", *(["--latex"] if syntax == "latex" else [])]).output
+    plain = study_table([run_dir], syntax)  # type: ignore[arg-type]
+    assert printed == plain + "\n" and "halluprobe-provenance" not in printed
+    provenance = study_provenance([run_dir], policy="wrong", seed=0, resamples=0)
+    paper = tmp_path / ("study.tex" if syntax == "latex" else "study.md")
+    paper.write_text(study_table([run_dir], syntax, provenance=provenance))  # type: ignore[arg-type]
+    assert paper.read_text().split("\n", 1)[1] == plain
+    assert "†" in plain or r"$^\dagger$" in plain  # the scripted run's legacy ids are forced
+    code, output = _check(str(paper))
+    assert code == 0 and "checked 1 table" in output and "everything matches" in output, output
+    sep = "&" if syntax == "latex" else "|"
+    lines = paper.read_text().split("\n")
+    row = next(i for i, line in enumerate(lines) if "macro" in line and sep in line)
+    cells = lines[row].split(sep)
+    column = 4 if syntax == "latex" else 5  # dynamic (*)
+    cells[column] = re.sub(r"\d(?=\D*$)", lambda m: str((int(m.group(0)) + 1) % 10), cells[column])
+    lines[row] = sep.join(cells)
+    paper.write_text("\n".join(lines))
+    code, output = _check(str(paper))
+    assert code == 1 and f"{paper}:{row + 1}: differs: " in output and "dynamic (*)" in output, output

@@ -51,6 +51,14 @@ __all__ = [
     "readouts_provenance",
     "render_readouts",
     "latex_escape",
+    "study_grid",
+    "study_provenance",
+    "study_table",
+    "corrections_grid",
+    "corrections_provenance",
+    "render_corrections",
+    "STUDY_READOUTS",
+    "RECOMMENDED",
 ]
 
 PROVENANCE_MARK = "halluprobe-provenance"
@@ -95,7 +103,8 @@ class Provenance(FrozenRecord):
     # table), one row each, ``readout`` being the headline
     # corrections: the corrections table (halluprobe corrections), ``readouts`` being its corrections
     # headline: the report's headline metrics (report.md), a row per run and split, in %
-    table: Literal["score", "readouts", "corrections", "headline"]
+    # study: the multi-model table (audit --table), a row per model and split, F1 per readout
+    table: Literal["score", "readouts", "corrections", "headline", "study"]
     runs: tuple[RunSource, ...] = ()  # empty for a score table of an answers file
     # score --answers: the answers file and its POPE labels files (one per split), instead of runs
     answers: FileSource | None = None
@@ -470,44 +479,79 @@ STUDY_READOUTS = ("legacy_2tok", "legacy_8tok", "dynamic", "text:pope", "text:ex
 RECOMMENDED = "dynamic"  # read from the model's own yes/no sets: the column to report
 
 
-def study_table(
-    rundirs: Sequence[str | Path], syntax: Literal["markdown", "latex"], *, policy: UnknownPolicy = "wrong", n_resamples: int = 0, seed: int = 0
-) -> str:
-    """F1 per model, split (and macro) and readout for several runs, as the token-set study
-    tabulates it. A legacy readout whose ids are other words in a model's vocabulary is scored
-    anyway and marked (†): it is what that evaluator would report, not the model's answer. The
-    recommended column (the model's own yes/no sets) is marked (*). A readout a run cannot give
-    (text rules on a logits-only run) is '-'."""
+def study_grid(
+    rundirs: Sequence[str | Path], style: Literal["markdown", "latex"], *, policy: UnknownPolicy = "wrong", n_resamples: int = 0, seed: int = 0
+) -> Grid:
+    """The cells of the study table: a row per model and split (and macro), F1 per readout; a
+    forced legacy readout's cell is marked †, a readout the run cannot give is a dash."""
     from halluprobe.readouts.apply import available_readouts
     from halluprobe.scoring import read_run_samples
 
-    header_cells = ["model", "split", *[f"{r}{' (*)' if r == RECOMMENDED else ''}" for r in STUDY_READOUTS]]
-    rows: list[list[str]] = []
+    latex = style == "latex"
+    header = ["model", "split", *[f"{r}{' (*)' if r == RECOMMENDED else ''}" for r in STUDY_READOUTS]]
+    rows: list[tuple[Cell, ...]] = []
     for rundir in rundirs:
-        run, header, samples = read_run_samples(rundir)
-        names = [r for r in STUDY_READOUTS if r in available_readouts(header, samples)]
-        reports, forced = _score_readouts(run, header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
-        model = Path(header.model).name or header.model
+        run, run_header, samples = read_run_samples(rundir)
+        names = [r for r in STUDY_READOUTS if r in available_readouts(run_header, samples)]
+        reports, forced = _score_readouts(run, run_header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
+        model = Path(run_header.model).name or run_header.model
         splits = [*next(iter(reports.values())).splits, "macro"] if reports else []
         for split in splits:
-            cells = [model, split]
+            cells = [Cell(latex_escape(model) if latex else model), Cell(latex_escape(split) if latex else split)]
             for name in STUDY_READOUTS:
                 report = reports.get(name)
                 metrics = None if report is None else (report.macro if split == "macro" else report.splits.get(split))
-                value = format_ratio(None if metrics is None else metrics.f1, digits=4)
-                cells.append(value + (" †" if name in forced and value != "-" else ""))
-            rows.append(cells)
+                value = None if metrics is None else metrics.f1
+                text = format_ratio(value, digits=4)
+                mark = name in forced and text != "-"
+                cells.append(Cell(text + ((r" $^\dagger$" if latex else " †") if mark else ""), (value,)))
+            rows.append(tuple(cells))
+    return Grid(header=tuple(latex_escape(h) if latex else h for h in header), rows=tuple(rows))
+
+
+def study_table(
+    rundirs: Sequence[str | Path],
+    syntax: Literal["markdown", "latex"],
+    *,
+    policy: UnknownPolicy = "wrong",
+    n_resamples: int = 0,
+    seed: int = 0,
+    provenance: Provenance | None = None,
+) -> str:
+    """F1 per model, split (and macro) and readout for several runs, as the token-set study
+    tabulates it (:func:`study_grid`). A legacy readout whose ids are other words in a model's
+    vocabulary is scored anyway and marked (†): it is what that evaluator would report, not the
+    model's answer. The recommended column (the model's own yes/no sets) is marked (*). A
+    readout a run cannot give (text rules on a logits-only run) is '-'. Under ``provenance``
+    (:func:`study_provenance`), ``check`` recomputes it."""
+    grid = study_grid(rundirs, syntax, policy=policy, n_resamples=n_resamples, seed=seed)
     note = (
         "F1 per split and macro (mean over splits), unknown answers counted "
         f"{policy}. (*): the model's own yes/no sets, the column to report. †: legacy ids that are "
         "other words in this model's vocabulary, scored anyway: what that evaluator would report."
     )
+    texts = [[c.text for c in row] for row in grid.rows]
     if syntax == "latex":
-        body = [" & ".join(latex_escape(c) for c in header_cells) + r" \\", r"\midrule"]
-        body += [" & ".join(latex_escape(c).replace("†", r"$^\dagger$") for c in row) + r" \\" for row in rows]
+        lines = [provenance_comment(provenance, "latex")] if provenance is not None else []
+        body = [" & ".join(grid.header) + r" \\", r"\midrule", *(" & ".join(row) + r" \\" for row in texts)]
         spec = "ll" + "r" * len(STUDY_READOUTS)
-        return "\n".join([rf"\begin{{tabular}}{{{spec}}}", r"\toprule", *body, r"\bottomrule", r"\end{tabular}", f"% {note}"])
-    return "\n".join([*markdown_table(header_cells, rows), "", note])
+        return "\n".join([*lines, rf"\begin{{tabular}}{{{spec}}}", r"\toprule", *body, r"\bottomrule", r"\end{tabular}", f"% {note}"])
+    lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
+    return "\n".join([*lines, *markdown_table(grid.header, texts), "", note])
+
+
+def study_provenance(rundirs: Sequence[str | Path], *, policy: UnknownPolicy, seed: int, resamples: int) -> Provenance:
+    """The provenance of a study table: its run dirs, readouts, policy and bootstrap."""
+    return Provenance(
+        table="study",
+        runs=tuple(run_source(p) for p in rundirs),
+        readout=RECOMMENDED,
+        readouts=STUDY_READOUTS,
+        unknown=policy,
+        seed=seed,
+        resamples=resamples,
+        halluprobe=__version__,
+    )
 
 
 # -- the corrections table (halluprobe corrections) -------------------------------------------------

@@ -24,6 +24,7 @@ def _strip_markup(text: str) -> str:
     text = re.sub(r"(?<=\d)\u202f(?=\d)", "", text)  # SI thousands (the report's counts): 9 000
     text = re.sub(r"\\[A-Za-z]+\*?", " ", text)
     text = re.sub(r"[{}$*]", " ", text)
+    text = re.sub(r"[\^†‡]", " ", text)  # footnote marks (the study table's forced cells: † or $^\dagger$)
     return " ".join(text.split())
 
 

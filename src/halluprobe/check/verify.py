@@ -27,7 +27,7 @@ from halluprobe.errors import InputError
 from halluprobe.formatting import score_rows_named
 from halluprobe.jsonl import read_text
 from halluprobe.scoring import score_answers_file
-from halluprobe.tables import FileSource, Grid, corrections_grid, headline_grid, readouts_grid, score_grid
+from halluprobe.tables import FileSource, Grid, corrections_grid, headline_grid, readouts_grid, score_grid, study_grid
 
 __all__ = ["check_files"]
 
@@ -93,12 +93,31 @@ def _check_headline_table(table: FoundTable, runs: Sequence[Path], cache: RunCac
     return headline_grid([score_rows_named(r) for r in reports], names if len(paths) > 1 else ())
 
 
+def _check_study_table(table: FoundTable, runs: Sequence[Path], result: CheckResult) -> Grid | None:
+    """The multi-model study table (``audit --table``): every run it names, recomputed through
+    the same grid."""
+    prov = table.provenance
+    if table.style == "terminal":
+        raise InputError("a study table is a Markdown or LaTeX table, not a terminal table", table.path, table.line)
+    paths = []
+    for source in prov.runs:
+        path = locate_run(source.path, runs)
+        findings, usable = run_findings(source, path, prov.readout, prov.unknown, (table.path, table.line))
+        result.findings.extend(findings)
+        if not usable:
+            return None
+        paths.append(path)
+    return study_grid(paths, table.style, policy=prov.unknown, n_resamples=prov.resamples, seed=prov.seed)
+
+
 def _check_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> None:
     prov = table.provenance
     if prov.answers is not None:
         grid = _check_answers_table(table, prov.answers, runs, result)
     elif prov.table == "headline":
         grid = _check_headline_table(table, runs, cache, result)
+    elif prov.table == "study":
+        grid = _check_study_table(table, runs, result)
     else:
         grid = _check_run_table(table, runs, cache, result)
     if grid is None:  # a source that cannot be read: reported, nothing to compare with
