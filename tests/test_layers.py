@@ -270,3 +270,19 @@ def test_the_walk_sees_imports_inside_functions_and_type_checking(tmp_path: Path
     seen = {m: {t for t, _ in _imported(m, p, modules)} for m, p in modules.items()}
     assert seen["sub.leaf"] == {"top"} and seen["sub"] == {"sub.leaf"} and seen["top"] == {"sub.leaf"}
     assert _cycles({m: t - {m} for m, t in seen.items()}) == [["sub.leaf", "top"]]
+
+
+def test_the_slow_guard_sees_model_builders_by_code_not_by_file_name() -> None:
+    """tests/conftest.py's guard: what reaches a model builder, and what does not."""
+    import conftest
+
+    def reaches_model(source: str) -> bool:
+        return any(conftest._is_model(n) for n in conftest._names(ast.parse(source)))
+
+    assert reaches_model("from halluprobe.tiny import demo_photos")
+    assert reaches_model("import pytest\ntorch = pytest.importorskip('torch')")
+    assert reaches_model("def t():\n    from halluprobe.backends.hf import HFBackend\n    HFBackend('m')")
+    assert reaches_model("def t(tmp_path):\n    build_tiny_qwen2vl(tmp_path, None)")
+    assert reaches_model("model = transformers.AutoModelForImageTextToText.from_pretrained(path)")
+    assert not reaches_model("from transformers import AutoTokenizer\nAutoTokenizer.from_pretrained(path)")
+    assert not reaches_model("from halluprobe.backends.scripted import ScriptedBackend\nimport torchvision_free")
