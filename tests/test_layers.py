@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backends", ("backends", "ask", "clip_signal", "tiny")),
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner
     ("run", ("runner", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove")),
-    ("present", ("audit", "corrections_table", "tables", "check", "report")),
+    ("present", ("audit", "corrections_table", "provenance", "tables", "check", "report")),
     ("entry", ("demo", "cli")),
 )
 
