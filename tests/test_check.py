@@ -476,3 +476,31 @@ def test_the_study_table_renders_from_a_grid_that_check_recomputes(run_dir: Path
     paper.write_text("\n".join(lines))
     code, output = _check(str(paper))
     assert code == 1 and f"{paper}:{row + 1}: differs: " in output and "dynamic (*)" in output, output
+
+
+def test_hostile_numbers_and_nesting_are_one_line_not_a_traceback(run_dir: Path, tmp_path: Path) -> None:
+    """Issue 25's classes where check reads other people's files: a provenance comment nested
+    too deep, a claims file nested too deep, a claimed value and a table cell past Python's
+    4300-digit integer limit."""
+    from halluprobe.check import compare_cell, compare_number
+    from halluprobe.tables import Cell
+
+    md = tmp_path / "paper.md"
+    md.write_text(_score(run_dir, "--markdown").replace('"seed": 0', '"seed": ' + "[" * 100_000 + "]" * 100_000, 1))
+    code, output = _check(str(md))
+    assert code == 2 and output.startswith(f"error: {md}:1: malformed provenance comment") and output.count("\n") == 1, output[:300]
+
+    plain = tmp_path / "plain.md"
+    plain.write_text("nothing\n")
+    claims = tmp_path / "claims.toml"
+    claims.write_text(f'run = "{run_dir}"\nx = ' + "[" * 100_000 + "]" * 100_000 + "\n")
+    code, output = _check(str(plain), "--claims", str(claims))
+    assert code == 2 and output.startswith(f"error: {claims}: invalid TOML") and output.count("\n") == 1, output[:300]
+
+    huge = "9" * 5000
+    for value in (huge, f"{huge}/360", f"1/{huge}"):
+        claims.write_text(f'run = "{run_dir}"\n\n[[claim]]\nsplit = "random"\nmetric = "tp"\nvalue = "{value}"\n')
+        code, output = _check(str(plain), "--claims", str(claims))
+        assert code == 2 and f"{claims}:6: cannot read the claimed value" in output and output.count("\n") == 1, output[:300]
+    assert compare_number(36, huge) is False and compare_cell(Cell("36", (36,)), huge) == "differs"
+    assert compare_number(0.5, "0." + "5" * 5000) is False

@@ -22,7 +22,7 @@ from typing import Any
 
 import tomllib
 
-from halluprobe.check.compare import compare_number
+from halluprobe.check.compare import MAX_NUMBER_CHARS, compare_number
 from halluprobe.check.findings import Finding
 from halluprobe.check.sources import RunCache, locate_run, run_findings
 from halluprobe.errors import InputError
@@ -81,6 +81,8 @@ def parse_written(value: str) -> Written | None:
         return None
     number, denominator, suffix = match.groups()
     if denominator is not None and (suffix or "." in number):
+        return None
+    if max(len(number), len(denominator or "")) > MAX_NUMBER_CHARS:  # int() refuses past 4300 digits
         return None
     tokens = (number,) if denominator is None else (number, denominator)
     return Written(tokens, percent=suffix is not None, fraction=denominator is not None, suffix=suffix or "")
@@ -147,6 +149,8 @@ def read_claims(path: str | Path) -> list[Claim]:
     except tomllib.TOMLDecodeError as err:
         at = re.search(r"at line (\d+)", str(err))
         raise InputError(f"invalid TOML: {err}", path, int(at.group(1)) if at else None) from None
+    except RecursionError:
+        raise InputError("invalid TOML: nested too deep", path) from None
     unknown_top = set(data) - {"run", "readout", "unknown", "claim"}
     if unknown_top:
         raise InputError(f"unknown top-level keys {sorted(unknown_top)} (claims go in [[claim]] tables)", path)

@@ -11,7 +11,9 @@ from halluprobe.check.parse import FoundTable
 from halluprobe.errors import InputError
 from halluprobe.tables import Cell, Grid
 
-__all__ = ["compare_cell", "compare_number", "compare_table"]
+__all__ = ["MAX_NUMBER_CHARS", "compare_cell", "compare_number", "compare_table"]
+
+MAX_NUMBER_CHARS = 64  # a number written longer than this is never one of ours: it differs
 
 _NUMBER = re.compile(r"([-+−]?\d+(?:\.\d+)?)(\s*%)?")
 _MISSING = {"-", "--", "---", "—", "–", "n/a"}
@@ -32,6 +34,8 @@ def compare_number(value: float | int, token: str, percent: bool = False) -> boo
     """Whether ``token`` (``"0.858"``, ``"84.5"`` with ``percent``) is ``value`` written at the
     token's own precision; a count must be written whole."""
     token = token.replace("−", "-").lstrip("+")
+    if len(token) > MAX_NUMBER_CHARS:  # no number halluprobe writes; int() would refuse it past 4300 digits
+        return False
     if isinstance(value, int) and not isinstance(value, bool) and not percent:
         return token.lstrip("-").isdigit() and int(token) == value
     scaled = 100 * value if percent else value
