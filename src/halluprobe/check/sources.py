@@ -45,7 +45,9 @@ class RunCache:
     def __init__(self) -> None:
         self._reports: dict[tuple[str, str, str, int, int, bool], ScoreReport] = {}
 
-    def report(self, path: Path, readout: str, policy: UnknownPolicy, seed: int, resamples: int, force_invalid: bool = False) -> ScoreReport:
+    def report(
+        self, path: Path, readout: str, policy: UnknownPolicy, seed: int, resamples: int, force_invalid: bool = False
+    ) -> ScoreReport:
         key = (str(path.resolve()), readout, policy, seed, resamples, force_invalid)
         if key not in self._reports:
             self._reports[key] = score_rundir(
