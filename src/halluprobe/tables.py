@@ -239,7 +239,14 @@ def readouts_reports(
 
 
 def _score_readouts(
-    run: RunDir, header: RunHeader, samples: Sequence[Sample], readouts: Sequence[str], *, policy: UnknownPolicy, n_resamples: int, seed: int
+    run: RunDir,
+    header: RunHeader,
+    samples: Sequence[Sample],
+    readouts: Sequence[str],
+    *,
+    policy: UnknownPolicy,
+    n_resamples: int,
+    seed: int,
 ) -> tuple[dict[str, ScoreReport], tuple[str, ...]]:
     """``readouts`` of one run's samples through ``score_rundir``'s checks and rows (no
     metrics.json), and the forced ones among them."""
@@ -326,7 +333,12 @@ RECOMMENDED = "dynamic"  # read from the model's own yes/no sets: the column to 
 
 
 def study_grid(
-    rundirs: Sequence[str | Path], style: Literal["markdown", "latex"], *, policy: UnknownPolicy = "wrong", n_resamples: int = 0, seed: int = 0
+    rundirs: Sequence[str | Path],
+    style: Literal["markdown", "latex"],
+    *,
+    policy: UnknownPolicy = "wrong",
+    n_resamples: int = 0,
+    seed: int = 0,
 ) -> Grid:
     """The cells of the study table: a row per model and split (and macro), F1 per readout; a
     forced legacy readout's cell is marked †, a readout the run cannot give is a dash."""
