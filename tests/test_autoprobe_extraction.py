@@ -11,6 +11,8 @@ import pytest
 from halluprobe.backends.base import load_backend
 from halluprobe.benchmarks.autoprobe.extraction import llm_extract, parse_objects
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 
 @pytest.mark.parametrize(
     ("text", "mentions"),

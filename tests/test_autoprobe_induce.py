@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from halluprobe.cli import app
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 runner = CliRunner()
 
 _DESCRIPTIONS = {

@@ -206,6 +206,36 @@ def test_bad_input_exits_2_with_file_and_line(run_dir: Path, tmp_path: Path) -> 
     assert code == 2 and f"{claims}:6: claim 'value' must be a string" in output, output
 
 
+def test_bootstrap_bounds_from_a_comment_are_checked_before_any_work(run_dir: Path, tmp_path: Path) -> None:
+    """A comment decides how much check computes: resamples and seed out of bounds are bad input
+    (one line, file:line), refused before scoring (10**9 resamples used to allocate until out of
+    memory, a negative count to traceback)."""
+    from halluprobe.check import MAX_RESAMPLES, MAX_SEED
+
+    md = tmp_path / "paper.md"
+    good = _score(run_dir, "--markdown")
+    assert '"resamples": 50' in good and '"seed": 0' in good
+    cases = [
+        ('"resamples": 50', '"resamples": -1', "provenance comment: resamples -1 is out of bounds"),
+        ('"resamples": 50', '"resamples": 1000000000', "resamples 1000000000 is out of bounds"),
+        ('"resamples": 50', f'"resamples": {MAX_RESAMPLES + 1}', f"resamples {MAX_RESAMPLES + 1} is out of bounds"),
+        ('"seed": 0', '"seed": -3', "seed -3 is out of bounds"),
+        ('"seed": 0', f'"seed": {MAX_SEED + 1}', f"seed {MAX_SEED + 1} is out of bounds"),
+        ('"seed": 0', '"seed": Infinity', "malformed provenance comment: seed"),
+        ('"seed": 0', '"seed": 1.5', "malformed provenance comment: seed"),
+        ('"seed": 0', '"seed": ' + "9" * 5000, "malformed provenance comment: "),  # past Python's int digit limit
+    ]
+    for old, bad, message in cases:
+        md.write_text("# Results\n" + good.replace(old, bad, 1))
+        code, output = _check(str(md))
+        assert code == 2 and output.startswith(f"error: {md}:2: ") and message in output, (bad[:40], output)
+        assert output.count("\n") == 1, output
+    # the bounds themselves are accepted: 0 resamples (no CIs) is what `score --resamples 0` writes
+    md.write_text(_score(run_dir, "--markdown", "--resamples", "0", "--seed", str(MAX_SEED)))
+    code, output = _check(str(md))
+    assert code == 0 and "everything matches" in output, output
+
+
 def test_terminal_table_in_a_code_block(run_dir: Path, tmp_path: Path) -> None:
     """The rich table `score` prints, pasted under a Markdown provenance comment (box and all)."""
     printed = _score(run_dir, "--resamples", "50")
@@ -420,3 +450,59 @@ def test_readouts_tables_read_the_samples_once_and_score_like_score(run_dir: Pat
     monkeypatch.undo()
     for name, report in reports.items():
         assert report == score_rundir(run_dir, readout=name, n_resamples=20, seed=4, write=False, force_invalid=name in forced)
+
+
+@pytest.mark.parametrize("syntax", ["markdown", "latex"])
+def test_the_study_table_renders_from_a_grid_that_check_recomputes(run_dir: Path, tmp_path: Path, syntax: str) -> None:
+    """`audit --table` (unchanged: no comment) and the same table under a provenance comment,
+    which check verifies cell by cell, forced (†) cells included."""
+    from halluprobe.tables import study_provenance, study_table
+
+    printed = runner.invoke(app, ["audit", str(run_dir), "--table", *(["--latex"] if syntax == "latex" else [])]).output
+    plain = study_table([run_dir], syntax)  # type: ignore[arg-type]
+    assert printed == plain + "\n" and "halluprobe-provenance" not in printed
+    provenance = study_provenance([run_dir], policy="wrong", seed=0, resamples=0)
+    paper = tmp_path / ("study.tex" if syntax == "latex" else "study.md")
+    paper.write_text(study_table([run_dir], syntax, provenance=provenance))  # type: ignore[arg-type]
+    assert paper.read_text().split("\n", 1)[1] == plain
+    assert "†" in plain or r"$^\dagger$" in plain  # the scripted run's legacy ids are forced
+    code, output = _check(str(paper))
+    assert code == 0 and "checked 1 table" in output and "everything matches" in output, output
+    sep = "&" if syntax == "latex" else "|"
+    lines = paper.read_text().split("\n")
+    row = next(i for i, line in enumerate(lines) if "macro" in line and sep in line)
+    cells = lines[row].split(sep)
+    column = 4 if syntax == "latex" else 5  # dynamic (*)
+    cells[column] = re.sub(r"\d(?=\D*$)", lambda m: str((int(m.group(0)) + 1) % 10), cells[column])
+    lines[row] = sep.join(cells)
+    paper.write_text("\n".join(lines))
+    code, output = _check(str(paper))
+    assert code == 1 and f"{paper}:{row + 1}: differs: " in output and "dynamic (*)" in output, output
+
+
+def test_hostile_numbers_and_nesting_are_one_line_not_a_traceback(run_dir: Path, tmp_path: Path) -> None:
+    """Issue 25's classes where check reads other people's files: a provenance comment nested
+    too deep, a claims file nested too deep, a claimed value and a table cell past Python's
+    4300-digit integer limit."""
+    from halluprobe.check import compare_cell, compare_number
+    from halluprobe.tables import Cell
+
+    md = tmp_path / "paper.md"
+    md.write_text(_score(run_dir, "--markdown").replace('"seed": 0', '"seed": ' + "[" * 100_000 + "]" * 100_000, 1))
+    code, output = _check(str(md))
+    assert code == 2 and output.startswith(f"error: {md}:1: malformed provenance comment") and output.count("\n") == 1, output[:300]
+
+    plain = tmp_path / "plain.md"
+    plain.write_text("nothing\n")
+    claims = tmp_path / "claims.toml"
+    claims.write_text(f'run = "{run_dir}"\nx = ' + "[" * 100_000 + "]" * 100_000 + "\n")
+    code, output = _check(str(plain), "--claims", str(claims))
+    assert code == 2 and output.startswith(f"error: {claims}: invalid TOML") and output.count("\n") == 1, output[:300]
+
+    huge = "9" * 5000
+    for value in (huge, f"{huge}/360", f"1/{huge}"):
+        claims.write_text(f'run = "{run_dir}"\n\n[[claim]]\nsplit = "random"\nmetric = "tp"\nvalue = "{value}"\n')
+        code, output = _check(str(plain), "--claims", str(claims))
+        assert code == 2 and f"{claims}:6: cannot read the claimed value" in output and output.count("\n") == 1, output[:300]
+    assert compare_number(36, huge) is False and compare_cell(Cell("36", (36,)), huge) == "differs"
+    assert compare_number(0.5, "0." + "5" * 5000) is False

@@ -22,6 +22,8 @@ from halluprobe.clip_signal import EMPTY_CAPTION, ClipScorer, object_caption  # 
 from halluprobe.rundir import RunDir  # noqa: E402
 from halluprobe.tiny import build_tiny_clip, demo_photos  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 runner = CliRunner()
 
 

@@ -24,6 +24,8 @@ from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
 from halluprobe.scoring import score_rundir  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 HELD_OUT_SEED = 11  # not a training seed (1, 2) nor the demo's (7)
 N_IMAGES = 80
 # Measured with the shipped weights on held-out seeds 11..20, 80 images each (first token

@@ -24,6 +24,8 @@ from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 LLAMA_YES = [3582, 3869, 4874, 8241, 21143, 22483]  # yes ▁Yes ▁yes Yes YES ▁YES (published LLaMA-2 ids)
 LLAMA_NO = [694, 1217, 1939, 3782, 6632, 11698]  # ▁no no ▁No No NO ▁NO
 

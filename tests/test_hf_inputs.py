@@ -20,6 +20,8 @@ from halluprobe.backends.hf_inputs import VLMInputs, load_model, load_processor 
 from halluprobe.errors import InputError, RuntimeFailure  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 QUESTIONS = [
     "Is there a person in the image?",
     "Is there a cup?",

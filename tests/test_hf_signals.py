@@ -22,6 +22,8 @@ from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Response  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg"]
 QUESTIONS = ["Is there a cup in the image?", "Is there a dining table in this picture?", "Is there a dog?", "Is there a cat?"]
 # layer 1 reads the context (layer 0, the embeddings, only the last token). PAI at alpha 10: the

@@ -29,6 +29,8 @@ from halluprobe.rundir import RunDir  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg"]  # three sizes: Qwen2-VL grids differ
 # token lengths differ ("a cup" vs "a dining table ... picture"); the split repeats two texts
 QUESTIONS = {

@@ -17,6 +17,8 @@ from halluprobe.benchmarks.prove.data import read_prove
 from halluprobe.benchmarks.prove.scene_graph import parse_tuple, tuple_key
 from halluprobe.cli import app
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("spacy")
 

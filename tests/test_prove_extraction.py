@@ -18,6 +18,8 @@ from halluprobe.benchmarks.prove.extraction import (
 from halluprobe.benchmarks.prove.scene_graph import tuple_key
 from halluprobe.records import GenerateConfig, Request, Response
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 
 @pytest.fixture(scope="module")
 def spacy_extractor() -> SpacyExtractor:

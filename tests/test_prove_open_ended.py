@@ -21,6 +21,8 @@ from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 DOT = 29889  # LLaMA-2 piece "." (the hf backend's yes/no stop string)
 
 

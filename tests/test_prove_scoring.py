@@ -22,6 +22,8 @@ from halluprobe.benchmarks.prove.scoring import (
 )
 from halluprobe.records import GenerateConfig, Request, Response, TokenSets
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 
 class TableEmbedder:
     """Hand-set unit vectors, so every similarity below can be worked out by hand."""

@@ -217,6 +217,7 @@ def test_probe_choice_refuses_an_image_outside_the_images_root(tmp_path: Path) -
     assert str(questions) in result.output and not (tmp_path / "choice.jsonl").exists()
 
 
+@pytest.mark.slow  # prove build loads its MiniLM embedder (about 11 s)
 def test_prove_build_runs_against_an_openai_compatible_server(tmp_path: Path) -> None:
     """The backend option group reaches every verb that loads a model: prove build takes
     --endpoint; its generation asks with no stop strings and its length cap."""

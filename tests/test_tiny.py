@@ -25,6 +25,8 @@ from halluprobe.tiny import (  # noqa: E402
     demo_photos,
 )
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 # Builders should take under 2 s each once transformers is imported; the asserted bound
 # leaves room for a loaded machine.
 BUILD_BOUND_S = 5.0

@@ -12,6 +12,8 @@ from types import ModuleType
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
+
 torch = pytest.importorskip("torch")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "train_demo_model.py"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from halluprobe.formatting import fmt_pct, format_ci, format_ratio, format_signed
 from halluprobe.records import ScoreReport
 from halluprobe.records_audit import AuditReport
 from halluprobe.rundir import RunDir
@@ -62,10 +63,10 @@ def run_demo(
 
     from halluprobe.audit import audit_run
     from halluprobe.backends.hf import HFBackend
-    from halluprobe.corrections_table import corrections_table
     from halluprobe.benchmarks.objects import read_objects
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
     from halluprobe.benchmarks.synthetic import write_synthetic
+    from halluprobe.corrections_table import corrections_table
     from halluprobe.errors import RuntimeFailure
     from halluprobe.readouts.tokensets import describe_token_sets
     from halluprobe.report import render_report
@@ -154,13 +155,13 @@ def _summary_lines(
     for name, entry in audit.readouts.items():
         if name.startswith("text:"):
             unknown = entry.macro.unknown_rate
-            calls = f" ({100 * unknown:.0f}% unknown)" if unknown else ""
+            calls = f" ({fmt_pct(unknown, 0)}% unknown)" if unknown else ""
             text.append(f"{name.removeprefix('text:')} {_num(entry.macro.f1)}{calls}")
     if text:
         lines.append("text rules on its greedy answers, macro F1: " + ", ".join(text))
     rate = audit.offset_rate
     if rate is not None:
-        lines.append(f"first-token argmax outside the yes/no sets: {100 * rate:.1f}% of answers")
+        lines.append(f"first-token argmax outside the yes/no sets: {fmt_pct(rate)}% of answers")
     if result.corrections is not None:
         lines.append(_corrections_line(result.corrections, result.run_dir))
     lines.append(f"rescore any readout: halluprobe score {result.run_dir} --readout text:pope")
@@ -175,12 +176,12 @@ def _corrections_line(table: Any, run_dir: Path) -> str:
     if not corrections:
         return "corrections: none could be read from this run"
     best = max(corrections, key=lambda r: r.delta_f1)
-    ci = f" [{best.delta_f1_ci[0]:+.3f}, {best.delta_f1_ci[1]:+.3f}]" if best.delta_f1_ci else ""
-    line = f"best correction on the same run: {best.name} macro F1 {best.delta_f1:+.3f}{ci} vs greedy dynamic"
+    ci = format_ci(best.delta_f1_ci, 3, plus=True)
+    line = f"best correction on the same run: {best.name} macro F1 {format_signed(best.delta_f1)}{ci} vs greedy dynamic"
     if confound is not None and confound.delta_f1 is not None:
-        line += f"; reading it with {confound.name} instead moves F1 {confound.delta_f1:+.3f}"
+        line += f"; reading it with {confound.name} instead moves F1 {format_signed(confound.delta_f1)}"
     return line + f" (halluprobe corrections {run_dir})"
 
 
 def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    return format_ratio(value, digits=3)

@@ -1,12 +1,16 @@
-"""How numbers are written for people: one place for ratios, confidence intervals and tables.
+"""How numbers are written for people: the one place for ratios, percentages, counts,
+confidence intervals, p-values and Markdown tables.
 
-The terminal table (rich) and the Markdown table of a :class:`~halluprobe.records.ScoreReport`
-are built from the same grid of cells (:mod:`halluprobe.tables`, which also writes LaTeX), so a
-number reads the same wherever it is printed.
+A leaf module: it imports nothing of halluprobe but the records' types, so every layer (the
+score tables of :mod:`halluprobe.tables`, the report, the CLI, the demo) writes a number the
+same way. Two families live here: ``format_*`` (plain text: terminal, papers, CLI lines) and
+``fmt_*`` (the report's look: ratios in %, a typographic minus, an en dash for a missing value,
+SI thousands).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,23 +18,32 @@ from halluprobe.records import Metrics, ScoreReport
 
 __all__ = [
     "MARKDOWN_COLUMNS",
+    "MINUS",
     "format_ratio",
     "format_ci",
+    "format_percent",
+    "format_signed",
+    "fmt_ci",
+    "fmt_count",
+    "fmt_delta",
+    "fmt_p",
+    "fmt_pct",
+    "fmt_score",
     "markdown_cell",
     "markdown_table",
     "score_rows_named",
-    "score_markdown",
-    "score_table",
 ]
 
 MARKDOWN_COLUMNS = ("n", "tp", "fp", "tn", "fn", "unknown", "errors", "accuracy", "precision", "recall", "f1", "yes_ratio", "htr")
 
 
-def format_ci(ci: Sequence[float] | None, digits: int = 3, scale: float = 1.0) -> str:
-    """`` [lo, hi]`` (leading space), or '' when there is no interval."""
+def format_ci(ci: Sequence[float] | None, digits: int = 3, scale: float = 1.0, *, plus: bool = False) -> str:
+    """`` [lo, hi]`` (leading space), or '' when there is no interval; ``plus`` signs both
+    bounds (``[+0.012, -0.004]``, a difference's interval)."""
     if not ci:
         return ""
-    return f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]"
+    sign = "+" if plus else ""
+    return f" [{scale * ci[0]:{sign}.{digits}f}, {scale * ci[1]:{sign}.{digits}f}]"
 
 
 def format_ratio(value: float | None, ci: Sequence[float] | None = None, *, digits: int = 4, ci_digits: int = 3, scale: float = 1.0, missing: str = "-") -> str:
@@ -38,6 +51,83 @@ def format_ratio(value: float | None, ci: Sequence[float] | None = None, *, digi
     if value is None:
         return missing
     return f"{scale * value:.{digits}f}" + format_ci(ci, ci_digits, scale)
+
+
+def format_percent(value: float | None, ci: Sequence[float] | None = None, *, digits: int = 1, missing: str = "-") -> str:
+    """A ratio in % with its CI, without the sign: ``86.29 [83.20, 88.10]``; ``missing`` when undefined."""
+    return format_ratio(value, ci, digits=digits, ci_digits=digits, scale=100, missing=missing)
+
+
+def format_signed(value: float | None, digits: int = 3, *, missing: str = "-") -> str:
+    """A difference with its sign always written (ASCII ``+``/``-``): ``+0.012``."""
+    return missing if value is None else f"{value:+.{digits}f}"
+
+
+# -- the report's look (HTML and its Markdown twin) ----------------------------------------
+
+MINUS = "\u2212"  # a typographic minus: the same width as '+' in tabular figures
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def fmt_pct(value: Any, digits: int = 1) -> str:
+    """A ratio as a percentage without the sign (the column header says %): 0.8629 -> 86.3.
+
+    Ratios are shown in % because POPE tables report them so; AUROC and ECE stay on [0, 1].
+    """
+    return f"{100 * value:.{digits}f}" if _finite(value) else "–"
+
+
+def fmt_score(value: Any, digits: int = 3) -> str:
+    """A score on [0, 1] that is not a rate (AUROC, ECE, p_yes): 0.8455 -> 0.846."""
+    return f"{value:.{digits}f}" if _finite(value) else "–"
+
+
+def fmt_count(value: Any) -> str:
+    """An integer count with SI thousands (a narrow no-break space): 9000 -> 9 000, never split
+    across lines and never read as a decimal comma."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return "–"
+    return f"{value:,}".replace(",", "\u202f")
+
+
+def fmt_ci(ci: Any, *, pct: bool = True, digits: int = 1, signed: bool = False) -> str:
+    """``[lo, hi]`` formatted like its estimate (:func:`format_ci`, without its leading space);
+    empty when there is no interval."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or not all(_finite(v) for v in ci):
+        return ""
+    scale = 100 if pct else 1
+    if signed:
+        return f"[{_signed(scale * ci[0], digits)}, {_signed(scale * ci[1], digits)}]"
+    return format_ci(ci, digits, scale).lstrip()
+
+
+def _signed(value: float, digits: int) -> str:
+    text = f"{abs(value):.{digits}f}"
+    if float(text) == 0:
+        return text
+    return ("+" if value > 0 else MINUS) + text
+
+
+def fmt_delta(value: Any, digits: int = 1) -> str:
+    """A difference of ratios in percentage points, signed: 0.012 -> +1.2."""
+    return _signed(100 * value, digits) if _finite(value) else "–"
+
+
+def fmt_p(value: Any) -> str:
+    """A p-value: two significant digits, floored at 0.001 (the resolution a reader needs)."""
+    if not _finite(value):
+        return "–"
+    if value < 0.001:
+        return "<0.001"
+    if value >= 0.995:
+        return "1.00"
+    return f"{value:.2g}" if value < 0.01 else f"{value:.2f}"
+
+
+# -- Markdown tables -------------------------------------------------------------------------
 
 
 def markdown_cell(text: object) -> str:
@@ -61,26 +151,3 @@ def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]], a
 def score_rows_named(report: ScoreReport) -> list[tuple[str, Metrics]]:
     """Each split, then pooled and macro: the rows of every score table."""
     return [*report.splits.items(), ("pooled", report.pooled), ("macro", report.macro)]
-
-
-def score_markdown(report: ScoreReport, title: str, provenance: Any = None) -> str:
-    """A Markdown table to paste into a paper or an issue: counts beside every ratio, F1 with
-    its CI, under a provenance comment when given (see :mod:`halluprobe.tables`)."""
-    from halluprobe.tables import render_markdown
-
-    return render_markdown(report, title, provenance)
-
-
-def score_table(report: ScoreReport, title: str) -> Any:
-    """The terminal table (a rich Table) of a score report: the cells of the "terminal" grid."""
-    from rich.table import Table
-
-    from halluprobe.tables import score_grid
-
-    grid = score_grid(report, "terminal")
-    table = Table(title=title)
-    for col in grid.header:
-        table.add_column(col, justify="right" if col != "split" else "left")
-    for row in grid.rows:
-        table.add_row(*(cell.text for cell in row))
-    return table

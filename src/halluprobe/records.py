@@ -9,12 +9,14 @@ across splits.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "SCHEMA_VERSION",
+    "UNKNOWN_POLICIES",
+    "UnknownPolicy",
     "FrozenRecord",
     "Label",
     "Decision",
@@ -37,6 +39,11 @@ __all__ = [
     "Metrics",
     "ScoreReport",
 ]
+
+# How an unknown answer (neither yes nor no) is counted: as wrong, as a no, as a yes, or
+# dropped. Defined once here; every policy parameter and record field uses this type.
+UnknownPolicy = Literal["wrong", "no", "yes", "drop"]
+UNKNOWN_POLICIES: tuple[UnknownPolicy, ...] = get_args(UnknownPolicy)
 
 SCHEMA_VERSION = 1
 
@@ -327,7 +334,7 @@ class ScoreReport(FrozenRecord):
 
     schema_version: int = SCHEMA_VERSION
     readout: str
-    unknown_policy: Literal["wrong", "no", "yes", "drop"]
+    unknown_policy: UnknownPolicy
     splits: dict[str, Metrics]
     pooled: Metrics
     macro: Metrics

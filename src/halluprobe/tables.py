@@ -1,28 +1,35 @@
-"""Tables that know their source: score tables for papers (Markdown, booktabs LaTeX, the
-terminal's plain text) built from one grid of cells, and the provenance comment they carry.
-
-A provenance comment is one line, ``% halluprobe-provenance {JSON}`` in LaTeX or
-``<!-- halluprobe-provenance {JSON} -->`` in Markdown, placed just above the table. The JSON
-names the run dirs (path, fingerprint, samples.jsonl sha256) or, for a third-party answers
-file, that file and its labels files (path, sha256), the readout, the unknown policy, the
-bootstrap seed and resamples, and the halluprobe version: everything ``halluprobe check``
-needs to recompute every cell (see ``docs/design/provenance.md``).
+"""Tables that know their source: every table for people (score, readouts side by side,
+corrections, the report's headline, the multi-model study table; Markdown, booktabs LaTeX, the
+terminal's rich table) built from one grid of cells, under the provenance comment of
+:mod:`halluprobe.provenance` (whose names are re-exported here). Renderers only render:
+numbers are written by :mod:`halluprobe.formatting`, reports scored by the scoring layer.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
+from halluprobe import __version__
 from halluprobe.errors import InputError
-from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, markdown_table, score_rows_named
-from halluprobe.records import FrozenRecord, Metrics, ScoreReport
+from halluprobe.formatting import MARKDOWN_COLUMNS, fmt_ci, fmt_count, fmt_pct, fmt_score, format_ratio, markdown_table, score_rows_named
+from halluprobe.provenance import (
+    PROVENANCE_MARK,
+    FileSource,
+    Provenance,
+    RunSource,
+    answers_provenance,
+    corrections_provenance,
+    headline_provenance,
+    parse_provenance,
+    provenance_comment,
+    readouts_provenance,
+    run_source,
+    score_provenance,
+)
+from halluprobe.records import Metrics, ScoreReport, UnknownPolicy
 
 __all__ = [
     "PROVENANCE_MARK",
@@ -43,14 +50,20 @@ __all__ = [
     "score_grid",
     "render_markdown",
     "render_latex",
+    "score_table",
     "readouts_grid",
     "readouts_provenance",
     "render_readouts",
     "latex_escape",
+    "study_grid",
+    "study_provenance",
+    "study_table",
+    "corrections_grid",
+    "corrections_provenance",
+    "render_corrections",
+    "STUDY_READOUTS",
+    "RECOMMENDED",
 ]
-
-PROVENANCE_MARK = "halluprobe-provenance"
-PROVENANCE_SCHEMA = 1
 
 # markdown: a pipe table; latex: a booktabs tabular; terminal: the rich table `score` prints
 Style = Literal["markdown", "latex", "terminal"]
@@ -66,46 +79,6 @@ _TERMINAL_COLUMNS = (
 )  # fmt: skip
 
 
-class RunSource(FrozenRecord):
-    """One run dir a table was computed from. Without ``fingerprint`` and ``samples_sha256``
-    (a run anyone regenerates, such as the README's demo run) only the numbers are checked."""
-
-    path: str
-    fingerprint: str | None = None
-    samples_sha256: str | None = None
-
-
-class FileSource(FrozenRecord):
-    """A file a table was computed from (``score --answers``: the answers and labels files),
-    the path as given and the sha256 of its bytes."""
-
-    path: str
-    sha256: str
-
-
-class Provenance(FrozenRecord):
-    """What a table was computed from and how: enough to recompute every cell."""
-
-    provenance: int = PROVENANCE_SCHEMA
-    # score: one readout, a row per split; readouts: every readout side by side (the audit's
-    # table), one row each, ``readout`` being the headline
-    # corrections: the corrections table (halluprobe corrections), ``readouts`` being its corrections
-    # headline: the report's headline metrics (report.md), a row per run and split, in %
-    table: Literal["score", "readouts", "corrections", "headline"]
-    runs: tuple[RunSource, ...] = ()  # empty for a score table of an answers file
-    # score --answers: the answers file and its POPE labels files (one per split), instead of runs
-    answers: FileSource | None = None
-    labels: tuple[FileSource, ...] | None = None
-    names: tuple[str, ...] | None = None  # headline of several runs: the report's name of each run
-    readout: str
-    readouts: tuple[str, ...] = ()
-    forced: tuple[str, ...] = ()  # legacy readouts scored although invalid for the vocabulary
-    unknown: Literal["wrong", "no", "yes", "drop"]
-    seed: int
-    resamples: int
-    halluprobe: str
-
-
 @dataclass(frozen=True)
 class Cell:
     """A cell as printed, and the unrounded numbers it shows (none for a label or a header;
@@ -119,94 +92,6 @@ class Cell:
 class Grid:
     header: tuple[str, ...]
     rows: tuple[tuple[Cell, ...], ...]
-
-
-def run_source(path: str | Path) -> RunSource:
-    """A run dir as a table names it: the path as given, its fingerprint and samples sha256."""
-    from halluprobe.rundir import RunDir, sha256_file
-
-    rundir = RunDir(path)
-    header = rundir.read_header()
-    return RunSource(path=str(path), fingerprint=header.fingerprint, samples_sha256=sha256_file(rundir.samples_path))
-
-
-def score_provenance(rundir: str | Path, report: ScoreReport) -> Provenance:
-    """The provenance of a score table of ``rundir`` (readout, policy and bootstrap from ``report``)."""
-    from halluprobe import __version__
-
-    return Provenance(
-        table="score",
-        runs=(run_source(rundir),),
-        readout=report.readout,
-        unknown=report.unknown_policy,
-        seed=int(report.bootstrap.get("seed", 0)),
-        resamples=int(report.bootstrap.get("n_resamples", 0)),
-        halluprobe=__version__,
-    )
-
-
-def answers_provenance(answers: str | Path, labels: Sequence[str | Path], report: ScoreReport) -> Provenance:
-    """The provenance of a score table of a third-party answers file scored against ``labels``
-    (``score --answers``): the files as given, with their sha256; the rule is the readout."""
-    from halluprobe import __version__
-    from halluprobe.rundir import sha256_file
-
-    return Provenance(
-        table="score",
-        answers=FileSource(path=str(answers), sha256=sha256_file(answers)),
-        labels=tuple(FileSource(path=str(p), sha256=sha256_file(p)) for p in labels),
-        readout=report.readout,
-        unknown=report.unknown_policy,
-        seed=int(report.bootstrap.get("seed", 0)),
-        resamples=int(report.bootstrap.get("n_resamples", 0)),
-        halluprobe=__version__,
-    )
-
-
-def provenance_comment(provenance: Provenance, syntax: Literal["markdown", "latex"]) -> str:
-    """The one-line comment: ``% halluprobe-provenance {...}`` or ``<!-- ... -->``."""
-    payload = json.dumps(provenance.model_dump(mode="json", exclude_none=True), ensure_ascii=True, separators=(", ", ": "))
-    if syntax == "latex":
-        return f"% {PROVENANCE_MARK} {payload}"
-    # a path holding "-->" would end the comment early: JSON lets '>' be written escaped
-    return f"<!-- {PROVENANCE_MARK} {payload.replace('>', chr(92) + 'u003e')} -->"
-
-
-_LATEX_COMMENT = re.compile(r"^\s*%\s*" + PROVENANCE_MARK + r"\s+(.*?)\s*$")
-_MARKDOWN_COMMENT = re.compile(r"^\s*<!--\s*" + PROVENANCE_MARK + r"\s+(.*?)\s*-->\s*$")
-
-
-def parse_provenance(line: str, path: str | Path, number: int) -> tuple[Provenance, Literal["markdown", "latex"]] | None:
-    """The provenance a line carries and its comment syntax; None for a line without the mark.
-    A line that has the mark but not the form is bad input (file:line)."""
-    if PROVENANCE_MARK not in line:
-        return None
-    for syntax, pattern in (("latex", _LATEX_COMMENT), ("markdown", _MARKDOWN_COMMENT)):
-        match = pattern.match(line)
-        if match:
-            break
-    else:
-        forms = f"'% {PROVENANCE_MARK} {{...}}' or '<!-- {PROVENANCE_MARK} {{...}} -->'"
-        raise InputError(f"malformed provenance comment: expected {forms}", path, number)
-    try:
-        data = json.loads(match.group(1))
-    except json.JSONDecodeError as err:
-        raise InputError(f"malformed provenance comment: {err.msg} at column {err.colno}", path, number) from None
-    try:
-        provenance = Provenance.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "comment"
-        raise InputError(f"malformed provenance comment: {where}: {first.get('msg', 'invalid')}", path, number) from None
-    if provenance.provenance != PROVENANCE_SCHEMA:
-        raise InputError(
-            f"provenance version {provenance.provenance} is not readable by this halluprobe (reads {PROVENANCE_SCHEMA})", path, number
-        )
-    if (provenance.answers is None) == (not provenance.runs):
-        raise InputError("malformed provenance comment: it names run dirs or an answers file (one of the two)", path, number)
-    if provenance.answers is not None and (provenance.table != "score" or not provenance.labels):
-        raise InputError("malformed provenance comment: an answers file makes a score table, with its labels files", path, number)
-    return provenance, syntax  # type: ignore[return-value]
 
 
 def _ratio_cell(m: Metrics, field: str, ci_digits: int, missing: str) -> Cell:
@@ -258,6 +143,19 @@ def render_latex(report: ScoreReport, title: str, provenance: Provenance | None 
     pooled and macro under a rule of their own."""
     grid = score_grid(report, "latex")
     return _latex(grid, title, _bootstrap_note(report), provenance, rule_before=len(grid.rows) - 2)
+
+
+def score_table(report: ScoreReport, title: str) -> Any:
+    """The terminal table (a rich Table) of a score report: the cells of the "terminal" grid."""
+    from rich.table import Table  # rich only where a terminal table is printed
+
+    grid = score_grid(report, "terminal")
+    table = Table(title=title)
+    for col in grid.header:
+        table.add_column(col, justify="right" if col != "split" else "left")
+    for row in grid.rows:
+        table.add_row(*(cell.text for cell in row))
+    return table
 
 
 def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance | None) -> str:
@@ -324,22 +222,6 @@ def readouts_grid(reports: Mapping[str, ScoreReport], forced: Collection[str], s
     return Grid(header=("readout", *split_headers, *macro_headers), rows=tuple(rows))
 
 
-def readouts_provenance(rundir: str | Path, reports: Mapping[str, ScoreReport], forced: Collection[str], headline: str) -> Provenance:
-    """The provenance of a readouts table of ``rundir``."""
-    from halluprobe import __version__
-
-    first = reports[headline]
-    return Provenance(
-        table="readouts",
-        runs=(run_source(rundir),),
-        readout=headline,
-        readouts=tuple(reports),
-        forced=tuple(r for r in reports if r in forced),
-        unknown=first.unknown_policy,
-        seed=int(first.bootstrap.get("seed", 0)),
-        resamples=int(first.bootstrap.get("n_resamples", 0)),
-        halluprobe=__version__,
-    )
 
 
 def render_readouts(
@@ -363,8 +245,6 @@ _HEADLINE_RATIOS = (("accuracy", "acc"), ("precision", "prec"), ("recall", "rec"
 
 def percent_cell(m: Metrics, field: str) -> Cell:
     """A ratio in % with its CI, as the report writes it: ``85.8 [83.2, 88.1]``; values in %."""
-    from halluprobe.report.view import fmt_ci, fmt_pct
-
     value = getattr(m, field)
     ci = m.ci.get(field)
     interval = fmt_ci(ci)
@@ -379,8 +259,6 @@ def headline_grid(runs: Sequence[Sequence[tuple[str, Metrics]]], names: Sequence
     ratios in % with their CIs, AUROC and ECE on [0, 1], counts with SI thousands; a first
     column ``N. name`` when ``names`` are given (several runs), the errors column when a run
     has errors."""
-    from halluprobe.report.view import fmt_count, fmt_score
-
     show_errors = any(m.errors for rows in runs for _, m in rows)
     counts = [*_HEADLINE_COUNTS, *([("errors", "err")] if show_errors else [])]
     header = [*(["run"] if names else []), "split", *(h for _, h in counts), *(h for _, h in _HEADLINE_RATIOS), "AUROC", "ECE"]
@@ -394,25 +272,6 @@ def headline_grid(runs: Sequence[Sequence[tuple[str, Metrics]]], names: Sequence
             cells += [Cell(fmt_score(getattr(m, f)), (getattr(m, f),)) for f in ("auroc", "ece")]
             grid_rows.append(tuple(cells))
     return Grid(header=tuple(header), rows=tuple(grid_rows))
-
-
-def headline_provenance(
-    rundirs: Sequence[str | Path], names: Sequence[str], *, readout: str, policy: str, seed: int, resamples: int
-) -> Provenance:
-    """The provenance of the report's headline table: its run dirs (and their names when
-    several), the headline readout, policy and bootstrap the audits used."""
-    from halluprobe import __version__
-
-    return Provenance(
-        table="headline",
-        runs=tuple(run_source(p) for p in rundirs),
-        names=tuple(names) if len(rundirs) > 1 else None,
-        readout=readout,
-        unknown=policy,  # type: ignore[arg-type]
-        seed=seed,
-        resamples=resamples,
-        halluprobe=__version__,
-    )
 
 
 _LATEX_SPECIALS = {
@@ -432,44 +291,84 @@ STUDY_READOUTS = ("legacy_2tok", "legacy_8tok", "dynamic", "text:pope", "text:ex
 RECOMMENDED = "dynamic"  # read from the model's own yes/no sets: the column to report
 
 
-def study_table(
-    rundirs: Sequence[str | Path], syntax: Literal["markdown", "latex"], *, policy: str = "wrong", n_resamples: int = 0, seed: int = 0
-) -> str:
-    """F1 per model, split (and macro) and readout for several runs, as the token-set study
-    tabulates it. A legacy readout whose ids are other words in a model's vocabulary is scored
-    anyway and marked (†): it is what that evaluator would report, not the model's answer. The
-    recommended column (the model's own yes/no sets) is marked (*). A readout a run cannot give
-    (text rules on a logits-only run) is '-'."""
+def study_grid(
+    rundirs: Sequence[str | Path],
+    style: Literal["markdown", "latex"],
+    *,
+    policy: UnknownPolicy = "wrong",
+    n_resamples: int = 0,
+    seed: int = 0,
+) -> Grid:
+    """The cells of the study table: a row per model and split (and macro), F1 per readout; a
+    forced legacy readout's cell is marked †, a readout the run cannot give is a dash."""
     from halluprobe.readouts.apply import available_readouts
     from halluprobe.scoring import read_run_samples, score_readouts
 
-    header_cells = ["model", "split", *[f"{r}{' (*)' if r == RECOMMENDED else ''}" for r in STUDY_READOUTS]]
-    rows: list[list[str]] = []
+    latex = style == "latex"
+    header = ["model", "split", *[f"{r}{' (*)' if r == RECOMMENDED else ''}" for r in STUDY_READOUTS]]
+    rows: list[tuple[Cell, ...]] = []
     for rundir in rundirs:
-        run, header, samples = read_run_samples(rundir)
-        names = [r for r in STUDY_READOUTS if r in available_readouts(header, samples)]
-        reports, forced = score_readouts(run, header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
-        model = Path(header.model).name or header.model
+        run, run_header, samples = read_run_samples(rundir)
+        names = [r for r in STUDY_READOUTS if r in available_readouts(run_header, samples)]
+        reports, forced = score_readouts(run, run_header, samples, names, policy=policy, n_resamples=n_resamples, seed=seed)
+        model = Path(run_header.model).name or run_header.model
         splits = [*next(iter(reports.values())).splits, "macro"] if reports else []
         for split in splits:
-            cells = [model, split]
+            cells = [Cell(latex_escape(model) if latex else model), Cell(latex_escape(split) if latex else split)]
             for name in STUDY_READOUTS:
                 report = reports.get(name)
                 metrics = None if report is None else (report.macro if split == "macro" else report.splits.get(split))
-                value = format_ratio(None if metrics is None else metrics.f1, digits=4)
-                cells.append(value + (" †" if name in forced and value != "-" else ""))
-            rows.append(cells)
+                value = None if metrics is None else metrics.f1
+                text = format_ratio(value, digits=4)
+                mark = name in forced and text != "-"
+                cells.append(Cell(text + ((r" $^\dagger$" if latex else " †") if mark else ""), (value,)))
+            rows.append(tuple(cells))
+    return Grid(header=tuple(latex_escape(h) if latex else h for h in header), rows=tuple(rows))
+
+
+def study_table(
+    rundirs: Sequence[str | Path],
+    syntax: Literal["markdown", "latex"],
+    *,
+    policy: UnknownPolicy = "wrong",
+    n_resamples: int = 0,
+    seed: int = 0,
+    provenance: Provenance | None = None,
+) -> str:
+    """F1 per model, split (and macro) and readout for several runs, as the token-set study
+    tabulates it (:func:`study_grid`). A legacy readout whose ids are other words in a model's
+    vocabulary is scored anyway and marked (†): it is what that evaluator would report, not the
+    model's answer. The recommended column (the model's own yes/no sets) is marked (*). A
+    readout a run cannot give (text rules on a logits-only run) is '-'. Under ``provenance``
+    (:func:`study_provenance`), ``check`` recomputes it."""
+    grid = study_grid(rundirs, syntax, policy=policy, n_resamples=n_resamples, seed=seed)
     note = (
         "F1 per split and macro (mean over splits), unknown answers counted "
         f"{policy}. (*): the model's own yes/no sets, the column to report. †: legacy ids that are "
         "other words in this model's vocabulary, scored anyway: what that evaluator would report."
     )
+    texts = [[c.text for c in row] for row in grid.rows]
     if syntax == "latex":
-        body = [" & ".join(latex_escape(c) for c in header_cells) + r" \\", r"\midrule"]
-        body += [" & ".join(latex_escape(c).replace("†", r"$^\dagger$") for c in row) + r" \\" for row in rows]
+        lines = [provenance_comment(provenance, "latex")] if provenance is not None else []
+        body = [" & ".join(grid.header) + r" \\", r"\midrule", *(" & ".join(row) + r" \\" for row in texts)]
         spec = "ll" + "r" * len(STUDY_READOUTS)
-        return "\n".join([rf"\begin{{tabular}}{{{spec}}}", r"\toprule", *body, r"\bottomrule", r"\end{tabular}", f"% {note}"])
-    return "\n".join([*markdown_table(header_cells, rows), "", note])
+        return "\n".join([*lines, rf"\begin{{tabular}}{{{spec}}}", r"\toprule", *body, r"\bottomrule", r"\end{tabular}", f"% {note}"])
+    lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
+    return "\n".join([*lines, *markdown_table(grid.header, texts), "", note])
+
+
+def study_provenance(rundirs: Sequence[str | Path], *, policy: UnknownPolicy, seed: int, resamples: int) -> Provenance:
+    """The provenance of a study table: its run dirs, readouts, policy and bootstrap."""
+    return Provenance(
+        table="study",
+        runs=tuple(run_source(p) for p in rundirs),
+        readout=RECOMMENDED,
+        readouts=STUDY_READOUTS,
+        unknown=policy,
+        seed=seed,
+        resamples=resamples,
+        halluprobe=__version__,
+    )
 
 
 # -- the corrections table (halluprobe corrections) -------------------------------------------------
@@ -502,22 +401,6 @@ def corrections_grid(report: Any, style: Style) -> Grid:
             _signed(row.delta_sampled, None, missing),
         ))  # fmt: skip
     return Grid(header=header, rows=tuple(rows))
-
-
-def corrections_provenance(rundir: str | Path, report: Any, corrections: Sequence[str]) -> Provenance:
-    """The provenance of a corrections table: the corrections named, policy and bootstrap."""
-    from halluprobe import __version__
-
-    return Provenance(
-        table="corrections",
-        runs=(run_source(rundir),),
-        readout="dynamic",
-        readouts=tuple(corrections),
-        unknown=report.policy,
-        seed=int(report.bootstrap.get("seed", 0)),
-        resamples=int(report.bootstrap.get("n_resamples", 0)),
-        halluprobe=__version__,
-    )
 
 
 def render_corrections(report: Any, title: str, syntax: Literal["markdown", "latex"], provenance: Provenance | None) -> str:

@@ -9,6 +9,11 @@ from typing import Annotated, Any
 
 import typer
 
+from halluprobe.benchmarks.chair.inputs import (
+    caption_source,
+    ground_truth_for,
+    read_captions,
+)
 from halluprobe.cli._app import ResamplesOption, SeedOption, app, build_app, errors
 from halluprobe.errors import InputError
 
@@ -69,72 +74,6 @@ def build_chair_cmd(
     typer.echo(
         f"{out}: {len(chosen.ids)} open questions on {chosen.name} ({chosen.source})"
     )
-
-
-def _ground_truth(
-    family: str, ground_truth: Path | None, coco: Path | None, year: str, coco_sha256: str | None = None
-) -> Any:
-    from halluprobe.benchmarks.chair.families import family_named
-    from halluprobe.benchmarks.chair.groundtruth import (
-        coco_annotation_files,
-        ground_truth_from_coco,
-        load_ground_truth,
-        shipped_ground_truth,
-    )
-
-    if ground_truth is not None and coco is not None:
-        raise InputError("give --ground-truth or --coco, not both")
-    if ground_truth is not None:
-        return load_ground_truth(ground_truth)
-    if coco is not None:
-        instances, captions = coco_annotation_files(coco, year, expected_sha256=coco_sha256)
-        return ground_truth_from_coco(
-            instances, captions, family_named(family), year=year
-        )
-    return shipped_ground_truth(family)
-
-
-def _read(path: Path, fmt: str | None) -> tuple[Any, dict[str, Any]]:
-    from halluprobe.benchmarks.chair.groundtruth import image_id_of
-    from halluprobe.benchmarks.chair.runs import run_captions
-    from halluprobe.benchmarks.chair.scoring import Caption
-
-    if path.is_dir():
-        return run_captions(path)
-    if not path.is_file():
-        raise InputError(
-            "not found: a run dir of open answers, or a caption file with --format",
-            path,
-        )
-    from halluprobe.imports.captions import read_caption_file
-
-    lines = read_caption_file(fmt or "opera", path)
-    caps = []
-    for c in lines:
-        file, _, line = c.source.rpartition(":")
-        caps.append(
-            Caption(
-                image_id=image_id_of(c.image, file, int(line)),
-                text=c.text,
-                source=c.source,
-            )
-        )
-    return caps, {
-        "captions": str(path),
-        "format": fmt or "opera",
-        "prompt": "unknown (caption file)",
-        "max_new_tokens": "unknown (caption file)",
-    }
-
-
-def _source(path: Path) -> dict[str, Any]:
-    """What a CHAIR table names as its source: a run (path, fingerprint, samples sha256) or a file."""
-    from halluprobe.rundir import RunDir, sha256_file
-
-    if path.is_dir():
-        run = RunDir(path)
-        return {"run": str(path), "fingerprint": run.read_header().fingerprint, "samples_sha256": sha256_file(run.samples_path)}
-    return {"captions": str(path), "sha256": sha256_file(path)}
 
 
 @app.command("chair")
@@ -232,13 +171,13 @@ def chair_cmd(
             raise InputError(
                 "exists; pass --overwrite to replace it", out / "chair_summary.json"
             )
-        caps, settings = _read(captions, fmt)
-        other = _read(against, fmt)[0] if against is not None else None
+        caps, settings = read_captions(captions, fmt)
+        other = read_captions(against, fmt)[0] if against is not None else None
         results: dict[str, Any] = {}
         per_caption: dict[str, list[Any]] = {}
         for name in names:
             fam = family_named(name)
-            truth = _ground_truth(name, ground_truth, coco, year, coco_sha256)
+            truth = ground_truth_for(name, ground_truth, coco, year, coco_sha256)
             scores = score_captions(caps, truth, fam, truncate=truncate_incomplete)
             recorded = {
                 **settings,
@@ -275,7 +214,7 @@ def chair_cmd(
             )
             from halluprobe.report.chair import chair_latex_table, chair_section
 
-            source = _source(captions)
+            source = caption_source(captions)
             write_atomic(out / "chair_report.md", chair_section(results, per_caption, source))
             write_atomic(out / "chair_table.tex", chair_latex_table(results, source))
     if as_json:

@@ -142,7 +142,7 @@ def demo_cmd(
     Generates held-out scenes, builds the random / popular / adversarial splits, runs the demo model shipped with halluprobe (a LLaVA trained by tools/train_demo_model.py), then scores, audits and writes report.html. It also records the signals VCD and DoLa read and prints the best correction beside the readout confound. Deterministic; about 30 s on 2 CPU cores.
     """
     from halluprobe.demo import run_demo
-    from halluprobe.formatting import score_table
+    from halluprobe.tables import score_table
 
     with errors():
         with progress("demo questions") as bar:

@@ -10,7 +10,7 @@ import typer
 from halluprobe.cli._app import app, errors
 from halluprobe.cli._backend import BackendSpec, load_model_backend, with_backend
 from halluprobe.errors import InputError
-from halluprobe.formatting import format_ratio
+from halluprobe.formatting import format_percent
 
 __all__ = ["prove_app"]
 
@@ -110,11 +110,10 @@ def prove_score_cmd(
         typer.echo(summary.model_dump_json(indent=2))
         return
 
-    def fmt(v: Optional[float], ci: Any) -> str:
-        return format_ratio(v, ci, digits=2, ci_digits=2, scale=100, missing="n/a")
-
-    typer.echo(f"hscore {fmt(summary.hscore, summary.ci.get('hscore'))} (n={summary.n_hscore})")
-    typer.echo(f"tscore {fmt(summary.tscore, summary.ci.get('tscore'))} (n={summary.n_tscore})")
+    hscore = format_percent(summary.hscore, summary.ci.get("hscore"), digits=2, missing="n/a")
+    tscore = format_percent(summary.tscore, summary.ci.get("tscore"), digits=2, missing="n/a")
+    typer.echo(f"hscore {hscore} (n={summary.n_hscore})")
+    typer.echo(f"tscore {tscore} (n={summary.n_tscore})")
     typer.echo(f"errors {summary.errors} of {summary.n}; correlation(h, t) pearson {summary.correlation.get('pearson')}")
     typer.echo(f"{out}: scores.jsonl, summary.json")
 

@@ -46,10 +46,10 @@ def score_cmd(
     ] = None,
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
-    from halluprobe.formatting import score_markdown, score_table
     from halluprobe.readouts.text import label_dependence_note
     from halluprobe.readouts.value import Readout
     from halluprobe.scoring import score_answers_file, score_rundir
+    from halluprobe.tables import score_table
 
     note = label_dependence_note(f"text:{rule}" if answers is not None else readout)
     if note is not None:  # the decisions are not a parse of the answer alone: say so on stderr
@@ -81,11 +81,11 @@ def score_cmd(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif markdown or latex:
-        from halluprobe.tables import answers_provenance, render_latex, score_provenance
+        from halluprobe.tables import answers_provenance, render_latex, render_markdown, score_provenance
 
         with errors():  # the table names its source: the run dir, or the answers and labels files
             provenance = score_provenance(rundir, report) if rundir is not None else answers_provenance(answers, labels or (), report)  # type: ignore[arg-type]
-        typer.echo(render_latex(report, title, provenance) if latex else score_markdown(report, title, provenance))
+        typer.echo(render_latex(report, title, provenance) if latex else render_markdown(report, title, provenance))
     else:
         console().print(score_table(report, title))
         if rundir is not None:  # DASH-B's and POPEv2's own metrics, for runs on those datasets

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 import numpy as np
+
+from halluprobe.records import UNKNOWN_POLICIES, UnknownPolicy  # defined once there; re-exported for the kernel's callers
 
 __all__ = [
     "METRIC_NAMES",
@@ -40,9 +41,6 @@ __all__ = [
     "metrics_from_counts",
     "ratio_arrays",
 ]
-
-UnknownPolicy = Literal["wrong", "no", "yes", "drop"]
-UNKNOWN_POLICIES: tuple[UnknownPolicy, ...] = get_args(UnknownPolicy)
 
 METRIC_NAMES: tuple[str, ...] = ("accuracy", "precision", "recall", "f1", "yes_ratio", "unknown_rate", "htr")
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from halluprobe.errors import InputError
 from halluprobe.readouts.corrections import apply_correction, apply_threshold, recorded_signals
 from halluprobe.readouts.logits import LOGIT_READOUTS
-from halluprobe.readouts.text import ALL_TEXT_RULES, TEXT_RULES, parse_text
+from halluprobe.readouts.text import TEXT_RULES, parse_text
 from halluprobe.readouts.value import TEXT_PREFIX, Readout, unknown_readout
 from halluprobe.records import ReadoutResult, RunHeader, Sample, TokenSets
 

@@ -11,11 +11,10 @@ text only (imported answers) leaves the logit sections out (``LOGIT_SECTIONS``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from halluprobe.formatting import format_ci
+from halluprobe.formatting import fmt_ci, fmt_count, fmt_delta, fmt_p, fmt_pct, fmt_score
 from halluprobe.records import Metrics
 from halluprobe.records_audit import (
     BootstrapSettings,
@@ -71,69 +70,7 @@ LOGIT_SECTIONS: tuple[str, ...] = ("p-yes", "calibration", "tokens")
 LEADERBOARD = ("leaderboard", "Leaderboard")  # first, with several runs
 RELABEL = ("relabel", "Labels")  # last, when the audit rescored against other label files
 
-MINUS = "\u2212"  # a typographic minus: the same width as '+' in tabular figures
-
-
-# -- number formatting (shared by HTML and Markdown) ---------------------------------------
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def fmt_pct(value: Any, digits: int = 1) -> str:
-    """A ratio as a percentage without the sign (the column header says %): 0.8629 -> 86.3.
-
-    Ratios are shown in % because POPE tables report them so; AUROC and ECE stay on [0, 1].
-    """
-    return f"{100 * value:.{digits}f}" if _finite(value) else "–"
-
-
-def fmt_score(value: Any, digits: int = 3) -> str:
-    """A score on [0, 1] that is not a rate (AUROC, ECE, p_yes): 0.8455 -> 0.846."""
-    return f"{value:.{digits}f}" if _finite(value) else "–"
-
-
-def fmt_count(value: Any) -> str:
-    """An integer count with SI thousands (a narrow no-break space): 9000 -> 9 000, never split
-    across lines and never read as a decimal comma."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        return "–"
-    return f"{value:,}".replace(",", "\u202f")
-
-
-def fmt_ci(ci: Any, *, pct: bool = True, digits: int = 1, signed: bool = False) -> str:
-    """``[lo, hi]`` formatted like its estimate (:func:`halluprobe.formatting.format_ci`, without
-    its leading space); empty when there is no interval."""
-    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or not all(_finite(v) for v in ci):
-        return ""
-    scale = 100 if pct else 1
-    if signed:
-        return f"[{_signed(scale * ci[0], digits)}, {_signed(scale * ci[1], digits)}]"
-    return format_ci(ci, digits, scale).lstrip()
-
-
-def _signed(value: float, digits: int) -> str:
-    text = f"{abs(value):.{digits}f}"
-    if float(text) == 0:
-        return text
-    return ("+" if value > 0 else MINUS) + text
-
-
-def fmt_delta(value: Any, digits: int = 1) -> str:
-    """A difference of ratios in percentage points, signed: 0.012 -> +1.2."""
-    return _signed(100 * value, digits) if _finite(value) else "–"
-
-
-def fmt_p(value: Any) -> str:
-    """A p-value: two significant digits, floored at 0.001 (the resolution a reader needs)."""
-    if not _finite(value):
-        return "–"
-    if value < 0.001:
-        return "<0.001"
-    if value >= 0.995:
-        return "1.00"
-    return f"{value:.2g}" if value < 0.01 else f"{value:.2f}"
+# -- number formatting: halluprobe.formatting (shared by HTML and Markdown, re-exported here) --
 
 
 def piece(text: Any) -> str:

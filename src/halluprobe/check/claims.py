@@ -1,4 +1,5 @@
-"""Numbers in prose, as a claims file names them, checked by ``halluprobe check --claims``.
+"""Numbers in prose, as a claims file names them, checked by ``halluprobe check --claims``:
+a peer of the table checks, on the same findings, comparisons and run dirs.
 
 A claims file is TOML: top-level ``run``, ``readout`` and ``unknown`` are defaults for every
 ``[[claim]]``; a claim names ``split`` and ``metric`` and gives ``value`` as written, a string
@@ -14,13 +15,19 @@ elsewhere does not hide this one).
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
+from halluprobe.check.compare import MAX_NUMBER_CHARS, compare_number
+from halluprobe.check.findings import Finding
+from halluprobe.check.sources import RunCache, locate_run, run_findings
 from halluprobe.errors import InputError
+from halluprobe.records import UNKNOWN_POLICIES, UnknownPolicy
+from halluprobe.tables import RunSource
 
 __all__ = ["CLAIM_METRICS", "Claim", "Written", "read_claims", "parse_written", "check_claims"]
 
@@ -28,7 +35,6 @@ CLAIM_METRICS = (
     "n", "tp", "fp", "tn", "fn", "unknown", "errors",
     "accuracy", "precision", "recall", "f1", "yes_ratio", "unknown_rate", "htr", "auroc", "ece",
 )  # fmt: skip
-_POLICIES = ("wrong", "no", "yes", "drop")
 _CLAIM_KEYS = {"run", "readout", "unknown", "split", "metric", "value", "text", "minus", "forced"}
 _TARGET_KEYS = ("run", "readout", "unknown", "split", "metric")
 
@@ -39,7 +45,7 @@ class Target:
 
     run: str
     readout: str
-    unknown: str
+    unknown: UnknownPolicy
     split: str
     metric: str
     forced: bool = False  # a legacy readout scored although invalid for the vocabulary
@@ -76,13 +82,13 @@ def parse_written(value: str) -> Written | None:
     number, denominator, suffix = match.groups()
     if denominator is not None and (suffix or "." in number):
         return None
+    if max(len(number), len(denominator or "")) > MAX_NUMBER_CHARS:  # int() refuses past 4300 digits
+        return None
     tokens = (number,) if denominator is None else (number, denominator)
     return Written(tokens, percent=suffix is not None, fraction=denominator is not None, suffix=suffix or "")
 
 
 def _matches(value: float | int, written: Written) -> bool:
-    from halluprobe.check import compare_number
-
     if written.fraction:
         numerator, denominator = (int(t) for t in written.tokens)
         return denominator > 0 and abs(numerator / denominator - value) < 1e-12
@@ -126,8 +132,8 @@ def _target(entry: Mapping[str, Any], defaults: Mapping[str, Any], path: str, li
         raise InputError("claim key 'forced' must be true or false", path, line)
     if values["metric"] not in CLAIM_METRICS:
         raise InputError(f"unknown metric {values['metric']!r}; known: {', '.join(CLAIM_METRICS)}", path, line)
-    if values["unknown"] not in _POLICIES:
-        raise InputError(f"unknown policy {values['unknown']!r}; known: {', '.join(_POLICIES)}", path, line)
+    if values["unknown"] not in UNKNOWN_POLICIES:
+        raise InputError(f"unknown policy {values['unknown']!r}; known: {', '.join(UNKNOWN_POLICIES)}", path, line)
     return Target(**values, forced=forced)
 
 
@@ -143,6 +149,8 @@ def read_claims(path: str | Path) -> list[Claim]:
     except tomllib.TOMLDecodeError as err:
         at = re.search(r"at line (\d+)", str(err))
         raise InputError(f"invalid TOML: {err}", path, int(at.group(1)) if at else None) from None
+    except RecursionError:
+        raise InputError("invalid TOML: nested too deep", path) from None
     unknown_top = set(data) - {"run", "readout", "unknown", "claim"}
     if unknown_top:
         raise InputError(f"unknown top-level keys {sorted(unknown_top)} (claims go in [[claim]] tables)", path)
@@ -194,10 +202,8 @@ def _text_pattern(text: str) -> re.Pattern[str]:
     return re.compile(literal(before) + r"(\S+(?:\s+(?:points?|pp)\b)?)" + literal(after))
 
 
-def check_claims(claims: Sequence[Claim], texts: Mapping[str, str], runs: Sequence[Path], cache: Any) -> list[Any]:
+def check_claims(claims: Sequence[Claim], texts: Mapping[str, str], runs: Sequence[Path], cache: RunCache) -> list[Finding]:
     """Findings for each claim: its value against the recomputed one, and its prose."""
-    from halluprobe.check import Finding, locate_run, run_findings
-    from halluprobe.tables import RunSource
 
     findings: list[Finding] = []
     for claim in claims:
@@ -237,10 +243,8 @@ def _describe(claim: Claim) -> str:
     return what
 
 
-def _check_text(claim: Claim, around: str, value: float | int | None, texts: Mapping[str, str]) -> list[Any]:
+def _check_text(claim: Claim, around: str, value: float | int | None, texts: Mapping[str, str]) -> list[Finding]:
     """Every line of ``texts`` that reads ``around`` (the claim's text, one ``{}``) holds its value."""
-    from halluprobe.check import Finding
-
     pattern = _text_pattern(around)
     nothing_after = not around.split("{}")[1]  # then punctuation after the value ends the sentence
     findings = []

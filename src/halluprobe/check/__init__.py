@@ -1,0 +1,44 @@
+"""``halluprobe check``: every number a paper reports, recomputed from the run dirs it names.
+
+The package, bottom to top: :mod:`~halluprobe.check.findings` (what a check reports),
+:mod:`~halluprobe.check.parse` (tables found under a provenance comment, and the comment's
+bounds), :mod:`~halluprobe.check.compare` (cells at their written precision) and
+:mod:`~halluprobe.check.sources` (run dirs and files located, checked, recomputed once);
+:mod:`~halluprobe.check.claims` (numbers in prose) beside :mod:`~halluprobe.check.verify`,
+whose :func:`check_files` checks tables and claims. Each module imports only those listed
+before it. See ``docs/design/provenance.md``.
+"""
+
+from __future__ import annotations
+
+from halluprobe.check.claims import CLAIM_METRICS, Claim, Written, check_claims, parse_written, read_claims
+from halluprobe.check.compare import compare_cell, compare_number, compare_table
+from halluprobe.check.findings import CheckResult, Finding, FindingKind
+from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, FoundTable, check_bounds, extract_tables
+from halluprobe.check.sources import RunCache, file_findings, locate_run, run_findings
+from halluprobe.check.verify import check_files
+
+__all__ = [
+    "CLAIM_METRICS",
+    "MAX_RESAMPLES",
+    "MAX_SEED",
+    "CheckResult",
+    "Claim",
+    "Finding",
+    "FindingKind",
+    "FoundTable",
+    "RunCache",
+    "Written",
+    "check_bounds",
+    "check_claims",
+    "check_files",
+    "compare_cell",
+    "compare_number",
+    "compare_table",
+    "extract_tables",
+    "file_findings",
+    "locate_run",
+    "parse_written",
+    "read_claims",
+    "run_findings",
+]
