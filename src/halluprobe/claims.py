@@ -14,13 +14,13 @@ elsewhere does not hide this one).
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
+from halluprobe.tomlfile import loads_toml
 
 __all__ = ["CLAIM_METRICS", "Claim", "Written", "read_claims", "parse_written", "check_claims"]
 
@@ -138,11 +138,7 @@ def read_claims(path: str | Path) -> list[Claim]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read the claims file: {err}", path) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        at = re.search(r"at line (\d+)", str(err))
-        raise InputError(f"invalid TOML: {err}", path, int(at.group(1)) if at else None) from None
+    data = loads_toml(text, path, "the claims file")
     unknown_top = set(data) - {"run", "readout", "unknown", "claim"}
     if unknown_top:
         raise InputError(f"unknown top-level keys {sorted(unknown_top)} (claims go in [[claim]] tables)", path)

@@ -15,7 +15,6 @@ held-out F1; the best setting on the whole run is shown too, labelled optimistic
 from __future__ import annotations
 
 import itertools
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,11 +206,10 @@ def default_corrections(header: RunHeader) -> list[str]:
 def read_grid(path: str | Path) -> list[str]:
     """A grid TOML file: one table per method, each key a list of values (or one value);
     every combination is one correction spec, e.g. ``[vcd] alpha = [0.5, 1, 2]``."""
+    from halluprobe.tomlfile import read_toml
+
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise InputError(f"cannot read the grid: {err}", p) from None
+    data = read_toml(p, "the grid")
     specs: list[str] = []
     for method, table in data.items():
         if method not in CORRECTIONS:

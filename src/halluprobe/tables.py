@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from halluprobe.errors import InputError
 from halluprobe.formatting import MARKDOWN_COLUMNS, format_ratio, markdown_table, score_rows_named
+from halluprobe.jsonl import loads
 from halluprobe.records import FrozenRecord, Metrics, RunHeader, Sample, ScoreReport
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ def parse_provenance(line: str, path: str | Path, number: int) -> tuple[Provenan
         forms = f"'% {PROVENANCE_MARK} {{...}}' or '<!-- {PROVENANCE_MARK} {{...}} -->'"
         raise InputError(f"malformed provenance comment: expected {forms}", path, number)
     try:
-        data = json.loads(match.group(1))
+        data = loads(match.group(1))
     except json.JSONDecodeError as err:
         raise InputError(f"malformed provenance comment: {err.msg} at column {err.colno}", path, number) from None
     try:

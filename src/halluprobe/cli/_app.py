@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,10 +47,12 @@ def _load_config(ctx: typer.Context, _param: Any, value: Optional[Path]) -> Opti
     """``--config FILE.toml`` fills the defaults below flags and environment variables."""
     if value is None:
         return None
+    from halluprobe.tomlfile import read_toml
+
     try:
-        data = tomllib.loads(value.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise typer.BadParameter(f"{value}: {err}") from None
+        data = read_toml(value, "the config file")
+    except InputError as err:
+        raise typer.BadParameter(str(err)) from None
     section = data.get(ctx.info_name or "", data)  # a [run] table, or top-level keys
     ctx.default_map = {**(ctx.default_map or {}), **{k.replace("-", "_"): v for k, v in section.items()}}
     return value

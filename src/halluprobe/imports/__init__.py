@@ -15,6 +15,7 @@ from pathlib import Path
 
 from halluprobe.errors import InputError
 from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, write_imported_run
+from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir
 
 __all__ = ["FORMATS", "SHEET_SUFFIXES", "detect_format", "read_import", "import_answers"]
@@ -35,18 +36,22 @@ def detect_format(path: Path, inputs: InputFiles | None = None) -> str:
     head = text.lstrip()
     if head.startswith("{") and '"logs"' in head and '"model_configs"' in head:
         return "lmms-eval"
-    first_line = head.split("\n", 1)[0]
-    try:
-        first = json.loads(first_line) if not head.startswith("[") else None
-    except json.JSONDecodeError:
-        first = None
     if head.startswith("["):
         return "vlmevalkit"  # a JSON sheet: VLMEvalKit dumps a DataFrame as a list of records
+    first_line = head.split("\n", 1)[0]
+    try:
+        first = loads(first_line)
+    except json.JSONDecodeError:
+        first = None
     if isinstance(first, dict):
         if looks_like_lmms_eval(first):
             return "lmms-eval"
         if {"question_id", "prompt", "text", "answer_id"} <= set(first):
             return "llava"
+        # VLMEvalKit's sheet as JSON lines also has {question, answer}, but its 'answer' is the
+        # label: its own columns decide first, or every label would be read as the prediction
+        if "prediction" in first and ({"index", "category"} & set(first)):
+            return "vlmevalkit"
         if {"question", "answer"} <= set(first):
             return "answers"
     raise InputError("cannot tell the answers format from the first line: pass --format (" + ", ".join(FORMATS) + ")", path, 1)

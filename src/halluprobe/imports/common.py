@@ -22,7 +22,7 @@ from typing import Any
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
-from halluprobe.jsonl import read_text
+from halluprobe.jsonl import parse_int_id, read_text
 from halluprobe.readouts.apply import TEXT_PREFIX
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import Decision, GenerateConfig, Label, Question, ReadoutResult, RunHeader, Sample
@@ -104,11 +104,9 @@ def yes_no(value: object) -> Decision:
 
 
 def as_int_id(value: object, what: str, path: Path | str, line: int | None, *, digits_ok: bool = False) -> int:
-    """An integer question id; booleans, floats and (unless ``digits_ok``) strings are refused."""
-    if isinstance(value, bool) or not (isinstance(value, int) or (digits_ok and isinstance(value, str) and value.strip().isdigit())):
-        shown = json.dumps(value) if isinstance(value, (str, float, type(None))) else repr(value)
-        raise InputError(f"{what} must be an integer, got {shown}", path, line)
-    return int(value)  # type: ignore[arg-type]
+    """An integer question id; booleans, floats and (unless ``digits_ok``) strings are refused
+    (:func:`halluprobe.jsonl.parse_int_id`, the project's one id parser)."""
+    return parse_int_id(value, what, path, line, digits_ok=digits_ok)
 
 
 def label_version(split: str, digest: str, questions: Sequence[Question]) -> list[str]:
