@@ -72,10 +72,13 @@ def refuse_existing(path: str | Path, *, overwrite: bool, flag: str = "--out") -
     return target
 
 
-def fresh_out_dir(path: str | Path, *, overwrite: bool, owned: Callable[[str], bool], flag: str = "--out") -> Path:
+def fresh_out_dir(
+    path: str | Path, *, overwrite: bool, owned: Callable[[str], bool], flag: str = "--out", create: bool = True
+) -> Path:
     """A folder a verb writes its files into: absent or empty, or (``overwrite``) a folder from
     which the files this verb owns (``owned(name)``) are removed first; what else it holds is
-    kept. A file or a dangling symbolic link in its place is refused."""
+    kept. A file or a dangling symbolic link in its place is refused. ``create=False`` with an
+    ``owned`` that owns nothing: only the checks, before any input is read (nothing written yet)."""
     target = Path(path)
     _refuse_dangling(target, flag)
     if target.exists() and not target.is_dir():
@@ -99,6 +102,8 @@ def fresh_out_dir(path: str | Path, *, overwrite: bool, owned: Callable[[str], b
                     entry.unlink()
                 except OSError as e:
                     raise InputError(f"cannot remove: {e.strerror or e}", entry) from None
+    if not create:
+        return target
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -22,7 +22,7 @@ from halluprobe.files import append_durable, drop_cut_tail, write_atomic
 from halluprobe.jsonl import loads, read_log_lines, read_text
 from halluprobe.records import AuditReport, QuestionKey, RunHeader, Sample, ScoreReport
 
-__all__ = ["RunDir", "OWNED_FILES", "AUDIT", "differ_phrase", "fingerprint_of", "header_differences", "sha256_file", "sum_counts"]
+__all__ = ["RunDir", "OWNED_FILES", "AUDIT", "MANIFEST", "refuse_run_file", "differ_phrase", "fingerprint_of", "header_differences", "sha256_file", "sum_counts"]
 
 
 _R = TypeVar("_R", bound=BaseModel)
@@ -38,6 +38,19 @@ AUDIT = "audit.json"
 # every file a run writes into its directory: `run --overwrite` removes them all, so nothing of
 # the previous run (its metrics, its audit) is read as the new run's
 OWNED_FILES = (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS, AUDIT)
+# written by `halluprobe import` beside the run's own files
+MANIFEST = "manifest.json"
+
+
+def refuse_run_file(path: str | Path, flag: str) -> None:
+    """No verb's output may replace a file of a run dir (its header, samples, metrics, audit,
+    manifest), not even with ``--overwrite``: the run would be unreadable or lie. Checked where
+    the path leads (a symbolic link into a run dir counts)."""
+    target = Path(path)
+    resolved = target.resolve()
+    for candidate in {target.absolute(), resolved}:
+        if candidate.name in (*OWNED_FILES, MANIFEST) and (candidate.parent / HEADER).is_file():
+            raise InputError(f"{flag} would replace a file of the run dir {candidate.parent}: choose another path", target)
 
 
 def header_differences(old: RunHeader, new: RunHeader) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from halluprobe.errors import InputError
-from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, write_imported_run
+from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, check_import_out, write_imported_run
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir
 
@@ -113,7 +113,9 @@ def import_answers(
     model: str | None = None,
     overwrite: bool = False,
 ) -> tuple[RunDir, ImportResult]:
-    """Read and write: the run dir and what was read (for the CLI's summary)."""
+    """Read and write: the run dir and what was read (for the CLI's summary). ``out`` is checked
+    before anything is read, and written only once everything read is valid."""
+    check_import_out(out, overwrite=overwrite)
     result = read_import(fmt, files, labels=labels, questions=questions, split=split)
     if model is not None:
         result.model = model

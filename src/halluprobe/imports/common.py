@@ -21,12 +21,12 @@ from typing import Any
 
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
-from halluprobe.files import write_atomic
+from halluprobe.files import fresh_out_dir, plain_component, write_atomic
 from halluprobe.jsonl import parse_int_id, read_text
 from halluprobe.readouts.apply import TEXT_PREFIX
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import Decision, GenerateConfig, Label, Question, ReadoutResult, RunHeader, Sample
-from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
+from halluprobe.rundir import MANIFEST, OWNED_FILES, RunDir, fingerprint_of, sha256_file
 
 __all__ = [
     "MANIFEST",
@@ -35,13 +35,15 @@ __all__ = [
     "InputFiles",
     "LabelIndex",
     "as_int_id",
+    "check_import_out",
+    "owned_by_import",
+    "refuse_unsafe_splits",
     "label_version",
     "refuse_duplicates",
     "write_imported_run",
     "yes_no",
 ]
 
-MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -184,14 +186,36 @@ def refuse_duplicates(answers: Sequence[Imported]) -> None:
         seen[key] = a.source
 
 
+def owned_by_import(name: str) -> bool:
+    """The files an import writes into its run dir (``--overwrite`` removes these, nothing else)."""
+    return name in (*OWNED_FILES, MANIFEST)
+
+
+def check_import_out(out: str | Path, *, overwrite: bool) -> None:
+    """Before anything is read: ``--out`` absent or an empty folder, or ``--overwrite``; never a
+    file or a dangling link. Nothing is created or removed here."""
+    fresh_out_dir(out, overwrite=overwrite, owned=lambda _name: False, create=False)
+
+
+def refuse_unsafe_splits(answers: Sequence[Imported]) -> None:
+    """A split names files (``export``'s ``<split>_answers.json``): it must be one plain file
+    name, refused at the answer that carries it (file:line)."""
+    for split in dict.fromkeys(a.split for a in answers):
+        first = next(a for a in answers if a.split == split)
+        path, _, line = first.source.rpartition(":")
+        plain_component(split, "split", path or first.source, int(line) if line.isdigit() else None)
+
+
 def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool = False) -> RunDir:
     """Write ``result`` as a complete run dir (``run.json``, ``samples.jsonl``,
-    ``manifest.json``, ``complete.json``); refuses an existing run unless ``overwrite``."""
+    ``manifest.json``, ``complete.json``) into a new or empty folder; with ``overwrite``, an
+    existing folder whose earlier run files (only those) are removed first."""
     from halluprobe import __version__
 
     if not result.answers:
         raise InputError("no answer could be imported: " + "; ".join(s["reason"] for s in result.skipped[:3]), result.sources[0])
     refuse_duplicates(result.answers)
+    refuse_unsafe_splits(result.answers)
     sources = {str(p): result.inputs.sha256(p) for p in result.sources}
     labels = {split: str(p) for split, p in result.labels.items()}
     label_sums = result.label_sha256
@@ -224,6 +248,7 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
         generate=GenerateConfig(max_new_tokens=result.max_new_tokens, stop_strings=()),
         pope_versions={s: list(result.versions.get("labels", {}).get(s, [])) for s in splits},
     )
+    fresh_out_dir(out, overwrite=overwrite, owned=owned_by_import)
     rundir = RunDir(out)
     rundir.start(header, resume=False, force=False, overwrite=overwrite)
     rundir.append(
