@@ -76,7 +76,7 @@ UnknownOption = Annotated[
     Literal[UNKNOWN_POLICIES], typer.Option(help="Unknown answers: wrong (never correct), no, yes, or drop.")  # type: ignore[valid-type]
 ]
 ResamplesOption = Annotated[int, typer.Option(min=0, help="Bootstrap resamples (images are resampled).")]
-SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]
+SeedOption = Annotated[int, typer.Option(min=0, help="Bootstrap seed (0 or more).")]
 
 
 def console(stderr: bool = False) -> Any:
