@@ -26,6 +26,7 @@ __all__ = [
     "drop_cut_tail",
     "refuse_existing",
     "fresh_out_dir",
+    "refuse_non_folder",
     "plain_component",
 ]
 
@@ -72,6 +73,16 @@ def refuse_existing(path: str | Path, *, overwrite: bool, flag: str = "--out") -
     return target
 
 
+def refuse_non_folder(path: str | Path, flag: str = "--out") -> Path:
+    """An output folder that may exist: a file or a dangling symbolic link in its place is one
+    line (exit 2), not the ``FileExistsError`` ``mkdir`` raises."""
+    target = Path(path)
+    _refuse_dangling(target, flag)
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{flag} must be a folder, not a file", target)
+    return target
+
+
 def fresh_out_dir(
     path: str | Path, *, overwrite: bool, owned: Callable[[str], bool], flag: str = "--out", create: bool = True
 ) -> Path:
@@ -79,10 +90,7 @@ def fresh_out_dir(
     which the files this verb owns (``owned(name)``) are removed first; what else it holds is
     kept. A file or a dangling symbolic link in its place is refused. ``create=False`` with an
     ``owned`` that owns nothing: only the checks, before any input is read (nothing written yet)."""
-    target = Path(path)
-    _refuse_dangling(target, flag)
-    if target.exists() and not target.is_dir():
-        raise InputError(f"{flag} must be a folder, not a file", target)
+    target = refuse_non_folder(path, flag)
     if target.is_dir():
         try:
             entries = sorted(target.iterdir())

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from halluprobe.errors import InputError
-from halluprobe.files import append_durable, drop_cut_tail, write_atomic
+from halluprobe.files import append_durable, drop_cut_tail, refuse_non_folder, write_atomic
 from halluprobe.jsonl import loads, read_log_lines, read_text
 from halluprobe.records import AuditReport, QuestionKey, RunHeader, Sample, ScoreReport
 
@@ -139,10 +139,12 @@ class RunDir:
         retry_errors: bool = False,
     ) -> set[QuestionKey]:
         """Create or reopen the run dir; return the keys already answered (empty for a new run).
+        A file or a dangling symbolic link where the folder belongs is refused (one line).
 
         ``also_accept``: other fingerprints under which the same run was written (an earlier
         halluprobe's form). ``retry_errors``: errored samples do not count as answered; the
         answer appended later replaces the error (see :meth:`read_samples`)."""
+        refuse_non_folder(self.path)
         if self.exists():
             if resume:
                 old = self.read_header()
