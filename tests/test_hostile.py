@@ -384,3 +384,37 @@ def test_no_verb_wrote_outside_its_out(tmp_path: Path, sheet: Path) -> None:
         assert new == {"run", "pq.jsonl", "exp", "rep.html", "rep.md"}
     finally:
         os.chdir(cwd)
+
+
+# -- every verb that writes into --out: a file or a dangling link there is one line -----------------
+
+
+def _out_verbs(run: Path, world: dict[str, Path]) -> dict[str, list[str]]:
+    return {
+        "run": _run_args(world, Path("OUT"))[:-2] + ["--out"],
+        "merge": ["merge", str(run), "--out"],
+        "demo": ["demo", "--out"],
+        "import": ["import", "vlmevalkit", "no-such-sheet.tsv", "--out"],
+        "export": ["export", str(run), "--format", "pope", "--out"],
+        "prove score": ["prove", "score", "--data", "x", "--responses", str(run), "--out"],
+        "prove build": ["prove", "build", "--model", "m", "--captions", "c", "--images", "i", "--out"],
+        "probe build": ["probe", "build", "--model", "m", "--images", "i", "--detector", "d", "--out"],
+        "report": ["report", str(run), "--resamples", "0", "--out"],
+    }
+
+
+@pytest.mark.parametrize("verb", ["run", "merge", "demo", "import", "export", "prove score", "prove build", "probe build", "report"])
+@pytest.mark.parametrize("what", ["file", "dangling link"])
+def test_a_file_or_dangling_link_at_out_is_one_line(scripted: tuple[Path, dict[str, Path]], tmp_path: Path, verb: str, what: str) -> None:
+    run, world = scripted
+    target = tmp_path / "target"
+    if what == "file":
+        target.write_text("the user's file\n")
+    else:
+        target.symlink_to(tmp_path / "missing" / "place")
+    args = _out_verbs(run, world)[verb]
+    before = snapshot(run)
+    line = refused([*args, str(target)])
+    assert "Traceback" not in line and ("target" in line or "no-such-sheet" in line)
+    assert snapshot(run) == before
+    assert (target.read_text() == "the user's file\n") if what == "file" else not (tmp_path / "missing").exists()
