@@ -418,3 +418,10 @@ def test_a_file_or_dangling_link_at_out_is_one_line(scripted: tuple[Path, dict[s
     assert "Traceback" not in line and ("target" in line or "no-such-sheet" in line)
     assert snapshot(run) == before
     assert (target.read_text() == "the user's file\n") if what == "file" else not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("verb", ["score", "audit", "report", "corrections"])
+def test_resamples_beyond_the_limit_are_one_line_in_every_verb(imported: Path, verb: str) -> None:
+    before = snapshot(imported)
+    refused([verb, str(imported), "--resamples", str(10**9)], "--resamples 1000000000 is over the limit of 100,000")
+    assert snapshot(imported) == before

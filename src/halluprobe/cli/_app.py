@@ -23,6 +23,8 @@ __all__ = [
     "ConfigOption",
     "UnknownOption",
     "ResamplesOption",
+    "MAX_RESAMPLES",
+    "refuse_over_limit",
     "SeedOption",
     "console",
     "errors",
@@ -75,7 +77,15 @@ UNKNOWN_POLICIES = ("wrong", "no", "yes", "drop")
 UnknownOption = Annotated[
     Literal[UNKNOWN_POLICIES], typer.Option(help="Unknown answers: wrong (never correct), no, yes, or drop.")  # type: ignore[valid-type]
 ]
-ResamplesOption = Annotated[int, typer.Option(min=0, help="Bootstrap resamples (images are resampled).")]
+ResamplesOption = Annotated[int, typer.Option(min=0, help="Bootstrap resamples (images are resampled; at most 100,000).")]
+# a bound on work a flag sets: far beyond what a 95% CI needs, and refused in one line up front
+MAX_RESAMPLES = 100_000
+
+
+def refuse_over_limit(flag: str, value: int, limit: int) -> None:
+    """One line (exit 2) before any work when ``value`` is over ``limit``."""
+    if value > limit:
+        raise InputError(f"{flag} {value} is over the limit of {limit:,}")
 SeedOption = Annotated[int, typer.Option(min=0, help="Bootstrap seed (0 or more).")]
 
 

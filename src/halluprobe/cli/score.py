@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from halluprobe.cli._app import ResamplesOption, SeedOption, UnknownOption, app, console, errors
+from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, UnknownOption, app, console, errors, refuse_over_limit
 from halluprobe.errors import InputError
 
 __all__ = ["score_cmd", "audit_cmd", "report_cmd"]
@@ -46,6 +46,7 @@ def score_cmd(
     from halluprobe.scoring import score_answers_file, score_rundir
 
     with errors():
+        refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
         if answers is not None or labels is not None:
             if answers is None or not labels or rundir is not None:
                 raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
@@ -122,6 +123,7 @@ def audit_cmd(
         return
     audits = []
     with errors():
+        refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
         for rundir in rundirs:
             audit = audit_run(
                 rundir, headline=headline, labels=labels or (), policy=unknown, n_resamples=resamples, seed=seed  # type: ignore[arg-type]
@@ -179,6 +181,7 @@ def report_cmd(
     with errors():
         if out.is_dir():
             raise InputError("--out must be an HTML file, not a directory", out)
+        refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
         for target in (out, out.with_suffix(".md")):
             _refuse_foreign_report(target, overwrite)
         audits = [
