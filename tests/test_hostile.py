@@ -425,3 +425,17 @@ def test_resamples_beyond_the_limit_are_one_line_in_every_verb(imported: Path, v
     before = snapshot(imported)
     refused([verb, str(imported), "--resamples", str(10**9)], "--resamples 1000000000 is over the limit of 100,000")
     assert snapshot(imported) == before
+
+
+@pytest.mark.parametrize(("cell", "finding"), [(LONG_INT, "differs"), ("²", "unparseable")], ids=["5000-digits", "superscript"])
+def test_check_reads_a_count_cell_it_cannot_convert_as_a_finding(imported: Path, tmp_path: Path, cell: str, finding: str) -> None:
+    table = ok(["score", str(imported), "--readout", "text:pope", "--resamples", "0", "--markdown"])
+    lines = table.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("| random"))
+    cells = lines[row].split("|")
+    cells[2] = f" {cell} "  # the n column: a count
+    lines[row] = "|".join(cells)
+    path = tmp_path / "table.md"
+    path.write_text("\n".join(lines) + "\n")
+    result = runner.invoke(app, ["check", str(path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output and f"table.md:{row + 1}: {finding}" in result.output, result.output

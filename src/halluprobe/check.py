@@ -240,7 +240,9 @@ def compare_number(value: float | int, token: str, percent: bool = False) -> boo
     token's own precision; a count must be written whole."""
     token = token.replace("−", "-").lstrip("+")
     if isinstance(value, int) and not isinstance(value, bool) and not percent:
-        return token.lstrip("-").isdigit() and int(token) == value
+        # ASCII digits only, and no more than a count can have: '²' passes isdigit() but not int(),
+        # and int() refuses more than 4,300 digits; either is a cell that differs, not a traceback
+        return re.fullmatch(r"-?[0-9]{1,30}", token) is not None and int(token) == value
     scaled = 100 * value if percent else value
     decimals = len(token.split(".", 1)[1]) if "." in token else 0
     written = f"{scaled:.{decimals}f}"
