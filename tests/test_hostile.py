@@ -439,3 +439,18 @@ def test_check_reads_a_count_cell_it_cannot_convert_as_a_finding(imported: Path,
     path.write_text("\n".join(lines) + "\n")
     result = runner.invoke(app, ["check", str(path)])
     assert result.exit_code == 1 and "Traceback" not in result.output and f"table.md:{row + 1}: {finding}" in result.output, result.output
+
+
+def test_a_category_that_is_no_string_is_refused_not_named_by_its_repr(tmp_path: Path) -> None:
+    path = tmp_path / "m_POPE.json"
+    path.write_text(json.dumps([{"index": 1, "question": "Is there a cat?", "answer": "Yes", "category": ["random"], "prediction": "yes"}]))
+    refused(["import", str(path), "--out", str(tmp_path / "run")], "'category' must be a string")
+    assert not (tmp_path / "run").exists()
+
+
+def test_half_an_emoji_in_an_imported_answer_is_stored_as_a_replacement_character(tmp_path: Path) -> None:
+    path = tmp_path / "m_POPE.json"
+    path.write_text('[{"index": 1, "question": "Is there a cat?", "answer": "Yes", "category": "random", "prediction": "yes \\ud83d"}]')
+    ok(["import", str(path), "--out", str(tmp_path / "run")])
+    stored = json.loads((tmp_path / "run" / "samples.jsonl").read_text())
+    assert stored["text"] == "yes \ufffd"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
 from halluprobe.files import fresh_out_dir, plain_component, write_atomic
-from halluprobe.jsonl import parse_int_id, read_text
+from halluprobe.jsonl import parse_int_id, read_text, replace_lone_surrogates
 from halluprobe.readouts.apply import TEXT_PREFIX
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import Decision, GenerateConfig, Label, Question, ReadoutResult, RunHeader, Sample
@@ -206,6 +206,16 @@ def refuse_unsafe_splits(answers: Sequence[Imported]) -> None:
         plain_component(split, "split", path or first.source, int(line) if line.isdigit() else None)
 
 
+def _without_lone_surrogates(a: Imported) -> Imported:
+    """A JSON ``"\\ud83d"`` (half an emoji, cut) has no UTF-8 form: U+FFFD in its place, or no
+    sample holding it could be written."""
+    fix = replace_lone_surrogates
+    return replace(
+        a, split=fix(a.split), image=fix(a.image), prompt=fix(a.prompt), text=fix(a.text),
+        object=None if a.object is None else fix(a.object), source=fix(a.source),
+    )  # fmt: skip
+
+
 def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool = False) -> RunDir:
     """Write ``result`` as a complete run dir (``run.json``, ``samples.jsonl``,
     ``manifest.json``, ``complete.json``) into a new or empty folder; with ``overwrite``, an
@@ -214,6 +224,8 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
 
     if not result.answers:
         raise InputError("no answer could be imported: " + "; ".join(s["reason"] for s in result.skipped[:3]), result.sources[0])
+    result.answers = [_without_lone_surrogates(a) for a in result.answers]
+    result.model = replace_lone_surrogates(result.model)
     refuse_duplicates(result.answers)
     refuse_unsafe_splits(result.answers)
     sources = {str(p): result.inputs.sha256(p) for p in result.sources}
@@ -277,6 +289,6 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
         "tool_readouts": result.tool_rules,
         "notes": result.notes,
     }
-    write_atomic(rundir.path / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(rundir.path / MANIFEST, replace_lone_surrogates(json.dumps(manifest, indent=2, ensure_ascii=False)) + "\n")
     rundir.mark_complete({"imported": len(result.answers), "skipped": len(result.skipped), "splits": counts})
     return rundir

@@ -125,7 +125,10 @@ def read_vlmevalkit(path: Path, *, inputs: InputFiles | None = None) -> ImportRe
         prediction = row.get("prediction")
         if prediction is None or (isinstance(prediction, float) and prediction != prediction):
             prediction = ""  # pandas writes an empty answer as NaN; VLMEvalKit scores str(x)
-        splits = [s.strip() for s in str(row.get("category") or "").split(",") if s.strip()]
+        category = row.get("category")
+        if not isinstance(category, str):  # a list or a number would become a split named by its repr
+            raise InputError(f"'category' must be a string of split names, got {type(category).__name__}", path, number)
+        splits = [s.strip() for s in category.split(",") if s.strip()]
         if not splits:
             raise InputError("'category' names no split", path, number)
         tool = {}
