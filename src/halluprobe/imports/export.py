@@ -59,8 +59,8 @@ def _benchmark_questions(header: RunHeader, split: str) -> tuple[dict[int, str] 
         return None, "the samples' prompts (run.json names no benchmark file)"
     try:
         digest = sha256_file(path)
-    except OSError:
-        return None, f"the samples' prompts ({path} is gone)"
+    except OSError as err:  # gone, or a folder in its place
+        return None, f"the samples' prompts ({path} cannot be read: {err.strerror or err})"
     if digest != header.benchmarks.get(split):
         return None, f"the samples' prompts ({path} changed since the run: its sha256 differs from run.json's)"
     try:

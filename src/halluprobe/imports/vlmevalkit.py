@@ -62,9 +62,10 @@ def _read_delimited(path: Path, inputs: InputFiles, delimiter: str) -> list[tupl
 
 
 def _read_xlsx(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """The rows of the active sheet up to its last non-empty one, as wide as its header. The
-    sheet's declared dimensions are ignored (a sheet may declare a million rows and columns it
-    does not have); rows present in the file beyond :data:`MAX_SHEET_ROWS` are refused."""
+    """The non-empty rows of the active sheet, as wide as its header (a blank row, or the empty
+    formatted rows after the data, is no answer). The sheet's declared dimensions are ignored (a
+    sheet may declare a million rows and 16,384 columns it does not have: read as declared, every
+    row would be a dict of 16,384 cells); more than :data:`MAX_SHEET_ROWS` filled rows are refused."""
     try:
         from openpyxl import load_workbook  # optional: not a dependency of halluprobe
     except ImportError:
@@ -80,19 +81,18 @@ def _read_xlsx(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not names:
             raise InputError("empty sheet", path)
         rows: list[tuple[int, dict[str, Any]]] = []
-        last_filled = 0
         for number, row in enumerate(rows_in, start=2):
-            if number > MAX_SHEET_ROWS + 1:
-                raise InputError(f"more than {MAX_SHEET_ROWS:,} rows: not a POPE prediction sheet", path, number)
             values = tuple(row[: len(names)])
+            if all(v is None or v == "" for v in values):
+                continue
+            if len(rows) == MAX_SHEET_ROWS:
+                raise InputError(f"more than {MAX_SHEET_ROWS:,} filled rows: not a POPE prediction sheet", path, number)
             rows.append((number, dict(zip(names, values))))
-            if any(v is not None and v != "" for v in values):
-                last_filled = len(rows)
     except InputError:
         raise
     except Exception as err:  # noqa: BLE001 - openpyxl raises zipfile, KeyError or its own errors for a bad file
         raise InputError(f"not a readable .xlsx workbook ({type(err).__name__}: {err})", path) from None
-    return rows[:last_filled]  # trailing empty rows are formatting, not answers
+    return rows
 
 
 def read_vlmevalkit(path: Path, *, inputs: InputFiles | None = None) -> ImportResult:
