@@ -458,3 +458,15 @@ def test_half_an_emoji_in_an_imported_answer_is_stored_as_a_replacement_characte
     ok(["import", str(path), "--out", str(tmp_path / "run")])
     stored = json.loads((tmp_path / "run" / "samples.jsonl").read_text())
     assert stored["text"] == "yes \ufffd"
+
+
+def test_run_into_a_folder_with_a_leftover_samples_file_is_refused_not_appended_to(scripted: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
+    run, world = scripted
+    out = tmp_path / "out"
+    out.mkdir()
+    leftover = (run / "samples.jsonl").read_text().splitlines(keepends=True)[:5]
+    (out / "samples.jsonl").write_text("".join(leftover))
+    refused(_run_args(world, out), "samples.jsonl", "without its run.json", "--overwrite")
+    assert (out / "samples.jsonl").read_text() == "".join(leftover) and not (out / "run.json").exists()
+    ok(_run_args(world, out, "--overwrite"))
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 72  # the new run's own, nothing appended

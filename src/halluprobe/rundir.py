@@ -139,12 +139,16 @@ class RunDir:
         retry_errors: bool = False,
     ) -> set[QuestionKey]:
         """Create or reopen the run dir; return the keys already answered (empty for a new run).
-        A file or a dangling symbolic link where the folder belongs is refused (one line).
+        A file or a dangling symbolic link where the folder belongs is refused (one line), and so
+        is a folder without ``run.json`` that holds a run's file (a leftover ``samples.jsonl``
+        would be appended to and scored as this run's), unless ``overwrite`` removes it.
 
         ``also_accept``: other fingerprints under which the same run was written (an earlier
         halluprobe's form). ``retry_errors``: errored samples do not count as answered; the
         answer appended later replaces the error (see :meth:`read_samples`)."""
         refuse_non_folder(self.path)
+        if not self.exists():
+            self._clear_leftovers(overwrite)
         if self.exists():
             if resume:
                 old = self.read_header()
@@ -171,6 +175,18 @@ class RunDir:
         write_atomic(self.header_path, header.model_dump_json(indent=2) + "\n")
         self.samples_path.touch()
         return set()
+
+    def _clear_leftovers(self, overwrite: bool) -> None:
+        leftovers = [self.path / name for name in OWNED_FILES if (self.path / name).exists() or (self.path / name).is_symlink()]
+        if leftovers and not overwrite:
+            raise InputError(
+                "a run's file without its run.json (what is left of another run?): pass --overwrite to replace it", leftovers[0]
+            )
+        for path in leftovers:
+            try:
+                path.unlink()
+            except OSError as err:
+                raise InputError(f"cannot remove the previous run's file: {err.strerror or err}", path) from None
 
     def append(self, samples: Iterable[Sample]) -> None:
         append_durable(self.samples_path, "".join(s.model_dump_json() + "\n" for s in samples))
