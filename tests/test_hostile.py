@@ -470,3 +470,17 @@ def test_run_into_a_folder_with_a_leftover_samples_file_is_refused_not_appended_
     assert (out / "samples.jsonl").read_text() == "".join(leftover) and not (out / "run.json").exists()
     ok(_run_args(world, out, "--overwrite"))
     assert len((out / "samples.jsonl").read_text().splitlines()) == 72  # the new run's own, nothing appended
+
+
+def test_export_follows_the_labels_file_line_order_not_the_id_order(tmp_path: Path) -> None:
+    """The tools pair answers with the labels file by line: a file whose ids are not ascending
+    must be exported in its own order."""
+    world = _make_world(tmp_path)
+    lines = world["random"].read_text().splitlines()
+    world["random"].write_text("\n".join(reversed(lines)) + "\n")
+    ok(_run_args(world, tmp_path / "run"))
+    ok(["export", str(tmp_path / "run"), "--format", "lmms-eval", "--out", str(tmp_path / "exp")])
+    exported = [json.loads(l) for l in (tmp_path / "exp" / "samples_pope_random.jsonl").read_text().splitlines()]
+    asked = [json.loads(l) for l in reversed(lines)]
+    assert [e["input"].split("\n")[0] for e in exported] == [q["text"] for q in asked]
+    assert [e["target"] for e in exported] == [q["label"] for q in asked]

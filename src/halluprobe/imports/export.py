@@ -71,7 +71,8 @@ def _benchmark_questions(header: RunHeader, split: str) -> tuple[dict[int, str] 
 
 
 def _refuse_partial(run: RunDir, header: RunHeader, splits: dict[str, list[Sample]], result: Export) -> dict[tuple[str, int], str]:
-    """The question texts to export; InputError unless every question of each split is answered."""
+    """The question texts to export; InputError unless every question of each split is answered.
+    Where the benchmark file is the one asked, each split's samples are put in its line order."""
     texts: dict[tuple[str, int], str] = {}
     for split, group in splits.items():
         questions, source = _benchmark_questions(header, split)
@@ -86,6 +87,8 @@ def _refuse_partial(run: RunDir, header: RunHeader, splits: dict[str, list[Sampl
                     run.samples_path,
                 )
             texts.update({(split, qid): text for qid, text in questions.items()})
+            line_of = {qid: i for i, qid in enumerate(questions)}
+            group.sort(key=lambda s: line_of.get(s.question_id, len(line_of)))  # the labels file's line order: what the tools pair by
             continue
         if not run.complete_path.exists():
             raise InputError("the run is not complete (no complete.json): finish it (`halluprobe run --resume`) before exporting", run.path)
