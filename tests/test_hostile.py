@@ -403,25 +403,35 @@ def _out_verbs(run: Path, world: dict[str, Path]) -> dict[str, list[str]]:
         "prove score": ["prove", "score", "--data", "x", "--responses", str(run), "--out"],
         "prove build": ["prove", "build", "--model", "m", "--captions", "c", "--images", "i", "--out"],
         "probe build": ["probe", "build", "--model", "m", "--images", "i", "--detector", "d", "--out"],
+        "probe induce": ["probe", "induce", "--model", "m", "--images", "i", "--prompts", "p", "--out"],
         "report": ["report", str(run), "--resamples", "0", "--out"],
     }
 
 
-@pytest.mark.parametrize("verb", ["run", "merge", "demo", "import", "export", "prove score", "prove build", "probe build", "report"])
-@pytest.mark.parametrize("what", ["file", "dangling link"])
-def test_a_file_or_dangling_link_at_out_is_one_line(scripted: tuple[Path, dict[str, Path]], tmp_path: Path, verb: str, what: str) -> None:
+FILE_VERBS = ("report", "probe induce")  # their --out is a file: the wrong thing there is a folder
+
+
+@pytest.mark.parametrize("verb", ["run", "merge", "demo", "import", "export", "prove score", "prove build", "probe build", *FILE_VERBS])
+@pytest.mark.parametrize("what", ["the wrong kind", "dangling link"])
+def test_the_wrong_kind_or_a_dangling_link_at_out_is_one_line(scripted: tuple[Path, dict[str, Path]], tmp_path: Path, verb: str, what: str) -> None:
     run, world = scripted
     target = tmp_path / "target"
-    if what == "file":
-        target.write_text("the user's file\n")
-    else:
+    if what == "dangling link":
         target.symlink_to(tmp_path / "missing" / "place")
-    args = _out_verbs(run, world)[verb]
+    elif verb in FILE_VERBS:
+        target.mkdir()
+        (target / "mine.txt").write_text("the user's file\n")
+    else:
+        target.write_text("the user's file\n")
     before = snapshot(run)
-    line = refused([*args, str(target)])
-    assert "Traceback" not in line and ("target" in line or "no-such-sheet" in line)
+    line = refused([*_out_verbs(run, world)[verb], str(target)])
+    assert "target" in line or "no-such-sheet" in line
     assert snapshot(run) == before
-    assert (target.read_text() == "the user's file\n") if what == "file" else not (tmp_path / "missing").exists()
+    if what == "dangling link":
+        assert not (tmp_path / "missing").exists()
+    else:
+        kept = target / "mine.txt" if target.is_dir() else target
+        assert kept.read_text() == "the user's file\n"
 
 
 @pytest.mark.parametrize("verb", ["score", "audit", "report", "corrections"])

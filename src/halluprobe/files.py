@@ -27,6 +27,7 @@ __all__ = [
     "refuse_existing",
     "fresh_out_dir",
     "refuse_non_folder",
+    "refuse_non_file",
     "plain_component",
 ]
 
@@ -60,14 +61,22 @@ def _refuse_dangling(target: Path, flag: str) -> None:
         raise InputError(f"{flag} is a symbolic link to nothing ({os.readlink(target)}): give a real path", target)
 
 
-def refuse_existing(path: str | Path, *, overwrite: bool, flag: str = "--out") -> Path:
-    """A file the user named as an output: one line (exit 2) when something is there already,
-    unless ``overwrite``; a folder or a dangling symbolic link in its place is refused either way
-    (a link would be replaced by the file, not followed)."""
+def refuse_non_file(path: str | Path, flag: str = "--out") -> Path:
+    """An output file that may exist (an append-only log that is resumed): a folder or a
+    dangling symbolic link in its place is one line; appending through such a link would create
+    a file wherever it points."""
     target = Path(path)
     _refuse_dangling(target, flag)
     if target.is_dir():
         raise InputError(f"{flag} must be a file, not a folder", target)
+    return target
+
+
+def refuse_existing(path: str | Path, *, overwrite: bool, flag: str = "--out") -> Path:
+    """A file the user named as an output: one line (exit 2) when something is there already,
+    unless ``overwrite``; a folder or a dangling symbolic link in its place is refused either way
+    (a link would be replaced by the file, not followed)."""
+    target = refuse_non_file(path, flag)
     if (target.exists() or target.is_symlink()) and not overwrite:
         raise InputError(f"{flag} exists: pass --overwrite to replace it", target)
     return target

@@ -29,7 +29,10 @@ def probe_induce(
     """Describe every image with hallucination-inducing prompts; descriptions go to a JSONL file."""
     from halluprobe.benchmarks.autoprobe.induction import induce, list_images, load_prompt_set
 
+    from halluprobe.files import refuse_non_file
+
     with errors():
+        refuse_non_file(out)  # appending through a dangling link would write wherever it points
         prompt_set = load_prompt_set(prompts)
         list_images(images)  # bad input before the model loads
         engine = spec.load()
