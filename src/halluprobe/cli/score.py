@@ -47,6 +47,8 @@ def score_cmd(
 
     with errors():
         refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
+        if overwrite and per_question is None:
+            raise InputError("--overwrite is for --per-question: score writes no other file of yours")
         if answers is not None or labels is not None:
             if answers is None or not labels or rundir is not None:
                 raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
@@ -72,8 +74,6 @@ def score_cmd(
 
                 refuse_run_file(per_question, "--per-question")
                 refuse_existing(per_question, overwrite=overwrite, flag="--per-question")
-            elif overwrite:
-                raise InputError("--overwrite is for --per-question: score writes no other file of yours")
             report = score_rundir(
                 rundir, readout=readout, policy=unknown, force_invalid=force_invalid,  # type: ignore[arg-type]
                 n_resamples=resamples, seed=seed, per_question=per_question,
