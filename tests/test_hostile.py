@@ -1,7 +1,8 @@
-"""The verbs that read or write the user's files under hostile input (issue 25): nothing of the
-user's replaced without --overwrite, nothing written outside --out, no export of a run that does
-not pair, detection that cannot read a label as an answer, bounds on work taken from flags and
-files, and one line (exit 2) for every bad input: never a traceback, never exit 0 with a wrong number."""
+"""The verbs that write the user's files under hostile input (issue 25): nothing of the user's
+replaced without --overwrite (and a run dir's own files never), nothing written outside --out, no
+export of a run that does not pair, options that do not combine refused, and one line (exit 2)
+for every bad input: never a traceback, never exit 0 with a wrong number. The readers' side is
+test_hostile_inputs.py."""
 
 from __future__ import annotations
 
@@ -10,70 +11,26 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from _hostile import copy_run, make_imported, make_scripted, make_sheet, ok, refused, runner, snapshot
 from halluprobe.cli import app
-from test_imports import OFFSET, make_labels, make_llava, score_json, write_lines
-from test_imports_tools import vlmeval_rows
+from test_imports import OFFSET, make_labels, make_llava
 from test_pipeline import _make_world, _run_args
-
-runner = CliRunner()
-DEEP = "[" * 200_000
-LONG_INT = "9" * 5000  # beyond Python's 4,300-digit conversion limit
-
-
-def refused(args: list[str], *fragments: str, code: int = 2) -> str:
-    """The command exits ``code`` with one line that holds every fragment."""
-    result = runner.invoke(app, args)
-    lines = result.output.strip().splitlines()
-    assert result.exit_code == code and len(lines) == 1 and lines[0].startswith("error: "), (result.exit_code, result.output)
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
-
-
-def ok(args: list[str]) -> str:
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture()
 def sheet(tmp_path: Path) -> Path:
-    """A VLMEvalKit sheet (JSON): an import needs no labels file."""
-    rows = vlmeval_rows(make_labels(tmp_path / "labels"), extracted=False)
-    path = tmp_path / "m_POPE.json"
-    path.write_text(json.dumps(rows))
-    return path
+    return make_sheet(tmp_path)
 
 
 @pytest.fixture()
-def imported(tmp_path: Path, sheet: Path) -> Path:
-    ok(["import", str(sheet), "--out", str(tmp_path / "run")])
-    return tmp_path / "run"
+def imported(tmp_path: Path) -> Path:
+    return make_imported(tmp_path)
 
 
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
-    """A complete scripted run (72 samples over two splits) and its world; tests copy the run."""
-    root = tmp_path_factory.mktemp("scripted")
-    world = _make_world(root)
-    ok(_run_args(world, root / "run"))
-    return root / "run", world
-
-
-def copy_run(run: Path, to: Path) -> Path:
-    to.mkdir(parents=True)
-    for f in run.iterdir():
-        (to / f.name).write_bytes(f.read_bytes())
-    return to
-
-
-# -- nothing of the user's replaced -------------------------------------------------------------
+    return make_scripted(tmp_path_factory.mktemp("scripted"))
 
 
 def test_per_question_refuses_an_existing_file_and_never_a_run_file(imported: Path, tmp_path: Path) -> None:
@@ -164,9 +121,6 @@ def test_report_replaces_its_own_report_but_not_the_users_file(imported: Path, t
     assert snapshot(imported) == before
 
 
-# -- nothing written outside --out --------------------------------------------------------------
-
-
 @pytest.mark.parametrize("split", ["../../escape", "/tmp/halluprobe-absolute-split", "..", "a\\b", "tab\there"])
 def test_a_split_that_is_no_plain_name_is_refused_at_import(tmp_path: Path, split: str) -> None:
     rows = [{"index": 1, "question": "Is there a cat in the image?", "answer": "Yes", "category": split, "prediction": "yes"}]
@@ -182,9 +136,6 @@ def test_a_hand_edited_split_is_refused_again_at_export(imported: Path, tmp_path
     samples.write_text(samples.read_text().replace('"split":"random"', '"split":"../../outside"'))
     refused(["export", str(imported), "--format", "pope", "--out", str(tmp_path / "a" / "b" / "exp")], "cannot name a file")
     assert not (tmp_path / "outside_answers.json").exists() and not (tmp_path / "a").exists()
-
-
-# -- export only what pairs -----------------------------------------------------------------------
 
 
 def test_export_refuses_a_run_missing_one_question_in_the_middle(scripted: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
@@ -232,136 +183,6 @@ def test_export_refuses_an_import_with_unanswered_labelled_questions(tmp_path: P
     refused(["export", str(tmp_path / "run"), "--format", "pope", "--out", str(tmp_path / "exp")], "1 of the 8 random questions have no answer")
 
 
-# -- format detection ---------------------------------------------------------------------------
-
-
-def test_a_vlmevalkit_sheet_as_json_lines_is_not_read_as_generic_answers(tmp_path: Path) -> None:
-    from halluprobe.imports import detect_format
-
-    splits = make_labels(tmp_path / "labels")
-    rows = vlmeval_rows(splits, extracted=False)
-    path = write_lines(tmp_path / "sheet.jsonl", rows)
-    assert detect_format(path) == "vlmevalkit"
-    # its 'answer' is the label: with --labels the generic rule would score the labels (accuracy 1.0)
-    refused(["import", str(path), "--labels", str(tmp_path / "labels" / "coco_pope_random.json"), "--out", str(tmp_path / "r")],
-            "drop --labels")  # fmt: skip
-    ok(["import", str(path), "--out", str(tmp_path / "run")])
-    report = score_json(tmp_path / "run", "text:yorn")
-    from halluprobe.readouts.text import yorn
-
-    for split in splits:
-        sub = [r for r in rows if split in r["category"].split(",")]
-        right = sum(yorn(r["prediction"]) == r["answer"].lower() for r in sub)
-        assert report["splits"][split]["accuracy"] == pytest.approx(right / len(sub)) != 1.0
-
-
-# -- bounds on work -----------------------------------------------------------------------------
-
-
-def test_corrections_bounds_are_one_line_before_any_work(scripted: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
-    run = scripted[0]
-    refused(["corrections", str(run), "--folds", str(10**8)], "--folds 100000000 is over the limit")
-    refused(["corrections", str(run), "--draws", str(10**8)], "--draws 100000000 is over the limit")
-    refused(["corrections", str(run), "--resamples", str(10**9)], "--resamples 1000000000 is over the limit")
-    grid = tmp_path / "grid.toml"
-    values = ", ".join(str(v / 1000) for v in range(1, 1001))
-    grid.write_text(f"[vcd]\nalpha = [{values}]\nbeta = [{values}]\n")
-    refused(["corrections", str(run), "--grid", str(grid)], "grid.toml", "1,000,000 settings, over the limit")
-    small = tmp_path / "small.toml"
-    small.write_text("[bias]\nb = [0.5, 1]\n")
-    refused(["corrections", str(run), "--grid", str(small), "--folds", "50", "--resamples", "0"], "more than the run's 6 images")
-
-
-def test_an_xlsx_declaring_a_million_rows_reads_its_filled_rows(tmp_path: Path) -> None:
-    openpyxl = pytest.importorskip("openpyxl")
-    import zipfile
-
-    rows = vlmeval_rows(make_labels(tmp_path / "labels"), extracted=False)
-    book = openpyxl.Workbook()
-    sheet = book.active
-    columns = ["index", "question", "answer", "category", "prediction"]
-    sheet.append(columns)
-    for r in rows:
-        sheet.append([r[c] for c in columns])
-    sheet.append([None] * 5)  # formatting rows after the data: not answers
-    plain = tmp_path / "plain.xlsx"
-    book.save(plain)
-    declared = tmp_path / "m_POPE.xlsx"
-    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(declared, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename.startswith("xl/worksheets/sheet"):
-                text = data.decode()
-                start = text.index("<dimension ref=\"")
-                end = text.index("\"", start + 16)
-                text = text[:start] + '<dimension ref="A1:XFD1048576' + text[end:]
-                # one formatted empty cell in the sheet's last row and column: read as declared, every
-                # row would be 16,384 cells wide and a million rows long (the import never ended)
-                far = '<row r="1048576"><c r="XFD1048576" t="inlineStr"><is><t></t></is></c></row>'
-                data = text.replace("</sheetData>", far + "</sheetData>").encode()
-            dst.writestr(item, data)
-    ok(["import", str(declared), "--out", str(tmp_path / "run")])
-    assert len((tmp_path / "run" / "samples.jsonl").read_text().splitlines()) == sum(len(r["category"].split(",")) for r in rows)
-
-
-# -- one reader each: long integers, Unicode digits, deep nesting, huge cells ------------------------
-
-
-def test_long_integers_are_one_line_in_every_json_reader(tmp_path: Path, sheet: Path) -> None:
-    make_labels(tmp_path / "labels")
-    answers = tmp_path / "answers.jsonl"
-    answers.write_text('{"question_id": ' + LONG_INT + ', "question": "Is there a cat?", "answer": "yes"}\n')
-    labels = ["--labels", str(tmp_path / "labels" / "coco_pope_random.json")]
-    refused(["import", "answers", str(answers), *labels, "--out", str(tmp_path / "r1")], "answers.jsonl:1", "too long")
-    refused(["score", "--answers", str(answers), *labels], "answers.jsonl:1", "too long")
-    refused(["import", str(answers), *labels, "--out", str(tmp_path / "r2")], "cannot tell the answers format")
-    doc = tmp_path / "pope_random.json"
-    doc.write_text('{"model_configs": {"task": "pope_random"}, "logs": [{"doc_id": ' + LONG_INT + "}]}")
-    refused(["import", "lmms-eval", str(doc), *labels, "--out", str(tmp_path / "r3")])
-    huge_id = tmp_path / "m2_POPE.json"
-    huge_id.write_text('[{"index": ' + LONG_INT + ', "question": "q", "answer": "Yes", "category": "random", "prediction": "yes"}]')
-    refused(["import", str(huge_id), "--out", str(tmp_path / "r4")], "m2_POPE.json", "too long")
-    assert not any((tmp_path / f"r{i}").exists() for i in range(1, 5))
-
-
-@pytest.mark.parametrize("index", ["²", "١٢", "1" * 5000, "-3", "1.5"], ids=["superscript", "arabic-indic", "5000-digits", "negative", "float"])
-def test_ids_that_are_no_ascii_integer_are_one_line(tmp_path: Path, index: str) -> None:
-    path = tmp_path / "m_POPE.tsv"
-    path.write_text('"index"\t"question"\t"answer"\t"category"\t"prediction"\n' f'"{index}"\t"Is there a cat?"\t"Yes"\t"random"\t"yes"\n')
-    refused(["import", str(path), "--out", str(tmp_path / "run")], "m_POPE.tsv:2", "index must be an integer id")
-
-
-def test_deep_nesting_is_one_line_where_the_json_and_toml_readers_were_bypassed(imported: Path, tmp_path: Path) -> None:
-    first = tmp_path / "deep.jsonl"
-    first.write_text('{"a": ' + DEEP + "\n")
-    refused(["import", str(first), "--out", str(tmp_path / "r")], "cannot tell the answers format")
-    doc = tmp_path / "pope_random.json"
-    doc.write_text('{"model_configs": {}, "logs": ' + DEEP + "}")
-    refused(["import", "lmms-eval", str(doc), "--out", str(tmp_path / "r")])
-    grid = tmp_path / "grid.toml"
-    grid.write_text("[vcd]\nalpha = " + "[" * 5000 + "1" + "]" * 5000 + "\n")
-    refused(["corrections", str(imported), "--grid", str(grid)], "grid.toml", "nested too deeply")
-    grid.write_text("[vcd]\nalpha = " + LONG_INT + "\n")
-    refused(["corrections", str(imported), "--grid", str(grid)], "grid.toml", "too long")
-    table = tmp_path / "table.md"
-    table.write_text("<!-- halluprobe-provenance " + DEEP + " -->\n| a |\n|---|\n| 1 |\n")
-    refused(["check", str(table)], "table.md:1", "malformed provenance comment")
-    table.write_text('<!-- halluprobe-provenance {"provenance": ' + LONG_INT + "} -->\n| a |\n|---|\n| 1 |\n")
-    refused(["check", str(table)], "table.md:1", "malformed provenance comment")
-
-
-def test_a_sheet_cell_over_128_kb_is_read_whole(tmp_path: Path) -> None:
-    long_answer = "Yes, " + "and there is more to say " * 8000  # 200 kB: a long generated answer
-    path = tmp_path / "m_POPE.tsv"
-    path.write_text('"index"\t"question"\t"answer"\t"category"\t"prediction"\n' f'"1"\t"Is there a cat?"\t"Yes"\t"random"\t"{long_answer}"\n')
-    ok(["import", str(path), "--out", str(tmp_path / "run")])
-    stored = json.loads((tmp_path / "run" / "samples.jsonl").read_text().splitlines()[0])
-    assert stored["text"] == long_answer
-
-
-# -- options that do not combine are refused, not dropped ------------------------------------------
-
-
 def test_options_that_do_not_combine_are_refused(imported: Path, tmp_path: Path) -> None:
     per_question = tmp_path / "pq.jsonl"
     refused(["score", str(imported), "--readout", "text:pope", "--compat", "lmms-eval", "--per-question", str(per_question)], "--compat")
@@ -388,9 +209,6 @@ def test_no_verb_wrote_outside_its_out(tmp_path: Path, sheet: Path) -> None:
         assert new == {"run", "pq.jsonl", "exp", "rep.html", "rep.md"}
     finally:
         os.chdir(cwd)
-
-
-# -- every verb that writes into --out: a file or a dangling link there is one line -----------------
 
 
 def _out_verbs(run: Path, world: dict[str, Path]) -> dict[str, list[str]]:
@@ -434,42 +252,6 @@ def test_the_wrong_kind_or_a_dangling_link_at_out_is_one_line(scripted: tuple[Pa
         assert kept.read_text() == "the user's file\n"
 
 
-@pytest.mark.parametrize("verb", ["score", "audit", "report", "corrections"])
-def test_resamples_beyond_the_limit_are_one_line_in_every_verb(imported: Path, verb: str) -> None:
-    before = snapshot(imported)
-    refused([verb, str(imported), "--resamples", str(10**9)], "--resamples 1000000000 is over the limit of 100,000")
-    assert snapshot(imported) == before
-
-
-@pytest.mark.parametrize(("cell", "finding"), [(LONG_INT, "differs"), ("²", "unparseable")], ids=["5000-digits", "superscript"])
-def test_check_reads_a_count_cell_it_cannot_convert_as_a_finding(imported: Path, tmp_path: Path, cell: str, finding: str) -> None:
-    table = ok(["score", str(imported), "--readout", "text:pope", "--resamples", "0", "--markdown"])
-    lines = table.splitlines()
-    row = next(i for i, line in enumerate(lines) if line.startswith("| random"))
-    cells = lines[row].split("|")
-    cells[2] = f" {cell} "  # the n column: a count
-    lines[row] = "|".join(cells)
-    path = tmp_path / "table.md"
-    path.write_text("\n".join(lines) + "\n")
-    result = runner.invoke(app, ["check", str(path)])
-    assert result.exit_code == 1 and "Traceback" not in result.output and f"table.md:{row + 1}: {finding}" in result.output, result.output
-
-
-def test_a_category_that_is_no_string_is_refused_not_named_by_its_repr(tmp_path: Path) -> None:
-    path = tmp_path / "m_POPE.json"
-    path.write_text(json.dumps([{"index": 1, "question": "Is there a cat?", "answer": "Yes", "category": ["random"], "prediction": "yes"}]))
-    refused(["import", str(path), "--out", str(tmp_path / "run")], "'category' must be a string")
-    assert not (tmp_path / "run").exists()
-
-
-def test_half_an_emoji_in_an_imported_answer_is_stored_as_a_replacement_character(tmp_path: Path) -> None:
-    path = tmp_path / "m_POPE.json"
-    path.write_text('[{"index": 1, "question": "Is there a cat?", "answer": "Yes", "category": "random", "prediction": "yes \\ud83d"}]')
-    ok(["import", str(path), "--out", str(tmp_path / "run")])
-    stored = json.loads((tmp_path / "run" / "samples.jsonl").read_text())
-    assert stored["text"] == "yes \ufffd"
-
-
 def test_run_into_a_folder_with_a_leftover_samples_file_is_refused_not_appended_to(scripted: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
     run, world = scripted
     out = tmp_path / "out"
@@ -494,3 +276,4 @@ def test_export_follows_the_labels_file_line_order_not_the_id_order(tmp_path: Pa
     asked = [json.loads(l) for l in reversed(lines)]
     assert [e["input"].split("\n")[0] for e in exported] == [q["text"] for q in asked]
     assert [e["target"] for e in exported] == [q["label"] for q in asked]
+
