@@ -36,6 +36,9 @@ def test_a_vlmevalkit_sheet_as_json_lines_is_not_read_as_generic_answers(tmp_pat
     # its 'answer' is the label: with --labels the generic rule would score the labels (accuracy 1.0)
     refused(["import", str(path), "--labels", str(tmp_path / "labels" / "coco_pope_random.json"), "--out", str(tmp_path / "r")],
             "drop --labels")  # fmt: skip
+    labels = ["--labels", str(tmp_path / "labels" / "coco_pope_random.json")]
+    for forced in (["import", "answers", str(path), *labels, "--out", str(tmp_path / "r")], ["score", "--answers", str(path), *labels]):
+        refused(forced, "sheet.jsonl:1", "its 'answer' is the label")  # the generic rule, named by hand, is refused too
     ok(["import", str(path), "--out", str(tmp_path / "run")])
     report = score_json(tmp_path / "run", "text:yorn")
     from halluprobe.readouts.text import yorn
