@@ -497,7 +497,7 @@ def test_hostile_numbers_and_nesting_are_one_line_not_a_traceback(run_dir: Path,
     claims = tmp_path / "claims.toml"
     claims.write_text(f'run = "{run_dir}"\nx = ' + "[" * 100_000 + "]" * 100_000 + "\n")
     code, output = _check(str(plain), "--claims", str(claims))
-    assert code == 2 and output.startswith(f"error: {claims}: invalid TOML") and output.count("\n") == 1, output[:300]
+    assert code == 2 and output.startswith(f"error: {claims}: the claims file is not valid TOML") and output.count("\n") == 1, output[:300]
 
     huge = "9" * 5000
     for value in (huge, f"{huge}/360", f"1/{huge}"):

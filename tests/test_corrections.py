@@ -30,7 +30,7 @@ def signal_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _per_question(run: Path, readout: str, tmp: Path) -> list[dict]:
     path = tmp / f"{readout.replace(':', '_')}.jsonl"
-    result = runner.invoke(app, ["score", str(run), "--readout", readout, "--resamples", "0", "--per-question", str(path)])
+    result = runner.invoke(app, ["score", str(run), "--readout", readout, "--resamples", "0", "--per-question", str(path), "--overwrite"])
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in path.read_text().splitlines()]
 

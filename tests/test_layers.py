@@ -27,7 +27,7 @@ PACKAGE = "halluprobe"
 # decides a module's layer. A module may import its own layer or any layer below, never above.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("errors", "records", "records_audit")),
-    ("leaf", ("", "formatting", "files", "jsonl")),  # "": the package's __init__ (version, re-exports)
+    ("leaf", ("", "formatting", "files", "jsonl", "tomlfile")),  # "": the package's __init__ (version, re-exports)
     ("data", ("rundir", "benchmarks", "readouts", "metrics")),
     ("backends", ("backends", "ask", "clip_signal", "tiny")),
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner

@@ -53,7 +53,7 @@ def test_a_run_made_with_one_text_rule_is_scored_with_any_other(tmp_path: Path) 
     tp = sum(1 for x in lines if x["label"] == "yes" and x["decision"] == "yes")
     assert report["readout"] == "text:strict" and report["pooled"]["tp"] == tp
     # a logit readout's per-question lines carry p_yes
-    _score(out, "--readout", "dynamic", "--per-question", str(per_question))
+    _score(out, "--readout", "dynamic", "--per-question", str(per_question), "--overwrite")  # the same file again
     assert all(0.0 <= json.loads(line)["p_yes"] <= 1.0 for line in per_question.read_text().splitlines())
 
 

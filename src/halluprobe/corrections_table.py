@@ -16,7 +16,7 @@ held-out F1; the best setting on the whole run is shown too, labelled optimistic
 from __future__ import annotations
 
 import itertools
-import tomllib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +35,7 @@ from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import RunHeader, Sample
 from halluprobe.scoring import read_scored_run, readout_rows
 
-__all__ = ["CorrectionRow", "CorrectionsReport", "corrections_table", "default_corrections", "drawn_f1", "read_grid", "expected_f1"]
+__all__ = ["MAX_GRID_SETTINGS", "CorrectionRow", "CorrectionsReport", "corrections_table", "default_corrections", "drawn_f1", "read_grid", "expected_f1"]
 
 BASELINE = "dynamic"
 
@@ -171,15 +171,22 @@ def default_corrections(header: RunHeader) -> list[str]:
     return specs
 
 
+# a grid's settings are each a full readout over the run: beyond this many, refused up front
+MAX_GRID_SETTINGS = 1_000
+
+
 def read_grid(path: str | Path) -> list[str]:
     """A grid TOML file: one table per method, each key a list of values (or one value);
-    every combination is one correction spec, e.g. ``[vcd] alpha = [0.5, 1, 2]``."""
+    every combination is one correction spec, e.g. ``[vcd] alpha = [0.5, 1, 2]``. More than
+    :data:`MAX_GRID_SETTINGS` combinations in all are refused before any is built."""
+    from halluprobe.tomlfile import read_toml
+
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise InputError(f"cannot read the grid: {err}", p) from None
+    data = read_toml(p, "the grid")
     specs: list[str] = []
+    total = sum(math.prod(len(v) if isinstance(v, list) else 1 for v in t.values()) for t in data.values() if isinstance(t, dict))
+    if total > MAX_GRID_SETTINGS:
+        raise InputError(f"the grid has {total:,} settings, over the limit of {MAX_GRID_SETTINGS:,}", p)
     for method, table in data.items():
         if method not in CORRECTIONS:
             raise InputError(f"unknown correction {method!r} in the grid; known: {', '.join(CORRECTIONS)}", p)
@@ -270,6 +277,8 @@ def _grid_rows(grid: Sequence[str], header: RunHeader, samples: Sequence[Sample]
     held-out decisions of all folds scored together), and the best setting on the whole run."""
     if k < 2:
         raise InputError(f"--folds must be at least 2, not {k}")
+    if k > len(set(images)):  # a fold without an image would choose a setting on nothing
+        raise InputError(f"--folds {k} is more than the run's {len(set(images))} images")
     fold_of = _folds(images, k, seed)
     fold = np.array([fold_of[i] for i in images])
     rows_of = {spec: readout_rows(spec, header, samples) for spec in grid}

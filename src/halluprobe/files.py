@@ -11,12 +11,25 @@ import logging
 import os
 import posixpath
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
 
-__all__ = ["escapes_root", "resolve_image", "read_rgb_image", "write_atomic", "append_durable", "drop_cut_tail"]
+__all__ = [
+    "escapes_root",
+    "resolve_image",
+    "read_rgb_image",
+    "write_atomic",
+    "append_durable",
+    "drop_cut_tail",
+    "refuse_existing",
+    "fresh_out_dir",
+    "refuse_non_folder",
+    "refuse_non_file",
+    "plain_component",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +54,95 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
         if tmp.exists():
             tmp.unlink()
     return target
+
+
+def _refuse_dangling(target: Path, flag: str) -> None:
+    if target.is_symlink() and not target.exists():
+        raise InputError(f"{flag} is a symbolic link to nothing ({os.readlink(target)}): give a real path", target)
+
+
+def refuse_non_file(path: str | Path, flag: str = "--out") -> Path:
+    """An output file that may exist (an append-only log that is resumed): a folder or a
+    dangling symbolic link in its place is one line; appending through such a link would create
+    a file wherever it points."""
+    target = Path(path)
+    _refuse_dangling(target, flag)
+    if target.is_dir():
+        raise InputError(f"{flag} must be a file, not a folder", target)
+    return target
+
+
+def refuse_existing(path: str | Path, *, overwrite: bool, flag: str = "--out") -> Path:
+    """A file the user named as an output: one line (exit 2) when something is there already,
+    unless ``overwrite``; a folder or a dangling symbolic link in its place is refused either way
+    (a link would be replaced by the file, not followed)."""
+    target = refuse_non_file(path, flag)
+    if (target.exists() or target.is_symlink()) and not overwrite:
+        raise InputError(f"{flag} exists: pass --overwrite to replace it", target)
+    return target
+
+
+def refuse_non_folder(path: str | Path, flag: str = "--out") -> Path:
+    """An output folder that may exist: a file or a dangling symbolic link in its place is one
+    line (exit 2), not the ``FileExistsError`` ``mkdir`` raises."""
+    target = Path(path)
+    _refuse_dangling(target, flag)
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{flag} must be a folder, not a file", target)
+    return target
+
+
+def fresh_out_dir(
+    path: str | Path, *, overwrite: bool, owned: Callable[[str], bool], flag: str = "--out", create: bool = True
+) -> Path:
+    """A folder a verb writes its files into: absent or empty, or (``overwrite``) a folder from
+    which the files this verb owns (``owned(name)``) are removed first; what else it holds is
+    kept. A file or a dangling symbolic link in its place is refused. ``create=False`` with an
+    ``owned`` that owns nothing: only the checks, before any input is read (nothing written yet)."""
+    target = refuse_non_folder(path, flag)
+    if target.is_dir():
+        try:
+            entries = sorted(target.iterdir())
+        except OSError as e:
+            raise InputError(f"cannot list {flag}: {e.strerror or e}", target) from None
+        if entries and not overwrite:
+            raise InputError(
+                f"{flag} is not empty ({len(entries)} entries, e.g. {entries[0].name!r}): give a new or empty folder, "
+                "or pass --overwrite to replace the files this command writes (nothing else is touched)",
+                target,
+            )
+        for entry in entries:
+            if owned(entry.name):
+                if entry.is_dir() and not entry.is_symlink():
+                    raise InputError("a folder stands where this command writes a file", entry)
+                try:
+                    entry.unlink()
+                except OSError as e:
+                    raise InputError(f"cannot remove: {e.strerror or e}", entry) from None
+    if not create:
+        return target
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create {flag}: {e.strerror or e}", target) from None
+    return target
+
+
+def plain_component(name: str, what: str, path: str | Path | None = None, line: int | None = None) -> str:
+    """``name`` when it can be one file name inside an output folder: not empty, not ``.`` or
+    ``..``, no ``/`` or ``\\``, no NUL or control character, not absolute. A split, model or task
+    name read from data that makes a file name must pass this, or nothing lands outside ``--out``."""
+    bad = (
+        not name
+        or name in (".", "..")
+        or any(c in name for c in "/\\")
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+        or re.match(r"^[A-Za-z]:", name) is not None
+        or len(name.encode("utf-8", "surrogatepass")) > 200
+    )
+    if bad:
+        raise InputError(f"{what} {name!r} cannot name a file: it must be one plain name (no '/', '\\', '..', control characters)", path, line)
+    return name
 
 
 def drop_cut_tail(path: str | Path) -> None:

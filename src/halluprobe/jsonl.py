@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["loads", "replace_lone_surrogates", "read_text", "read_log_lines", "iter_objects", "type_name", "JsonRecord", "read_records"]
+__all__ = ["loads", "parse_int_id", "replace_lone_surrogates", "read_text", "read_log_lines", "iter_objects", "type_name", "JsonRecord", "read_records"]
 
 log = logging.getLogger(__name__)
 
@@ -23,13 +23,42 @@ def type_name(value: Any) -> str:
 
 
 def loads(text: str | bytes) -> Any:
-    """``json.loads``, where nesting deeper than the parser's recursion allows (200,000 ``[``) is a
-    :class:`json.JSONDecodeError` like any other malformed JSON, never a ``RecursionError``."""
+    """``json.loads``, where every failure is a :class:`json.JSONDecodeError` like any other
+    malformed JSON: nesting deeper than the parser's recursion allows (200,000 ``[``), never a
+    ``RecursionError``; an integer longer than Python's 4,300-digit limit, never the bare
+    ``ValueError`` ``json.loads`` raises for it. Every JSON text halluprobe reads goes through here."""
     try:
         return json.loads(text)
+    except json.JSONDecodeError:
+        raise
     except RecursionError:
         doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
         raise json.JSONDecodeError("nested too deeply", doc[:1], 0) from None
+    except ValueError as err:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError(f"a number too long to read ({str(err).split(';')[0]})", doc[:1], 0) from None
+
+
+# question ids are written in ASCII digits; 18 of them is beyond any benchmark and inside int64
+_ID = re.compile(r"[0-9]{1,18}")
+
+
+def parse_int_id(value: Any, what: str, path: Path | str | None, line: int | None, *, digits_ok: bool = False) -> int:
+    """The one id parser: an integer id (0 or more, at most 18 digits), from a JSON integer or,
+    with ``digits_ok``, a string of ASCII digits (a spreadsheet cell). Booleans, floats, negative
+    numbers, Unicode digits that ``str.isdigit`` accepts but ``int`` refuses (``'²'``) and
+    numbers of thousands of digits are one :class:`InputError` naming the file and line."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**18:
+        return value
+    if digits_ok and isinstance(value, str) and _ID.fullmatch(value.strip()):
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool):
+        shown = "a negative number" if value < 0 else "a number of more than 18 digits"
+    elif isinstance(value, str) and len(value) > 40:
+        shown = f"a string of {len(value)} characters"
+    else:
+        shown = json.dumps(value) if isinstance(value, (str, float, type(None), bool)) else type_name(value)
+    raise InputError(f"{what} must be an integer id, got {shown}", path, line)
 
 
 # a Python str holds a surrogate only when it is lone: json.loads joins an escaped pair into one character

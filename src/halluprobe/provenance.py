@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from halluprobe import __version__
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 from halluprobe.records import FrozenRecord, ScoreReport, UnknownPolicy
 from halluprobe.rundir import RunDir, sha256_file
 
@@ -146,7 +147,7 @@ def parse_provenance(line: str, path: str | Path, number: int) -> tuple[Provenan
         forms = f"'% {PROVENANCE_MARK} {{...}}' or '<!-- {PROVENANCE_MARK} {{...}} -->'"
         raise InputError(f"malformed provenance comment: expected {forms}", path, number)
     try:
-        data = json.loads(match.group(1))
+        data = loads(match.group(1))
     except json.JSONDecodeError as err:
         raise InputError(f"malformed provenance comment: {err.msg} at column {err.colno}", path, number) from None
     except (ValueError, RecursionError) as err:  # an integer past Python's digit limit; nesting too deep

@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from halluprobe.errors import InputError
-from halluprobe.files import append_durable, drop_cut_tail, write_atomic
+from halluprobe.files import append_durable, drop_cut_tail, refuse_non_folder, write_atomic
 from halluprobe.jsonl import loads, read_log_lines, read_text
 from halluprobe.records import QuestionKey, RunHeader, Sample, ScoreReport
 from halluprobe.records_audit import AuditReport
 
-__all__ = ["RunDir", "OWNED_FILES", "AUDIT", "differ_phrase", "fingerprint_of", "header_differences", "sha256_file", "sum_counts"]
+__all__ = ["RunDir", "OWNED_FILES", "AUDIT", "MANIFEST", "refuse_run_file", "differ_phrase", "fingerprint_of", "header_differences", "sha256_file", "sum_counts"]
 
 
 _R = TypeVar("_R", bound=BaseModel)
@@ -39,6 +39,19 @@ AUDIT = "audit.json"
 # every file a run writes into its directory: `run --overwrite` removes them all, so nothing of
 # the previous run (its metrics, its audit) is read as the new run's
 OWNED_FILES = (HEADER, SAMPLES, COMPLETE, METRICS, REQUESTS, AUDIT)
+# written by `halluprobe import` beside the run's own files
+MANIFEST = "manifest.json"
+
+
+def refuse_run_file(path: str | Path, flag: str) -> None:
+    """No verb's output may replace a file of a run dir (its header, samples, metrics, audit,
+    manifest), not even with ``--overwrite``: the run would be unreadable or lie. Checked where
+    the path leads (a symbolic link into a run dir counts)."""
+    target = Path(path)
+    resolved = target.resolve()
+    for candidate in {target.absolute(), resolved}:
+        if candidate.name in (*OWNED_FILES, MANIFEST) and (candidate.parent / HEADER).is_file():
+            raise InputError(f"{flag} would replace a file of the run dir {candidate.parent}: choose another path", target)
 
 
 def header_differences(old: RunHeader, new: RunHeader) -> list[str]:
@@ -127,10 +140,16 @@ class RunDir:
         retry_errors: bool = False,
     ) -> set[QuestionKey]:
         """Create or reopen the run dir; return the keys already answered (empty for a new run).
+        A file or a dangling symbolic link where the folder belongs is refused (one line), and so
+        is a folder without ``run.json`` that holds a run's file (a leftover ``samples.jsonl``
+        would be appended to and scored as this run's), unless ``overwrite`` removes it.
 
         ``also_accept``: other fingerprints under which the same run was written (an earlier
         halluprobe's form). ``retry_errors``: errored samples do not count as answered; the
         answer appended later replaces the error (see :meth:`read_samples`)."""
+        refuse_non_folder(self.path)
+        if not self.exists():
+            self._clear_leftovers(overwrite)
         if self.exists():
             if resume:
                 old = self.read_header()
@@ -157,6 +176,18 @@ class RunDir:
         write_atomic(self.header_path, header.model_dump_json(indent=2) + "\n")
         self.samples_path.touch()
         return set()
+
+    def _clear_leftovers(self, overwrite: bool) -> None:
+        leftovers = [self.path / name for name in OWNED_FILES if (self.path / name).exists() or (self.path / name).is_symlink()]
+        if leftovers and not overwrite:
+            raise InputError(
+                "a run's file without its run.json (what is left of another run?): pass --overwrite to replace it", leftovers[0]
+            )
+        for path in leftovers:
+            try:
+                path.unlink()
+            except OSError as err:
+                raise InputError(f"cannot remove the previous run's file: {err.strerror or err}", path) from None
 
     def append(self, samples: Iterable[Sample]) -> None:
         append_durable(self.samples_path, "".join(s.model_dump_json() + "\n" for s in samples))

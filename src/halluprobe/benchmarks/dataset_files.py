@@ -27,6 +27,7 @@ from typing import Any
 from halluprobe.benchmarks.datasets import DatasetVersion, SourceFile
 from halluprobe.benchmarks.download import copy_pinned, default_cache_dir, fetch_pinned
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 from halluprobe.records import Question
 
 __all__ = [
@@ -51,7 +52,7 @@ COCO_ROOT_URL = "http://images.cocodataset.org/"
 
 def _load_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(f"cannot read as JSON: {e}", path) from e
 
@@ -188,7 +189,11 @@ def fetch_dataset_images(
 ) -> tuple[str, list[str]]:
     """Fetch what is public (COCO val2014; POPEv2's train2017 originals) into ``images_dir`` and
     check the rest: (a line saying what was done, the images still missing)."""
-    from halluprobe.benchmarks.sources import fetch_coco_images, fetch_images, image_names
+    from halluprobe.benchmarks.sources import (
+        fetch_coco_images,
+        fetch_images,
+        image_names,
+    )
 
     if version.images == "coco-val2014":
         report = fetch_coco_images(question_files, images_dir, base_url=base_url, progress=progress)

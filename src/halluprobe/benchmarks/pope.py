@@ -35,9 +35,8 @@ from typing import Any, Literal, get_args
 
 from halluprobe.benchmarks.objects import ObjectIndex
 from halluprobe.errors import InputError
-from halluprobe.files import write_atomic
-from halluprobe.jsonl import iter_objects, read_text, type_name
-from halluprobe.files import escapes_root
+from halluprobe.files import escapes_root, write_atomic
+from halluprobe.jsonl import iter_objects, loads, read_text, type_name
 from halluprobe.records import SCHEMA_VERSION, Question, QuestionKind
 
 __all__ = [
@@ -383,7 +382,7 @@ def _question_records(text: str, path: Path) -> Iterable[tuple[int, dict[str, An
         return
     decoder = json.JSONDecoder()
     try:
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from e
     if not isinstance(data, list):

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
 
 from halluprobe.check.compare import MAX_NUMBER_CHARS, compare_number
 from halluprobe.check.findings import Finding
@@ -28,6 +27,7 @@ from halluprobe.check.sources import RunCache, locate_run, run_findings
 from halluprobe.errors import InputError
 from halluprobe.records import UNKNOWN_POLICIES, UnknownPolicy
 from halluprobe.tables import RunSource
+from halluprobe.tomlfile import loads_toml
 
 __all__ = ["CLAIM_METRICS", "Claim", "Written", "read_claims", "parse_written", "check_claims"]
 
@@ -144,13 +144,7 @@ def read_claims(path: str | Path) -> list[Claim]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read the claims file: {err}", path) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        at = re.search(r"at line (\d+)", str(err))
-        raise InputError(f"invalid TOML: {err}", path, int(at.group(1)) if at else None) from None
-    except RecursionError:
-        raise InputError("invalid TOML: nested too deep", path) from None
+    data = loads_toml(text, path, "the claims file")
     unknown_top = set(data) - {"run", "readout", "unknown", "claim"}
     if unknown_top:
         raise InputError(f"unknown top-level keys {sorted(unknown_top)} (claims go in [[claim]] tables)", path)

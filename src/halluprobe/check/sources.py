@@ -10,7 +10,7 @@ from pathlib import Path
 
 from halluprobe.check.findings import Finding
 from halluprobe.errors import InputError
-from halluprobe.jsonl import read_text
+from halluprobe.jsonl import loads, read_text
 from halluprobe.records import ScoreReport, UnknownPolicy
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.scoring import score_rundir
@@ -80,7 +80,7 @@ def run_findings(source: RunSource, path: Path, readout: str, policy: UnknownPol
         findings.append(Finding("run-changed", file, line, f"samples of {path} changed since this was written (samples.jsonl sha256)"))
     if rundir.metrics_path.is_file():
         try:
-            scored = json.loads(read_text(rundir.metrics_path, "metrics file")[1])
+            scored = loads(read_text(rundir.metrics_path, "metrics file")[1])
         except (InputError, json.JSONDecodeError):
             scored = {}
         if isinstance(scored, dict) and scored.get("readout") == readout and scored.get("unknown_policy") not in (None, policy):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,8 @@ __all__ = [
     "ConfigOption",
     "UnknownOption",
     "ResamplesOption",
+    "MAX_RESAMPLES",
+    "refuse_over_limit",
     "SeedOption",
     "console",
     "errors",
@@ -48,10 +49,12 @@ def _load_config(ctx: typer.Context, _param: Any, value: Optional[Path]) -> Opti
     """``--config FILE.toml`` fills the defaults below flags and environment variables."""
     if value is None:
         return None
+    from halluprobe.tomlfile import read_toml
+
     try:
-        data = tomllib.loads(value.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise typer.BadParameter(f"{value}: {err}") from None
+        data = read_toml(value, "the config file")
+    except InputError as err:
+        raise typer.BadParameter(str(err)) from None
     section = data.get(ctx.info_name or "", data)  # a [run] table, or top-level keys
     ctx.default_map = {**(ctx.default_map or {}), **{k.replace("-", "_"): v for k, v in section.items()}}
     return value
@@ -74,8 +77,16 @@ UNKNOWN_POLICIES = ("wrong", "no", "yes", "drop")
 UnknownOption = Annotated[
     Literal[UNKNOWN_POLICIES], typer.Option(help="Unknown answers: wrong (never correct), no, yes, or drop.")  # type: ignore[valid-type]
 ]
-ResamplesOption = Annotated[int, typer.Option(min=0, help="Bootstrap resamples (images are resampled).")]
-SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]
+ResamplesOption = Annotated[int, typer.Option(min=0, help="Bootstrap resamples (images are resampled; at most 100,000).")]
+# a bound on work a flag sets: far beyond what a 95% CI needs, and refused in one line up front
+MAX_RESAMPLES = 100_000
+
+
+def refuse_over_limit(flag: str, value: int, limit: int) -> None:
+    """One line (exit 2) before any work when ``value`` is over ``limit``."""
+    if value > limit:
+        raise InputError(f"{flag} {value} is over the limit of {limit:,}")
+SeedOption = Annotated[int, typer.Option(min=0, help="Bootstrap seed (0 or more).")]
 
 
 def console(stderr: bool = False) -> Any:

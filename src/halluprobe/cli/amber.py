@@ -11,6 +11,7 @@ import typer
 
 from halluprobe.cli._app import app, errors
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 
 __all__ = ["amber_app"]
 
@@ -30,7 +31,12 @@ def amber_questions_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace existing files.")] = False,
 ) -> None:
     """Write AMBER's discriminative queries as yes/no question files for `halluprobe run`."""
-    from halluprobe.benchmarks.amber.data import amber_generative_questions, amber_questions, read_amber_annotations, read_amber_queries
+    from halluprobe.benchmarks.amber.data import (
+        amber_generative_questions,
+        amber_questions,
+        read_amber_annotations,
+        read_amber_queries,
+    )
     from halluprobe.benchmarks.pope import write_questions
 
     with errors():
@@ -118,7 +124,7 @@ def amber_generative_cmd(
             if check_sha256 and sha256_file(path) != AMBER_PINS[f"data/{name}"]:
                 raise InputError("sha256 differs from AMBER commit 5e1fd52f8ea6's (pass --no-check-sha256 to use it anyway)", path)
         try:
-            association = json.loads(files["relation.json"].read_text(encoding="utf-8"))
+            association = loads(files["relation.json"].read_text(encoding="utf-8"))
         except ValueError as err:
             raise InputError(f"not a JSON file: {err}", files["relation.json"]) from None
         safe_words = [line.split("\n")[0] for line in files["safe_words.txt"].read_text(encoding="utf-8").splitlines()]

@@ -8,9 +8,19 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from halluprobe.cli._app import ResamplesOption, SeedOption, UnknownOption, app, console, errors
+from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, UnknownOption, app, console, errors, refuse_over_limit
 
-__all__ = ["corrections_cmd"]
+__all__ = ["MAX_DRAWS", "MAX_FOLDS", "corrections_cmd"]
+
+# bounds on work taken from flags: each is far beyond what a table needs, and each refusal is one
+# line before any work starts (10^8 draws would otherwise run for days without a word)
+MAX_FOLDS = 100
+MAX_DRAWS = 10_000
+
+
+def _refuse_unbounded(folds: int, draws: int, resamples: int) -> None:
+    for flag, value, limit in (("--folds", folds, MAX_FOLDS), ("--draws", draws, MAX_DRAWS), ("--resamples", resamples, MAX_RESAMPLES)):
+        refuse_over_limit(flag, value, limit)
 
 
 def _cell(value: Optional[float], ci: Any = None, signed: bool = False) -> str:
@@ -46,6 +56,7 @@ def corrections_cmd(
     from halluprobe.rundir import RunDir
 
     with errors():
+        _refuse_unbounded(folds, draws, resamples)
         specs = read_grid(grid) if grid is not None else []
         if not correction and not specs:  # the methods the run's signals allow, at their default settings
             correction = default_corrections(RunDir(rundir).read_header())

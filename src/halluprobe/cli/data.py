@@ -144,7 +144,10 @@ def demo_cmd(
     from halluprobe.demo import run_demo
     from halluprobe.tables import score_table
 
+    from halluprobe.files import refuse_non_folder
+
     with errors():
+        refuse_non_folder(out)  # a file or a dangling link at --out: one line, not mkdir's traceback
         with progress("demo questions") as bar:
             result = run_demo(out, progress=bar)
     for title, report in result.reports:

@@ -23,7 +23,9 @@ def import_cmd(
     questions: Annotated[Optional[Path], typer.Option(help="llava: LLaVA's question file (its category names the split).")] = None,
     split: Annotated[Optional[str], typer.Option(help="lmms-eval: the split of a file that holds one split; marine, dashb: the split to record.")] = None,
     model: Annotated[Optional[str], typer.Option(help="Model name to record (else what the file says).")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing run directory.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Write into a folder that is not empty: an earlier run's files there are replaced, nothing else is touched.")
+    ] = False,
 ) -> None:
     """Turn third-party answers into a run dir: score, audit and report then work on it, any text
     rule applies, and the tool's own stored decision is the readout <tool>:<rule>.
@@ -73,12 +75,18 @@ def import_cmd(
 def export_cmd(
     rundir: Annotated[Path, typer.Argument(help="Run directory.")],
     fmt: Annotated[str, typer.Option("--format", help="llava, pope or lmms-eval.")],
-    out: Annotated[Path, typer.Option(help="Folder to write the files into.")],
+    out: Annotated[Path, typer.Option(help="Folder to write the files into: new or empty.")],
+    overwrite: Annotated[
+        bool, typer.Option(help="Write into a folder that is not empty: the files this export writes are replaced, nothing else.")
+    ] = False,
 ) -> None:
-    """Write a run's answers in another tool's format, so that tool can rescore the run."""
+    """Write a run's answers in another tool's format, so that tool can rescore the run. Only a
+    whole run is exported (those formats pair answers with labels by position)."""
     from halluprobe.imports.export import export_run
 
     with errors():
-        result = export_run(rundir, fmt, out)
+        result = export_run(rundir, fmt, out, overwrite=overwrite)
     for path in result.files:
         typer.echo(str(path))
+    for split, source in result.texts_from.items():
+        typer.echo(f"  {split} question texts: {source}")

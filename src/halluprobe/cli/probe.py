@@ -29,7 +29,10 @@ def probe_induce(
     """Describe every image with hallucination-inducing prompts; descriptions go to a JSONL file."""
     from halluprobe.benchmarks.autoprobe.induction import induce, list_images, load_prompt_set
 
+    from halluprobe.files import refuse_non_file
+
     with errors():
+        refuse_non_file(out)  # appending through a dangling link would write wherever it points
         prompt_set = load_prompt_set(prompts)
         list_images(images)  # bad input before the model loads
         engine = spec.load()
@@ -57,7 +60,10 @@ def probe_build(
     from halluprobe.benchmarks.autoprobe.detector import OwlDetector, check_thresholds
     from halluprobe.benchmarks.autoprobe.induction import PromptSet, list_images, load_prompt_set
 
+    from halluprobe.files import refuse_non_folder
+
     with errors():
+        refuse_non_folder(out)  # a file or a dangling link at --out: one line before the models load
         prompt_set = load_prompt_set(prompts) if prompts is not None else PromptSet(name="default", prompts=[_DEFAULT_PROBE_PROMPT])
         list_images(images)
         extractor_spec = None if extractor == "spacy" else parse_llm_spec(extractor)

@@ -68,7 +68,10 @@ def prove_score_cmd(
     from halluprobe.benchmarks.prove.extraction import LMExtractor, SpacyExtractor, TupleCache
     from halluprobe.benchmarks.prove.scoring import BackendEntailment, SentenceEmbedder, summarize
 
+    from halluprobe.files import refuse_non_folder
+
     with errors():
+        refuse_non_folder(out)  # a file or a dangling link at --out: one line before any work
         items = read_prove(data)
         answers = read_responses(responses, items)
         tuple_extractor: Any
@@ -136,7 +139,10 @@ def prove_build_cmd(
     from halluprobe.benchmarks.prove.extraction import SpacyExtractor
     from halluprobe.benchmarks.prove.scoring import SentenceEmbedder
 
+    from halluprobe.files import refuse_non_folder
+
     with errors():
+        refuse_non_folder(out)  # a file or a dangling link at --out: one line before the model loads
         records = read_captions(captions)
         build_outputs(out, overwrite=overwrite)  # refused before the model runs (write_build checks again)
         engine = spec.load()

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from halluprobe.cli._app import ResamplesOption, SeedOption, UnknownOption, app, console, errors
+from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, UnknownOption, app, console, errors, refuse_over_limit
 from halluprobe.errors import InputError
 
 __all__ = ["score_cmd", "audit_cmd", "report_cmd"]
@@ -34,8 +34,9 @@ def score_cmd(
     force_invalid: Annotated[bool, typer.Option(help="Score a legacy readout even where its ids are invalid.")] = False,
     per_question: Annotated[
         Optional[Path],
-        typer.Option(help="Also write one JSON line per question (split, question_id, label, decision, p_yes) to this file."),
+        typer.Option(help="Also write one JSON line per question (split, question_id, label, decision, p_yes) to this new file."),
     ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing --per-question file (never a run dir's own file).")] = False,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the score object as JSON.")] = False,
@@ -55,6 +56,9 @@ def score_cmd(
     if note is not None:  # the decisions are not a parse of the answer alone: say so on stderr
         typer.echo(note, err=True)
     with errors():
+        refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
+        if overwrite and per_question is None:
+            raise InputError("--overwrite is for --per-question: score writes no other file of yours")
         if answers is not None or labels is not None:
             if answers is None or not labels or rundir is not None:
                 raise InputError("third-party scoring takes --answers FILE and --labels FILE, and no RUNDIR")
@@ -65,6 +69,8 @@ def score_cmd(
             report = score_answers_file(answers, labels, rule=rule, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
             title = f"{answers.name}: text:{rule}, unknown={unknown}"
         elif compat is not None and rundir is not None:
+            if per_question is not None:  # --compat prints another tool's numbers only: F would never be written
+                raise InputError("--compat prints another tool's numbers and writes no file: drop --per-question (or score without --compat)")
             from halluprobe.scoring import compat_rundir
 
             parsed = Readout.parse(readout)
@@ -73,6 +79,12 @@ def score_cmd(
         else:
             if rundir is None:
                 raise InputError("give a RUNDIR, or --answers and --labels")
+            if per_question is not None:  # checked before anything is scored or written
+                from halluprobe.files import refuse_existing
+                from halluprobe.rundir import refuse_run_file
+
+                refuse_run_file(per_question, "--per-question")
+                refuse_existing(per_question, overwrite=overwrite, flag="--per-question")
             report = score_rundir(
                 rundir, readout=Readout.parse(readout), policy=unknown, force_invalid=force_invalid,  # type: ignore[arg-type]
                 n_resamples=resamples, seed=seed, per_question=per_question,
@@ -133,10 +145,13 @@ def audit_cmd(
         from halluprobe.tables import study_table
 
         with errors():
+            if labels:  # the multi-model table scores each run's own labels: refused, not ignored
+                raise InputError("--table shows each run's own labels; --labels (the relabelling) is for the audit without --table")
             typer.echo(study_table(rundirs, "latex" if latex else "markdown", policy=unknown, n_resamples=0, seed=seed))
         return
     audits = []
     with errors():
+        refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
         for rundir in rundirs:
             audit = audit_run(
                 rundir, headline=headline, labels=labels or (), policy=unknown, n_resamples=resamples, seed=seed  # type: ignore[arg-type]
@@ -187,14 +202,19 @@ def report_cmd(
     headline: Annotated[Optional[str], typer.Option(help="Headline readout [default: dynamic, else the readout the run names].")] = None,
     resamples: Annotated[int, typer.Option(min=0, help="Bootstrap resamples.")] = 1000,
     seed: SeedOption = 0,
+    overwrite: Annotated[bool, typer.Option(help="Replace --out (or its .md twin) even where it is not a report halluprobe wrote.")] = False,
 ) -> None:
-    """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots."""
+    """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots.
+    A report halluprobe wrote earlier is replaced; any other file at --out or its twin is refused."""
     from halluprobe.audit import audit_run, compare_runs
     from halluprobe.report import render_report
 
     with errors():
         if out.is_dir():
             raise InputError("--out must be an HTML file, not a directory", out)
+        refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
+        for target in (out, out.with_suffix(".md")):
+            _refuse_foreign_report(target, overwrite)
         audits = [
             audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in rundirs
         ]
@@ -205,3 +225,25 @@ def report_cmd(
         html, md = render_report(rundirs, out, audits=audits, comparison=comparison)
     typer.echo(str(html))
     typer.echo(str(md))
+
+
+# the first bytes a report halluprobe wrote begins with: such a file is replaced without --overwrite
+_REPORT_MARKS = (b'<meta name="generator" content="halluprobe', b"# halluprobe report")
+
+
+def _refuse_foreign_report(target: Path, overwrite: bool) -> None:
+    """--out (or its Markdown twin) may replace a report halluprobe wrote, never a run dir's file,
+    and any other file only with --overwrite."""
+    from halluprobe.files import refuse_existing
+    from halluprobe.rundir import refuse_run_file
+
+    refuse_run_file(target, "--out")
+    if target.is_file() and not target.is_symlink():
+        try:
+            with open(target, "rb") as fh:
+                head = fh.read(4096)
+        except OSError as err:
+            raise InputError(f"cannot read: {err.strerror or err}", target) from None
+        if any(mark in head for mark in _REPORT_MARKS):
+            return
+    refuse_existing(target, overwrite=overwrite, flag="--out")

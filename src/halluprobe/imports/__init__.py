@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from halluprobe.errors import InputError
-from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, write_imported_run
+from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, check_import_out, write_imported_run
+from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir
 
 __all__ = ["FORMATS", "SHEET_SUFFIXES", "detect_format", "read_import", "import_answers"]
@@ -35,15 +36,15 @@ def detect_format(path: Path, inputs: InputFiles | None = None) -> str:
     head = text.lstrip()
     if head.startswith("{") and '"logs"' in head and '"model_configs"' in head:
         return "lmms-eval"
-    first_line = head.split("\n", 1)[0]
-    try:
-        first = json.loads(first_line) if not head.startswith("[") else None
-    except json.JSONDecodeError:
-        first = None
     if head.startswith("["):
         if all(f'"{key}"' in head[:2000] for key in ("img_id", "object_name", "gt", "response")):
             return "dashb"  # DASH-B's answers array
         return "vlmevalkit"  # a JSON sheet: VLMEvalKit dumps a DataFrame as a list of records
+    first_line = head.split("\n", 1)[0]
+    try:
+        first = loads(first_line)
+    except json.JSONDecodeError:
+        first = None
     if isinstance(first, dict):
         if looks_like_lmms_eval(first):
             return "lmms-eval"
@@ -51,6 +52,10 @@ def detect_format(path: Path, inputs: InputFiles | None = None) -> str:
             return "marine"  # LLaVA's fields keyed by image_id, labels in a separate array
         if {"question_id", "prompt", "text"} <= set(first):
             return "llava"  # LLaVA's model_vqa_loader (answer_id) or VCD's lines (image, no answer_id)
+        # VLMEvalKit's sheet as JSON lines also has {question, answer}, but its 'answer' is the
+        # label: its own columns decide first, or every label would be read as the prediction
+        if "prediction" in first and ({"index", "category"} & set(first)):
+            return "vlmevalkit"
         if {"question", "answer"} <= set(first):
             return "answers"
     raise InputError("cannot tell the answers format from the first line: pass --format (" + ", ".join(FORMATS) + ")", path, 1)
@@ -136,7 +141,9 @@ def import_answers(
     model: str | None = None,
     overwrite: bool = False,
 ) -> tuple[RunDir, ImportResult]:
-    """Read and write: the run dir and what was read (for the CLI's summary)."""
+    """Read and write: the run dir and what was read (for the CLI's summary). ``out`` is checked
+    before anything is read, and written only once everything read is valid."""
+    check_import_out(out, overwrite=overwrite)
     result = read_import(fmt, files, labels=labels, questions=questions, split=split)
     if model is not None:
         result.model = model

@@ -39,6 +39,9 @@ def read_answers(path: Path, inputs: InputFiles | None = None) -> list[dict[str,
     rows: list[dict[str, Any]] = []
     text = (inputs or InputFiles()).text(path, "answers file")
     for number, obj in iter_objects(text, path):
+        if "prediction" in obj and ({"index", "category"} & set(obj)):
+            # a VLMEvalKit sheet: its 'answer' is the label, so reading it as the answer scores the labels
+            raise InputError("this is a VLMEvalKit sheet (index/category/prediction): its 'answer' is the label; import it as vlmevalkit", path, number)
         answer = obj.get("answer", obj.get("text") if "question_id" in obj else None)
         if not isinstance(answer, str):
             raise InputError("missing string key 'answer'", path, number)

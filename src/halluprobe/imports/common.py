@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,12 @@ from typing import Any
 from halluprobe.benchmarks.fingerprint import fingerprint_info
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
-from halluprobe.files import write_atomic
-from halluprobe.jsonl import read_text
+from halluprobe.files import fresh_out_dir, plain_component, write_atomic
+from halluprobe.jsonl import parse_int_id, read_text, replace_lone_surrogates
 from halluprobe.readouts.apply import TEXT_PREFIX
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import Decision, GenerateConfig, Label, Question, ReadoutResult, RunHeader, Sample
-from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
+from halluprobe.rundir import MANIFEST, OWNED_FILES, RunDir, fingerprint_of, sha256_file
 
 __all__ = [
     "MANIFEST",
@@ -36,13 +36,15 @@ __all__ = [
     "InputFiles",
     "LabelIndex",
     "as_int_id",
+    "check_import_out",
+    "owned_by_import",
+    "refuse_unsafe_splits",
     "label_version",
     "refuse_duplicates",
     "write_imported_run",
     "yes_no",
 ]
 
-MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -105,11 +107,9 @@ def yes_no(value: object) -> Decision:
 
 
 def as_int_id(value: object, what: str, path: Path | str, line: int | None, *, digits_ok: bool = False) -> int:
-    """An integer question id; booleans, floats and (unless ``digits_ok``) strings are refused."""
-    if isinstance(value, bool) or not (isinstance(value, int) or (digits_ok and isinstance(value, str) and value.strip().isdigit())):
-        shown = json.dumps(value) if isinstance(value, (str, float, type(None))) else repr(value)
-        raise InputError(f"{what} must be an integer, got {shown}", path, line)
-    return int(value)  # type: ignore[arg-type]
+    """An integer question id; booleans, floats and (unless ``digits_ok``) strings are refused
+    (:func:`halluprobe.jsonl.parse_int_id`, the project's one id parser)."""
+    return parse_int_id(value, what, path, line, digits_ok=digits_ok)
 
 
 def label_version(split: str, digest: str, questions: Sequence[Question]) -> list[str]:
@@ -187,14 +187,48 @@ def refuse_duplicates(answers: Sequence[Imported]) -> None:
         seen[key] = a.source
 
 
+def owned_by_import(name: str) -> bool:
+    """The files an import writes into its run dir (``--overwrite`` removes these, nothing else)."""
+    return name in (*OWNED_FILES, MANIFEST)
+
+
+def check_import_out(out: str | Path, *, overwrite: bool) -> None:
+    """Before anything is read: ``--out`` absent or an empty folder, or ``--overwrite``; never a
+    file or a dangling link. Nothing is created or removed here."""
+    fresh_out_dir(out, overwrite=overwrite, owned=lambda _name: False, create=False)
+
+
+def refuse_unsafe_splits(answers: Sequence[Imported]) -> None:
+    """A split names files (``export``'s ``<split>_answers.json``): it must be one plain file
+    name, refused at the answer that carries it (file:line)."""
+    for split in dict.fromkeys(a.split for a in answers):
+        first = next(a for a in answers if a.split == split)
+        path, _, line = first.source.rpartition(":")
+        plain_component(split, "split", path or first.source, int(line) if line.isdigit() else None)
+
+
+def _without_lone_surrogates(a: Imported) -> Imported:
+    """A JSON ``"\\ud83d"`` (half an emoji, cut) has no UTF-8 form: U+FFFD in its place, or no
+    sample holding it could be written."""
+    fix = replace_lone_surrogates
+    return replace(
+        a, split=fix(a.split), image=fix(a.image), prompt=fix(a.prompt), text=fix(a.text),
+        object=None if a.object is None else fix(a.object), source=fix(a.source),
+    )  # fmt: skip
+
+
 def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool = False) -> RunDir:
     """Write ``result`` as a complete run dir (``run.json``, ``samples.jsonl``,
-    ``manifest.json``, ``complete.json``); refuses an existing run unless ``overwrite``."""
+    ``manifest.json``, ``complete.json``) into a new or empty folder; with ``overwrite``, an
+    existing folder whose earlier run files (only those) are removed first."""
     from halluprobe import __version__
 
     if not result.answers:
         raise InputError("no answer could be imported: " + "; ".join(s["reason"] for s in result.skipped[:3]), result.sources[0])
+    result.answers = [_without_lone_surrogates(a) for a in result.answers]
+    result.model = replace_lone_surrogates(result.model)
     refuse_duplicates(result.answers)
+    refuse_unsafe_splits(result.answers)
     sources = {str(p): result.inputs.sha256(p) for p in result.sources}
     labels = {split: str(p) for split, p in result.labels.items()}
     label_sums = result.label_sha256
@@ -228,6 +262,7 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
         generate=GenerateConfig(max_new_tokens=result.max_new_tokens, stop_strings=()),
         pope_versions={s: list(result.versions.get("labels", {}).get(s, [])) for s in splits},
     )
+    fresh_out_dir(out, overwrite=overwrite, owned=owned_by_import)
     rundir = RunDir(out)
     rundir.start(header, resume=False, force=False, overwrite=overwrite)
     rundir.append(
@@ -256,6 +291,6 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
         "tool_readouts": result.tool_rules,
         "notes": result.notes,
     }
-    write_atomic(rundir.path / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(rundir.path / MANIFEST, replace_lone_surrogates(json.dumps(manifest, indent=2, ensure_ascii=False)) + "\n")
     rundir.mark_complete({"imported": len(result.answers), "skipped": len(result.skipped), "splits": counts})
     return rundir

@@ -32,7 +32,7 @@ from halluprobe.benchmarks.versions import normalise_question
 from halluprobe.errors import InputError
 from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
 from halluprobe.imports.lmms_pooled import PooledSample, image_of_media, pair_pooled
-from halluprobe.jsonl import iter_objects
+from halluprobe.jsonl import iter_objects, loads
 
 __all__ = ["TASK_SPLITS", "LMMS_MAX_NEW_TOKENS", "TOOL_READOUT", "read_lmms_eval", "task_of_file", "looks_like_lmms_eval"]
 
@@ -58,7 +58,7 @@ def _logs(path: Path, inputs: InputFiles) -> tuple[str, list[tuple[int | None, d
     text = inputs.text(path, "lmms-eval samples file")
     if text.lstrip().startswith("{") and '"logs"' in text:  # v0.2: one document (JSON Lines fail to parse whole)
         try:
-            doc = json.loads(text)
+            doc = loads(text)
         except json.JSONDecodeError:
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("logs"), list):

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 
 __all__ = ["METRICS", "PinnedFile", "Parser", "Figure", "Entry", "Registry", "load_registry", "registry_entries"]
 
@@ -112,7 +113,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"cannot read the registry: {e}", where) from e
     try:
-        registry = Registry.model_validate(json.loads(text))
+        registry = Registry.model_validate(loads(text))
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON: {e.msg} (column {e.colno})", where, e.lineno) from e
     except ValidationError as e:

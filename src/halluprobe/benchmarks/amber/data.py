@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 from halluprobe.records import Question
 from halluprobe.rundir import sha256_file
 
@@ -62,7 +63,7 @@ def _pinned_json(path: Path, pin: str | None, check: bool) -> Any:
         if digest != pin:
             raise InputError(f"sha256 {digest[:12]}... differs from AMBER commit {AMBER_COMMIT[:12]}'s {pin[:12]}... (pass --no-check-sha256 to use it anyway)", path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"not a JSON file: {err}", path) from None
 

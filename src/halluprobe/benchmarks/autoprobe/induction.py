@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from halluprobe.benchmarks.autoprobe.generation import (
 from halluprobe.errors import InputError
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord
 from halluprobe.rundir import fingerprint_of, sha256_file
+from halluprobe.tomlfile import read_toml
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -112,14 +112,7 @@ class InduceResult:
 def load_prompt_set(path: str | Path) -> PromptSet:
     """Read and validate a prompt-set TOML file; any problem is one InputError naming the file."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"cannot read prompt set: {err.strerror or err}", p) from None
-    except UnicodeDecodeError as err:
-        raise InputError(f"prompt set is not UTF-8 text (byte {err.start})", p) from None
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"prompt set is not valid TOML: {err}", p) from None
+    data = read_toml(p, "prompt set")
     data.setdefault("name", p.stem)
     try:
         return PromptSet.model_validate(data)

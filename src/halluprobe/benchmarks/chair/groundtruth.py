@@ -27,6 +27,7 @@ from halluprobe.benchmarks.chair.families import ChairFamily
 from halluprobe.benchmarks.chair.vocabulary import vocabulary
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
+from halluprobe.jsonl import loads
 from halluprobe.records import FrozenRecord
 from halluprobe.rundir import sha256_file
 
@@ -113,7 +114,7 @@ def _load_json(source: CocoFile) -> tuple[Any, str]:
     """(parsed JSON, sha256 of its bytes)."""
     raw = source.read()
     try:
-        return json.loads(raw.decode("utf-8")), hashlib.sha256(raw).hexdigest()
+        return loads(raw.decode("utf-8")), hashlib.sha256(raw).hexdigest()
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"not a JSON file ({source.member or source.path.name}): {err}", source.path) from None
 
@@ -217,7 +218,7 @@ def load_ground_truth(path: Path) -> GroundTruth:
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read the ground truth: {err}", path) from None
     try:
-        whole = json.loads(text)
+        whole = loads(text)
     except json.JSONDecodeError:
         whole = None  # JSON Lines
     if (
@@ -242,6 +243,6 @@ def shipped_ground_truth(family: str) -> GroundTruth:
     )
     if not resource.is_file():
         raise InputError(f"no shipped CHAIR ground truth for {family}")
-    data = json.loads(resource.read_text(encoding="utf-8"))
+    data = loads(resource.read_text(encoding="utf-8"))
     return GroundTruth(family=f"chair@{name}", source="shipped", year="2014", files={}, note=data["source"],
                        objects={int(k): v for k, v in data["objects"].items()})  # fmt: skip

@@ -13,7 +13,6 @@ a question file on a standard list needs no download.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from halluprobe.benchmarks.chair.groundtruth import image_id_of
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 from halluprobe.records import Question
 
 __all__ = [
@@ -59,7 +59,7 @@ def _shipped() -> dict[str, Any]:
         .joinpath("data/lists.json")
         .read_text(encoding="utf-8")
     )
-    return dict(json.loads(text))
+    return dict(loads(text))
 
 
 def _standard(name: str) -> ImageList:

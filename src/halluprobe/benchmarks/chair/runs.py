@@ -3,13 +3,13 @@ and the generation settings that move CHAIR, recorded with every result."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from halluprobe.benchmarks.chair.groundtruth import image_id_of
 from halluprobe.benchmarks.chair.scoring import Caption
 from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir
 
 __all__ = ["run_captions"]
@@ -18,7 +18,7 @@ __all__ = ["run_captions"]
 def _question_file(benchmark_path: str) -> tuple[str | None, str | None]:
     """(``chair_list``, question text) of a ``build chair`` question file, where it is still there."""
     try:
-        first = json.loads(
+        first = loads(
             Path(benchmark_path).read_text(encoding="utf-8").split("\n", 1)[0]
         )
     except (OSError, ValueError):
