@@ -22,8 +22,8 @@ from halluprobe.readouts.apply import apply_run
 from halluprobe.readouts.logits import LEGACY_READOUTS
 from halluprobe.records import RunHeader, Sample, ScoreReport
 from halluprobe.records_audit import BootstrapSettings, ScoreTables
-from halluprobe.rundir import RunDir
 from halluprobe.readouts.value import Readout
+from halluprobe.scoring import read_run_samples
 
 __all__ = [
     "DEFAULT_HEADLINE",
@@ -76,13 +76,8 @@ class AuditedRun:
 
 
 def load_run(path: str | Path) -> AuditedRun:
-    rundir = RunDir(path)
-    header = rundir.read_yes_no_header()
-    samples = rundir.read_samples()
-    if not samples:
-        raise InputError("the run has no samples yet", rundir.samples_path)
-    if not rundir.complete_path.exists():
-        log.warning("%s is not complete: auditing the %d samples present", rundir.path, len(samples))
+    """A yes/no run dir read once (an incomplete run is audited on the samples present)."""
+    _, header, samples = read_run_samples(path)
     return build_run(header, samples)
 
 
