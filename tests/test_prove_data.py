@@ -10,7 +10,7 @@ import pytest
 
 from halluprobe.benchmarks.prove.data import fetch_prove, read_prove
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, RelationTuple
-from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.errors import InputError
 
 RECORD = {
     "question_id": "q1",
@@ -133,7 +133,7 @@ def test_fetch_from_file_url_is_verified_and_cached(tmp_path: Path) -> None:
     again = fetch_prove(tmp_path / "out2", cache_dir=cache, base_url=served.as_uri() + "/", pins={"prove.json": sha})
     assert again[0].read_bytes() == got[0].read_bytes()
     _write(served / "prove.json", [RECORD, {**RECORD, "question_id": "q9"}])
-    with pytest.raises(RuntimeFailure, match="sha256 mismatch"):
+    with pytest.raises(InputError, match="sha256 mismatch"):
         fetch_prove(tmp_path / "out3", cache_dir=tmp_path / "cache2", base_url=served.as_uri() + "/", pins={"prove.json": sha})
     with pytest.raises(InputError, match="no pinned sha256"):
         fetch_prove(tmp_path / "out4", cache_dir=cache, pins={})
