@@ -20,7 +20,7 @@ from typing import Any
 from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry, Figure
 
-__all__ = ["STRICT_RULE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files"]
+__all__ = ["STRICT_RULE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments"]
 
 STRICT_RULE = "strict"
 
@@ -167,10 +167,7 @@ def audit_entry(
     run = out / entry.name / "run"
     if run.exists() and not overwrite:
         raise InputError("exists: pass --overwrite to audit again into this folder", run)
-    rundir, _ = import_answers(
-        entry.format, files["answers"], run, labels=files["labels"], questions=(files["questions"] or [None])[0],
-        model=entry.model, overwrite=overwrite,
-    )  # fmt: skip
+    rundir, _ = import_answers(entry.format, files["answers"], run, model=entry.model, overwrite=overwrite, **import_arguments(entry, files))
     _, header, samples = read_scored_run(rundir.path, f"text:{entry.parser.rule}")
     authors_rows = readout_rows(f"text:{entry.parser.rule}", header, samples)
     strict_rows = readout_rows(f"text:{STRICT_RULE}", header, samples)
@@ -191,10 +188,56 @@ def audit_entry(
     result.notes.extend(f"{split} labels are no pinned file: {hint}" for split, hint in (header.backend_info.get("question_hints") or {}).items())
     if entry.fingerprint is not None:
         prints = set((header.backend_info.get("question_fingerprints") or {}).values())
-        if entry.fingerprint not in prints and entry.questions is not None:
-            from halluprobe.benchmarks.dataset_files import fingerprint_of_file
-
-            prints.add(fingerprint_of_file(files["questions"][0]) or "")  # MARINE's question file is POPE-format
-        if entry.fingerprint not in prints:
+        if entry.fingerprint in prints:
+            pass  # the labels the answers were paired with are the pinned draw
+        elif files["questions"]:  # labels without question text (MARINE's): the draw is the question file
+            result.questions_are.update(_check_own_draw(entry.fingerprint, samples, files["questions"][0], files["answers"][0]))
+        else:
             raise InputError(f"the questions match no fingerprint the registry pins: expected {entry.fingerprint}", files["answers"][0])
     return result
+
+
+def import_arguments(entry: Entry, files: dict[str, list[Path]]) -> dict[str, Any]:
+    """What ``import_answers`` takes for the entry's format besides the answers files: llava its
+    POPE labels (and LLaVA's question file where the entry has one: pooled answers); marine its
+    id-keyed labels and the split (the entry's, else the pinned question file's name); dashb
+    nothing (labels are in the answers array); any other format its labels files."""
+    from halluprobe.benchmarks.pope import split_name
+
+    if entry.format == "llava":
+        return {"labels": files["labels"], "questions": files["questions"][0] if files["questions"] else None}
+    if entry.format == "marine":
+        split = entry.split or (split_name(files["questions"][0]) if files["questions"] else None)
+        return {"labels": files["labels"], "split": split}
+    if entry.format == "dashb":
+        return {"split": entry.split} if entry.split else {}
+    return {"labels": files["labels"]}
+
+
+def _check_own_draw(fingerprint: str, samples: Sequence[Any], questions: Path, answers: Path) -> dict[str, list[str]]:
+    """The pinned question file must have the registry's fingerprint, and every imported answer
+    must be its question of that id (image, label, text as LLaVA normalises it): else the
+    answers were made on other questions and the figure would be compared with the wrong thing.
+    Split -> what the questions are, for the table."""
+    from pathlib import PurePosixPath
+
+    from halluprobe.benchmarks.fingerprint import content_fingerprint
+    from halluprobe.benchmarks.pope import read_questions
+    from halluprobe.benchmarks.versions import normalise_question
+
+    asked = read_questions(questions)
+    found = content_fingerprint(asked)
+    if found != fingerprint:
+        raise InputError(f"the question file's content fingerprint is {found}, the registry pins {fingerprint}", questions)
+    by_id = {q.question_id: q for q in asked}
+    for s in samples:
+        q = by_id.get(s.question_id)
+        if q is None or (PurePosixPath(q.image).name, q.label, normalise_question(q.text)) != (
+            PurePosixPath(s.image).name, s.label, normalise_question(s.prompt)
+        ):
+            what = "is not in it" if q is None else f"is {q.image} / {q.label} / {q.text!r} there, {s.image} / {s.label} / {s.prompt!r} here"
+            raise InputError(f"answer to question_id {s.question_id} is not the pinned draw's ({questions.name}): its question {what}", answers)
+    answered = {s.question_id for s in samples}
+    splits = sorted({s.split for s in samples})
+    shown = f"own draw {questions.name} (fingerprint {fingerprint[:12]}; {len(answered & by_id.keys())} of {len(by_id)} questions answered)"
+    return {split: [shown] for split in splits}

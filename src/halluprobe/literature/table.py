@@ -112,6 +112,15 @@ def literature_markdown(audits: Sequence[EntryAudit], provenance: dict[str, obje
         if a.questions_are:
             shown = "; ".join(f"{split}: {', '.join(names) if names else 'no pinned file'}" for split, names in a.questions_are.items())
             lines.append(f"  - POPE content of the labels (by fingerprint): {shown}")
+        missed = [f for f in a.figures if f.equal is False]
+        if missed:  # said in words, by source: a published figure the released file does not give
+            by_source: dict[str, list[str]] = {}
+            for f in missed:
+                by_source.setdefault(f.where.split(",", 1)[0], []).append(
+                    f"{f.metric} {_num(f.published, f.decimals)} (recomputed {_num(f.authors, f.decimals + 1)})"
+                )
+            shown = "; ".join(f"{where}: {', '.join(items)}" for where, items in by_source.items())
+            lines.append(f"  - NOT reproduced by the released answers: {shown}")
         if a.rule_changes is not None:
             lines.append(f"  - parser confound: {a.parser} and text:{STRICT_RULE} classify {a.rule_changes} of {a.answers} answers differently")
         lines.extend(f"  - {note}" for note in a.notes)
