@@ -31,6 +31,7 @@ class FigureCheck:
 
     metric: str
     where: str
+    source: str  # the file the figure is stated in
     published: float
     decimals: int
     authors: float | None
@@ -114,6 +115,7 @@ def _check(fig: Figure, authors: tuple[float | None, Any], strict: tuple[float |
     return FigureCheck(
         metric=fig.metric,
         where=fig.where,
+        source=fig.path,
         published=fig.value,
         decimals=fig.decimals,
         authors=a,
@@ -190,7 +192,7 @@ def audit_entry(
         prints = set((header.backend_info.get("question_fingerprints") or {}).values())
         if entry.fingerprint in prints:
             pass  # the labels the answers were paired with are the pinned draw
-        elif files["questions"]:  # labels without question text (MARINE's): the draw is the question file
+        elif not prints and files["questions"]:  # labels without question text (MARINE's): the draw is the question file
             result.questions_are.update(_check_own_draw(entry.fingerprint, samples, files["questions"][0], files["answers"][0]))
         else:
             raise InputError(f"the questions match no fingerprint the registry pins: expected {entry.fingerprint}", files["answers"][0])

@@ -116,7 +116,7 @@ def literature_markdown(audits: Sequence[EntryAudit], provenance: dict[str, obje
         if missed:  # said in words, by source: a published figure the released file does not give
             by_source: dict[str, list[str]] = {}
             for f in missed:
-                by_source.setdefault(f.where.split(",", 1)[0], []).append(
+                by_source.setdefault(f.source, []).append(
                     f"{f.metric} {_num(f.published, f.decimals)} (recomputed {_num(f.authors, f.decimals + 1)})"
                 )
             shown = "; ".join(f"{where}: {', '.join(items)}" for where, items in by_source.items())
