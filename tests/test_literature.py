@@ -270,7 +270,7 @@ def _cd_rethink_fixture(root: Path, decoding: str) -> tuple[dict[str, Any], dict
         labels.append(_put(root, CD_REPO, CD_COMMIT, f"data/coco/coco_pope_{split}.json", "".join(json.dumps(r) + "\n" for r in recs).encode()))
         lines, pairs = [], []
         for i, r in enumerate(recs):
-            text = AWKWARD[(i + s_i + (decoding == "sample")) % len(AWKWARD)]
+            text = AWKWARD[(i + 2 * s_i + 3 * (decoding == "sample")) % len(AWKWARD)]
             lines.append({"question_id": r["question_id"], "prompt": r["text"], "text": text, "model_id": "llava-v1.5-7b", "image": r["image"], "metadata": {}})
             pairs.append((r["label"], _vcd_rule(text, r["label"])))
         path = f"outputs/pope/baseline/llava-7b-coco-{split}-{decoding}.jsonl"
