@@ -393,6 +393,9 @@ def test_audit_all_on_every_entry_shape(tmp_path: Path, toy_coco: Path) -> None:
         assert data[name]["recomputed"] == pytest.approx(macro)
         assert data[name]["rule_changes"] > 0  # "I don't know" is a correct no under VCD's, unknown under strict
         assert f"| {name} | none published | - | f1_macro {100 * macro['f1_macro']:.2f}," in md
+        assert data[name]["recomputed_strict"]["accuracy_macro"] < data[name]["recomputed"]["accuracy_macro"]  # "I don't know" is no answer
+        lo, hi = data[name]["recomputed_ci"]
+        assert lo <= data[name]["recomputed"]["f1_macro"] <= hi
     # MARINE: paired by id with the id-keyed labels, the blank answer left out, the shipped scores equal
     for entry in marines:
         audit, score = data[entry["name"]], marine_scores[entry["decoding"].split()[-1]]

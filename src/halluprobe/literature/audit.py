@@ -20,9 +20,10 @@ from typing import Any
 from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry, Figure
 
-__all__ = ["STRICT_RULE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments"]
+__all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments"]
 
 STRICT_RULE = "strict"
+HEADLINE = ("f1_macro", "accuracy_macro", "yes_ratio_macro")  # what an entry with no published figure shows
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class EntryAudit:
     status: str  # "audited", or why not
     figures: list[FigureCheck] = field(default_factory=list)
     recomputed: dict[str, float | None] = field(default_factory=dict)  # headline numbers when nothing is published
+    recomputed_strict: dict[str, float | None] = field(default_factory=dict)  # the same under text:strict
+    recomputed_ci: tuple[float, float] | None = None  # image-clustered CI of the first headline number
     questions_are: dict[str, list[str]] = field(default_factory=dict)  # split -> pinned files its labels are
     rule_changes: int | None = None  # answers the authors' rule and strict classify differently
     answers: int | None = None
@@ -181,8 +184,12 @@ def audit_entry(
             _check(fig, _value(fig.metric, authors, authors_rows, n_resamples, seed), _value(fig.metric, strict, strict_rows, n_resamples, seed))
         )
     if not entry.published:  # nothing published: the headline numbers, recomputed
-        for metric in ("f1_macro", "accuracy_macro", "yes_ratio_macro"):
-            result.recomputed[metric] = _value(metric, authors, authors_rows, n_resamples, seed)[0]
+        for metric in HEADLINE:
+            value, ci = _value(metric, authors, authors_rows, n_resamples, seed)
+            result.recomputed[metric] = value
+            result.recomputed_strict[metric] = _value(metric, strict, strict_rows, n_resamples, seed)[0]
+            if metric == HEADLINE[0]:
+                result.recomputed_ci = ci
     result.rule_changes = sum(a.decision != s.decision for a, s in zip(authors_rows, strict_rows))
     result.answers = len(authors_rows)
     result.questions_are = dict(header.backend_info.get("question_datasets") or {})
