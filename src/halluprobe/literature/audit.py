@@ -20,7 +20,7 @@ from typing import Any
 from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry, Figure
 
-__all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments"]
+__all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments", "new_entry_audit", "recompute_entry"]
 
 STRICT_RULE = "strict"
 HEADLINE = ("f1_macro", "accuracy_macro", "yes_ratio_macro")  # what an entry with no published figure shows
@@ -144,40 +144,29 @@ def _check_dataset(entry: Entry, questions_are: dict[str, list[str]], labels: li
             raise InputError(f"the {split} labels match no fingerprint of {want[:-1]} (they are: {found})", where)
 
 
-def audit_entry(
-    entry: Entry,
-    out: Path,
-    *,
-    cache_dir: Path | None = None,
-    mirror: str | None = None,
-    n_resamples: int = 1000,
-    seed: int = 0,
-    overwrite: bool = False,
-) -> EntryAudit:
-    """Fetch, import and score one entry under ``out/<name>`` (see the module docstring)."""
-    from halluprobe.imports import import_answers
-    from halluprobe.metrics.score import score_rows
-    from halluprobe.scoring import read_scored_run, readout_rows
-
-    result = EntryAudit(
+def new_entry_audit(entry: Entry) -> EntryAudit:
+    """An audit of ``entry`` with nothing measured yet (status ``audited``)."""
+    return EntryAudit(
         name=entry.name, model=entry.model, decoding=entry.decoding, parser=f"text:{entry.parser.rule}",
         dataset=f"{entry.dataset}@{entry.version}" if entry.version else f"{entry.dataset} (own draw, fingerprint {(entry.fingerprint or '?')[:12]})",
         status="audited", notes=list(entry.notes),
     )  # fmt: skip
-    files = fetch_entry_files(entry, out / entry.name / "files", cache_dir=cache_dir, mirror=mirror)
-    missing = missing_capability(entry)
-    if missing is not None:
-        result.status = f"not audited: {missing}"
-        return result
-    run = out / entry.name / "run"
-    if run.exists() and not overwrite:
-        raise InputError("exists: pass --overwrite to audit again into this folder", run)
-    rundir, _ = import_answers(entry.format, files["answers"], run, model=entry.model, overwrite=overwrite, **import_arguments(entry, files))
-    _, header, samples = read_scored_run(rundir.path, f"text:{entry.parser.rule}")
-    authors_rows = readout_rows(f"text:{entry.parser.rule}", header, samples)
+
+
+def recompute_entry(entry: Entry, rundir: Path, result: EntryAudit, *, n_resamples: int, seed: int) -> tuple[Any, list[Any]]:
+    """Score the run dir of ``entry``'s answers with the authors' rule (their unknown policy) and
+    with ``text:strict``, and fill ``result``: each published figure beside its recomputation
+    (or, with none published, the headline numbers), and how many answers the two rules
+    classify differently. Returns the run's header and samples."""
+    from halluprobe.metrics.score import score_rows
+    from halluprobe.scoring import read_scored_run, readout_rows
+
+    authors_rule = f"text:{entry.parser.rule}"
+    _, header, samples = read_scored_run(rundir, authors_rule)
+    authors_rows = readout_rows(authors_rule, header, samples)
     strict_rows = readout_rows(f"text:{STRICT_RULE}", header, samples)
     policy = entry.parser.unknown
-    authors = score_rows(authors_rows, readout=f"text:{entry.parser.rule}", policy=policy, n_resamples=n_resamples, seed=seed)
+    authors = score_rows(authors_rows, readout=authors_rule, policy=policy, n_resamples=n_resamples, seed=seed)
     strict = score_rows(strict_rows, readout=f"text:{STRICT_RULE}", policy=policy, n_resamples=n_resamples, seed=seed)
     for fig in entry.published:
         result.figures.append(
@@ -192,6 +181,33 @@ def audit_entry(
                 result.recomputed_ci = ci
     result.rule_changes = sum(a.decision != s.decision for a, s in zip(authors_rows, strict_rows))
     result.answers = len(authors_rows)
+    return header, samples
+
+
+def audit_entry(
+    entry: Entry,
+    out: Path,
+    *,
+    cache_dir: Path | None = None,
+    mirror: str | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> EntryAudit:
+    """Fetch, import and score one entry under ``out/<name>`` (see the module docstring)."""
+    from halluprobe.imports import import_answers
+
+    result = new_entry_audit(entry)
+    files = fetch_entry_files(entry, out / entry.name / "files", cache_dir=cache_dir, mirror=mirror)
+    missing = missing_capability(entry)
+    if missing is not None:
+        result.status = f"not audited: {missing}"
+        return result
+    run = out / entry.name / "run"
+    if run.exists() and not overwrite:
+        raise InputError("exists: pass --overwrite to audit again into this folder", run)
+    rundir, _ = import_answers(entry.format, files["answers"], run, model=entry.model, overwrite=overwrite, **import_arguments(entry, files))
+    header, samples = recompute_entry(entry, rundir.path, result, n_resamples=n_resamples, seed=seed)
     result.questions_are = dict(header.backend_info.get("question_datasets") or {})
     _check_dataset(entry, result.questions_are, files["labels"])
     result.notes.extend(f"{split} labels are no pinned file: {hint}" for split, hint in (header.backend_info.get("question_hints") or {}).items())
