@@ -440,3 +440,39 @@ def test_audit_refuses_answers_that_are_not_the_pinned_draw(tmp_path: Path, toy_
     wrong = runner.invoke(app, ["literature", "audit", entry["name"], "--out", str(tmp_path / "b"), "--registry", str(repinned)])
     assert wrong.exit_code == 2 and wrong.output.count("\n") == 1
     assert "toy-guidance_strength0.0.jsonl: answer to question_id 1 is not the pinned draw's (coco_pope_adversarial.json)" in wrong.output
+
+
+def test_report_of_a_registered_answers_file_has_its_published_figures(tmp_path: Path, toy_coco: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`report` on a run imported from a pinned answers file (matched by the answers' sha256)
+    adds the section: the figure, the authors' rule it needs, this run's value; others get none."""
+    import halluprobe.literature.registry as registry_module
+
+    entry, mean_f1 = _llava_fixture(toy_coco)
+    published = round(100 * mean_f1, 1) + 0.4  # a misquote: the section must say by how much
+    entry["published"] = [{"metric": "f1_macro", "value": published, "scale": 100, "decimals": 1, "where": "MODEL_ZOO row", "path": "docs/MODEL_ZOO.md"}]
+    reg = _registry(tmp_path, [entry])
+    out = tmp_path / "audit"
+    assert runner.invoke(app, ["literature", "audit", "llava-toy", "--out", str(out), "--registry", str(reg), "--resamples", "50"]).exit_code == 0
+    loaded = registry_module.load_registry(reg)
+    monkeypatch.setattr(registry_module, "load_registry", lambda path=None: loaded)
+    page = tmp_path / "report" / "r.html"
+    result = runner.invoke(app, ["report", str(out / "llava-toy" / "run"), "--out", str(page), "--resamples", "50"])
+    assert result.exit_code == 0, result.output
+    md, html = page.with_suffix(".md").read_text(), page.read_text()
+    assert "## Published figures" in md and "is the released answers file of `llava-toy`" in md
+    assert "need the authors' parser `text:pope` with unreadable answers counted `wrong`" in md
+    assert f"| f1_macro | MODEL_ZOO row | {published:.1f} | {100 * mean_f1:.2f} | differs by {100 * mean_f1 - published:+.2f} |" in md
+    assert '<section id="literature">' in html and '<a href="#literature">Published figures</a>' in html
+    assert html.index('<section id="literature">') < html.index("<footer>")
+    # a run that is no registered file: no section
+    other = tmp_path / "other"
+    answers = toy_coco / REPO / COMMIT / entry["answers"][0]["path"]
+    edited = answers.read_text().replace('"text": "Yes"', '"text": "yes"', 1)
+    (tmp_path / "edited.jsonl").write_text(edited)
+    labels = [str(toy_coco / POPE_REPO / POPE_COMMIT / f["path"]) for f in entry["labels"]]
+    imported = runner.invoke(app, ["import", "llava", str(tmp_path / "edited.jsonl"), "--questions", str(toy_coco / REPO / COMMIT / entry["questions"]["path"]),
+                                   *[a for p in labels for a in ("--labels", p)], "--out", str(other)])  # fmt: skip
+    assert imported.exit_code == 0, imported.output
+    plain = tmp_path / "report" / "plain.html"
+    assert runner.invoke(app, ["report", str(other), "--out", str(plain), "--resamples", "50"]).exit_code == 0
+    assert "Published figures" not in plain.read_text() and "Published figures" not in plain.with_suffix(".md").read_text()
