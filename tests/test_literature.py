@@ -123,6 +123,10 @@ def test_the_packaged_registry_is_pinned_data() -> None:
         assert all(HEX64.match(f.sha256) for _, f in e.files())
         # a dataset version halluprobe pins, or the fingerprint of the authors' own draw
         assert (e.dataset in DATASETS and e.version in DATASETS[e.dataset]) or e.fingerprint is not None
+    from halluprobe.literature.audit import missing_capability
+
+    assert [e.name for e in registry.entries if missing_capability(e) is not None] == []  # every entry auditable here
+    assert {e.split for e in registry.entries if e.format == "marine"} == {"adversarial"}
     dashb = next(e for e in registry.entries if e.name == "dashb-paligemma-3b")
     assert any("NOT reproduced" in n for n in dashb.notes)  # the leaderboard row the file does not give
     board = [f for f in dashb.published if f.path == "benchmark.md"]
