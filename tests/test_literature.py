@@ -351,7 +351,7 @@ def _dashb_fixture(root: Path) -> tuple[dict[str, Any], dict[str, float]]:
     shipped = "output/Toy-3b_dash_b_results.json"
     entry = {
         "name": "dashb-toy", "model": "Toy-3b", "decoding": "the authors' evaluator", "repository": DASHB_REPO, "commit": DASHB_COMMIT,
-        "format": "dashb", "answers": [answers], "questions": None, "labels": [], "dataset": "dashb", "version": "2025-03-31",
+        "format": "dashb", "answers": [answers], "questions": None, "labels": [], "dataset": "dashb", "version": "toy",
         "parser": {"rule": "dashb", "source": "src/eval_utils.py compute_answer"},
         "published": [
             {"metric": "dashb_tnr", "value": truth["TNR"], "scale": 1, "decimals": 4, "where": f"{shipped}, TNR", "path": shipped},
@@ -366,7 +366,22 @@ def _dashb_fixture(root: Path) -> tuple[dict[str, Any], dict[str, float]]:
     return entry, {**truth, "board_tpr": board_tpr, "board_mean": board_mean}
 
 
-def test_audit_all_on_every_entry_shape(tmp_path: Path, toy_coco: Path) -> None:
+def _pin_toy_dashb(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pinned dashb@toy in DASH-B's {source: {object: [file]}} files: every negative of the
+    DASH-B fixture, but only pos_3.jpg and pos_4.jpg of 'ant' and 'bee' among its positives."""
+    from halluprobe.benchmarks.datasets import DatasetVersion, SourceFile
+
+    neg = {"coco": {obj: [f"neg_{obj}_{j}.jpg" for j in range(3)] for obj in ("ant", "bee", "owl", "yak")}}
+    pos = {"objects365": {obj: ["pos_3.jpg", "pos_4.jpg"] for obj in ("ant", "bee")}}
+    sources = tuple(
+        SourceFile(DASHB_REPO, "1" * 40, f"images/dash_benchmark_{kind}.json", _put(root, DASHB_REPO, "1" * 40, f"images/dash_benchmark_{kind}.json", json.dumps(data).encode())["sha256"])
+        for kind, data in (("neg", neg), ("pos", pos))
+    )
+    version = DatasetVersion("dashb", "toy", "2025-03-31", "dashb", {"dashb.jsonl": sources}, {}, "user", {"dashb": 16})
+    monkeypatch.setitem(DATASETS, "dashb", {"toy": version})
+
+
+def test_audit_all_on_every_entry_shape(tmp_path: Path, toy_coco: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`literature list` and `literature audit --all` offline over fixtures shaped like every real
     entry (LLaVA's pooled answers, cd_rethink's per-split lines, MARINE's id-keyed labels and own
     draw, DASH-B's answers array), every figure recomputed here from the transcribed rules."""
@@ -376,6 +391,7 @@ def test_audit_all_on_every_entry_shape(tmp_path: Path, toy_coco: Path) -> None:
     sample, sample_macro = _cd_rethink_fixture(toy_coco, "sample")
     marines, marine_scores, fingerprint = _marine_fixture(toy_coco)
     dashb, truth = _dashb_fixture(toy_coco)
+    _pin_toy_dashb(toy_coco, monkeypatch)
     reg = _registry(tmp_path, [llava, greedy, sample, *marines, dashb])
 
     listed = runner.invoke(app, ["literature", "list", "--registry", str(reg)])
@@ -420,6 +436,8 @@ def test_audit_all_on_every_entry_shape(tmp_path: Path, toy_coco: Path) -> None:
     lo, hi = figs[3]["ci"]
     assert lo <= figs[3]["authors"] <= hi
     assert data["dashb-toy"]["answers"] == 24
+    # which pinned DASH-B questions the answers are: 12 negatives pinned, 4 of 6 positive keys (object, file)
+    assert data["dashb-toy"]["questions_are"] == {"dashb": ["dashb@toy: 12 of 12 negatives, 4 of 12 positives are its (label, object, image file) keys"]}
     assert (
         f"NOT reproduced by the released answers: benchmark.md: dashb_mean {truth['board_mean']:.1f} (recomputed {50 * (truth['TPR'] + truth['TNR']):.2f}), "
         f"dashb_tpr {truth['board_tpr']:.1f} (recomputed {100 * truth['TPR']:.2f})"

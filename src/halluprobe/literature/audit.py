@@ -20,7 +20,7 @@ from typing import Any
 from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry, Figure
 
-__all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments", "new_entry_audit", "recompute_entry"]
+__all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments", "new_entry_audit", "recompute_entry", "dataset_coverage"]
 
 STRICT_RULE = "strict"
 HEADLINE = ("f1_macro", "accuracy_macro", "yes_ratio_macro")  # what an entry with no published figure shows
@@ -210,6 +210,8 @@ def audit_entry(
     header, samples = recompute_entry(entry, rundir.path, result, n_resamples=n_resamples, seed=seed)
     result.questions_are = dict(header.backend_info.get("question_datasets") or {})
     _check_dataset(entry, result.questions_are, files["labels"])
+    if not files["labels"]:  # labels inside the answers (DASH-B's): which of the pinned questions they are
+        result.questions_are.update(dataset_coverage(entry, samples, cache_dir=cache_dir, mirror=mirror))
     result.notes.extend(f"{split} labels are no pinned file: {hint}" for split, hint in (header.backend_info.get("question_hints") or {}).items())
     if entry.fingerprint is not None:
         prints = set((header.backend_info.get("question_fingerprints") or {}).values())
@@ -220,6 +222,35 @@ def audit_entry(
         else:
             raise InputError(f"the questions match no fingerprint the registry pins: expected {entry.fingerprint}", files["answers"][0])
     return result
+
+
+def dataset_coverage(entry: Entry, samples: Sequence[Any], *, cache_dir: Path | None = None, mirror: str | None = None) -> dict[str, list[str]]:
+    """For an entry whose answers carry their own labels (no labels file to fingerprint) and
+    that names a pinned dataset version: how many of its answered (label, object, image file)
+    keys, per label, are questions of that version (its files fetched, sha256 checked). Split
+    -> one line for the table; {} when the entry names no pinned version."""
+    from pathlib import PurePosixPath
+
+    from halluprobe.benchmarks.dataset_files import dashb_questions, fetch_source
+    from halluprobe.benchmarks.datasets import DATASETS
+    from halluprobe.benchmarks.pope import read_questions
+
+    version = DATASETS.get(entry.dataset, {}).get(entry.version or "")
+    if version is None or version.shape == "popev2":
+        return {}
+    pinned: set[tuple[str, str | None, str]] = set()
+    for sources in version.sources.values():
+        cached = [fetch_source(src, cache_dir=cache_dir, mirror=mirror) for src in sources]
+        questions = dashb_questions(*cached) if version.shape == "dashb" else [q for path in cached for q in read_questions(path)]
+        pinned.update((q.label, q.object, PurePosixPath(q.image).name) for q in questions)
+    out: dict[str, list[str]] = {}
+    for split in sorted({s.split for s in samples}):
+        parts = []
+        for label, kind in (("no", "negatives"), ("yes", "positives")):
+            keys = {(s.label, s.object, PurePosixPath(s.image).name) for s in samples if s.split == split and s.label == label}
+            parts.append(f"{len(keys & pinned)} of {len(keys)} {kind}")
+        out[split] = [f"{entry.dataset}@{entry.version}: {', '.join(parts)} are its (label, object, image file) keys"]
+    return out
 
 
 def import_arguments(entry: Entry, files: dict[str, list[Path]]) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def literature_markdown(audits: Sequence[EntryAudit], provenance: dict[str, obje
         lines.append(f"- **{a.name}** ({a.model}; {a.decoding}; {a.dataset}; parser {a.parser}): {a.status}")
         if a.questions_are:
             shown = "; ".join(f"{split}: {', '.join(names) if names else 'no pinned file'}" for split, names in a.questions_are.items())
-            lines.append(f"  - POPE content of the labels (by fingerprint): {shown}")
+            lines.append(f"  - which pinned questions these are (by content fingerprint, or by key where the answers carry their labels): {shown}")
         missed = [f for f in a.figures if f.equal is False]
         if missed:  # said in words, by source: a published figure the released file does not give
             by_source: dict[str, list[str]] = {}
