@@ -100,11 +100,31 @@ def _value(metric: str, report: Any, rows: Sequence[Any], n_resamples: int, seed
         d = dashb_scores(rows, n_resamples=n_resamples, seed=seed)
         value = {"dashb_mean": d.mean_tpr_tnr, "dashb_tpr": d.tpr, "dashb_tnr": d.tnr, "dashb_accuracy": d.accuracy,
                  "dashb_harmonic": d.harmonic_mean}[metric]  # fmt: skip
-        return value, d.mean_ci if metric == "dashb_mean" else None
+        return value, d.mean_ci if metric == "dashb_mean" else _dashb_rate_ci(metric, rows, n_resamples, seed)
     macro = metric.endswith("_macro")
     name = metric.removesuffix("_macro")
     table = report.macro if macro else (next(iter(report.splits.values())) if len(report.splits) == 1 else report.pooled)
     return getattr(table, name), table.ci.get(name)
+
+
+def _dashb_rate_ci(metric: str, rows: Sequence[Any], n_resamples: int, seed: int) -> tuple[float, float] | None:
+    """Image-clustered CI of DASH-B's TPR, TNR or plain accuracy (an unknown answer is wrong, as
+    DASH-B counts it); the harmonic mean has none here."""
+    import numpy as np
+
+    from halluprobe.metrics.stats import cluster_bootstrap
+
+    wanted = {"dashb_tpr": "yes", "dashb_tnr": "no", "dashb_accuracy": None}
+    if metric not in wanted or not rows:
+        return None
+    correct = np.array([r.decision == r.label for r in rows], dtype=float)
+    counted = np.array([wanted[metric] is None or r.label == wanted[metric] for r in rows], dtype=bool)
+
+    def rate(idx: np.ndarray) -> float | None:
+        chosen = idx[counted[idx]]
+        return float(correct[chosen].mean()) if len(chosen) else None
+
+    return cluster_bootstrap([r.image for r in rows], rate, n_resamples=n_resamples, seed=seed)
 
 
 def _scaled(value: float | None, scale: int) -> float | None:
