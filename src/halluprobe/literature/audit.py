@@ -20,9 +20,10 @@ from typing import Any
 from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry, Figure
 
-__all__ = ["STRICT_RULE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files"]
+__all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments", "new_entry_audit", "recompute_entry", "dataset_coverage"]
 
 STRICT_RULE = "strict"
+HEADLINE = ("f1_macro", "accuracy_macro", "yes_ratio_macro")  # what an entry with no published figure shows
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class FigureCheck:
 
     metric: str
     where: str
+    source: str  # the file the figure is stated in
     published: float
     decimals: int
     authors: float | None
@@ -50,6 +52,8 @@ class EntryAudit:
     status: str  # "audited", or why not
     figures: list[FigureCheck] = field(default_factory=list)
     recomputed: dict[str, float | None] = field(default_factory=dict)  # headline numbers when nothing is published
+    recomputed_strict: dict[str, float | None] = field(default_factory=dict)  # the same under text:strict
+    recomputed_ci: tuple[float, float] | None = None  # image-clustered CI of the first headline number
     questions_are: dict[str, list[str]] = field(default_factory=dict)  # split -> pinned files its labels are
     rule_changes: int | None = None  # answers the authors' rule and strict classify differently
     answers: int | None = None
@@ -96,11 +100,31 @@ def _value(metric: str, report: Any, rows: Sequence[Any], n_resamples: int, seed
         d = dashb_scores(rows, n_resamples=n_resamples, seed=seed)
         value = {"dashb_mean": d.mean_tpr_tnr, "dashb_tpr": d.tpr, "dashb_tnr": d.tnr, "dashb_accuracy": d.accuracy,
                  "dashb_harmonic": d.harmonic_mean}[metric]  # fmt: skip
-        return value, d.mean_ci if metric == "dashb_mean" else None
+        return value, d.mean_ci if metric == "dashb_mean" else _dashb_rate_ci(metric, rows, n_resamples, seed)
     macro = metric.endswith("_macro")
     name = metric.removesuffix("_macro")
     table = report.macro if macro else (next(iter(report.splits.values())) if len(report.splits) == 1 else report.pooled)
     return getattr(table, name), table.ci.get(name)
+
+
+def _dashb_rate_ci(metric: str, rows: Sequence[Any], n_resamples: int, seed: int) -> tuple[float, float] | None:
+    """Image-clustered CI of DASH-B's TPR, TNR or plain accuracy (an unknown answer is wrong, as
+    DASH-B counts it); the harmonic mean has none here."""
+    import numpy as np
+
+    from halluprobe.metrics.stats import cluster_bootstrap
+
+    wanted = {"dashb_tpr": "yes", "dashb_tnr": "no", "dashb_accuracy": None}
+    if metric not in wanted or not rows:
+        return None
+    correct = np.array([r.decision == r.label for r in rows], dtype=float)
+    counted = np.array([wanted[metric] is None or r.label == wanted[metric] for r in rows], dtype=bool)
+
+    def rate(idx: np.ndarray) -> float | None:
+        chosen = idx[counted[idx]]
+        return float(correct[chosen].mean()) if len(chosen) else None
+
+    return cluster_bootstrap([r.image for r in rows], rate, n_resamples=n_resamples, seed=seed)
 
 
 def _scaled(value: float | None, scale: int) -> float | None:
@@ -114,6 +138,7 @@ def _check(fig: Figure, authors: tuple[float | None, Any], strict: tuple[float |
     return FigureCheck(
         metric=fig.metric,
         where=fig.where,
+        source=fig.path,
         published=fig.value,
         decimals=fig.decimals,
         authors=a,
@@ -139,6 +164,46 @@ def _check_dataset(entry: Entry, questions_are: dict[str, list[str]], labels: li
             raise InputError(f"the {split} labels match no fingerprint of {want[:-1]} (they are: {found})", where)
 
 
+def new_entry_audit(entry: Entry) -> EntryAudit:
+    """An audit of ``entry`` with nothing measured yet (status ``audited``)."""
+    return EntryAudit(
+        name=entry.name, model=entry.model, decoding=entry.decoding, parser=f"text:{entry.parser.rule}",
+        dataset=f"{entry.dataset}@{entry.version}" if entry.version else f"{entry.dataset} (own draw, fingerprint {(entry.fingerprint or '?')[:12]})",
+        status="audited", notes=list(entry.notes),
+    )  # fmt: skip
+
+
+def recompute_entry(entry: Entry, rundir: Path, result: EntryAudit, *, n_resamples: int, seed: int) -> tuple[Any, list[Any]]:
+    """Score the run dir of ``entry``'s answers with the authors' rule (their unknown policy) and
+    with ``text:strict``, and fill ``result``: each published figure beside its recomputation
+    (or, with none published, the headline numbers), and how many answers the two rules
+    classify differently. Returns the run's header and samples."""
+    from halluprobe.metrics.score import score_rows
+    from halluprobe.scoring import read_scored_run, readout_rows
+
+    authors_rule = f"text:{entry.parser.rule}"
+    _, header, samples = read_scored_run(rundir, authors_rule)
+    authors_rows = readout_rows(authors_rule, header, samples)
+    strict_rows = readout_rows(f"text:{STRICT_RULE}", header, samples)
+    policy = entry.parser.unknown
+    authors = score_rows(authors_rows, readout=authors_rule, policy=policy, n_resamples=n_resamples, seed=seed)
+    strict = score_rows(strict_rows, readout=f"text:{STRICT_RULE}", policy=policy, n_resamples=n_resamples, seed=seed)
+    for fig in entry.published:
+        result.figures.append(
+            _check(fig, _value(fig.metric, authors, authors_rows, n_resamples, seed), _value(fig.metric, strict, strict_rows, n_resamples, seed))
+        )
+    if not entry.published:  # nothing published: the headline numbers, recomputed
+        for metric in HEADLINE:
+            value, ci = _value(metric, authors, authors_rows, n_resamples, seed)
+            result.recomputed[metric] = value
+            result.recomputed_strict[metric] = _value(metric, strict, strict_rows, n_resamples, seed)[0]
+            if metric == HEADLINE[0]:
+                result.recomputed_ci = ci
+    result.rule_changes = sum(a.decision != s.decision for a, s in zip(authors_rows, strict_rows))
+    result.answers = len(authors_rows)
+    return header, samples
+
+
 def audit_entry(
     entry: Entry,
     out: Path,
@@ -151,14 +216,8 @@ def audit_entry(
 ) -> EntryAudit:
     """Fetch, import and score one entry under ``out/<name>`` (see the module docstring)."""
     from halluprobe.imports import import_answers
-    from halluprobe.metrics.score import score_rows
-    from halluprobe.scoring import read_scored_run, readout_rows
 
-    result = EntryAudit(
-        name=entry.name, model=entry.model, decoding=entry.decoding, parser=f"text:{entry.parser.rule}",
-        dataset=f"{entry.dataset}@{entry.version}" if entry.version else f"{entry.dataset} (own draw, fingerprint {(entry.fingerprint or '?')[:12]})",
-        status="audited", notes=list(entry.notes),
-    )  # fmt: skip
+    result = new_entry_audit(entry)
     files = fetch_entry_files(entry, out / entry.name / "files", cache_dir=cache_dir, mirror=mirror)
     missing = missing_capability(entry)
     if missing is not None:
@@ -167,34 +226,94 @@ def audit_entry(
     run = out / entry.name / "run"
     if run.exists() and not overwrite:
         raise InputError("exists: pass --overwrite to audit again into this folder", run)
-    rundir, _ = import_answers(
-        entry.format, files["answers"], run, labels=files["labels"], questions=(files["questions"] or [None])[0],
-        model=entry.model, overwrite=overwrite,
-    )  # fmt: skip
-    _, header, samples = read_scored_run(rundir.path, f"text:{entry.parser.rule}")
-    authors_rows = readout_rows(f"text:{entry.parser.rule}", header, samples)
-    strict_rows = readout_rows(f"text:{STRICT_RULE}", header, samples)
-    policy = entry.parser.unknown
-    authors = score_rows(authors_rows, readout=f"text:{entry.parser.rule}", policy=policy, n_resamples=n_resamples, seed=seed)
-    strict = score_rows(strict_rows, readout=f"text:{STRICT_RULE}", policy=policy, n_resamples=n_resamples, seed=seed)
-    for fig in entry.published:
-        result.figures.append(
-            _check(fig, _value(fig.metric, authors, authors_rows, n_resamples, seed), _value(fig.metric, strict, strict_rows, n_resamples, seed))
-        )
-    if not entry.published:  # nothing published: the headline numbers, recomputed
-        for metric in ("f1_macro", "accuracy_macro", "yes_ratio_macro"):
-            result.recomputed[metric] = _value(metric, authors, authors_rows, n_resamples, seed)[0]
-    result.rule_changes = sum(a.decision != s.decision for a, s in zip(authors_rows, strict_rows))
-    result.answers = len(authors_rows)
+    rundir, _ = import_answers(entry.format, files["answers"], run, model=entry.model, overwrite=overwrite, **import_arguments(entry, files))
+    header, samples = recompute_entry(entry, rundir.path, result, n_resamples=n_resamples, seed=seed)
     result.questions_are = dict(header.backend_info.get("question_datasets") or {})
     _check_dataset(entry, result.questions_are, files["labels"])
+    if not files["labels"]:  # labels inside the answers (DASH-B's): which of the pinned questions they are
+        result.questions_are.update(dataset_coverage(entry, samples, cache_dir=cache_dir, mirror=mirror))
     result.notes.extend(f"{split} labels are no pinned file: {hint}" for split, hint in (header.backend_info.get("question_hints") or {}).items())
     if entry.fingerprint is not None:
         prints = set((header.backend_info.get("question_fingerprints") or {}).values())
-        if entry.fingerprint not in prints and entry.questions is not None:
-            from halluprobe.benchmarks.dataset_files import fingerprint_of_file
-
-            prints.add(fingerprint_of_file(files["questions"][0]) or "")  # MARINE's question file is POPE-format
-        if entry.fingerprint not in prints:
+        if entry.fingerprint in prints:
+            pass  # the labels the answers were paired with are the pinned draw
+        elif not prints and files["questions"]:  # labels without question text (MARINE's): the draw is the question file
+            result.questions_are.update(_check_own_draw(entry.fingerprint, samples, files["questions"][0], files["answers"][0]))
+        else:
             raise InputError(f"the questions match no fingerprint the registry pins: expected {entry.fingerprint}", files["answers"][0])
     return result
+
+
+def dataset_coverage(entry: Entry, samples: Sequence[Any], *, cache_dir: Path | None = None, mirror: str | None = None) -> dict[str, list[str]]:
+    """For an entry whose answers carry their own labels (no labels file to fingerprint) and
+    that names a pinned dataset version: how many of its answered (label, object, image file)
+    keys, per label, are questions of that version (its files fetched, sha256 checked). Split
+    -> one line for the table; {} when the entry names no pinned version."""
+    from pathlib import PurePosixPath
+
+    from halluprobe.benchmarks.dataset_files import dashb_questions, fetch_source
+    from halluprobe.benchmarks.datasets import DATASETS
+    from halluprobe.benchmarks.pope import read_questions
+
+    version = DATASETS.get(entry.dataset, {}).get(entry.version or "")
+    if version is None or version.shape == "popev2":
+        return {}
+    pinned: set[tuple[str, str | None, str]] = set()
+    for sources in version.sources.values():
+        cached = [fetch_source(src, cache_dir=cache_dir, mirror=mirror) for src in sources]
+        questions = dashb_questions(*cached) if version.shape == "dashb" else [q for path in cached for q in read_questions(path)]
+        pinned.update((q.label, q.object, PurePosixPath(q.image).name) for q in questions)
+    out: dict[str, list[str]] = {}
+    for split in sorted({s.split for s in samples}):
+        parts = []
+        for label, kind in (("no", "negatives"), ("yes", "positives")):
+            keys = {(s.label, s.object, PurePosixPath(s.image).name) for s in samples if s.split == split and s.label == label}
+            parts.append(f"{len(keys & pinned)} of {len(keys)} {kind}")
+        out[split] = [f"{entry.dataset}@{entry.version}: {', '.join(parts)} are its (label, object, image file) keys"]
+    return out
+
+
+def import_arguments(entry: Entry, files: dict[str, list[Path]]) -> dict[str, Any]:
+    """What ``import_answers`` takes for the entry's format besides the answers files: llava its
+    POPE labels (and LLaVA's question file where the entry has one: pooled answers); marine its
+    id-keyed labels and the split (the entry's, else the pinned question file's name); dashb
+    nothing (labels are in the answers array); any other format its labels files."""
+    from halluprobe.benchmarks.pope import split_name
+
+    if entry.format == "llava":
+        return {"labels": files["labels"], "questions": files["questions"][0] if files["questions"] else None}
+    if entry.format == "marine":
+        split = entry.split or (split_name(files["questions"][0]) if files["questions"] else None)
+        return {"labels": files["labels"], "split": split}
+    if entry.format == "dashb":
+        return {"split": entry.split} if entry.split else {}
+    return {"labels": files["labels"]}
+
+
+def _check_own_draw(fingerprint: str, samples: Sequence[Any], questions: Path, answers: Path) -> dict[str, list[str]]:
+    """The pinned question file must have the registry's fingerprint, and every imported answer
+    must be its question of that id (image, label, text as LLaVA normalises it): else the
+    answers were made on other questions and the figure would be compared with the wrong thing.
+    Split -> what the questions are, for the table."""
+    from pathlib import PurePosixPath
+
+    from halluprobe.benchmarks.fingerprint import content_fingerprint
+    from halluprobe.benchmarks.pope import read_questions
+    from halluprobe.benchmarks.versions import normalise_question
+
+    asked = read_questions(questions)
+    found = content_fingerprint(asked)
+    if found != fingerprint:
+        raise InputError(f"the question file's content fingerprint is {found}, the registry pins {fingerprint}", questions)
+    by_id = {q.question_id: q for q in asked}
+    for s in samples:
+        q = by_id.get(s.question_id)
+        if q is None or (PurePosixPath(q.image).name, q.label, normalise_question(q.text)) != (
+            PurePosixPath(s.image).name, s.label, normalise_question(s.prompt)
+        ):
+            what = "is not in it" if q is None else f"is {q.image} / {q.label} / {q.text!r} there, {s.image} / {s.label} / {s.prompt!r} here"
+            raise InputError(f"answer to question_id {s.question_id} is not the pinned draw's ({questions.name}): its question {what}", answers)
+    answered = {s.question_id for s in samples}
+    splits = sorted({s.split for s in samples})
+    shown = f"own draw {questions.name} (fingerprint {fingerprint[:12]}; {len(answered & by_id.keys())} of {len(by_id)} questions answered)"
+    return {split: [shown] for split in splits}

@@ -79,6 +79,7 @@ class Entry(_Frozen):
     labels: list[PinnedFile] = Field(default_factory=list)
     dataset: str
     version: str | None = None
+    split: str | None = None  # the split the answers are, for formats whose files do not say (marine, dashb)
     fingerprint: str | None = Field(default=None, pattern=_HEX64)
     parser: Parser
     published: list[Figure] = Field(default_factory=list)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.files import write_atomic
-from halluprobe.literature.audit import STRICT_RULE, EntryAudit, audit_entry
+from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, audit_entry
 from halluprobe.literature.registry import Entry, Registry
 
 __all__ = ["LITERATURE_MD", "LITERATURE_JSON", "audit_literature", "literature_markdown", "list_markdown"]
@@ -85,6 +85,10 @@ def _verdict(equal: bool | None, difference: float | None, decimals: int) -> str
     return f"differs by {difference:+.{decimals}f}" if difference is not None else "differs"
 
 
+def _headline(values: dict[str, float | None]) -> str:
+    return ", ".join(f"{k} {_num(None if v is None else 100 * v, 2)}" for k, v in values.items())
+
+
 def literature_markdown(audits: Sequence[EntryAudit], provenance: dict[str, object]) -> str:
     """The audit's Markdown: a provenance comment, the table, then each entry's confounds and notes."""
     lines = [
@@ -104,14 +108,24 @@ def literature_markdown(audits: Sequence[EntryAudit], provenance: dict[str, obje
                 f"| {_verdict(f.equal, f.difference, f.decimals + 1)} | {_num(f.strict, f.decimals + 1)} | {ci} |"
             )
         if not a.figures:
-            shown = ", ".join(f"{k} {_num(None if v is None else 100 * v, 2)}" for k, v in a.recomputed.items())
-            lines.append(f"| {a.name} | none published | - | {shown} | - | - | - |")
+            shown, strict = _headline(a.recomputed), _headline(a.recomputed_strict) or "-"
+            ci = "-" if a.recomputed_ci is None else f"{HEADLINE[0]} [{100 * a.recomputed_ci[0]:.2f}, {100 * a.recomputed_ci[1]:.2f}]"
+            lines.append(f"| {a.name} | none published | - | {shown} | - | {strict} | {ci} |")
     lines.append("")
     for a in audits:
         lines.append(f"- **{a.name}** ({a.model}; {a.decoding}; {a.dataset}; parser {a.parser}): {a.status}")
         if a.questions_are:
             shown = "; ".join(f"{split}: {', '.join(names) if names else 'no pinned file'}" for split, names in a.questions_are.items())
-            lines.append(f"  - POPE content of the labels (by fingerprint): {shown}")
+            lines.append(f"  - which pinned questions these are (by content fingerprint, or by key where the answers carry their labels): {shown}")
+        missed = [f for f in a.figures if f.equal is False]
+        if missed:  # said in words, by source: a published figure the released file does not give
+            by_source: dict[str, list[str]] = {}
+            for f in missed:
+                by_source.setdefault(f.source, []).append(
+                    f"{f.metric} {_num(f.published, f.decimals)} (recomputed {_num(f.authors, f.decimals + 1)})"
+                )
+            shown = "; ".join(f"{where}: {', '.join(items)}" for where, items in by_source.items())
+            lines.append(f"  - NOT reproduced by the released answers: {shown}")
         if a.rule_changes is not None:
             lines.append(f"  - parser confound: {a.parser} and text:{STRICT_RULE} classify {a.rule_changes} of {a.answers} answers differently")
         lines.extend(f"  - {note}" for note in a.notes)

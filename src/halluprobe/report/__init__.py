@@ -68,9 +68,15 @@ def render_report(
     _add_corrections(view, paths, corrections, n_resamples=n_resamples, seed=seed)
     build_figures(view)
     out_md = out_html.with_suffix(".md")
-    write_atomic(out_html, render_html(view))
+    page = render_html(view)
     provenance = _headline_provenance(paths, [as_audit(a) for a in audits], [run.label for run in view.runs])
-    write_atomic(out_md, render_markdown(view, html_name=out_html.name, provenance=provenance))
+    markdown = render_markdown(view, html_name=out_html.name, provenance=provenance)
+    if paths:  # a run that is a registered published answers file: its figures, recomputed (report/literature.py)
+        from halluprobe.report.literature import add_literature_section, literature_matches
+
+        page, markdown = add_literature_section(page, markdown, literature_matches(paths, n_resamples=n_resamples, seed=seed))
+    write_atomic(out_html, page)
+    write_atomic(out_md, markdown)
     log.info("wrote %s and %s", out_html, out_md)
     return out_html, out_md
 
