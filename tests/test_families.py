@@ -34,7 +34,7 @@ from halluprobe.backends.families import (  # noqa: E402
     family_table_markdown,
 )
 from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_inputs import load_processor  # noqa: E402
+from halluprobe.backends.hf_load import load_processor  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402

@@ -113,7 +113,7 @@ def _reference_logprobs(model_dir: Path, photos: Path, sample: Any) -> Any:
     """This test's own computation: the sample's prompt and image alone through the processor and model."""
     from PIL import Image
 
-    from halluprobe.backends.hf_inputs import load_model, load_processor
+    from halluprobe.backends.hf_load import load_model, load_processor
 
     inputs_adapter = load_processor(str(model_dir))
     model = load_model(str(model_dir), dtype="float32", device="cpu")

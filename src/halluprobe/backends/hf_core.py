@@ -75,7 +75,7 @@ class ModelCore:
     def __init__(
         self, model: str, *, dtype: str, device: str, trust_remote_code: bool, load_in_4bit: bool
     ) -> None:
-        from halluprobe.backends.hf_inputs import load_model, load_processor
+        from halluprobe.backends.hf_load import load_model, load_processor
 
         self.model_id = model
         self.inputs: VLMInputs = load_processor(model, trust_remote_code=trust_remote_code)
