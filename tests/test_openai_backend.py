@@ -22,7 +22,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from _openai_server import FakeChatServer, expected_answer
-from halluprobe.backends.openai_compat import _chat_url, _retry_after
+from halluprobe.backends.openai_wire import chat_url, retry_after
 from halluprobe.cli import app
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
@@ -473,14 +473,14 @@ def test_shard_partition_is_stable_and_complete() -> None:
 
 
 def test_retry_after_and_endpoint_urls() -> None:
-    assert _retry_after("3") == 3.0 and _retry_after("0.25") == 0.25 and _retry_after(None) is None
-    assert _retry_after("soon") is None
-    assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
-    assert _chat_url("http://h:8000") == ("http://h:8000/v1", "http://h:8000/v1/chat/completions")
-    assert _chat_url("http://h:8000/v1/") == ("http://h:8000/v1", "http://h:8000/v1/chat/completions")
-    assert _chat_url("https://api.x/v1/chat/completions")[1] == "https://api.x/v1/chat/completions"
+    assert retry_after("3") == 3.0 and retry_after("0.25") == 0.25 and retry_after(None) is None
+    assert retry_after("soon") is None
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
+    assert chat_url("http://h:8000") == ("http://h:8000/v1", "http://h:8000/v1/chat/completions")
+    assert chat_url("http://h:8000/v1/") == ("http://h:8000/v1", "http://h:8000/v1/chat/completions")
+    assert chat_url("https://api.x/v1/chat/completions")[1] == "https://api.x/v1/chat/completions"
     with pytest.raises(InputError):
-        _chat_url("h:8000")
+        chat_url("h:8000")
 
 
 # -- lifecycle: a consumer that stops early, a writer killed mid-way --------------------------------
