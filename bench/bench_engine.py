@@ -68,7 +68,9 @@ def _build_model(folder: Path, args: argparse.Namespace) -> tuple[Path, int]:
 
     from halluprobe.tiny import build_tiny_llava, mistral_tokenizer_dir
 
-    tok_dir = mistral_tokenizer_dir(folder / "tokenizer")
+    tok_dir = folder / "tokenizer"
+    if not (tok_dir / "tokenizer.json").is_file():  # a work dir may bring it (a machine without mistral-common)
+        tok_dir = mistral_tokenizer_dir(tok_dir)
     # build_tiny_llava writes the processor (CLIP 336 px, <image> expansion, chat template);
     # its 4 M-parameter model is then replaced by the bench-sized one below.
     model_dir = build_tiny_llava(folder / "model", tok_dir, seed=0, image_size=336)
@@ -79,13 +81,18 @@ def _build_model(folder: Path, args: argparse.Namespace) -> tuple[Path, int]:
     vision.projection_dim = args.vision_hidden
     text.hidden_size, text.intermediate_size = args.hidden, (args.hidden * 43 // 16) // 16 * 16  # LLaMA's 11008/4096
     text.num_hidden_layers = args.layers
-    text.num_attention_heads = text.num_key_value_heads = max(1, args.hidden // 64)
-    text.head_dim = 64
+    text.num_attention_heads = text.num_key_value_heads = max(1, args.hidden // args.head_dim)
+    text.head_dim = args.head_dim
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = LlavaForConditionalGeneration(config).eval()
+        # built on the bench's device (a 7B shape initialises in seconds on a GPU, minutes on CPU),
+        # saved in the bench's dtype
+        with torch.device(args.device):
+            model = LlavaForConditionalGeneration(config).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     _steer(model, tokenizer)
+    if args.dtype != "float32":
+        model = model.to(getattr(torch, args.dtype))
     model.save_pretrained(model_dir)
     return model_dir, sum(p.numel() for p in model.parameters())
 
@@ -145,6 +152,7 @@ def _worker(args: argparse.Namespace) -> None:
     The parent starts one worker per pass (``--runs 1``)."""
     import torch
 
+    import halluprobe
     from halluprobe.backends.hf import HFBackend
     from halluprobe.records import GenerateConfig, Request
 
@@ -192,6 +200,7 @@ def _worker(args: argparse.Namespace) -> None:
                 "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
                 "threads": torch.get_num_threads(),
                 "errors": errors[:3],
+                "halluprobe": str(Path(halluprobe.__file__).parent),
                 "answers": answers,
             }
         )
@@ -244,6 +253,44 @@ def _table(results: dict[str, dict[str, Any]], args: argparse.Namespace, params:
     return "\n".join(lines)
 
 
+def _source(text: str) -> tuple[str, str]:
+    """``LABEL=PATH`` of ``--src`` (PATH holds the ``halluprobe`` package)."""
+    label, sep, path = text.partition("=")
+    if not sep or not label or not (Path(path) / "halluprobe" / "__init__.py").is_file():
+        raise SystemExit(f"--src wants LABEL=PATH with PATH/halluprobe/__init__.py, not {text!r}")
+    return label, str(Path(path).resolve())
+
+
+def _with_path(env: dict[str, str], src: str) -> dict[str, str]:
+    """``env`` with ``src`` first on PYTHONPATH (what was there stays after it: carried packages)."""
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**env, "PYTHONPATH": os.pathsep.join([src, *rest])}
+
+
+def _compare_table(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+    """Per mode, each source tree's median seconds in process (the timed passes) and for the
+    whole worker process (start, imports, load, warm-up, passes), against the first tree."""
+    memory_key = "cuda_peak_mb" if args.device.startswith("cuda") else "peak_rss_mb"
+    lines = [
+        "| mode | tree | in-process runs (s) | median (s) | vs first | whole-process runs (s) | median (s) | vs first | peak MB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode in (m for m in MODES if m in args.modes):
+        keys = [k for k in results if k.split("@")[0] == mode]
+        first = results[keys[0]]
+        for key in keys:
+            r = results[key]
+            inner, whole = statistics.median(r["seconds"]), statistics.median(r["process_seconds"])
+            lines.append(
+                f"| {mode} | {key.split('@', 1)[1]} | {', '.join(f'{x:.2f}' for x in r['seconds'])} | {inner:.2f} "
+                f"| {inner / statistics.median(first['seconds']):.3f} | {', '.join(f'{x:.1f}' for x in r['process_seconds'])} "
+                f"| {whole:.1f} | {whole / statistics.median(first['process_seconds']):.3f} | {r[memory_key]:.0f} |"
+            )
+        same = all(results[k]["answers"] == first["answers"] for k in keys)
+        lines.append(f"| {mode} | same first token and text in every tree: {'yes' if same else 'NO'} | | | | | | | |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="abc", help="which of a, b, c to run (default abc)")
@@ -252,6 +299,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="batch size of modes b and c; default 8")
     parser.add_argument("--hidden", type=int, default=512, help="text hidden size; default 512")
     parser.add_argument("--layers", type=int, default=6, help="text layers; default 6")
+    parser.add_argument("--head-dim", type=int, default=64, help="text attention head size; default 64 (LLaMA-7B: 128)")
     parser.add_argument("--vision-hidden", type=int, default=256, help="vision hidden size; default 256")
     parser.add_argument("--vision-layers", type=int, default=4, help="vision layers; default 4")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
@@ -259,6 +307,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep the model and images here")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument(
+        "--src", action="append", default=[], metavar="LABEL=PATH",
+        help="compare halluprobe source trees (a folder holding the halluprobe package, e.g. another checkout's src): "
+        "every worker runs once per tree with PYTHONPATH=PATH, interleaved; repeatable",
+    )  # fmt: skip
+    parser.add_argument("--inner-runs", type=int, default=1, help="timed passes per worker process (default 1: a fresh process per pass)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--images-json", default=None, help=argparse.SUPPRESS)
@@ -290,33 +344,49 @@ def main() -> None:
         # a shared machine then hits every mode alike instead of one mode's whole series.
         results: dict[str, dict[str, Any]] = {}
         env = {**os.environ, "TQDM_DISABLE": "1"}
+        sources = [_source(text) for text in args.src] or [(None, None)]
         for run in range(args.runs):
             for mode in args.modes:
-                command = [
-                    sys.executable, __file__, "--worker", mode, "--model-dir", str(model_dir),
-                    "--images-json", json.dumps(images), "--runs", "1",
-                    "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype,
-                    "--threads", str(args.threads),
-                ]
-                proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
-                if proc.returncode != 0:
-                    sys.stderr.write(proc.stderr)
-                    raise SystemExit(f"mode {mode} failed (exit {proc.returncode})")
-                one = json.loads(proc.stdout.strip().splitlines()[-1])
-                if one["errors"]:
-                    print(f"mode {mode}: errors: {one['errors']}", file=sys.stderr)
-                print(f"run {run + 1}/{args.runs} mode {mode}: {one['seconds'][0]:.1f} s", flush=True)
-                if mode not in results:
-                    results[mode] = one
-                else:
-                    merged = results[mode]
-                    merged["seconds"] += one["seconds"]
-                    for key in ("peak_rss_mb", "cuda_peak_mb", "rss_loaded_mb"):
-                        if one[key] is not None:
-                            merged[key] = max(merged[key], one[key])
-                    if one["answers"] != merged["answers"]:
-                        print(f"mode {mode}: answers differ between runs", file=sys.stderr)
-        results = {m: results[m] for m in MODES if m in results}
+                for label, src in sources:
+                    command = [
+                        sys.executable, __file__, "--worker", mode, "--model-dir", str(model_dir),
+                        "--images-json", json.dumps(images), "--runs", str(args.inner_runs),
+                        "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype,
+                        "--threads", str(args.threads),
+                    ]  # fmt: skip
+                    process_started = time.perf_counter()
+                    proc = subprocess.run(
+                        command, capture_output=True, text=True, check=False, env=env if src is None else _with_path(env, src)
+                    )
+                    process_seconds = time.perf_counter() - process_started
+                    key = mode if label is None else f"{mode}@{label}"
+                    if proc.returncode != 0:
+                        sys.stderr.write(proc.stderr)
+                        raise SystemExit(f"mode {key} failed (exit {proc.returncode})")
+                    one = json.loads(proc.stdout.strip().splitlines()[-1])
+                    one["process_seconds"] = [process_seconds]
+                    if one["errors"]:
+                        print(f"mode {key}: errors: {one['errors']}", file=sys.stderr)
+                    print(
+                        f"run {run + 1}/{args.runs} mode {key}: {', '.join(f'{x:.2f}' for x in one['seconds'])} s "
+                        f"in process, {process_seconds:.1f} s whole process ({one['halluprobe']})",
+                        flush=True,
+                    )
+                    if key not in results:
+                        results[key] = one
+                    else:
+                        merged = results[key]
+                        merged["seconds"] += one["seconds"]
+                        merged["process_seconds"] += one["process_seconds"]
+                        for field in ("peak_rss_mb", "cuda_peak_mb", "rss_loaded_mb"):
+                            if one[field] is not None:
+                                merged[field] = max(merged[field], one[field])
+                        if one["answers"] != merged["answers"]:
+                            print(f"mode {key}: answers differ between runs", file=sys.stderr)
+        if args.src:
+            results = {f"{m}@{label}": results[f"{m}@{label}"] for m in MODES if m in args.modes for label, _ in sources}
+        else:
+            results = {m: results[m] for m in MODES if m in results}
 
     header = (
         f"{_dt.date.today().isoformat()}  {_cpu_name()}, {os.cpu_count()} cores, "
@@ -330,7 +400,7 @@ def main() -> None:
     print()
     print(header)
     print()
-    print(_table(results, args, params))
+    print(_compare_table(results, args) if args.src else _table(results, args, params))
     if args.json:
         payload = {"header": header, "args": {k: str(v) for k, v in vars(args).items()}, "results": results}
         args.json.write_text(json.dumps(payload, indent=2))

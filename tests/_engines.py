@@ -22,13 +22,13 @@ class PrefixSpy:
 
     def __init__(self, backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         self.prefixes = 0
-        real = backend._run_prefix
+        real = backend.core.run_prefix
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.prefixes += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(backend, "_run_prefix", counted)
+        monkeypatch.setattr(backend.core, "run_prefix", counted)
 
 
 def decisions(backend: Any, requests: list[Request], responses: dict[Any, Response]) -> dict[Any, dict[str, str]]:

@@ -38,7 +38,7 @@ def kill_then_resume(backend: Any, questions: list[Question], images: Path, run:
                 raise Killed
             yield batch
 
-    monkeypatch.setattr(backend, "_batch_size", 2)
+    monkeypatch.setattr(backend.batching, "size", 2)
     monkeypatch.setattr(backend, "answer", dying)
     with pytest.raises(Killed):
         run_questions(backend, questions, images, run, config, header)

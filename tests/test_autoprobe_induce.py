@@ -156,7 +156,7 @@ def test_induce_with_the_hf_backend_on_a_tiny_llava(tmp_path: Path) -> None:
     """The real generation path: a random-weight LLaVA, descriptions not cut at the first '.'."""
     pytest.importorskip("torch")
     pytest.importorskip("skimage")
-    from halluprobe.backends.hf import STOP_STRINGS, HFBackend
+    from halluprobe.backends.hf import HFBackend
     import _autoprobe_assets
 
     from halluprobe.tiny import demo_photos
@@ -181,17 +181,19 @@ def test_induce_with_the_hf_backend_on_a_tiny_llava(tmp_path: Path) -> None:
     backend = HFBackend(str(model_dir), device="cpu")
     # the description ran to max_new_tokens (12): one token more continues it, so neither EOS nor a
     # stop string ended it (this random model emits no '.' or newline, so its text alone cannot show that)
-    from halluprobe.records import GenerateConfig, Request
+    from halluprobe.records import YES_NO_STOP_STRINGS, GenerateConfig, Request
 
     request = Request(split="x", question_id=0, image_path=str(photos / "coffee.jpg"), prompt=str(lines[0]["rendered"]))
-    ((longer,),) = list(backend.answer([request], GenerateConfig(max_new_tokens=13, top_k=1, stop_strings=())))
-    assert len(backend._stopping_criteria()) == 0  # the criteria of the call's (empty) stop set
+    described = GenerateConfig(max_new_tokens=13, top_k=1, stop_strings=())
+    ((longer,),) = list(backend.answer([request], described))
+    assert len(backend.engine(described).stopping) == 0  # the criteria of the call's (empty) stop set
     ((shorter,),) = list(backend.answer([request], GenerateConfig(max_new_tokens=11, top_k=1, stop_strings=())))
     description = str(lines[0]["text"])
     assert longer.text is not None and longer.text.startswith(description) and len(longer.text) > len(description)
     assert shorter.text is not None and description.startswith(shorter.text) and len(shorter.text) < len(description)
-    list(backend.answer([request], GenerateConfig(max_new_tokens=2, top_k=1)))  # the yes/no default
-    assert backend._stops == STOP_STRINGS and len(backend._stopping_criteria()) == 1
+    yes_no = GenerateConfig(max_new_tokens=2, top_k=1)  # the yes/no default
+    list(backend.answer([request], yes_no))
+    assert backend.engine(yes_no).stops == YES_NO_STOP_STRINGS and len(backend.engine(yes_no).stopping) == 1
 
 
 def test_the_documented_example_prompt_set_loads() -> None:

@@ -14,7 +14,6 @@ and InternVL patches differ per image).
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from pathlib import Path
@@ -35,7 +34,7 @@ from halluprobe.backends.families import (  # noqa: E402
     family_table_markdown,
 )
 from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_inputs import load_processor  # noqa: E402
+from halluprobe.backends.hf_load import load_processor  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
@@ -100,9 +99,7 @@ class _Builds:
         if name not in self._backends:
             fast = HFBackend(str(self.folder(name)), batch_size=3, dtype="float32", device="cpu", prefix_cache=True)
             # the plain engine shares the loaded model: the engine is a flag, not a second load
-            fast._stopping_criteria()  # built once (a pass over the vocabulary), shared by the copy
-            plain = copy.copy(fast)
-            plain._prefix_cache = False
+            plain = HFBackend.on_core(fast.core, batch_size=3, prefix_cache=False)
             self._backends[name] = {True: fast, False: plain}
         return self._backends[name]
 
@@ -169,7 +166,7 @@ def test_prompt_is_the_familys_own(builds: _Builds, photos: Path, family: str) -
     from transformers import AutoProcessor
 
     backend = builds.backends(family)[True]
-    inputs = backend._inputs
+    inputs = backend.core.inputs
     assert inputs.mode == "processor" and inputs.family is FAMILIES[family]
     prompt = backend.render_prompt(Q, None)
     assert prompt == EXPECTED_PROMPTS[family]
@@ -193,7 +190,7 @@ def test_prompt_is_the_familys_own(builds: _Builds, photos: Path, family: str) -
     elif family == "instructblip":  # query tokens in front of BOS, then the question
         text = tokenizer(Q)["input_ids"]
         assert ids == [inputs.image_token_id] * n_image + text
-        assert n_image == backend._model.config.num_query_tokens
+        assert n_image == backend.core.model.config.num_query_tokens
     else:
         # every image token before the question; the question and the template's end after them
         last_image = len(ids) - 1 - ids[::-1].index(inputs.image_token_id)
@@ -206,7 +203,7 @@ def test_prompt_is_the_familys_own(builds: _Builds, photos: Path, family: str) -
 def test_token_sets_come_from_the_familys_tokenizer(builds: _Builds, family: str) -> None:
     backend = builds.backends(family)[True]
     sets = backend.token_sets()
-    tokenizer = backend._tokenizer
+    tokenizer = backend.core.tokenizer
     (yes_piece, yes_id), (no_piece, no_id) = VOCABULARY[family].items()
     assert yes_id in sets.yes_ids and no_id in sets.no_ids
     assert tokenizer.convert_ids_to_tokens([yes_id, no_id]) == [yes_piece, no_piece]
@@ -248,7 +245,7 @@ def test_encode_shared_preprocesses_the_image_once(
     """The prefix plus each suffix is the full encoding of that prompt, and the image went
     through the image processor once for all of them (also where the processor encodes each
     prompt because it expands the placeholder into more than one kind of token)."""
-    inputs = builds.backends(family)[True]._inputs
+    inputs = builds.backends(family)[True].core.inputs
     prompts = [inputs.render_prompt(q, None) for q in QUESTIONS]
     image = _image(photos, "chelsea.jpg")
     full = [inputs.encode([p], [image])["input_ids"][0].tolist() for p in prompts]
@@ -284,7 +281,7 @@ def test_batch_sizes_1_and_3_agree(builds: _Builds, photos: Path, family: str, m
     requests = _requests(fast, photos)
     runs = {}
     for size in (1, 3):
-        monkeypatch.setattr(fast, "_batch_size", size)
+        monkeypatch.setattr(fast.batching, "size", size)
         runs[size] = _answer(fast, requests)
     _assert_same(runs[1], runs[3])
     assert decisions(fast, requests, runs[1]) == decisions(fast, requests, runs[3])
@@ -317,7 +314,7 @@ def test_a_sliding_window_shorter_than_the_prompt_keeps_the_plain_engine(
     plain = HFBackend(str(folder), batch_size=3, dtype="float32", device="cpu", prefix_cache=False)
     spy = PrefixSpy(fast, monkeypatch)
     requests = _requests(fast, photos)[: len(QUESTIONS)]
-    assert len(fast._inputs.encode([requests[0].prompt], [_image(photos)])["input_ids"][0]) > 16
+    assert len(fast.core.inputs.encode([requests[0].prompt], [_image(photos)])["input_ids"][0]) > 16
     _assert_same(_answer(plain, requests), _answer(fast, requests))
     assert spy.prefixes == 0
 

@@ -115,7 +115,7 @@ def _reference_logprobs(model_dir: Path, photos: Path, sample: Any) -> Any:
     """This test's own computation: the sample's prompt and image alone through the processor and model."""
     from PIL import Image
 
-    from halluprobe.backends.hf_inputs import load_model, load_processor
+    from halluprobe.backends.hf_load import load_model, load_processor
 
     inputs_adapter = load_processor(str(model_dir))
     model = load_model(str(model_dir), dtype="float32", device="cpu")
@@ -228,17 +228,17 @@ def test_out_of_memory_halves_the_batch_and_loses_nothing(tiny_llava: Path, phot
     from halluprobe.records import GenerateConfig, Request
 
     backend = HFBackend(str(tiny_llava), batch_size=8, dtype="float32", device="cpu")
-    real_forward = backend._forward
+    real_step = backend.core.first_step
     sizes: list[int] = []
 
-    def forward_with_small_memory(inputs: dict[str, Any], max_new_tokens: int) -> Any:
+    def step_with_small_memory(inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         rows = inputs["input_ids"].shape[0]
         sizes.append(rows)
         if rows > 2:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_forward(inputs, max_new_tokens)
+        return real_step(inputs, *args, **kwargs)
 
-    monkeypatch.setattr(backend, "_forward", forward_with_small_memory)
+    monkeypatch.setattr(backend.core, "first_step", step_with_small_memory)
     image = str(sorted(photos.iterdir())[0])
     requests = [
         Request(split="random", question_id=i, image_path=image, prompt=f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:")
@@ -275,15 +275,16 @@ def test_non_finite_first_token_logits_are_that_rows_error(tiny_llava: Path, pho
     from halluprobe.records import GenerateConfig, Request
 
     backend = HFBackend(str(tiny_llava), batch_size=8, dtype="float32", device="cpu")
-    real_forward = backend._forward
+    real_step = backend.core.first_step
 
-    def overflowing_forward(inputs: dict[str, Any], max_new_tokens: int) -> Any:
-        logits, texts = real_forward(inputs, max_new_tokens)
-        scaled = logits.clone()
+    def overflowing_step(*args: Any, **kwargs: Any) -> Any:
+        step = real_step(*args, **kwargs)
+        scaled = step.logits.clone()
         scaled[0] = scaled[0] * 1e6  # the first row only
-        return scaled.half(), texts  # what a float16 head holds: +-inf past its range
+        step.logits = scaled.half()  # what a float16 head holds: +-inf past its range
+        return step
 
-    monkeypatch.setattr(backend, "_forward", overflowing_forward)
+    monkeypatch.setattr(backend.core, "first_step", overflowing_step)
     image = str(sorted(photos.iterdir())[0])
     requests = [
         Request(split="random", question_id=i, image_path=image, prompt=f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:")

@@ -16,7 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from halluprobe.backends.hf_inputs import VLMInputs, load_model, load_processor  # noqa: E402
+from halluprobe.backends.hf_inputs import VLMInputs  # noqa: E402
+from halluprobe.backends.hf_load import load_model, load_processor  # noqa: E402
 from halluprobe.errors import InputError, RuntimeFailure  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
 
@@ -91,14 +92,14 @@ def test_grid_fallback_encodes_what_the_processor_encodes(
 ) -> None:
     """Where no processor can be built, the grid path (image processor + tokenizer) gives the
     processor's inputs exactly."""
-    import halluprobe.backends.hf_inputs as hf_inputs
+    import halluprobe.backends.hf_load as hf_load
 
     path, qv, _ = qwen
 
     def unavailable(*args: Any, **kwargs: Any) -> Any:
         raise ImportError("no processor here")
 
-    monkeypatch.setattr(hf_inputs, "_processor_without_video", unavailable)
+    monkeypatch.setattr(hf_load, "_processor_without_video", unavailable)
     grid = load_processor(str(path))
     assert grid.mode == "grid" and grid.processor is None
     prompts = [qv.render_prompt(q, None) for q in QUESTIONS]

@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf import HFBackend  # noqa: E402
+from halluprobe.backends.hf_signal_passes import SignalPasses  # noqa: E402
 from halluprobe.backends.hf_signals import add_diffusion_noise  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Response  # noqa: E402
@@ -102,7 +103,7 @@ def _assert_same_signals(
 def test_both_engines_record_the_same_signals(
     engines: dict[bool, HFBackend], photos: Path, max_new_tokens: int, batch_size: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engines[True], "_batch_size", batch_size)
+    monkeypatch.setattr(engines[True].batching, "size", batch_size)
     fast = _ask(engines[True], photos, SIGNALS, max_new_tokens=max_new_tokens)
     plain = _ask(engines[False], photos, SIGNALS, max_new_tokens=max_new_tokens)
     _assert_same_signals(fast, plain)
@@ -116,7 +117,7 @@ class _ForwardSpy:
 
     def __init__(self, backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[int, bool, bool]] = []  # (rows, pixels, image tokens)
-        model, image_id = backend._model, backend._inputs.image_token_id
+        model, image_id = backend.core.model, backend.core.inputs.image_token_id
         real = model.forward
 
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -170,11 +171,11 @@ def test_a_cache_that_cannot_be_cropped_gives_the_instruction_its_own_prefix(
     full prompt, and still the plain engine's numbers."""
     import _families
 
-    if engines[True]._inputs.model_type != "llava":
+    if engines[True].core.inputs.model_type != "llava":
         pytest.skip("one build is enough")
     folder = _families.build_family("gemma3", tmp_path / "gemma3")
     fast, plain = (HFBackend(str(folder), batch_size=3, dtype="float32", device="cpu", prefix_cache=pc) for pc in (True, False))
-    assert fast._window is not None and fast._prefix_cache
+    assert fast.core.sliding_window is not None and fast.prefix_cache
     spy = _ForwardSpy(fast, monkeypatch)
     signals = ("noised", "layers:0,1", "attention:10,0,2", "instruction", "no-image")
     got = _ask(fast, photos, signals, max_new_tokens=2)
@@ -189,7 +190,7 @@ def test_instruction_variants_without_a_shared_prefix_run_in_full(
     """The image after the instruction and question: the variants share no image prefix, so
     their pass is a full prompt per batch; the numbers still equal the plain engine's."""
     fast, plain = engines[True], engines[False]
-    if fast._inputs.model_type != "llava":
+    if fast.core.inputs.model_type != "llava":
         pytest.skip("one model is enough for the fallback")
     template = "Question: {question}\n<image>\nAnswer:"
     spy = _ForwardSpy(fast, monkeypatch)
@@ -207,7 +208,7 @@ def test_a_failing_signal_pass_makes_its_batch_errors(engines: dict[bool, HFBack
     """Never a silent baseline value: the samples of the batch whose attention pass failed are
     errors, every other sample has all its signals."""
     fast = engines[True]
-    real = fast._amplified_logits
+    real = SignalPasses.amplified_logits  # the engines build their signal passes per call
     calls: list[int] = []
 
     def second_fails(*args: Any, **kwargs: Any) -> Any:
@@ -216,7 +217,7 @@ def test_a_failing_signal_pass_makes_its_batch_errors(engines: dict[bool, HFBack
             raise ValueError("attention pass broke")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fast, "_amplified_logits", second_fails)
+    monkeypatch.setattr(SignalPasses, "amplified_logits", second_fails)
     requests = _requests(fast, photos)
     out = _answer(fast, requests, SIGNALS)
     errors = {key for key, r in out.items() if r.error}
@@ -242,17 +243,17 @@ def test_out_of_memory_in_a_signal_pass_halves_the_batch(
     """A suffix pass of a signal runs out of memory above 2 rows: the batch halves and is
     retried, every sample is answered with the plain engine's numbers."""
     fast, plain = engines[True], engines[False]
-    monkeypatch.setattr(fast, "_batch_size", 4)
-    real = fast._logits
+    monkeypatch.setattr(fast.batching, "size", 4)
+    real = fast.core.logits
 
     def small_memory(inputs: dict[str, Any]) -> Any:
         if "past_key_values" in inputs and inputs["input_ids"].shape[0] > 2:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(inputs)
 
-    monkeypatch.setattr(fast, "_logits", small_memory)
+    monkeypatch.setattr(fast.core, "logits", small_memory)
     got = _ask(fast, photos, SIGNALS, max_new_tokens=0)
-    assert fast._batch_size == 2
+    assert fast.batching.size == 2
     _assert_same_signals(got, _ask(plain, photos, SIGNALS, max_new_tokens=0))
 
 
@@ -264,10 +265,10 @@ def test_dola_layers_are_a_full_prompts_hidden_states(engines: dict[bool, HFBack
     fast = engines[True]
     requests = _requests(fast, photos)[:: len(QUESTIONS) + 2]  # one question per photo
     out = _answer(fast, requests, ("layers:0,1",), max_new_tokens=3)
-    model = fast._model
+    model = fast.core.model
     for request in requests:
         with Image.open(request.image_path) as im:
-            inputs = fast._inputs.encode([request.prompt], [im.convert("RGB")])
+            inputs = fast.core.inputs.encode([request.prompt], [im.convert("RGB")])
         with torch.inference_mode():
             hidden = model(**inputs, output_hidden_states=True).hidden_states
             for n in (0, 1):
@@ -307,7 +308,7 @@ def test_a_prompt_without_the_image_has_no_image_token(engines: dict[bool, HFBac
     backend = engines[False]
     with_image = backend.render_prompt("Is there a cat?", None)
     without = backend.render_prompt("Is there a cat?", None, image=False)
-    token = backend._inputs.image_token
+    token = backend.core.inputs.image_token
     assert token in with_image and token not in without and "Is there a cat?" in without
     assert backend.render_prompt("Is there a cat?", "llava", image=False) == "USER: Is there a cat?\nASSISTANT:"
 
@@ -318,16 +319,16 @@ def test_each_prompt_without_the_image_runs_once(engines: dict[bool, HFBackend],
     """A prompt without the image does not depend on the image: asked about 3 images, each of
     the distinct question texts runs once, and a later call reuses it."""
     backend = engines[prefix_cache]
-    monkeypatch.setattr(backend, "_no_image", {})
+    monkeypatch.setattr(backend.core, "no_image_cache", {})
     seen: list[str] = []
-    real = backend._prompt_logits
+    real = backend.core.prompt_logits
 
     def spy(prompts: list[str], images: list[Any]) -> Any:
         if not images:
             seen.extend(prompts)
         return real(prompts, images)
 
-    monkeypatch.setattr(backend, "_prompt_logits", spy)
+    monkeypatch.setattr(backend.core, "prompt_logits", spy)
     requests = _requests(backend, photos)
     first = _answer(backend, requests, ("no-image",))
     distinct = {r.variants["no-image"] for r in requests}

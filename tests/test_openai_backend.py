@@ -14,7 +14,7 @@ import socket
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from _scored import scored_samples  # noqa: E402
@@ -22,8 +22,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from _openai_server import FakeChatServer, expected_answer
-from halluprobe.backends.openai_compat import _chat_url, _retry_after
+from halluprobe.backends.openai_wire import chat_url, retry_after
 from halluprobe.cli import app
+from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import read_dynamic
 from halluprobe.readouts.tokensets import greedy_answer, piece_token_sets
@@ -472,14 +473,14 @@ def test_shard_partition_is_stable_and_complete() -> None:
 
 
 def test_retry_after_and_endpoint_urls() -> None:
-    assert _retry_after("3") == 3.0 and _retry_after("0.25") == 0.25 and _retry_after(None) is None
-    assert _retry_after("soon") is None
-    assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
-    assert _chat_url("http://h:8000") == ("http://h:8000/v1", "http://h:8000/v1/chat/completions")
-    assert _chat_url("http://h:8000/v1/") == ("http://h:8000/v1", "http://h:8000/v1/chat/completions")
-    assert _chat_url("https://api.x/v1/chat/completions")[1] == "https://api.x/v1/chat/completions"
+    assert retry_after("3") == 3.0 and retry_after("0.25") == 0.25 and retry_after(None) is None
+    assert retry_after("soon") is None
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
+    assert chat_url("http://h:8000") == ("http://h:8000/v1", "http://h:8000/v1/chat/completions")
+    assert chat_url("http://h:8000/v1/") == ("http://h:8000/v1", "http://h:8000/v1/chat/completions")
+    assert chat_url("https://api.x/v1/chat/completions")[1] == "https://api.x/v1/chat/completions"
     with pytest.raises(InputError):
-        _chat_url("h:8000")
+        chat_url("h:8000")
 
 
 # -- lifecycle: a consumer that stops early, a writer killed mid-way --------------------------------
@@ -693,3 +694,74 @@ def test_a_cached_answer_with_a_nan_is_asked_again(tmp_path: Path, _cache_dir: P
     assert server.requests == 2 * sent  # every poisoned entry asked again
     assert RunDir(tmp_path / "two").read_request_stats()["total"]["cache_hits"] == 0
     _check_answers(world, tmp_path / "two")
+
+
+# -- secondary models through the same option group -------------------------------------------------
+
+
+def _secondary_command() -> Any:
+    """A one-verb app whose command takes a secondary model through ``with_secondary_backend``."""
+    import typer
+
+    got: dict[str, Any] = {}
+    verb = typer.Typer()
+
+    @verb.command()
+    @with_secondary_backend("judge", dest="judge", label="judge")
+    def judge_cmd(name: str = "x", judge: Optional[BackendSpec] = None) -> None:
+        got["judge"] = judge
+
+    @verb.command()
+    def other() -> None:  # two commands: typer then wants the command's name
+        pass
+
+    return verb, got
+
+
+def test_a_secondary_model_takes_the_groups_server_options_and_answers_from_its_endpoint(tmp_path: Path) -> None:
+    from halluprobe.ask import ask
+    from halluprobe.records import Request
+
+    verb, got = _secondary_command()
+    image = tmp_path / "one.png"
+    Image.new("RGB", (8, 8), "white").save(image)
+    with FakeChatServer() as server:
+        args = ["judge-cmd", "--judge-model", "tiny-vlm", "--judge-backend", "openai", "--judge-endpoint", server.url,
+                "--judge-concurrency", "2", "--judge-backend-option", "max_retries=1"]  # fmt: skip
+        result = runner.invoke(verb, args)
+        assert result.exit_code == 0, result.output
+        spec = got["judge"]
+        assert spec.backend == "openai" and spec.model == "tiny-vlm"
+        assert spec.options["endpoints"] == [server.url] and spec.options["concurrency"] == 2 and spec.options["max_retries"] == 1
+        backend = spec.load()
+        request = Request(split="s", question_id=0, image_path=str(image), prompt="Is there a cat in the image?")
+        [[response]] = list(ask(backend, [request], GenerateConfig(max_new_tokens=1, top_k=5)))
+    says_yes, _ = expected_answer(hashlib.sha256(image.read_bytes()).hexdigest(), "cat")
+    assert response.error is None and response.first_token[0].piece == ("Yes" if says_yes else "No")
+    assert len(server.bodies) == 1 and server.bodies[0]["model"] == "tiny-vlm"
+
+
+def test_a_secondary_groups_bad_flags_are_one_line_exit_2() -> None:
+    verb, got = _secondary_command()
+    off = runner.invoke(verb, ["judge-cmd"])
+    assert off.exit_code == 0 and got["judge"] is None  # no --judge-model: no secondary model
+    alone = runner.invoke(verb, ["judge-cmd", "--judge-backend", "openai"])
+    assert alone.exit_code == 2 and "--judge-backend needs --judge-model" in alone.output
+    wrong = runner.invoke(verb, ["judge-cmd", "--judge-model", "m", "--judge-endpoint", "http://127.0.0.1:9/v1"])
+    assert wrong.exit_code == 2 and "--judge-endpoint is an option of the openai backend, not of 'hf'" in wrong.output
+    stray = runner.invoke(verb, ["judge-cmd", "--judge-device", "cpu"])  # a flag of the group without its model
+    assert stray.exit_code == 0 and got["judge"] is None
+
+
+def test_the_backend_capabilities_are_declared_not_probed(tmp_path: Path) -> None:
+    from halluprobe.backends.base import Backend, CountsRequests, RecordsSignals
+    from halluprobe.backends.openai_compat import OpenAIBackend
+    from halluprobe.backends.scripted import ScriptedBackend
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"present": {}}))
+    scripted = ScriptedBackend(str(script))
+    server = OpenAIBackend("tiny-vlm", endpoints=["http://127.0.0.1:9/v1"])
+    assert isinstance(scripted, Backend) and isinstance(server, Backend)
+    assert isinstance(scripted, RecordsSignals) and not isinstance(scripted, CountsRequests)
+    assert isinstance(server, CountsRequests) and not isinstance(server, RecordsSignals)

@@ -24,6 +24,7 @@ from _resume import assert_same_as_reference, kill_then_resume, reference_sample
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf import HFBackend  # noqa: E402
+from halluprobe.backends.hf_prefix import suffix_inputs  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
@@ -154,20 +155,21 @@ def test_every_generated_step_matches(backends: dict[str, dict[bool, HFBackend]]
 
     def generate(inputs: dict[str, Any]) -> Any:
         with torch.inference_mode():
-            return fast._model.generate(
+            return fast.core.model.generate(
                 **inputs,
                 max_new_tokens=steps,
                 min_new_tokens=steps,
                 do_sample=False,
                 output_logits=True,
                 return_dict_in_generate=True,
-                pad_token_id=fast._tokenizer.pad_token_id,
+                pad_token_id=fast.core.tokenizer.pad_token_id,
             )
 
-    plain = generate(fast._inputs.encode(prompts, [image] * len(prompts)))
-    shared = fast._inputs.encode_shared(prompts, image)
+    core = fast.core
+    plain = generate(core.inputs.encode(prompts, [image] * len(prompts)))
+    shared = core.inputs.encode_shared(prompts, image)
     assert shared is not None
-    cached = generate(fast._suffix_inputs(fast._run_prefix(shared), shared.suffixes, steps))
+    cached = generate(suffix_inputs(core.model, core.run_prefix(shared.prefix), shared.suffixes, steps, core.pad_id))
     assert len(plain.logits) == len(cached.logits) == steps
     for want, got in zip(plain.logits, cached.logits):
         assert torch.allclose(torch.log_softmax(want, -1), torch.log_softmax(got, -1), atol=1e-4)
@@ -183,7 +185,7 @@ def test_batch_size_does_not_change_the_fast_path(
     requests = _requests(fast, photos, None)
     runs = {}
     for size in (1, 3, 8):
-        monkeypatch.setattr(fast, "_batch_size", size)
+        monkeypatch.setattr(fast.batching, "size", size)
         runs[size] = _answer(fast, requests)
     by_size = {size: decisions(fast, requests, r) for size, r in runs.items()}
     assert by_size[1] == by_size[3] == by_size[8]
@@ -209,7 +211,7 @@ def test_encode_shared_splits_the_ids_of_a_full_encoding(
 ) -> None:
     from PIL import Image
 
-    inputs = backends[model][True]._inputs
+    inputs = backends[model][True].core.inputs
     prompts = [inputs.render_prompt(t, None) for t in QUESTIONS["random"] + QUESTIONS["popular"]]
     with Image.open(photos / "coffee.jpg") as im:
         image = im.convert("RGB")

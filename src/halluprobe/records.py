@@ -163,10 +163,6 @@ class SignalLogprobs(FrozenRecord):
     # DoLa: Jensen-Shannon divergence of this layer's next-token distribution from the final one
     jsd: float | None = None
 
-    @property
-    def max_logprob(self) -> float:
-        return self.max_logit - self.log_normaliser
-
 
 class ClipSimilarity(FrozenRecord):
     """The ``clip`` signal of one question (:mod:`halluprobe.clip_signal`): cosine similarities

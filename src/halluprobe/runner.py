@@ -15,10 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
 
 from halluprobe.ask import ask
-from halluprobe.backends.base import Backend
+from halluprobe.backends.base import Backend, CountsRequests, RecordsSignals
 from halluprobe.benchmarks.pope import read_questions, split_name
 from halluprobe.clip_signal import CLIP_SIGNAL, ClipScorer
 from halluprobe.errors import InputError
@@ -50,7 +49,6 @@ __all__ = [
     "run_fingerprint",
     "limit_questions",
     "read_benchmarks",
-    "RequestStatsSource",
     "check_signals_asked",
 ]
 
@@ -104,14 +102,6 @@ class RunConfig:
             signals=self.backend_signals,
             instruction=self.instruction if "instruction" in self.signals else None,
         )
-
-
-@runtime_checkable
-class RequestStatsSource(Protocol):
-    """A backend that counts its requests (a server backend): written to ``requests.json``."""
-
-    def request_stats(self) -> dict[str, Any]:
-        ...
 
 
 def read_benchmarks(files: Sequence[Path]) -> tuple[list[Question], dict[str, tuple[Path, str]]]:
@@ -335,13 +325,12 @@ def run_questions(
                 rundir.header_path,
             )
     if config.backend_signals:  # a signal the backend cannot record is refused before the run dir is written
-        check = getattr(backend, "check_signals", None)
-        if check is None:
+        if not isinstance(backend, RecordsSignals):
             raise InputError(
                 f"the {config.backend} backend records none of the signals {', '.join(config.backend_signals)}: "
                 "they need the hf backend (clip is recorded beside any backend)"
             )
-        check(config.backend_signals)
+        backend.check_signals(config.backend_signals)
     if (clip is None) != (header.clip is None):
         raise ValueError("run_questions: give the clip scorer to make_header and run_questions alike")
     check_signals_asked(config, clip is not None, questions, header.benchmark_paths)
@@ -414,7 +403,7 @@ def run_questions(
             if progress:
                 progress(summary.skipped + summary.answered, summary.total)
     finally:  # a failed or interrupted run still records what its requests did
-        stats = backend.request_stats() if isinstance(backend, RequestStatsSource) and requests else None
+        stats = backend.request_stats() if isinstance(backend, CountsRequests) and requests else None
         if stats:
             rundir.add_request_stats(stats)
     if summary.skipped + summary.answered == summary.total:

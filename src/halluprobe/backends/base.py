@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from halluprobe.errors import InputError
 from halluprobe.records import GenerateConfig, Request, Response, TokenSets
 
-__all__ = ["Backend", "BACKENDS", "backend_class", "backend_options", "load_backend"]
+__all__ = ["Backend", "BACKENDS", "CountsRequests", "RecordsSignals", "backend_class", "backend_options", "load_backend"]
 
 # One name, one place: a new backend is one module plus one line here.
 BACKENDS: dict[str, str] = {
@@ -45,6 +45,28 @@ class Backend(Protocol):
     def answer(self, requests: Sequence[Request], config: GenerateConfig) -> Iterator[list[Response]]:
         """Answer every request with the settings of ``config``; yield responses batch by batch
         so the caller can persist them. Callers go through :func:`halluprobe.ask.ask`."""
+        ...
+
+
+# Optional capabilities: a backend has one when it defines the method; callers ask with
+# ``isinstance(backend, RecordsSignals)``, never by probing attributes one by one.
+
+
+@runtime_checkable
+class RecordsSignals(Protocol):
+    """A backend that records correction signals (``GenerateConfig.signals``) beside its answers."""
+
+    def check_signals(self, signals: Sequence[str]) -> None:
+        """InputError for a signal it cannot record (checked before any request runs)."""
+        ...
+
+
+@runtime_checkable
+class CountsRequests(Protocol):
+    """A backend that counts its requests (a server backend): written to ``requests.json``."""
+
+    def request_stats(self) -> dict[str, Any]:
+        """Attempts, outcomes and retries of the requests sent so far."""
         ...
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
 import typer
 
 from halluprobe.cli._app import app, errors, progress
-from halluprobe.cli._backend import BackendSpec, load_model_backend, with_backend
+from halluprobe.cli._backend import BackendSpec, with_backend, with_secondary_backend
 from halluprobe.errors import RuntimeFailure
 
 __all__ = ["probe_app"]
@@ -43,6 +44,8 @@ def probe_induce(
 
 @probe_app.command("build")
 @with_backend
+@with_secondary_backend("extractor", dest="extractor_options", label="--extractor llm:BACKEND:MODEL", model_from="--extractor")
+@with_secondary_backend("attribait", dest="attribait_options", label="--attribait llm:BACKEND:MODEL", model_from="--attribait")
 def probe_build(
     spec: BackendSpec,
     images: Annotated[Path, typer.Option(help="Folder of images.")],
@@ -54,6 +57,8 @@ def probe_build(
     t_high: Annotated[float, typer.Option(help="Detector score at or above which an object is present.")] = 0.3,
     t_low: Annotated[float, typer.Option(help="Detector score below which an object is hallucinated.")] = 0.1,
     max_retries: Annotated[int, typer.Option(help="Re-asks of a model whose JSON answer is invalid.")] = 2,
+    extractor_options: Optional[Callable[[str, str], BackendSpec]] = None,
+    attribait_options: Optional[Callable[[str, str], BackendSpec]] = None,
 ) -> None:
     """Induce, extract, clean, detect, and write existence + AttriBait questions with a manifest."""
     from halluprobe.benchmarks.autoprobe.build import ProbeBuildConfig, build_probe, parse_llm_spec
@@ -66,15 +71,17 @@ def probe_build(
         refuse_non_folder(out)  # a file or a dangling link at --out: one line before the models load
         prompt_set = load_prompt_set(prompts) if prompts is not None else PromptSet(name="default", prompts=[_DEFAULT_PROBE_PROMPT])
         list_images(images)
-        extractor_spec = None if extractor == "spacy" else parse_llm_spec(extractor)
-        attribait_spec = None if attribait in ("none", "model") else parse_llm_spec(attribait)
+        # the llm's backend and model from llm:BACKEND:MODEL, its other options from its own flags
+        assert extractor_options is not None and attribait_options is not None
+        extractor_spec = None if extractor == "spacy" else extractor_options(*parse_llm_spec(extractor))
+        attribait_spec = None if attribait in ("none", "model") else attribait_options(*parse_llm_spec(attribait))
         check_thresholds(t_high=t_high, t_low=t_low)
         config = ProbeBuildConfig(images=images, out=out, prompt_set=prompt_set, backend=spec.backend, model=spec.model,
                                   extractor=extractor, attribait=attribait, detector=detector, t_high=t_high,
                                   t_low=t_low, max_retries=max_retries)  # fmt: skip
         engine = spec.load()
-        extractor_engine = load_model_backend(*extractor_spec) if extractor_spec else None
-        attribait_engine = load_model_backend(*attribait_spec) if attribait_spec else None
+        extractor_engine = extractor_spec.load() if extractor_spec else None
+        attribait_engine = attribait_spec.load() if attribait_spec else None
         try:
             owl = OwlDetector(detector, local_files_only=Path(detector).exists())
         except OSError as err:

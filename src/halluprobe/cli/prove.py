@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from halluprobe.cli._app import app, errors
-from halluprobe.cli._backend import BackendSpec, load_model_backend, with_backend
+from halluprobe.cli._backend import BackendSpec, with_backend, with_secondary_backend
 from halluprobe.errors import InputError
 from halluprobe.formatting import format_percent
 
@@ -42,25 +42,25 @@ def prove_questions_cmd(
 
 
 @prove_app.command("score")
+@with_secondary_backend("entail", dest="entail_spec", label="visual entailment (off unless --entail-model)")
+@with_secondary_backend("extractor", dest="extractor_spec", label="--extractor lm")
 def prove_score_cmd(
     data: Annotated[Path, typer.Option(help="PROVE file (JSON array or JSON Lines).")],
     responses: Annotated[Path, typer.Option(help="Run directory, or a JSON / JSON Lines file of {question_id, response}.")],
     out: Annotated[Path, typer.Option(help="Directory for scores.jsonl and summary.json.")],
     embedder: Annotated[str, typer.Option(help="SentenceTransformer name or path (default: the bundled all-MiniLM-L6-v2).")] = "all-MiniLM-L6-v2",
     match_threshold: Annotated[float, typer.Option(help="tscore: a response tuple below this text similarity may be confirmed visually.")] = 0.7,
-    entail_backend: Annotated[Optional[str], typer.Option(help="Visual entailment backend (hf, openai, scripted); off when not given.")] = None,
-    entail_model: Annotated[Optional[str], typer.Option(help="Model of the entailment backend.")] = None,
     entail_threshold: Annotated[float, typer.Option(help="p_yes (dynamic readout) at or above which a tuple counts as seen.")] = 0.5,
     images: Annotated[Optional[Path], typer.Option(help="Images root (visual entailment only).")] = None,
     extractor: Annotated[str, typer.Option(help="Response tuples: 'spacy' (offline rules) or 'lm' (a model through a backend).")] = "spacy",
-    extractor_backend: Annotated[str, typer.Option(help="--extractor lm: backend (hf, scripted).")] = "hf",
-    extractor_model: Annotated[Optional[str], typer.Option(help="--extractor lm: model (scripted: script JSON).")] = None,
     extractor_image: Annotated[Optional[Path], typer.Option(help="--extractor lm: image shown to a VLM with the text prompt.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the tuple-extraction cache.")] = False,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples (by image) for the CIs.")] = 1000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    entail_spec: Optional[BackendSpec] = None,
+    extractor_spec: Optional[BackendSpec] = None,
 ) -> None:
     """hscore and tscore of free-form responses; response tuples from the file, else extracted."""
     from halluprobe.benchmarks.prove.data import read_prove
@@ -78,17 +78,16 @@ def prove_score_cmd(
         if extractor == "spacy":
             tuple_extractor = SpacyExtractor()
         elif extractor == "lm":
-            if extractor_model is None or extractor_image is None:
+            if extractor_spec is None or extractor_image is None:
                 raise InputError("--extractor lm needs --extractor-model and --extractor-image")
-            engine = load_model_backend(extractor_backend, extractor_model)
-            tuple_extractor = LMExtractor(engine, image_path=str(extractor_image), backend_name=extractor_backend)
+            tuple_extractor = LMExtractor(extractor_spec.load(), image_path=str(extractor_image), backend_name=extractor_spec.backend)
         else:
             raise InputError(f"--extractor must be 'spacy' or 'lm', not {extractor!r}")
         entail = None
-        if entail_backend is not None:
-            if entail_model is None or images is None:
-                raise InputError("--entail-backend needs --entail-model and --images")
-            entail = BackendEntailment(load_model_backend(entail_backend, entail_model), images)
+        if entail_spec is not None:
+            if images is None:
+                raise InputError("--entail-model needs --images")
+            entail = BackendEntailment(entail_spec.load(), images)
         scores = score_responses(
             items,
             answers,
@@ -103,7 +102,7 @@ def prove_score_cmd(
             "embedder": embedder,
             "extractor": tuple_extractor.identity,
             "match_threshold": match_threshold,
-            "entailment": None if entail is None else {"backend": entail_backend, "model": entail_model, "threshold": entail_threshold},
+            "entailment": None if entail_spec is None else {"backend": entail_spec.backend, "model": entail_spec.model, "threshold": entail_threshold},
             "data": str(data),
             "responses": str(responses),
         }

@@ -1,0 +1,214 @@
+"""The hf backend's engines: one object per ``answer()`` call, holding all of that call's state.
+
+An engine is built from the call's :class:`~halluprobe.records.GenerateConfig` (new tokens,
+top-k, stop strings, correction signals) on the backend's :class:`~halluprobe.backends.hf_core.ModelCore`
+and its shared :class:`~halluprobe.backends.hf_core.Batching`. Two engines give the same numbers
+(tests hold them within 1e-4 in fp32):
+
+- :class:`PlainEngine`: each batch of full prompts, left-padded, runs from scratch.
+- :class:`PrefixCacheEngine`: per image, the prompt tokens its questions share run once and
+  their KV cache is reused for each batch of the questions' own suffixes; identical prompts
+  about one image are computed once; an image whose prompts share no prefix goes through the
+  plain engine's batches. See docs/design/prefix-cache.md.
+
+Either way every readout comes from one pass per batch (:meth:`ModelCore.first_step`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from halluprobe.backends.hf_core import Batching, FirstStep, ModelCore, error_response, is_oom
+from halluprobe.backends.hf_prefix import suffix_inputs
+from halluprobe.backends.hf_signal_passes import LayerSignals, SignalPasses
+from halluprobe.backends.hf_signals import parse_signals
+from halluprobe.records import GenerateConfig, Request, Response
+
+__all__ = ["PlainEngine", "PrefixCacheEngine", "build_engine"]
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+
+def build_engine(core: ModelCore, batching: Batching, config: GenerateConfig, *, prefix_cache: bool) -> PlainEngine:
+    """The engine of one call; an unknown or unrecordable signal is refused here (InputError),
+    before any request runs."""
+    engine = PrefixCacheEngine if prefix_cache else PlainEngine
+    return engine(core, batching, config)
+
+
+class PlainEngine:
+    """Full prompts, left-padded, in batches of ``batching.size``; see the module docstring."""
+
+    def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig) -> None:
+        self.core = core
+        self.batching = batching
+        self.max_new_tokens = config.max_new_tokens
+        self.top_k = config.top_k
+        self.stops = config.stops
+        plan = parse_signals(config.signals, core.n_layers)
+        self.signals: SignalPasses | None = SignalPasses(core, plan, batching) if plan.any else None
+        self._stopping: Any = None
+
+    @property
+    def stopping(self) -> Any:
+        """The call's stopping criteria (its stop strings, or EOS only), built on first use."""
+        if self._stopping is None:
+            self._stopping = self.core.stopping_criteria(self.stops)
+        return self._stopping
+
+    def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
+        """Answer ``requests``, batch by batch. Questions about one image sit together (across
+        splits): each image is read once."""
+        order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
+        yield from self.answer_sorted([requests[i] for i in order])
+
+    def answer_sorted(self, pending: Sequence[Request]) -> Iterator[list[Response]]:
+        start = 0
+        while start < len(pending):
+            batch = pending[start : start + self.batching.size]
+            try:
+                yield self._answer_batch(batch)
+            except RuntimeError as err:
+                if not is_oom(err) or self.batching.size == 1:
+                    raise
+                self._halve()
+                continue
+            start += len(batch)
+
+    def base_pass(self, inputs: dict[str, Any]) -> tuple[FirstStep, LayerSignals]:
+        """The batch's first step and, when DoLa's layers are asked, each row's ``layer:N``
+        signals from the same pass's hidden states (no pass of their own; dropped here)."""
+        wants_layers = self.signals is not None and bool(self.signals.plan.layers)
+        step = self.core.first_step(
+            inputs, self.max_new_tokens, self.stopping if self.max_new_tokens > 0 else None, hidden_states=wants_layers
+        )
+        if not wants_layers:
+            return step, None
+        assert self.signals is not None
+        by_layer = self.signals.layers(step)
+        step.hidden_states = None
+        return step, by_layer
+
+    def _halve(self) -> None:
+        self.batching.halve()
+        self.core.empty_device_cache()
+
+    def _answer_batch(self, batch: Sequence[Request]) -> list[Response]:
+        core = self.core
+        started = time.perf_counter()
+        images, errors = core.load_images(batch)
+        ok = [r for i, r in enumerate(batch) if i not in errors]
+        results: dict[Key, Response] = {batch[i].key: error_response(batch[i], msg) for i, msg in errors.items()}
+        if ok:
+            try:
+                inputs = core.to_device(core.inputs.encode([r.prompt for r in ok], images))
+                step, by_layer = self.base_pass(inputs)
+                signals = None
+                if self.signals is not None:
+                    signals = self.signals.for_full_prompts(inputs, ok, images, by_layer)
+            except Exception as err:
+                if is_oom(err):
+                    raise
+                log.exception("batch failed")
+                for r in ok:
+                    results[r.key] = error_response(r, f"{type(err).__name__}: {err}")
+            else:
+                latency = (time.perf_counter() - started) / len(batch)
+                rows = [[r] for r in ok]
+                responses = core.responses(rows, step.logits, step.texts, latency, self.top_k)
+                results.update(_with_signals(responses, rows, signals))
+        return [results[r.key] for r in batch]
+
+
+class PrefixCacheEngine(PlainEngine):
+    """One image at a time: its shared prefix once, then batches of suffixes after its cache."""
+
+    def answer_sorted(self, pending: Sequence[Request]) -> Iterator[list[Response]]:
+        for _, group in itertools.groupby(pending, key=lambda r: r.image_path):
+            yield from self._answer_image(list(group))
+
+    def _answer_image(self, group: list[Request]) -> Iterator[list[Response]]:
+        """Answer every request about one image: the shared prefix once, then suffix batches."""
+        core = self.core
+        started = time.perf_counter()
+        image = core.load_image(group[0].image_path)
+        if isinstance(image, str):
+            yield [error_response(r, image) for r in group]
+            return
+        # Identical prompts about one image are one computation (POPE's splits repeat questions).
+        by_prompt: dict[str, list[Request]] = {}
+        for r in group:
+            by_prompt.setdefault(r.prompt, []).append(r)
+        prompts = list(by_prompt)
+        try:
+            shared = core.inputs.encode_shared(prompts, image)
+            if shared is not None and not core.fits_window(shared, self.max_new_tokens):
+                shared = None
+            prefix = core.run_prefix(shared.prefix) if shared is not None else None
+            extra = None
+            if shared is not None and prefix is not None and self.signals is not None:
+                extra = self.signals.prefixes(shared, prefix, image, [by_prompt[p][0] for p in prompts])
+        except Exception as err:
+            if is_oom(err):
+                raise
+            log.exception("image %s failed", group[0].image_path)
+            yield [error_response(r, f"{type(err).__name__}: {err}") for r in group]
+            return
+        if shared is None or prefix is None:
+            core.say_once(
+                "prompts share no image prefix (or it exceeds a sliding-attention window); "
+                "answering them with full prompts"
+            )
+            yield from PlainEngine.answer_sorted(self, group)
+            return
+        setup_seconds = time.perf_counter() - started  # the image, its prefix and the signals' prefixes
+        start = 0
+        while start < len(prompts):
+            chunk = prompts[start : start + self.batching.size]
+            batch_started = time.perf_counter()
+            rows = [by_prompt[p] for p in chunk]
+            inputs: dict[str, Any] | None = None
+            try:
+                suffixes = shared.suffixes[start : start + len(chunk)]
+                inputs = suffix_inputs(core.model, prefix, suffixes, self.max_new_tokens, core.pad_id)
+                step, by_layer = self.base_pass(inputs)
+                inputs = None  # the expanded cache: free it before the signals' passes build theirs
+                signals = None
+                if extra is not None and self.signals is not None:
+                    signals = self.signals.for_suffixes(prefix, extra, start, suffixes, by_layer, image)
+            except Exception as err:
+                if is_oom(err) and self.batching.size > 1:
+                    inputs = None  # drop the expanded cache before retrying smaller
+                    self._halve()
+                    continue
+                if is_oom(err):
+                    raise
+                log.exception("batch failed")
+                yield [error_response(r, f"{type(err).__name__}: {err}") for row in rows for r in row]
+            else:
+                n = sum(len(row) for row in rows)
+                # latency: this batch's own time plus its share of the image's prefix passes
+                share = setup_seconds * len(chunk) / len(prompts)
+                latency = (time.perf_counter() - batch_started + share) / n
+                responses = core.responses(rows, step.logits, step.texts, latency, self.top_k)
+                responses = _with_signals(responses, rows, signals)
+                yield [responses[r.key] for row in rows for r in row]
+            start += len(chunk)
+
+
+def _with_signals(
+    responses: dict[Key, Response], rows: list[list[Request]], signals: list[dict[str, Any]] | None
+) -> dict[Key, Response]:
+    """Each row's signals onto the responses of its requests (a row may answer several)."""
+    if signals is None:
+        return responses
+    for row, signal in zip(rows, signals):
+        for r in row:
+            responses[r.key] = responses[r.key].model_copy(update={"signals": signal})
+    return responses

@@ -1,0 +1,124 @@
+"""The prefix cache's tensors: one image's cached prefix and the suffix batches after it.
+
+Pure tensor work on a loaded model (no forward pass here; the model core runs them): the
+position after a prefix (1-D, or Qwen2-VL's 3-D multimodal rotary positions), a batch of
+left-padded suffixes with its mask, explicit positions and a broadcast copy of the prefix's
+KV cache, and a cropped view of a cache. See docs/design/prefix-cache.md.
+
+torch and transformers are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Prefix", "next_position", "suffix_inputs", "expand_cache", "cropped_cache"]
+
+
+@dataclass
+class Prefix:
+    """One image's shared prefix after its forward pass (device tensors)."""
+
+    cache: Any  # DynamicCache with batch 1
+    input_ids: torch.Tensor  # [1, P]
+    next_position: int  # position of the first suffix token (on every rotary axis)
+    mrope: bool  # positions are [3, B, L] (Qwen2-VL multimodal rotary)
+
+
+def next_position(model: Any, prefix: dict[str, Any]) -> tuple[int, bool]:
+    """Position of the first token after the prefix, and whether positions are 3-D.
+
+    Text after the image continues from the largest prefix position + 1 on all three
+    multimodal rotary axes (what ``get_rope_index`` gives text tokens); 1-D models count on.
+    """
+    get_rope_index = getattr(getattr(model, "model", None), "get_rope_index", None)
+    if get_rope_index is None or "mm_token_type_ids" not in prefix:
+        return int(prefix["input_ids"].shape[1]), False
+    params = inspect.signature(get_rope_index).parameters
+    positions, _ = get_rope_index(**{k: v for k, v in prefix.items() if k in params})
+    return int(positions.max()) + 1, True
+
+
+def suffix_inputs(
+    model: Any, prefix: Prefix, suffixes: list[list[int]], max_new_tokens: int, pad_id: int
+) -> dict[str, Any]:
+    """Model inputs for a batch of suffixes after the cached prefix.
+
+    Suffixes are left-padded, so the pads sit between prefix and suffix: every row's last
+    token is the last column (read its logits there; generation appends after it). The
+    mask is [prefix ones | suffix mask] and positions are explicit, counting real tokens
+    only, so a row's numbers do not depend on its neighbours' lengths. ``generate`` gets the
+    prefix ids in front (it slices off what the cache covers); a plain forward gets the
+    suffix only.
+    """
+    import torch
+
+    device = model.device
+    rows, width = len(suffixes), max(len(s) for s in suffixes)
+    ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    for row, suffix in enumerate(suffixes):
+        ids[row, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+        mask[row, width - len(suffix) :] = 1
+    positions = prefix.next_position + (mask.cumsum(-1) - 1).clamp(min=0)
+    if prefix.mrope:
+        positions = positions.unsqueeze(0).expand(3, rows, width)
+    prefix_len = prefix.input_ids.shape[1]
+    attention = torch.cat([torch.ones((rows, prefix_len), dtype=torch.long), mask], dim=-1)
+    ids = ids.to(device)
+    if max_new_tokens > 0:
+        ids = torch.cat([prefix.input_ids.expand(rows, -1), ids], dim=-1)
+    with torch.inference_mode():
+        cache = expand_cache(model.config, prefix.cache, rows)
+    return {
+        "input_ids": ids,
+        "attention_mask": attention.to(device),
+        "position_ids": positions.to(device),
+        "past_key_values": cache,
+    }
+
+
+def expand_cache(config: Any, cache: Any, rows: int) -> Any:
+    """A fresh DynamicCache holding ``rows`` copies of the batch-1 prefix cache.
+
+    Built anew for every batch: the forward pass appends to it, and the prefix must stay
+    as it is for the image's next batch.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    expanded = DynamicCache(config=config)
+    if len(expanded.layers) == len(cache.layers) and all(type(layer) is DynamicLayer for layer in expanded.layers):
+        # Broadcast views, not copies: the forward pass's own append (torch.cat) makes the
+        # one copy per row that it needs anyway, and never writes into the prefix.
+        for mine, theirs in zip(expanded.layers, cache.layers):
+            mine.lazy_initialization(theirs.keys, theirs.values)
+            mine.keys = theirs.keys.expand(rows, -1, -1, -1)
+            mine.values = theirs.values.expand(rows, -1, -1, -1)
+        return expanded
+    # sliding-window and other layer kinds: the public constructor (copies once more)
+    data = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers]
+    return DynamicCache(data, config=config)
+
+
+def cropped_cache(config: Any, cache: Any, length: int) -> Any:
+    """A DynamicCache of a batch-1 prefix cache's first ``length`` positions (views: a
+    forward pass appends by copying), or ``None`` unless every layer is a plain
+    DynamicLayer."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cropped = DynamicCache(config=config)
+    layers = (*cropped.layers, *cache.layers)
+    if len(cropped.layers) != len(cache.layers) or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    for mine, theirs in zip(cropped.layers, cache.layers):
+        mine.lazy_initialization(theirs.keys, theirs.values)
+        mine.keys = theirs.keys[:, :, :length]
+        mine.values = theirs.values[:, :, :length]
+    return cropped
