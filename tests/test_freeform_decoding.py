@@ -223,3 +223,19 @@ def test_prove_scores_per_run_and_paired(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "none of the runs of this table" in refused.output
     only_method = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair", "--prove-scores", str(m)])
     assert only_method.exit_code == 2 and "none for the greedy baseline" in only_method.output
+
+
+def test_a_method_that_only_shortens_shows_as_that(tmp_path: Path) -> None:
+    # greedy: two short clean captions, two long ones that hallucinate; the "method" shortens
+    # caption 3 and keeps the rest: CHAIR_s halves, but at greedy's lengths it is no better
+    greedy = _run(tmp_path / "greedy", {1: "a dog", 2: "a cat", 3: "a dog and a cat with a car", 4: "a bus with a dog and a cat"})
+    short = _run(tmp_path / "short", {1: "a dog", 2: "a cat", 3: "a dog", 4: "a bus with a dog and a cat"})
+    result = _invoke(tmp_path, str(greedy), str(short), "--json", "--bootstrap", "0")
+    assert result.exit_code == 0, result.output
+    chair = json.loads(result.stdout)["chair"]
+    # lengths 2 2 8 8: ranks 1, 2, 3 -> 2, 2, 8 -> bins <=2 (half of greedy's captions), 3-8 (the other half)
+    assert chair["length_bounds"] == [2, 8]
+    d = chair["paired"][0]["vs_greedy"]
+    assert d["chair_s"]["diff"] == pytest.approx(0.25 - 0.5)  # plain CHAIR_s: a 25-point "gain"
+    # matched: short's rate is 0 in <=2 (three captions) and 1 in 3-8 (caption 4), weighted 1/2, 1/2
+    assert d["chair_s_at_baseline_length"]["a"] == pytest.approx(0.5) and d["chair_s_at_baseline_length"]["diff"] == pytest.approx(0)
