@@ -22,7 +22,7 @@ from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.metrics.stats import paired_bootstrap_diff
 
-__all__ = ["PROVE_METRICS", "read_prove_scores", "prove_per_run", "prove_paired"]
+__all__ = ["PROVE_METRICS", "prove_paired", "prove_per_run", "read_prove_scores"]
 
 PROVE_METRICS = ("hscore", "tscore")
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from halluprobe.formatting import format_ratio, markdown_table
 
-__all__ = ["DECODING_PROVENANCE_MARK", "decoding_provenance", "decoding_markdown", "decoding_latex", "decoding_text"]
+__all__ = ["DECODING_PROVENANCE_MARK", "decoding_latex", "decoding_markdown", "decoding_provenance", "decoding_text"]
 
 DECODING_PROVENANCE_MARK = "halluprobe-decoding-provenance"
 # (key, label, scale): rates in %, length in words, hallucinations per 100 words as they are
@@ -89,15 +89,18 @@ def decoding_markdown(result: Mapping[str, Any], provenance: Mapping[str, Any]) 
     if chair is not None:
         lines += markdown_table(["run", "role", "n", *(label for _, label, _ in COLUMNS)], _run_rows(chair))
         gt = chair["ground_truth"]
-        lines += ["", f"CHAIR ({chair['family']}) on the {chair['images']} images every run captioned ({chair['images_dropped']} left out: a failed "
-                  f"sample in some run); ground truth: {gt['source']}{' ' + str(gt['year']) if gt.get('year') else ''}. CHAIR_s, CHAIR_i, Recall in %, "
-                  "Len in words per caption, Hall/100w = hallucinated objects per 100 words; 95% image-bootstrap CIs.", ""]  # fmt: skip
+        year = " " + str(gt["year"]) if gt.get("year") else ""
+        note = (f"CHAIR ({chair['family']}) on the {chair['images']} images every run captioned ({chair['images_dropped']} left out: a failed "
+                f"sample in some run); ground truth: {gt['source']}{year}. CHAIR_s, CHAIR_i, Recall in %, "
+                "Len in words per caption, Hall/100w = hallucinated objects per 100 words; 95% image-bootstrap CIs.")  # fmt: skip
+        lines += ["", note, ""]
         rows = _paired_rows(chair)
         if rows:
             lines += ["### Paired differences (method - baseline, per image)", ""]
             lines += markdown_table(["method", "against", *(f"Δ {label}" for _, label, _ in PAIRED)], rows)
-            lines += ["", "CHAIR_s at baseline length: the method's CHAIR_s per length bin, weighted as the baseline's captions "
-                      "fall in those bins (matched length). A method that only shortens captions lowers CHAIR_s but not this.", ""]  # fmt: skip
+            matched = ("CHAIR_s at baseline length: the method's CHAIR_s per length bin, weighted as the baseline's captions "
+                       "fall in those bins (matched length). A method that only shortens captions lowers CHAIR_s but not this.")  # fmt: skip
+            lines += ["", matched, ""]
         lines += ["### CHAIR by caption length (bins at the greedy baseline's length quartiles)", ""]
         bin_rows = []
         for run in chair["length_bins"]:

@@ -34,13 +34,23 @@ from typing import Any
 import numpy as np
 
 from halluprobe.benchmarks.chair.runs import run_captions
-from halluprobe.benchmarks.chair.scoring import METRICS, CaptionScore, paired_differences, score_captions, summarize
-from halluprobe.decoding_runs import DecodingRun, read_decoding_run, refuse_other_questions
+from halluprobe.benchmarks.chair.scoring import (
+    METRICS,
+    CaptionScore,
+    paired_differences,
+    score_captions,
+    summarize,
+)
 from halluprobe.decoding_prove import prove_paired, prove_per_run, read_prove_scores
+from halluprobe.decoding_runs import (
+    DecodingRun,
+    read_decoding_run,
+    refuse_other_questions,
+)
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap, paired_bootstrap_diff
 
-__all__ = ["EXTRA_METRICS", "length_bounds", "length_bin", "binned_chair", "standardized_chair_s", "decoding_table"]
+__all__ = ["EXTRA_METRICS", "binned_chair", "decoding_table", "length_bin", "length_bounds", "standardized_chair_s"]
 
 EXTRA_METRICS = ("halluc_per_100_words", "chair_s_at_baseline_length")
 Stat = Callable[[np.ndarray], "float | None"]

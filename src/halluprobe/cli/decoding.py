@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, errors, refuse_over_limit
+from halluprobe.cli._app import (
+    MAX_RESAMPLES,
+    ResamplesOption,
+    SeedOption,
+    app,
+    errors,
+    refuse_over_limit,
+)
 from halluprobe.errors import InputError
 
 __all__ = ["decoding_cmd"]
@@ -19,16 +26,16 @@ __all__ = ["decoding_cmd"]
 def decoding_cmd(
     runs: Annotated[list[Path], typer.Argument(help="The greedy baseline run, then one run per decoding method (open answers, same questions).")],
     sampled_baseline: Annotated[
-        Optional[Path], typer.Option(help="A run decoded with sampling (plain method, the methods' sampling settings): paired differences against it too.")
+        Path | None, typer.Option(help="A run decoded with sampling (plain method, the methods' sampling settings): paired differences against it too.")
     ] = None,
     family: Annotated[str, typer.Option(help="CHAIR family: lemmatizer (OPERA's chair.py) or singularize (the original).")] = "lemmatizer",
-    ground_truth: Annotated[Optional[Path], typer.Option(help="Object lines {image_id|image, objects} or a saved ground truth (default: shipped).")] = None,
-    coco: Annotated[Optional[Path], typer.Option(help="COCO's annotations zip or folder: build the ground truth from them.")] = None,
+    ground_truth: Annotated[Path | None, typer.Option(help="Object lines {image_id|image, objects} or a saved ground truth (default: shipped).")] = None,
+    coco: Annotated[Path | None, typer.Option(help="COCO's annotations zip or folder: build the ground truth from them.")] = None,
     year: Annotated[str, typer.Option(help="COCO annotation year for --coco (2014 or 2017).")] = "2014",
-    coco_sha256: Annotated[Optional[str], typer.Option(help="Pin for --coco given as a zip: its sha256.")] = None,
+    coco_sha256: Annotated[str | None, typer.Option(help="Pin for --coco given as a zip: its sha256.")] = None,
     truncate_incomplete: Annotated[bool, typer.Option("--truncate-incomplete", help="Drop what follows each caption's last full stop.")] = False,
     prove_scores: Annotated[
-        Optional[list[Path]], typer.Option(help="A `prove score --out` folder of one of the runs (repeatable): hscore and tscore per run, paired.")
+        list[Path] | None, typer.Option(help="A `prove score --out` folder of one of the runs (repeatable): hscore and tscore per run, paired.")
     ] = None,
     no_chair: Annotated[bool, typer.Option("--no-chair", help="Leave CHAIR out (runs on PROVE's images, not COCO's).")] = False,
     bootstrap: ResamplesOption = 1000,
@@ -39,7 +46,12 @@ def decoding_cmd(
 ) -> None:
     """Decoding methods on free-form runs: CHAIR (and PROVE) per run, paired differences against the greedy and the sampled
     baseline, and CHAIR at matched caption length."""
-    from halluprobe.decoding_render import decoding_latex, decoding_markdown, decoding_provenance, decoding_text
+    from halluprobe.decoding_render import (
+        decoding_latex,
+        decoding_markdown,
+        decoding_provenance,
+        decoding_text,
+    )
     from halluprobe.decoding_table import decoding_table
 
     with errors():
