@@ -170,6 +170,13 @@ def test_runs_on_other_questions_are_refused(tmp_path: Path) -> None:
     assert alone.exit_code == 2 and "at least one method run" in alone.output
     twice = _invoke(tmp_path, str(greedy), str(greedy))
     assert twice.exit_code == 2 and "given twice" in twice.output
+    method = _run(tmp_path / "vcd", METHOD)
+    nothing = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair"])
+    assert nothing.exit_code == 2 and "--no-chair leaves nothing to compare" in nothing.output
+    huge = _invoke(tmp_path, str(greedy), str(method), "--bootstrap", "100001")
+    assert huge.exit_code == 2 and "--bootstrap 100001 is over the limit" in huge.output
+    family = _invoke(tmp_path, str(greedy), str(method), "--family", "stemmer")
+    assert family.exit_code == 2 and "--family must be lemmatizer or singularize" in family.output
 
 
 def test_a_failed_sample_drops_its_image_everywhere(tmp_path: Path) -> None:
@@ -193,6 +200,36 @@ def test_method_and_sampling_read_from_run_json() -> None:
     assert as_object[:2] == ("dola:layers=high", "dola:layers=high") and not as_object[4]
     plain = decoding_identity({"generate": {"max_new_tokens": 8, "top_k": 10}}, "greedy_run")
     assert plain == ("greedy_run", None, {}, {}, False)
+
+
+def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from halluprobe import decoding_runs, decoding_table
+
+    greedy, method, sampled = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD), _run(tmp_path / "sampled", SAMPLED)
+    plain = decoding_runs.read_decoding_run
+    temperatures = {"vcd": 0.7, "sampled": 1.0}
+
+    def as_sampled(path: Path, role: str) -> Any:  # the run.json keys `run --sample` writes, set here on the read run
+        run = plain(path, role)
+        if path.name not in temperatures:
+            return run
+        sampling = {"sample": True, "temperature": temperatures[path.name], "seed": 1}
+        return run.model_copy(update={"sampling": sampling, "sampled": True})
+
+    from halluprobe.benchmarks.chair.families import family_named
+    from halluprobe.benchmarks.chair.groundtruth import load_ground_truth
+
+    monkeypatch.setattr(decoding_table, "read_decoding_run", as_sampled)
+    result = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
+                                           ground_truth=load_ground_truth(_truth(tmp_path)), n_resamples=0)  # fmt: skip
+    assert result["chair"]["paired"][0]["sampling_matches"] is False
+    from halluprobe.decoding_render import decoding_markdown
+
+    assert "| vcd | sampled (other sampling) |" in decoding_markdown(result, {"table": "decoding"})
+    temperatures["vcd"] = 1.0
+    again = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
+                                          ground_truth=load_ground_truth(_truth(tmp_path)), n_resamples=0)  # fmt: skip
+    assert again["chair"]["paired"][0]["sampling_matches"] is True  # the seed is one draw, not a setting
 
 
 def _prove_scores(folder: Path, run: Path, values: dict[str, tuple[str, float | None, float | None]]) -> Path:
