@@ -276,3 +276,32 @@ def test_a_method_that_only_shortens_shows_as_that(tmp_path: Path) -> None:
     assert d["chair_s"]["diff"] == pytest.approx(0.25 - 0.5)  # plain CHAIR_s: a 25-point "gain"
     # matched: short's rate is 0 in <=2 (three captions) and 1 in 3-8 (caption 4), weighted 1/2, 1/2
     assert d["chair_s_at_baseline_length"]["a"] == pytest.approx(0.5) and d["chair_s_at_baseline_length"]["diff"] == pytest.approx(0)
+
+
+def test_runs_written_by_halluprobe_run(tmp_path: Path) -> None:
+    """The runner's own run dirs (build chair, run --open-ended on the scripted backend) go straight in."""
+    images = tmp_path / "imgs"
+    images.mkdir()
+    names = {i: f"COCO_val2014_{i:012d}.jpg" for i in TRUTH}
+    for name in names.values():
+        (images / name).write_bytes(b"not read by the scripted backend")
+    listing = tmp_path / "list.jsonl"
+    listing.write_text("".join(json.dumps({"image": n}) + "\n" for n in names.values()))
+    bench = tmp_path / "chair.jsonl"
+    assert runner.invoke(app, ["build", "chair", "--list", str(listing), "--out", str(bench), "--prompt", "Describe this image."]).exit_code == 0
+    runs = []
+    for label, captions in (("greedy", GREEDY), ("method", METHOD)):
+        script = tmp_path / f"{label}.json"
+        script.write_text(json.dumps({"present": {}, "generate": [{"match": "Describe", "image": names[i], "text": t} for i, t in captions.items()]}))
+        out = tmp_path / f"run-{label}"
+        run = runner.invoke(app, ["run", "--backend", "scripted", "--model", str(script), "--benchmark", str(bench), "--images", str(images),
+                                  "--open-ended", "--max-new-tokens", "64", "--out", str(out)])  # fmt: skip
+        assert run.exit_code == 0, run.output
+        runs.append(out)
+    result = _invoke(tmp_path, str(runs[0]), str(runs[1]), "--json", "--bootstrap", "0")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [r["name"] for r in data["runs"]] == ["run-greedy", "run-method"] and data["runs"][0]["method"] is None
+    per_run = data["chair"]["per_run"]
+    assert per_run[0]["chair_s"] == pytest.approx(_independent(runs[0])["chair_s"]) == pytest.approx(0.5)
+    assert per_run[1]["chair_i"] == pytest.approx(_independent(runs[1])["chair_i"]) == pytest.approx(2 / 7)
