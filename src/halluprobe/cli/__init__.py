@@ -13,6 +13,7 @@ from halluprobe.cli import data as _data  # noqa: F401
 from halluprobe.cli import run as _run  # noqa: F401
 from halluprobe.cli import score as _score  # noqa: F401
 from halluprobe.cli import corrections as _corrections  # noqa: F401
+from halluprobe.cli import decoding as _decoding  # noqa: F401
 from halluprobe.cli import check as _check  # noqa: F401
 from halluprobe.cli import io as _io  # noqa: F401
 from halluprobe.cli import prove as _prove  # noqa: F401

@@ -1,0 +1,307 @@
+"""`halluprobe decoding`: free-form runs of decoding methods against a greedy and a sampled
+baseline. The runs are built here (run.json + samples.jsonl of captions with known
+hallucinations); every number is checked by hand and recomputed independently from samples.jsonl."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _chair import FixtureTools, wordnet_or_skip
+from typer.testing import CliRunner
+
+from halluprobe.benchmarks.chair import families as chair_families
+from halluprobe.cli import app
+from halluprobe.decoding_runs import decoding_identity
+from halluprobe.decoding_table import length_bin, length_bounds
+from halluprobe.records import GenerateConfig, RunHeader, Sample
+
+runner = CliRunner()
+PROMPT = "USER: <image>\nPlease describe this image in detail. ASSISTANT:"
+TRUTH = {1: ["dog"], 2: ["cat"], 3: ["cat", "dog"], 4: ["bus"]}
+OBJECTS = {"dog", "cat", "bus", "car", "person"}  # every object word the captions use
+# greedy: image 1 hallucinates a cat, image 2 a dog and a car
+GREEDY = {1: "a dog and a cat", 2: "a cat with a dog and a car", 3: "a dog and a cat", 4: "a bus"}
+# the method: image 1 shortened (its hallucination gone), image 3 unchanged, image 2 the same
+METHOD = {1: "a dog", 2: "a cat with a dog and a car", 3: "a dog and a cat", 4: "a bus"}
+SAMPLED = {1: "a dog", 2: "a cat and a bus", 3: "a cat", 4: "a bus and a dog"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wordnet() -> None:
+    wordnet_or_skip()
+
+
+@pytest.fixture(autouse=True)
+def fixture_nltk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chair_families, "NltkTools", lambda need_tagger=True: FixtureTools())
+
+
+def _run(folder: Path, captions: dict[int, str | None], *, prompt: str = PROMPT, image_of: Any = None) -> Path:
+    folder.mkdir(parents=True)
+    header = RunHeader(
+        halluprobe_version="test", created_at="2026-01-01T00:00:00Z", fingerprint=f"fp-{folder.name}", backend="hf", backend_info={},
+        model="tiny", template="llava", readouts=[], text_rules=[], max_new_tokens=64, token_sets=None, benchmarks={"chair": "0" * 64},
+        benchmark_paths={"chair": str(folder.parent / "q.jsonl")}, images_root=str(folder.parent), open_ended=True,
+        generate=GenerateConfig(max_new_tokens=64, stop_strings=()),
+    )  # fmt: skip
+    (folder / "run.json").write_text(header.model_dump_json(indent=2) + "\n")
+    samples = []
+    for image, text in captions.items():
+        name = (image_of or (lambda i: f"COCO_val2014_{i:012d}.jpg"))(image)
+        samples.append(Sample(split="chair", question_id=image, image=name, object=None, label="yes", prompt=prompt, text=text,
+                              error=None if text is not None else "boom"))  # fmt: skip
+    (folder / "samples.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in samples))
+    return folder
+
+
+def _truth(tmp_path: Path) -> Path:
+    path = tmp_path / "objects.jsonl"
+    path.write_text("".join(json.dumps({"image_id": i, "objects": o}) + "\n" for i, o in TRUTH.items()))
+    return path
+
+
+def _invoke(tmp_path: Path, *args: str) -> Any:
+    result = runner.invoke(app, ["decoding", *args, "--ground-truth", str(_truth(tmp_path))])
+    return result
+
+
+def _independent(run: Path) -> dict[str, float]:
+    """CHAIR of a run straight from samples.jsonl: words split on spaces, object words matched by name."""
+    caps = halluc_caps = bad = mentions = recalled = words = 0
+    truth_total = 0
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        image = int(sample["image"].split("_")[-1].split(".")[0])
+        said = [w for w in sample["text"].split() if w in OBJECTS]
+        wrong = [w for w in said if w not in TRUTH[image]]
+        caps += 1
+        halluc_caps += bool(wrong)
+        bad += len(wrong)
+        mentions += len(said)
+        recalled += len(set(said) & set(TRUTH[image]))
+        truth_total += len(TRUTH[image])
+        words += len(sample["text"].split())
+    return {"chair_s": halluc_caps / caps, "chair_i": bad / mentions, "recall": recalled / truth_total, "length": words / caps,
+            "halluc_per_100_words": 100 * bad / words}  # fmt: skip
+
+
+def test_length_bounds_and_bins_by_hand() -> None:
+    # greedy lengths 5, 8, 5, 2: sorted 2 5 5 8, ranks ceil(k*4/4) = 1, 2, 3 -> 2, 5, 5 -> bounds 2, 5
+    assert length_bounds([5, 8, 5, 2]) == [2, 5]
+    assert [length_bin(n, [2, 5]) for n in (1, 2, 3, 5, 6, 8)] == [0, 0, 1, 1, 2, 2]
+    assert length_bounds([]) == []
+
+
+def test_table_numbers_by_hand_and_recomputed(tmp_path: Path) -> None:
+    greedy, method, sampled = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD), _run(tmp_path / "sampled", SAMPLED)
+    result = _invoke(tmp_path, str(greedy), str(method), "--sampled-baseline", str(sampled), "--json", "--bootstrap", "200")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    chair = data["chair"]
+    assert chair["images"] == 4 and chair["images_dropped"] == 0 and chair["length_bounds"] == [2, 5]
+    per_run = {r["name"]: r for r in chair["per_run"]}
+    assert [r["role"] for r in chair["per_run"]] == ["greedy baseline", "method", "sampled baseline"]
+    by_hand = {
+        "greedy": {"chair_s": 2 / 4, "chair_i": 3 / 8, "recall": 5 / 5, "length": 20 / 4, "halluc_per_100_words": 100 * 3 / 20},
+        "vcd": {"chair_s": 1 / 4, "chair_i": 2 / 7, "recall": 5 / 5, "length": 17 / 4, "halluc_per_100_words": 100 * 2 / 17},
+        "sampled": {"chair_s": 2 / 4, "chair_i": 2 / 6, "recall": 4 / 5, "length": 14 / 4, "halluc_per_100_words": 100 * 2 / 14},
+    }
+    for name, run in (("greedy", greedy), ("vcd", method), ("sampled", sampled)):
+        assert by_hand[name] == pytest.approx(_independent(run))
+        for metric, value in by_hand[name].items():
+            assert per_run[name][metric] == pytest.approx(value), (name, metric)
+            low, high = per_run[name]["ci"][metric]
+            assert low <= value + 1e-9 and value - 1e-9 <= high
+    # matched length, against greedy: bins <=2, 3-5, >=6 hold greedy's captions 1/4, 2/4, 1/4.
+    # vcd per bin: <=2 {1, 4} none hallucinate, 3-5 {3} none, >=6 {2} hallucinates -> 0*1/4 + 0*2/4 + 1*1/4
+    assert per_run["vcd"]["chair_s_at_baseline_length"] == pytest.approx(0.25)
+    assert per_run["greedy"]["chair_s_at_baseline_length"] == pytest.approx(0.5)  # its own CHAIR_s
+    assert per_run["sampled"]["chair_s_at_baseline_length"] is None  # no sampled caption over 5 words: no match
+    paired = {p["name"]: p for p in chair["paired"]}
+    vs_greedy = paired["vcd"]["vs_greedy"]
+    assert vs_greedy["chair_s"]["diff"] == pytest.approx(-0.25) and vs_greedy["chair_i"]["diff"] == pytest.approx(2 / 7 - 3 / 8)
+    assert vs_greedy["length"]["diff"] == pytest.approx(17 / 4 - 5) and vs_greedy["recall"]["diff"] == pytest.approx(0)
+    assert vs_greedy["chair_s_at_baseline_length"]["diff"] == pytest.approx(-0.25)
+    assert vs_greedy["halluc_per_100_words"]["diff"] == pytest.approx(200 / 17 - 15)
+    low, high = vs_greedy["chair_s"]["ci"]
+    assert low <= -0.25 <= high
+    # against the sampled baseline: its captions are 1/2 in <=2 and 1/2 in 3-5; vcd hallucinates in neither -> 0
+    vs_sampled = paired["vcd"]["vs_sampled"]
+    assert vs_sampled["chair_s"]["diff"] == pytest.approx(-0.25) and vs_sampled["recall"]["diff"] == pytest.approx(0.2)
+    assert vs_sampled["chair_s_at_baseline_length"]["a"] == pytest.approx(0) and vs_sampled["chair_s_at_baseline_length"]["diff"] == pytest.approx(-0.5)
+    assert paired["vcd"]["sampling_matches"] is None  # the method itself is not sampled
+    # the sampled baseline against greedy: what sampling alone does
+    assert paired["sampled"]["vs_greedy"]["chair_s"]["diff"] == pytest.approx(0) and paired["sampled"]["vs_greedy"]["recall"]["diff"] == pytest.approx(-0.2)
+    bins = {b["name"]: [(x["n"], x["chair_s"]) for x in b["bins"]] for b in chair["length_bins"]}
+    assert bins["greedy"] == [(1, 0), (2, 0.5), (1, 1)]
+    assert bins["vcd"] == [(2, 0), (1, 0), (1, 1)]
+    assert bins["sampled"] == [(2, 0), (2, 1), (0, None)]
+
+
+def test_markdown_and_latex_carry_provenance(tmp_path: Path) -> None:
+    greedy, method = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD)
+    md = _invoke(tmp_path, str(greedy), str(method), "--markdown", "--bootstrap", "50")
+    assert md.exit_code == 0, md.output
+    comment = next(line for line in md.stdout.splitlines() if "halluprobe-decoding-provenance" in line)
+    provenance = json.loads(comment.removeprefix("<!-- halluprobe-decoding-provenance ").removesuffix(" -->"))
+    assert [r["fingerprint"] for r in provenance["runs"]] == ["fp-greedy", "fp-vcd"] and provenance["family"] == "chair@lemmatizer"
+    assert provenance["bootstrap"] == {"n_resamples": 50, "seed": 0}
+    assert "| vcd | greedy | -25.0 [" in md.stdout and "| greedy | greedy baseline | 4 | 50.0 [" in md.stdout
+    tex = _invoke(tmp_path, str(greedy), str(method), "--latex", "--bootstrap", "0")
+    assert tex.exit_code == 0, tex.output
+    assert tex.stdout.startswith("% halluprobe-decoding-provenance {") and "vcd & method & 4 & 25.0 & 28.6 & 100.0 & 4.2 & 11.8" in tex.stdout
+    plain = _invoke(tmp_path, str(greedy), str(method), "--bootstrap", "0")
+    assert plain.exit_code == 0 and "vcd - greedy: ΔCHAIR_s -25.0" in plain.stdout
+
+
+def test_runs_on_other_questions_are_refused(tmp_path: Path) -> None:
+    greedy = _run(tmp_path / "greedy", GREEDY)
+    fewer = _run(tmp_path / "fewer", {1: "a dog", 2: "a cat", 3: "a cat"})
+    other_image = _run(tmp_path / "other", METHOD, image_of=lambda i: f"COCO_val2014_{i + 10:012d}.jpg")
+    other_prompt = _run(tmp_path / "prompt", METHOD, prompt="USER: <image>\nWhat is this? ASSISTANT:")
+    for run, phrase in ((fewer, "1 of its questions missing"), (other_image, "other images"), (other_prompt, "other questions")):
+        result = _invoke(tmp_path, str(greedy), str(run))
+        assert result.exit_code == 2 and f"{run / 'samples.jsonl'}: " in result.output and phrase in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    alone = _invoke(tmp_path, str(greedy))
+    assert alone.exit_code == 2 and "at least one method run" in alone.output
+    twice = _invoke(tmp_path, str(greedy), str(greedy))
+    assert twice.exit_code == 2 and "given twice" in twice.output
+    method = _run(tmp_path / "vcd", METHOD)
+    nothing = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair"])
+    assert nothing.exit_code == 2 and "--no-chair leaves nothing to compare" in nothing.output
+    huge = _invoke(tmp_path, str(greedy), str(method), "--bootstrap", "100001")
+    assert huge.exit_code == 2 and "--bootstrap 100001 is over the limit" in huge.output
+    family = _invoke(tmp_path, str(greedy), str(method), "--family", "stemmer")
+    assert family.exit_code == 2 and "--family must be lemmatizer or singularize" in family.output
+
+
+def test_a_failed_sample_drops_its_image_everywhere(tmp_path: Path) -> None:
+    greedy = _run(tmp_path / "greedy", GREEDY)
+    method = _run(tmp_path / "vcd", {**METHOD, 2: None})
+    result = _invoke(tmp_path, str(greedy), str(method), "--json", "--bootstrap", "0")
+    assert result.exit_code == 0, result.output
+    chair = json.loads(result.stdout)["chair"]
+    assert chair["images"] == 3 and chair["images_dropped"] == 1
+    # greedy on images 1, 3, 4: one hallucinating caption of three
+    assert chair["per_run"][0]["chair_s"] == pytest.approx(1 / 3) and chair["per_run"][1]["chair_s"] == pytest.approx(0)
+
+
+def test_method_and_sampling_read_from_run_json() -> None:
+    header = {"generate": {"max_new_tokens": 64, "top_k": 10, "decode": "vcd:alpha=1,beta=0.1", "sample": True, "temperature": 0.7,
+                           "top_p": 0.9, "seed": 3}}  # fmt: skip
+    name, method, settings, sampling, sampled = decoding_identity(header, "run_a")
+    assert method == "vcd:alpha=1,beta=0.1" and sampled and sampling == {"sample": True, "temperature": 0.7, "top_p": 0.9, "seed": 3}
+    assert name == "vcd:alpha=1,beta=0.1 (sampled, temperature=0.7, top_p=0.9, seed=3)" and "max_new_tokens" not in settings
+    as_object = decoding_identity({"decode": {"method": "dola", "layers": "high"}, "generate": {"max_new_tokens": 8}}, "run_b")
+    assert as_object[:2] == ("dola:layers=high", "dola:layers=high") and not as_object[4]
+    plain = decoding_identity({"generate": {"max_new_tokens": 8, "top_k": 10}}, "greedy_run")
+    assert plain == ("greedy_run", None, {}, {}, False)
+
+
+def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from halluprobe import decoding_runs, decoding_table
+
+    greedy, method, sampled = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD), _run(tmp_path / "sampled", SAMPLED)
+    plain = decoding_runs.read_decoding_run
+    temperatures = {"vcd": 0.7, "sampled": 1.0}
+
+    def as_sampled(path: Path, role: str) -> Any:  # the run.json keys `run --sample` writes, set here on the read run
+        run = plain(path, role)
+        if path.name not in temperatures:
+            return run
+        sampling = {"sample": True, "temperature": temperatures[path.name], "seed": 1}
+        return run.model_copy(update={"sampling": sampling, "sampled": True})
+
+    from halluprobe.benchmarks.chair.families import family_named
+    from halluprobe.benchmarks.chair.groundtruth import load_ground_truth
+
+    monkeypatch.setattr(decoding_table, "read_decoding_run", as_sampled)
+    result = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
+                                           ground_truth=load_ground_truth(_truth(tmp_path)), n_resamples=0)  # fmt: skip
+    assert result["chair"]["paired"][0]["sampling_matches"] is False
+    from halluprobe.decoding_render import decoding_markdown
+
+    assert "| vcd | sampled (other sampling) |" in decoding_markdown(result, {"table": "decoding"})
+    temperatures["vcd"] = 1.0
+    again = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
+                                          ground_truth=load_ground_truth(_truth(tmp_path)), n_resamples=0)  # fmt: skip
+    assert again["chair"]["paired"][0]["sampling_matches"] is True  # the seed is one draw, not a setting
+
+
+def _prove_scores(folder: Path, run: Path, values: dict[str, tuple[str, float | None, float | None]]) -> Path:
+    folder.mkdir()
+    lines = [json.dumps({"question_id": q, "image": img, "question": "q?", "response": "r", "hscore": h, "tscore": t}) for q, (img, h, t) in values.items()]
+    (folder / "scores.jsonl").write_text("\n".join(lines) + "\n")
+    (folder / "summary.json").write_text(json.dumps({"settings": {"responses": str(run)}}))
+    return folder
+
+
+def test_prove_scores_per_run_and_paired(tmp_path: Path) -> None:
+    greedy, method = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD)
+    g = _prove_scores(tmp_path / "pg", greedy, {"a": ("x.jpg", 0.5, 0.8), "b": ("y.jpg", 0.7, 0.6), "c": ("y.jpg", None, 0.4)})
+    m = _prove_scores(tmp_path / "pm", method, {"a": ("x.jpg", 0.6, 0.9), "b": ("y.jpg", 0.6, 0.9), "c": ("y.jpg", 0.2, None)})
+    result = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair", "--prove-scores", str(g), "--prove-scores", str(m),
+                                 "--json", "--bootstrap", "100"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    prove = json.loads(result.stdout)["prove"]
+    per_run = {r["name"]: r for r in prove["per_run"]}
+    assert per_run["greedy"]["hscore"] == pytest.approx(0.6) and per_run["greedy"]["tscore"] == pytest.approx(0.6)
+    assert per_run["vcd"]["hscore"] == pytest.approx(1.4 / 3) and per_run["vcd"]["tscore"] == pytest.approx(0.9)
+    diff = prove["paired"][0]["vs_greedy"]
+    # hscore over a, b (c undefined for greedy): (0.6 + 0.6)/2 - (0.5 + 0.7)/2; tscore over a, b: 0.9 - 0.7
+    assert diff["hscore"]["n"] == 2 and diff["hscore"]["diff"] == pytest.approx(0.0)
+    assert diff["tscore"]["n"] == 2 and diff["tscore"]["diff"] == pytest.approx(0.2)
+    stray = _prove_scores(tmp_path / "ps", tmp_path / "elsewhere", {"a": ("x.jpg", 0.5, 0.5)})
+    refused = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair", "--prove-scores", str(stray)])
+    assert refused.exit_code == 2 and "none of the runs of this table" in refused.output
+    only_method = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair", "--prove-scores", str(m)])
+    assert only_method.exit_code == 2 and "none for the greedy baseline" in only_method.output
+
+
+def test_a_method_that_only_shortens_shows_as_that(tmp_path: Path) -> None:
+    # greedy: two short clean captions, two long ones that hallucinate; the "method" shortens
+    # caption 3 and keeps the rest: CHAIR_s halves, but at greedy's lengths it is no better
+    greedy = _run(tmp_path / "greedy", {1: "a dog", 2: "a cat", 3: "a dog and a cat with a car", 4: "a bus with a dog and a cat"})
+    short = _run(tmp_path / "short", {1: "a dog", 2: "a cat", 3: "a dog", 4: "a bus with a dog and a cat"})
+    result = _invoke(tmp_path, str(greedy), str(short), "--json", "--bootstrap", "0")
+    assert result.exit_code == 0, result.output
+    chair = json.loads(result.stdout)["chair"]
+    # lengths 2 2 8 8: ranks 1, 2, 3 -> 2, 2, 8 -> bins <=2 (half of greedy's captions), 3-8 (the other half)
+    assert chair["length_bounds"] == [2, 8]
+    d = chair["paired"][0]["vs_greedy"]
+    assert d["chair_s"]["diff"] == pytest.approx(0.25 - 0.5)  # plain CHAIR_s: a 25-point "gain"
+    # matched: short's rate is 0 in <=2 (three captions) and 1 in 3-8 (caption 4), weighted 1/2, 1/2
+    assert d["chair_s_at_baseline_length"]["a"] == pytest.approx(0.5) and d["chair_s_at_baseline_length"]["diff"] == pytest.approx(0)
+
+
+def test_runs_written_by_halluprobe_run(tmp_path: Path) -> None:
+    """The runner's own run dirs (build chair, run --open-ended on the scripted backend) go straight in."""
+    images = tmp_path / "imgs"
+    images.mkdir()
+    names = {i: f"COCO_val2014_{i:012d}.jpg" for i in TRUTH}
+    for name in names.values():
+        (images / name).write_bytes(b"not read by the scripted backend")
+    listing = tmp_path / "list.jsonl"
+    listing.write_text("".join(json.dumps({"image": n}) + "\n" for n in names.values()))
+    bench = tmp_path / "chair.jsonl"
+    assert runner.invoke(app, ["build", "chair", "--list", str(listing), "--out", str(bench), "--prompt", "Describe this image."]).exit_code == 0
+    runs = []
+    for label, captions in (("greedy", GREEDY), ("method", METHOD)):
+        script = tmp_path / f"{label}.json"
+        script.write_text(json.dumps({"present": {}, "generate": [{"match": "Describe", "image": names[i], "text": t} for i, t in captions.items()]}))
+        out = tmp_path / f"run-{label}"
+        run = runner.invoke(app, ["run", "--backend", "scripted", "--model", str(script), "--benchmark", str(bench), "--images", str(images),
+                                  "--open-ended", "--max-new-tokens", "64", "--out", str(out)])  # fmt: skip
+        assert run.exit_code == 0, run.output
+        runs.append(out)
+    result = _invoke(tmp_path, str(runs[0]), str(runs[1]), "--json", "--bootstrap", "0")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [r["name"] for r in data["runs"]] == ["run-greedy", "run-method"] and data["runs"][0]["method"] is None
+    per_run = data["chair"]["per_run"]
+    assert per_run[0]["chair_s"] == pytest.approx(_independent(runs[0])["chair_s"]) == pytest.approx(0.5)
+    assert per_run[1]["chair_i"] == pytest.approx(_independent(runs[1])["chair_i"]) == pytest.approx(2 / 7)
