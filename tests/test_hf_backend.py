@@ -296,3 +296,26 @@ def test_non_finite_first_token_logits_are_that_rows_error(tiny_llava: Path, pho
     assert len(errors) == 1 and "not finite" in (errors[0].error or "") and not errors[0].candidates
     for r in responses:
         assert all(math.isfinite(v) for v in r.candidates.values()) and all(math.isfinite(t.logprob) for t in r.first_token)
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_a_calls_settings_stay_with_its_engine_when_calls_interleave(tiny_llava: Path, photos: Path, prefix_cache: bool) -> None:
+    """Each answer() call builds its own engine: a second call with other settings, run to the
+    end while the first is paused between batches, changes nothing of the first (its signals
+    and its token cap), and the backend keeps no call's settings."""
+    from halluprobe.records import GenerateConfig, Request
+
+    backend = HFBackend(str(tiny_llava), batch_size=2, dtype="float32", device="cpu", prefix_cache=prefix_cache)
+    image = str(sorted(photos.iterdir())[0])
+    requests = [
+        Request(split="random", question_id=i, image_path=image, prompt=f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:")
+        for i, obj in enumerate(OBJECTS)
+    ]
+    first = backend.answer(requests, GenerateConfig(max_new_tokens=0, top_k=3, signals=("noised",)))
+    got = list(next(first))
+    other = [r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=3, top_k=3)) for r in batch]
+    got += [r for batch in first for r in batch]
+    assert len(got) == len(OBJECTS) and not any(r.error for r in got)
+    assert all("noised" in r.signals and r.text is None for r in got)  # the first call's settings throughout
+    assert all(not r.signals and r.text is not None for r in other)
+    assert not any(isinstance(v, (tuple, GenerateConfig)) for v in vars(backend).values())

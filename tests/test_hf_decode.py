@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_decode import ContrastRule, contrast_decode, parse_contrast  # noqa: E402
+from halluprobe.backends.hf_decode import ContrastRule, M3IDRule, contrast_decode, parse_contrast  # noqa: E402
 from halluprobe.backends.hf_signals import VCD_NOISE_STEP, noised_inputs  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
@@ -45,7 +45,7 @@ def _branches(backend: HFBackend, prompts: list[str], images: list[Any], paths: 
     return base, noised_inputs(base, paths, VCD_NOISE_STEP)
 
 
-def _decode(backend: HFBackend, base: dict[str, Any], contrast: dict[str, Any], rule: ContrastRule, steps: int) -> Any:
+def _decode(backend: HFBackend, base: dict[str, Any], contrast: dict[str, Any], rule: Any, steps: int) -> Any:
     core = backend.core
     return contrast_decode(core.model, base, contrast, rule, max_new_tokens=steps,
                            end_ids=[core.tokenizer.eos_token_id], pad_id=core.pad_id, keep_steps=True)  # fmt: skip
@@ -102,10 +102,41 @@ def test_every_step_is_the_rule_on_the_branches_recomputed_without_a_cache(setup
     assert moved > 1e-3  # the contrast branch changed the scores: the rule is not the base pass
 
 
+def test_m3id_steps_are_its_rule_on_the_no_image_branch_inert_only_at_the_first_token(setup: Any) -> None:
+    """M3ID against the question without the image, recomputed alone per row and step: the
+    first token is the base pass's, later ones move by ``w_t`` (exp(lambda t) - 1)."""
+    backend, prompts, images, paths = setup
+    lam = 0.5
+    no_image = [backend.render_prompt(q, None, image=False) for q in QUESTIONS]
+    base = backend.core.inputs.encode(prompts, images)
+    got = _decode(backend, base, backend.core.inputs.encode(no_image, []), M3IDRule(lam=lam), STEPS)
+    model, moved = backend.core.model, [0.0] * STEPS
+    for row in range(len(prompts)):
+        with_image = backend.core.inputs.encode([prompts[row]], [images[row]])
+        text_only = backend.core.inputs.encode([no_image[row]], [])
+        for step, token in enumerate(got.tokens[row]):
+            chosen = torch.tensor([got.tokens[row][:step]], dtype=torch.long)
+            logits = []
+            for one in (with_image, text_only):
+                ids = torch.cat([one["input_ids"], chosen], dim=-1)
+                with torch.inference_mode():
+                    logits.append(model(**{**one, "input_ids": ids, "attention_mask": torch.ones_like(ids)}).logits[0, -1])
+            lp = torch.log_softmax(logits[0].double(), -1).tolist()
+            lq = torch.log_softmax(logits[1].double(), -1).tolist()
+            w = math.exp(lam * step) - 1
+            want = [p + w * (p - q) for p, q in zip(lp, lq)]
+            assert token == max(range(len(want)), key=want.__getitem__), (row, step)
+            engine = got.scores[step][row].tolist()
+            assert max(abs(a - b) for a, b in zip(engine, want)) < 1e-4
+            moved[step] = max(moved[step], max(abs(a - b) for a, b in zip(engine, lp)))
+    assert moved[0] < 1e-5 and min(moved[1:]) > 1e-3  # inert at t = 0 only
+
+
 def test_decoding_methods_are_parsed_and_bad_ones_refused() -> None:
     assert parse_contrast("vcd") == ("vcd", ContrastRule(alpha=1.0, beta=0.1))
     assert parse_contrast("icd:alpha=0.5,beta=0") == ("icd", ContrastRule(alpha=0.5, beta=0.0))
-    for bad, message in (("dola", "decodes 'vcd' and 'icd'"), ("vcd:gamma=1", "parameter 'gamma=1'"),
+    assert parse_contrast("m3id:lambda=0.5") == ("m3id", M3IDRule(lam=0.5))
+    for bad, message in (("dola", "decodes 'vcd', 'icd', 'm3id'"), ("m3id:alpha=1", "parameter 'alpha=1'"), ("vcd:gamma=1", "parameter 'gamma=1'"),
                          ("vcd:alpha=x", "alpha must be a number"), ("vcd:beta=1", "0 <= beta < 1")):  # fmt: skip
         with pytest.raises(InputError, match=message):
             parse_contrast(bad)

@@ -7,9 +7,12 @@ hf_signals.py, the same schedule and per-image seed as the ``noised`` signal) an
 contrast branch is the question under the disturbing instruction), both with the offline rule's
 step (corrections.py's ``vcd`` / ``icd``): over the tokens whose base probability is at least
 ``beta`` times the step's largest, ``(1 + alpha) log p_base - alpha log p_contrast``, the argmax
-taken. ``alpha`` = 0 is plain greedy decoding (tested against ``generate``'s text).
+taken. ``alpha`` = 0 is plain greedy decoding (tested against ``generate``'s text). M3ID (the
+contrast branch is the question without the image): corrections.py's ``m3id`` at step ``t``
+(0 for the first new token), ``log p_base + w_t (log p_base - log p_no_image)`` with
+``w_t = (1 - exp(-lambda t)) / exp(-lambda t)``: inert at the first token, not after it.
 
-Not done yet (issue 24): sampling, M3ID, PAI, DoLa, the prefix-cache engine, ``run --decode``.
+Not done yet (issue 24): sampling, PAI, DoLa, the prefix-cache engine, ``run --decode``.
 
 Plain engine only: full prompts, left-padded, explicit positions (``cumsum(mask) - 1``, what
 ``generate`` gives a left-padded batch), one forward pass per branch and step. torch is imported
@@ -25,9 +28,9 @@ from typing import Any
 
 from halluprobe.errors import InputError
 
-__all__ = ["ContrastRule", "Decoded", "contrast_decode", "parse_contrast"]
+__all__ = ["ContrastRule", "Decoded", "M3IDRule", "StepRule", "contrast_decode", "parse_contrast"]
 
-_DEFAULTS = {"alpha": 1.0, "beta": 0.1}
+_DEFAULTS = {"vcd": {"alpha": 1.0, "beta": 0.1}, "icd": {"alpha": 1.0, "beta": 0.1}, "m3id": {"lambda": 0.02}}
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class ContrastRule:
     alpha: float = 1.0
     beta: float = 0.1
 
-    def scores(self, base_logits: Any, contrast_logits: Any) -> Any:
+    def scores(self, base_logits: Any, contrast_logits: Any, step: int = 0) -> Any:
         """[batch, vocab] scores; ``-inf`` on the tokens the plausibility cut-off drops."""
         import torch
 
@@ -50,12 +53,36 @@ class ContrastRule:
         return scores.masked_fill(base < cutoff, -math.inf)
 
 
-def parse_contrast(spec: str) -> tuple[str, ContrastRule]:
-    """``vcd`` / ``icd:alpha=1,beta=0.1`` -> (method, rule); InputError on anything else."""
+@dataclass(frozen=True)
+class M3IDRule:
+    """M3ID's next-token scores at step ``step`` from the base and no-image branches' logits."""
+
+    lam: float = 0.02
+
+    def weight(self, step: int) -> float:
+        decay = math.exp(-self.lam * step)
+        return (1 - decay) / decay
+
+    def scores(self, base_logits: Any, contrast_logits: Any, step: int = 0) -> Any:
+        import torch
+
+        base = torch.log_softmax(base_logits.float(), dim=-1)
+        w = self.weight(step)
+        if w == 0.0:  # the first token: the base pass
+            return base
+        return base + w * (base - torch.log_softmax(contrast_logits.float(), dim=-1))
+
+
+StepRule = ContrastRule | M3IDRule
+
+
+def parse_contrast(spec: str) -> tuple[str, StepRule]:
+    """``vcd`` / ``icd:alpha=1,beta=0.1`` / ``m3id:lambda=0.02`` -> (method, rule); InputError
+    on anything else."""
     name, _, args = spec.partition(":")
-    if name not in ("vcd", "icd"):
-        raise InputError(f"decoding method {name!r}: this engine decodes 'vcd' and 'icd'")
-    values = dict(_DEFAULTS)
+    if name not in _DEFAULTS:
+        raise InputError(f"decoding method {name!r}: this engine decodes {', '.join(map(repr, _DEFAULTS))}")
+    values = dict(_DEFAULTS[name])
     for part in filter(None, args.split(",")):
         key, sep, value = part.partition("=")
         if not sep or key not in values:
@@ -64,6 +91,10 @@ def parse_contrast(spec: str) -> tuple[str, ContrastRule]:
             values[key] = float(value)
         except ValueError:
             raise InputError(f"{name}: {key} must be a number, not {value!r}") from None
+    if name == "m3id":
+        if values["lambda"] < 0:
+            raise InputError(f"{name}: lambda >= 0 is needed")
+        return name, M3IDRule(lam=values["lambda"])
     if values["alpha"] < 0 or not 0 <= values["beta"] < 1:
         raise InputError(f"{name}: alpha >= 0 and 0 <= beta < 1 are needed")
     return name, ContrastRule(alpha=values["alpha"], beta=values["beta"])
@@ -113,7 +144,7 @@ def contrast_decode(
     model: Any,
     base_inputs: dict[str, Any],
     contrast_inputs: dict[str, Any],
-    rule: ContrastRule,
+    rule: StepRule,
     *,
     max_new_tokens: int,
     end_ids: Sequence[int],
@@ -131,9 +162,9 @@ def contrast_decode(
     done = torch.zeros(rows, dtype=torch.bool, device=base_inputs["input_ids"].device)
     ends = torch.tensor(sorted(set(end_ids)), dtype=torch.long, device=done.device)
     tokens = None
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         base_logits, contrast_logits = base.step(tokens), contrast.step(tokens)
-        scores = rule.scores(base_logits, contrast_logits)
+        scores = rule.scores(base_logits, contrast_logits, step)
         chosen = scores.argmax(dim=-1)
         chosen = torch.where(done, torch.full_like(chosen, pad_id), chosen)
         if keep_steps:
