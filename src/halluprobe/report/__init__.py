@@ -247,7 +247,14 @@ def render_html(view: ReportView) -> str:
         piece=fmt.piece,
         short=fmt.short_readout,
     )
-    return env.from_string(source).render(**view.template_context())
+    return env.from_string(source).render(**view.template_context(), stylesheet=stylesheet())
+
+
+def stylesheet() -> str:
+    """The pages' one stylesheet (inlined: a report opens offline), shared by every page halluprobe writes."""
+    from importlib.resources import files
+
+    return files("halluprobe.report").joinpath("templates", "report.css").read_text(encoding="utf-8")
 
 
 def render_markdown(view: ReportView, *, html_name: str = "report.html", provenance: Provenance | None = None) -> str:
