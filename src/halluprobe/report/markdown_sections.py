@@ -265,6 +265,7 @@ def tail_sections(lines: list[str], view: ReportView, number: int) -> None:
         for run in runs:
             for c in run.corrections.rows if run.corrections is not None else []:
                 name = code_span(c.name) + ("" if c.kind == "correction" else f" ({c.kind})") + (" (inert)" if c.inert else "")
+                name += f" ({fmt_count(c.unknown)} answers unknown)" if c.unknown else ""
                 ci = f"[{fmt_delta(c.delta_f1_ci[0])}, {fmt_delta(c.delta_f1_ci[1])}]" if c.delta_f1_ci else "–"
                 p = "–" if c.mcnemar_p is None else f"{c.mcnemar_p:.3g}"
                 rows.append(([run_cell(run)] if multi else []) + [name, fmt_pct(c.f1), fmt_pct(c.yes_ratio), fmt_delta(c.delta_f1), ci, p,
