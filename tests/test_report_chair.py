@@ -217,3 +217,22 @@ def test_chair_page_renders_in_headless_chromium(chair_report: tuple[Path, str, 
     rendered = dom.stdout
     assert '<section id="run">' in rendered and '<section id="chair">' in rendered
     assert rendered.count("<svg") == 1 and "chair@lemmatizer" in rendered and "chair@singularize" in rendered
+
+
+def test_a_malformed_chair_comment_is_one_line_naming_its_line(chair_report: tuple[Path, str, str, Path], tmp_path: Path) -> None:
+    run, _, md, _ = chair_report
+    lines = md.split("\n")
+    index = next(k for k, line in enumerate(lines) if "halluprobe-chair-provenance" in line)
+    for old, new, expected in (
+        ('"resamples": 50', '"resamples": 1000000000', "bootstrap resamples 1000000000 is out of bounds"),
+        ('"families": ["chair@lemmatizer", "chair@singularize"]', '"families": ["chair@other"]', "'families' must list"),
+        ('{"table": "chair"', '{"table": "chair", "x": [1', "is not JSON"),
+    ):
+        edited = lines.copy()
+        edited[index] = edited[index].replace(old, new)
+        assert edited[index] != lines[index]
+        paper = tmp_path / "paper.md"
+        paper.write_text("\n".join(edited), encoding="utf-8")
+        result = runner.invoke(app, ["check", str(paper), "--runs", str(run)])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().count("\n") == 0 and f"{paper}:{index + 1}" in result.output and expected in result.output

@@ -26,7 +26,7 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
-from halluprobe.jsonl import loads, read_records, read_text
+from halluprobe.jsonl import loads, read_records
 from halluprobe.records import GenerateConfig, RunHeader, Sample
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
 
@@ -93,6 +93,7 @@ def _lmms_caption(obj: dict[str, Any]) -> tuple[Any, Any]:
 # keys of an answers line (POPE answers, LLaVA, VLMEvalKit, lmms-eval): a line with any of
 # them is not told to be an OPERA caption line, whatever else it has
 _ANSWER_KEYS = frozenset({"question", "answer", "text", "prediction", "doc_id", "label"})
+_FIRST_LINE_LIMIT = 1 << 20  # a caption line is far shorter; a longer first line is not told
 
 
 def detect_caption_format(path: Path) -> str | None:
@@ -101,15 +102,12 @@ def detect_caption_format(path: Path) -> str | None:
     ``{"image_id", "caption"}`` line, and an lmms-eval samples line of ``coco_cap_chair`` (its
     metric entries are named ``coco_cap_chair_*``). LLaVA-style caption lines share LLaVA's POPE
     answers' fields and amber_g logs share other tasks' shape: those need the format word."""
-    try:
-        text = read_text(path, "caption file")[1]
-    except InputError:
-        return None  # unreadable: the answers reader says why, with the file
-    first_line = text.lstrip().split("\n", 1)[0]
-    try:
-        first = loads(first_line)
-    except (json.JSONDecodeError, ValueError, RecursionError):
-        return None
+    try:  # the first line only (bounded): the whole file is read once, by the format's reader
+        with path.open("rb") as fh:
+            head = fh.readline(_FIRST_LINE_LIMIT)
+        first = loads(head.decode("utf-8-sig").strip())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError):
+        return None  # unreadable or not one JSON line: the answers formats' detection says why
     if not isinstance(first, dict):
         return None
     keys = set(first)
