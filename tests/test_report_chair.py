@@ -236,3 +236,23 @@ def test_a_malformed_chair_comment_is_one_line_naming_its_line(chair_report: tup
         result = runner.invoke(app, ["check", str(paper), "--runs", str(run)])
         assert result.exit_code == 2, result.output
         assert result.output.strip().count("\n") == 0 and f"{paper}:{index + 1}" in result.output and expected in result.output
+
+
+def test_check_of_a_caption_file_table_scored_on_object_lines(tmp_path: Path) -> None:
+    """The source a caption file (sha256 and format recorded), the ground truth object lines
+    (located and checked by sha256): recomputed; an edited ground truth is named."""
+    captions = tmp_path / "captions.jsonl"
+    captions.write_text("".join(json.dumps({"image_id": i, "caption": c}) + "\n" for i, c in ((1, "a dog and a cat"), (2, "a bus"), (3, "two ties"))))
+    objects = tmp_path / "objects.jsonl"
+    objects.write_text("".join(json.dumps({"image_id": i, "objects": o}) + "\n" for i, o in ((1, ["dog"]), (2, ["bus"]), (3, ["tie"]))))
+    out = tmp_path / "scores"
+    made = runner.invoke(app, ["chair", str(captions), "--format", "opera", "--ground-truth", str(objects), "--out", str(out), "--bootstrap", "40"])
+    assert made.exit_code == 0, made.output
+    md = (out / "chair_report.md").read_text()
+    assert '"format": "opera"' in md and '"source": "objects"' in md
+    ok = runner.invoke(app, ["check", str(out / "chair_report.md"), str(out / "chair_table.tex")])
+    assert ok.exit_code == 0, ok.output
+    assert "checked 2 tables (24 cells)" in ok.output
+    objects.write_text(objects.read_text().replace('["tie"]', '["person"]'))
+    changed = runner.invoke(app, ["check", str(out / "chair_table.tex")])
+    assert changed.exit_code == 1 and "file-changed" in changed.output and str(objects) in changed.output

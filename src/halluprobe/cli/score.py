@@ -205,6 +205,7 @@ def report_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace --out (or its .md twin) even where it is not a report halluprobe wrote.")] = False,
 ) -> None:
     """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots.
+    Runs of open answers to CHAIR questions (or imported captions) get the CHAIR page instead.
     A report halluprobe wrote earlier is replaced; any other file at --out or its twin is refused."""
     from halluprobe.audit import audit_run, compare_runs
     from halluprobe.report import render_report
