@@ -91,7 +91,7 @@ def parsers_lines(views: Sequence[tuple[str, ParsersView]], headline: str) -> li
             )
         lines.append("")
         c = view.changes
-        lines += [f"| rule | yes | no | unknown |", "|---|---|---|---|"]
+        lines += ["| rule | yes | no | unknown |", "|---|---|---|---|"]
         lines += [f"| `text:{r}` | {c.classes[r]['yes']} | {c.classes[r]['no']} | {c.classes[r]['unknown']} |" for r in c.rules]
         if view.pairs:
             moved = ", ".join(f"`{a}` / `{b}` {n}" for a, b, n in view.pairs)
