@@ -306,3 +306,56 @@ def test_the_table_and_the_audit_give_one_paired_test(signal_run: Path, policy: 
     entry = audit.paired[confound.name]
     assert (confound.delta_f1, confound.delta_f1_ci, confound.mcnemar_p) == (entry.delta_f1, entry.delta_f1_ci, entry.mcnemar_p)
     assert confound.delta_f1_ci is not None
+
+
+def _top_token_outside_both_sets(run: Path, out: Path) -> Path:
+    """A copy of ``run`` whose model puts its first-token argmax on a piece that is neither yes
+    nor no (the first non-yes/no piece listed, raised above every yes/no candidate): under VCD's
+    plausibility cut-off at beta = 1 only that piece survives, so every answer is unknown."""
+    import shutil
+
+    shutil.copytree(run, out)
+    sets = RunDir(out).read_header().token_sets
+    assert sets is not None
+    answer_ids = {*sets.yes_ids, *sets.no_ids}
+    lines = []
+    for line in (out / "samples.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        other = next(t for t in sample["first_token"] if t["id"] not in answer_ids)
+        other["logprob"] = max(sample["candidates"].values()) + 0.5
+        sample["first_token"] = [other, *(t for t in sample["first_token"] if t is not other)]
+        lines.append(json.dumps(sample))
+    (out / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_a_row_whose_answers_are_all_unknown_shows_how_many(signal_run: Path, tmp_path: Path) -> None:
+    run = _top_token_outside_both_sets(signal_run, tmp_path / "run")
+    n = sum(1 for _ in RunDir(run).read_samples())
+    args = ["corrections", str(run), "--correction", "vcd:alpha=1,beta=1", "--correction", "vcd:alpha=1,beta=0", "--resamples", "20"]
+    rows = {r["name"]: r for r in json.loads(runner.invoke(app, [*args, "--json"]).stdout)["rows"]}
+    assert rows["vcd:alpha=1,beta=1"]["f1"] == 0.0 and rows["vcd:alpha=1,beta=1"]["unknown"] == n
+    assert "unknown" not in rows["vcd:alpha=1,beta=0"]  # no cut-off: every answer read, no count written
+    markdown = runner.invoke(app, [*args, "--markdown"]).stdout
+    header = next(line for line in markdown.splitlines() if line.startswith("| method"))
+    assert header.endswith("| unknown |")
+    unread = next(line for line in markdown.splitlines() if line.startswith("| vcd:alpha=1,beta=1 "))
+    assert unread.startswith("| vcd:alpha=1,beta=1 | 0.0000 [") and unread.endswith(f"| {n} |")
+    assert "a row whose answers are all unknown reads nothing" in markdown
+    paper = tmp_path / "table.md"
+    paper.write_text(markdown)
+    checked = runner.invoke(app, ["check", str(paper), "--runs", str(run)])
+    assert checked.exit_code == 0, checked.output
+    terminal = runner.invoke(app, args).stdout
+    assert f"{n}/{n}" in terminal and "unknown" in terminal
+    report = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "report.html"), "--resamples", "0"])
+    assert report.exit_code == 0, report.output
+    # the report's table has the methods at their default settings: none reads nothing here
+    assert "answers unknown" not in (tmp_path / "report.md").read_text()
+    from halluprobe.corrections_table import corrections_table
+    from halluprobe.report import render_report
+
+    table = corrections_table(run, ["vcd:alpha=1,beta=1"], n_resamples=0)
+    html, md = render_report([run], tmp_path / "marked.html", corrections=[table], n_resamples=0)
+    assert f"`vcd:alpha=1,beta=1` ({n} answers unknown) | 0.0 |" in md.read_text()
+    assert f'<span class="bad">({n} answers unknown)</span>' in html.read_text()

@@ -502,7 +502,7 @@ def test_report_of_an_imported_run_says_what_it_is(imported_report: tuple[str, s
             assert phrase not in text, phrase
     parsed = _parse(html)
     # the sections that read logits are left out of the contents and the page
-    assert parsed.sections == ["run", "headline", "readouts", "confusion", "convergence", "profile"]
+    assert parsed.sections == ["run", "headline", "readouts", "confusion", "convergence", "profile", "parsers"]
     nav = html[html.index('<nav class="toc"') : html.index("</nav>")]
     assert re.findall(r'href="#([\w-]+)"', nav) == parsed.sections
     for sid, text in _section_texts(html).items():  # no empty section, no "No figure"
@@ -516,10 +516,53 @@ def test_report_of_an_imported_run_says_what_it_is(imported_report: tuple[str, s
     assert "stored answer text" in _section(html, "readouts") and "Agreement between readouts" in _section(html, "readouts")
     # the Markdown twin: the same sections, numbered without gaps
     assert re.findall(r"^## \d+\. (.+)$", md, flags=re.M) == [
-        "Run", "Headline metrics", "Readout comparison", "Confusion matrices", "Convergence", "Hallucination profile",
+        "Run", "Headline metrics", "Readout comparison", "Confusion matrices", "Convergence", "Hallucination profile", "Parsers",
     ]
     assert "| Imported from | `llava-v1.5-13b.jsonl` (sha256 `" in md and "| Tokenizer |" not in md
     assert "p(yes)" not in md.split("## 3.")[1]  # no sentence that needs logits after the headline table
+
+
+def _rule_counts(run: Path, rule: str) -> tuple[int, int, int]:
+    """(yes, no, unknown) of ``rule`` on the run's stored text, from score's own per-split counts."""
+    data = json.loads(CliRunner().invoke(app, ["score", str(run), "--readout", f"text:{rule}", "--resamples", "0", "--json"]).stdout)
+    splits = data["splits"].values()
+    yes = sum(m["tp"] + m["fp"] for m in splits)
+    unknown = sum(m["unknown"] for m in splits)
+    return yes, sum(m["n"] for m in splits) - yes - unknown, unknown
+
+
+def test_parsers_section_counts_every_rule_and_names_no_registry_entry(imported_report: tuple[str, str, Path], imported_run: Path) -> None:
+    html, md, _ = imported_report
+    section = md[md.index(". Parsers\n") :]
+    assert "in no literature registry entry" in section and "in no literature registry entry" in _section(html, "parsers")
+    for rule in ("pope", "vcd", "exact"):
+        yes, no, unknown = _rule_counts(imported_run, rule)
+        assert f"| `text:{rule}` | {yes} | {no} | {unknown} |" in section, rule
+
+
+def test_parsers_section_names_the_rule_a_published_number_needs(
+    imported_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An imported file that is a registry entry's answers file: the entry's parser is named."""
+    from halluprobe.literature import registry
+
+    audit = audit_run(imported_run, n_resamples=0)
+    answers = audit.run.imported.files[0]  # type: ignore[union-attr]
+    entry = {
+        "name": "llava-v1.5-13b-fixture", "model": "LLaVA-1.5-13B", "decoding": "greedy", "repository": "haotian-liu/LLaVA",
+        "commit": "32cebc3809441cc40d8ac7b2855d148308741f2a", "format": "llava",
+        "answers": [{"path": "playground/data/eval/pope/answers/llava-v1.5-13b.jsonl", "sha256": answers.sha256}],
+        "dataset": "coco", "parser": {"rule": "text:pope", "source": "LLaVA eval_pope.py"},
+        "published": [{"metric": "f1", "value": 85.9, "scale": 100, "decimals": 1, "where": "README.md", "path": "README.md"}],
+    }  # fmt: skip
+    fixture = tmp_path / "registry.json"
+    fixture.write_text(json.dumps({"schema_version": 1, "entries": [entry]}))
+    real = registry.load_registry
+    monkeypatch.setattr(registry, "load_registry", lambda path=None: real(fixture))
+    html, md = render_report([imported_run], tmp_path / "report.html", n_resamples=0)
+    text = md.read_text()
+    assert "the registry entry `llava-v1.5-13b-fixture`: its published numbers (f1 85.9 (README.md)) need `text:pope`" in text
+    assert "<code>llava-v1.5-13b-fixture</code>" in html.read_text()
 
 
 @pytest.mark.slow

@@ -59,6 +59,10 @@ class CorrectionRow:
     chosen_on: str | None = None  # grid rows: "folds" (held-out) or "test (optimistic)"
     # with draws: macro F1 of seeded sampled answers (temperature 1): mean, 2.5th, 97.5th percentile
     f1_draws: tuple[float, float, float] | None = None
+    # a correction row's answers read as neither yes nor no (summed over splits): an F1 of 0
+    # from a setting whose answers are all unknown reads nothing, it is not the method's result.
+    # Counted for corrections only: the confound row is the readout that scores worst by design
+    unknown: int = 0
 
 
 @dataclass
@@ -72,8 +76,17 @@ class CorrectionsReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "run": self.run, "policy": self.policy, "n": self.n, "bootstrap": self.bootstrap,
-            "rows": [row.__dict__ for row in self.rows],
+            "rows": [_row_json(row) for row in self.rows],
         }  # fmt: skip
+
+    @property
+    def any_unknown(self) -> bool:
+        return any(row.unknown for row in self.rows)
+
+
+def _row_json(row: CorrectionRow) -> dict[str, Any]:
+    """A row as JSON; ``unknown`` only where a row has unknown answers (earlier tables unchanged)."""
+    return {k: v for k, v in row.__dict__.items() if k != "unknown" or v}
 
 
 def _p_yes(row: ScoreRow) -> float:
@@ -258,6 +271,7 @@ def corrections_table(
             inert=Readout.parse(name).inert_reason if kind == "correction" and chosen_on != "folds" else None,
             chosen_on=chosen_on,
             f1_draws=drawn_f1(rows, draws, seed, policy) if draws else None,
+            unknown=scored.unknown if kind == "correction" else 0,
         )  # fmt: skip
 
     report.rows.append(row(BASELINE, "baseline", base_rows))

@@ -199,7 +199,8 @@ class RunDir:
         if header.open_ended:
             raise InputError(
                 "an open-ended run (free-form answers; its labels are placeholders) has no yes/no metrics: "
-                "score it with `halluprobe prove score --responses RUNDIR`",
+                "score it with `halluprobe chair RUNDIR` (CHAIR captions; `halluprobe report` shows them), "
+                "`halluprobe amber generative RUNDIR` (AMBER) or `halluprobe prove score --responses RUNDIR` (PROVE)",
                 self.header_path,
             )
         return header

@@ -388,6 +388,8 @@ def corrections_grid(report: Any, style: Style) -> Grid:
     a row per method, macro figures."""
     missing = "--" if style == "latex" else "-"
     header = ("method", *(latex_escape(c).replace("Δ", r"$\Delta$") if style == "latex" else c for c in _CORRECTION_COLUMNS))
+    unknown = any(row.unknown for row in report.rows)  # a column only where some row has unknown answers
+    header += ("unknown",) if unknown else ()
     rows = []
     for row in report.rows:
         name = row.name + ("" if row.kind == "correction" else f" ({row.kind})")
@@ -399,6 +401,7 @@ def corrections_grid(report: Any, style: Style) -> Grid:
             Cell(missing if row.mcnemar_p is None else f"{row.mcnemar_p:.4f}", (row.mcnemar_p,)),
             Cell(format_ratio(row.f1_sampled, missing=missing), (row.f1_sampled,)),
             _signed(row.delta_sampled, None, missing),
+            *((Cell(str(row.unknown), (row.unknown,)),) if unknown else ()),
         ))  # fmt: skip
     return Grid(header=header, rows=tuple(rows))
 
@@ -409,4 +412,6 @@ def render_corrections(report: Any, title: str, syntax: Literal["markdown", "lat
         f"Macro over splits. 95% CIs: bootstrap over images, {report.bootstrap.get('n_resamples')} resamples, "
         f"seed {report.bootstrap.get('seed')}; ΔF1 paired. F1 sampled: the expected counts at temperature 1."
     )
+    if report.any_unknown:
+        note += f" unknown: answers read as neither yes nor no, counted as {report.policy}; a row whose answers are all unknown reads nothing."
     return _markdown(grid, title, note, provenance) if syntax == "markdown" else _latex(grid, title, note, provenance)

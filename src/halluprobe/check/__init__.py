@@ -4,13 +4,15 @@ The package, bottom to top: :mod:`~halluprobe.check.findings` (what a check repo
 :mod:`~halluprobe.check.parse` (tables found under a provenance comment, and the comment's
 bounds), :mod:`~halluprobe.check.compare` (cells at their written precision) and
 :mod:`~halluprobe.check.sources` (run dirs and files located, checked, recomputed once);
-:mod:`~halluprobe.check.claims` (numbers in prose) beside :mod:`~halluprobe.check.verify`,
-whose :func:`check_files` checks tables and claims. Each module imports only those listed
+:mod:`~halluprobe.check.claims` (numbers in prose) and :mod:`~halluprobe.check.chair` (CHAIR
+tables, recomputed from their ``halluprobe-chair-provenance`` comment) beside
+:mod:`~halluprobe.check.verify`, whose :func:`check_files` checks tables and claims. Each module imports only those listed
 before it. See ``docs/design/provenance.md``.
 """
 
 from __future__ import annotations
 
+from halluprobe.check.chair import ChairTable, check_chair_table, extract_chair_tables
 from halluprobe.check.claims import CLAIM_METRICS, Claim, Written, check_claims, parse_written, read_claims
 from halluprobe.check.compare import compare_cell, compare_number, compare_table
 from halluprobe.check.findings import CheckResult, Finding, FindingKind
@@ -22,6 +24,7 @@ __all__ = [
     "CLAIM_METRICS",
     "MAX_RESAMPLES",
     "MAX_SEED",
+    "ChairTable",
     "CheckResult",
     "Claim",
     "Finding",
@@ -30,11 +33,13 @@ __all__ = [
     "RunCache",
     "Written",
     "check_bounds",
+    "check_chair_table",
     "check_claims",
     "check_files",
     "compare_cell",
     "compare_number",
     "compare_table",
+    "extract_chair_tables",
     "extract_tables",
     "file_findings",
     "locate_run",

@@ -4,14 +4,26 @@ its source recomputes (:class:`halluprobe.tables.Grid`)."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, Protocol
 
 from halluprobe.check.findings import Finding
-from halluprobe.check.parse import FoundTable
 from halluprobe.errors import InputError
-from halluprobe.tables import Cell, Grid
+from halluprobe.tables import Cell, Grid, Style
 
-__all__ = ["MAX_NUMBER_CHARS", "compare_cell", "compare_number", "compare_table"]
+__all__ = ["MAX_NUMBER_CHARS", "WrittenTable", "compare_cell", "compare_number", "compare_table"]
+
+
+class WrittenTable(Protocol):
+    """A table as written (``parse.FoundTable``, ``chair.ChairTable``): what a comparison reads."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def style(self) -> Style: ...
+    @property
+    def header(self) -> tuple[int, list[str]]: ...
+    @property
+    def rows(self) -> list[tuple[int, list[str]]]: ...
 
 MAX_NUMBER_CHARS = 64  # a number written longer than this is never one of ours: it differs
 
@@ -63,11 +75,11 @@ def compare_cell(expected: Cell, found: str) -> Literal["differs", "unparseable"
     return None
 
 
-def _cell_count_error(table: FoundTable, line: int, found: int, expected: int, what: str) -> InputError:
+def _cell_count_error(table: WrittenTable, line: int, found: int, expected: int, what: str) -> InputError:
     return InputError(f"the table has {found} {what}, its source {expected}: not the table its provenance names", table.path, line)
 
 
-def compare_table(table: FoundTable, grid: Grid) -> tuple[list[Finding], int]:
+def compare_table(table: WrittenTable, grid: Grid) -> tuple[list[Finding], int]:
     """Findings for every cell that differs, and how many cells were compared; a table of
     another shape than its source is bad input."""
     if len(table.rows) != len(grid.rows):
@@ -97,7 +109,7 @@ def compare_table(table: FoundTable, grid: Grid) -> tuple[list[Finding], int]:
     return findings, compared
 
 
-def _split_terminal_row(table: FoundTable, line: int, cells: list[str], expected_row: tuple[Cell, ...]) -> list[str]:
+def _split_terminal_row(table: WrittenTable, line: int, cells: list[str], expected_row: tuple[Cell, ...]) -> list[str]:
     """A terminal row's tokens grouped as the source's cells (``0.8575 [0.832, 0.881]`` is one)."""
     tokens = cells[1].split()
     widths = [1 if cell.values in ((), (None,)) else len(cell.values) for cell in expected_row[1:]]

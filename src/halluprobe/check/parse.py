@@ -15,7 +15,7 @@ from pathlib import Path
 from halluprobe.errors import InputError
 from halluprobe.tables import Provenance, Style, parse_provenance
 
-__all__ = ["MAX_RESAMPLES", "MAX_SEED", "FoundTable", "check_bounds", "extract_tables"]
+__all__ = ["MAX_RESAMPLES", "MAX_SEED", "FoundTable", "check_bounds", "extract_tables", "latex_table_under", "markdown_table_under"]
 
 # bootstrap work a comment may ask for: 0 (no CIs, `score --resamples 0`) up to 100 000
 # resamples; a seed numpy's generators take the same way on every platform (below 2**32)
@@ -106,6 +106,16 @@ def _latex_table(lines: list[str], index: int, path: str) -> tuple[Style, tuple[
     if not rows:
         raise InputError("the tabular under the provenance comment has no rows", path, begin + 1)
     return "latex", rows[0], rows[1:]
+
+
+def latex_table_under(lines: list[str], index: int, path: str) -> tuple[Style, tuple[int, list[str]], list[tuple[int, list[str]]]]:
+    """The LaTeX tabular under the comment at ``lines[index]``: (style, header, rows)."""
+    return _latex_table(lines, index, path)
+
+
+def markdown_table_under(lines: list[str], index: int, path: str) -> tuple[Style, tuple[int, list[str]], list[tuple[int, list[str]]]]:
+    """The Markdown pipe table (or pasted terminal table) under the comment at ``lines[index]``."""
+    return _markdown_table(lines, index, path)
 
 
 def _markdown_table(lines: list[str], index: int, path: str) -> tuple[Style, tuple[int, list[str]], list[tuple[int, list[str]]]]:

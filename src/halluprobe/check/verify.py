@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from halluprobe.check.chair import check_chair_table, extract_chair_tables
 from halluprobe.check.claims import check_claims, read_claims
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult
@@ -47,6 +48,9 @@ def check_files(files: Sequence[str | Path], *, runs: Sequence[str | Path] = (),
         for table in extract_tables(name, text):
             result.tables += 1
             _check_table(table, run_paths, cache, result)
+        for chair in extract_chair_tables(name, text):
+            result.tables += 1
+            check_chair_table(chair, run_paths, result)
     if claims is not None:
         parsed = read_claims(claims)
         result.claims = len(parsed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -149,11 +149,8 @@ def chair_cmd(
 ) -> None:
     """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
     from halluprobe.benchmarks.chair.families import FAMILIES, family_named
-    from halluprobe.benchmarks.chair.scoring import (
-        paired_differences,
-        score_captions,
-        summarize,
-    )
+    from halluprobe.benchmarks.chair.evaluate import chair_results
+    from halluprobe.benchmarks.chair.scoring import paired_differences, score_captions
     from halluprobe.files import write_atomic
     from halluprobe.formatting import format_ratio
 
@@ -173,34 +170,16 @@ def chair_cmd(
             )
         caps, settings = read_captions(captions, fmt)
         other = read_captions(against, fmt)[0] if against is not None else None
-        results: dict[str, Any] = {}
-        per_caption: dict[str, list[Any]] = {}
-        for name in names:
-            fam = family_named(name)
-            truth = ground_truth_for(name, ground_truth, coco, year, coco_sha256)
-            scores = score_captions(caps, truth, fam, truncate=truncate_incomplete)
-            recorded = {
-                **settings,
-                **fam.identity,
-                "ground_truth": truth.describe(),
-                "truncate_incomplete": truncate_incomplete,
-            }
-            summary = summarize(
-                scores, name, settings=recorded, n_resamples=bootstrap, seed=seed
-            )
-            entry: dict[str, Any] = {"summary": summary.model_dump(mode="json")}
+        truths = {name: ground_truth_for(name, ground_truth, coco, year, coco_sha256) for name in names}
+        results, per_caption = chair_results(caps, settings, names, truths.__getitem__, truncate=truncate_incomplete,
+                                             n_resamples=bootstrap, seed=seed)  # fmt: skip
+        for name, truth in truths.items():
             if other is not None:
-                other_scores = score_captions(
-                    other, truth, fam, truncate=truncate_incomplete
-                )
-                entry["paired"] = {
+                other_scores = score_captions(other, truth, family_named(name), truncate=truncate_incomplete)
+                results[name]["paired"] = {
                     "against": str(against),
-                    **paired_differences(
-                        scores, other_scores, n_resamples=bootstrap, seed=seed
-                    ),
+                    **paired_differences(per_caption[name], other_scores, n_resamples=bootstrap, seed=seed),
                 }
-            results[name] = entry
-            per_caption[name] = scores
             if coco is not None and out is not None:  # built from the annotations: cached as small JSON for --ground-truth
                 truth.save(out / f"ground_truth_{name.removeprefix('chair@')}.json")
         if out is not None:
@@ -215,8 +194,9 @@ def chair_cmd(
             from halluprobe.report.chair import chair_latex_table, chair_section
 
             source = caption_source(captions)
-            write_atomic(out / "chair_report.md", chair_section(results, per_caption, source))
-            write_atomic(out / "chair_table.tex", chair_latex_table(results, source))
+            bootstrap_settings = {"resamples": bootstrap, "seed": seed}
+            write_atomic(out / "chair_report.md", chair_section(results, per_caption, source, bootstrap=bootstrap_settings))
+            write_atomic(out / "chair_table.tex", chair_latex_table(results, source, bootstrap=bootstrap_settings))
     if as_json:
         typer.echo(json.dumps(results, indent=2, ensure_ascii=False))
         return

@@ -77,6 +77,7 @@ def corrections_cmd(
         return
     header = ["method", "kind", "acc", "P", "R", "F1 [95% CI]", "yes", "ΔF1 vs greedy [95% CI]", "McNemar p", "F1 sampled", "Δ vs sampled"]
     header += [f"F1 of {draws} draws [95%]"] if draws else []
+    header += ["unknown"] if report.any_unknown else []  # an F1 of 0 from answers all unknown is shown as such
     lines = []
     for row in report.rows:
         kind = row.kind + (f", chosen on {row.chosen_on}" if row.chosen_on else "") + (f", inert: {row.inert}" if row.inert else "")
@@ -85,6 +86,7 @@ def corrections_cmd(
             _cell(row.yes_ratio), _cell(row.delta_f1, row.delta_f1_ci, signed=True),
             "-" if row.mcnemar_p is None else f"{row.mcnemar_p:.3g}", _cell(row.f1_sampled), _cell(row.delta_sampled, signed=True),
             *([_cell(row.f1_draws[0], row.f1_draws[1:]) if row.f1_draws else "-"] if draws else []),
+            *([f"{row.unknown}/{report.n}"] if report.any_unknown else []),
         ])  # fmt: skip
     from rich.table import Table
 

@@ -33,7 +33,7 @@ def import_cmd(
     Every answer is imported or listed with its reason in RUNDIR/manifest.json."""
     from halluprobe.errors import InputError
     from halluprobe.imports import FORMATS, import_answers
-    from halluprobe.imports.captions import CAPTION_FORMATS, import_captions
+    from halluprobe.imports.captions import CAPTION_FORMATS, detect_caption_format, import_captions
 
     with errors():
         files = list(args)
@@ -43,6 +43,8 @@ def import_cmd(
             fmt = files.pop(0)
         if not files:
             raise InputError("give the answers file(s) to import")
+        if fmt is None:  # OPERA's caption lines and lmms-eval coco_cap_chair logs are told from their first line
+            fmt = detect_caption_format(Path(files[0]))
         if fmt in CAPTION_FORMATS:  # captions: a run dir of open answers, scored by `halluprobe chair`
             captions_run, n = import_captions(fmt, [Path(f) for f in files], out, questions=questions, model=model, overwrite=overwrite)
             typer.echo(f"{captions_run.path}: {n} captions imported ({fmt}); score them with `halluprobe chair {captions_run.path}`")

@@ -205,6 +205,7 @@ def report_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace --out (or its .md twin) even where it is not a report halluprobe wrote.")] = False,
 ) -> None:
     """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots.
+    Runs of open answers to CHAIR questions (or imported captions) get the CHAIR page instead.
     A report halluprobe wrote earlier is replaced; any other file at --out or its twin is refused."""
     from halluprobe.audit import audit_run, compare_runs
     from halluprobe.report import render_report
@@ -215,6 +216,13 @@ def report_cmd(
         refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
         for target in (out, out.with_suffix(".md")):
             _refuse_foreign_report(target, overwrite)
+        if _open_ended_runs(rundirs, labels=labels, headline=headline):
+            from halluprobe.report.chair_page import render_chair_report
+
+            html, md = render_chair_report(rundirs, out, n_resamples=resamples, seed=seed)
+            typer.echo(str(html))
+            typer.echo(str(md))
+            return
         audits = [
             audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in rundirs
         ]
@@ -225,6 +233,26 @@ def report_cmd(
         html, md = render_report(rundirs, out, audits=audits, comparison=comparison)
     typer.echo(str(html))
     typer.echo(str(md))
+
+
+def _open_ended_runs(rundirs: list[Path], *, labels: Optional[list[Path]], headline: Optional[str]) -> bool:
+    """Whether the report is of runs of open answers (captions: the CHAIR page); yes/no runs and
+    open answers do not mix on one page, and the yes/no options do not apply to captions."""
+    from halluprobe.rundir import RunDir
+
+    flags = []
+    for rundir in rundirs:
+        run = RunDir(rundir)
+        flags.append(run.header_path.is_file() and run.read_header().open_ended)
+    if not any(flags):
+        return False
+    if not all(flags):
+        first = RunDir(rundirs[flags.index(True)]).header_path
+        raise InputError("a run of open answers (captions) cannot share a report with yes/no runs: report them apart", first)
+    for flag, given in (("--labels", labels), ("--headline", headline)):
+        if given:
+            raise InputError(f"{flag} applies to yes/no runs; these runs hold open answers (their report is CHAIR's)")
+    return True
 
 
 # the first bytes a report halluprobe wrote begins with: such a file is replaced without --overwrite

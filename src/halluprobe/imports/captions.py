@@ -26,7 +26,7 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
-from halluprobe.jsonl import read_records
+from halluprobe.jsonl import loads, read_records
 from halluprobe.records import GenerateConfig, RunHeader, Sample
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
 
@@ -35,6 +35,7 @@ __all__ = [
     "CAPTION_SPLIT",
     "UNKNOWN_PROMPT",
     "CaptionLine",
+    "detect_caption_format",
     "import_captions",
     "read_caption_file",
 ]
@@ -87,6 +88,34 @@ def _lmms_caption(obj: dict[str, Any]) -> tuple[Any, Any]:
     while isinstance(resp, list) and resp:
         resp = resp[0]
     return image, resp
+
+
+# keys of an answers line (POPE answers, LLaVA, VLMEvalKit, lmms-eval): a line with any of
+# them is not told to be an OPERA caption line, whatever else it has
+_ANSWER_KEYS = frozenset({"question", "answer", "text", "prediction", "doc_id", "label"})
+_FIRST_LINE_LIMIT = 1 << 20  # a caption line is far shorter; a longer first line is not told
+
+
+def detect_caption_format(path: Path) -> str | None:
+    """The caption format of ``path`` where its first line tells it unambiguously, else None
+    (the answers formats' detection then decides, or names ``--format``): OPERA's
+    ``{"image_id", "caption"}`` line, and an lmms-eval samples line of ``coco_cap_chair`` (its
+    metric entries are named ``coco_cap_chair_*``). LLaVA-style caption lines share LLaVA's POPE
+    answers' fields and amber_g logs share other tasks' shape: those need the format word."""
+    try:  # the first line only (bounded): the whole file is read once, by the format's reader
+        with path.open("rb") as fh:
+            head = fh.readline(_FIRST_LINE_LIMIT)
+        first = loads(head.decode("utf-8-sig").strip())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError):
+        return None  # unreadable or not one JSON line: the answers formats' detection says why
+    if not isinstance(first, dict):
+        return None
+    keys = set(first)
+    if {"image_id", "caption"} <= keys and not keys & _ANSWER_KEYS:
+        return "opera"
+    if {"doc_id", "filtered_resps"} <= keys and any(k.startswith("coco_cap_chair") for k in keys):
+        return "lmms-eval-chair"
+    return None
 
 
 def read_caption_file(

@@ -66,6 +66,7 @@ def render_report(
         comparison = compare_runs(paths, readout=headline, n_resamples=n_resamples, seed=seed)
     view = build_view(audits, paths or [None] * len(audits), comparison)
     _add_corrections(view, paths, corrections, n_resamples=n_resamples, seed=seed)
+    _add_parsers(view, paths)
     build_figures(view)
     out_md = out_html.with_suffix(".md")
     page = render_html(view)
@@ -113,6 +114,20 @@ def _add_corrections(view: ReportView, paths: Sequence[Path], given: Sequence[An
         view.runs[index] = dataclasses.replace(view.runs[index], corrections=table)
     if any(run.corrections is not None for run in view.runs):
         view.sections.append(("corrections", "Corrections"))
+
+
+def _add_parsers(view: ReportView, paths: Sequence[Path]) -> None:
+    """The Parsers section: each imported run's rule changes and the rule a published number needs."""
+    import dataclasses
+
+    from halluprobe.report.parsers import parsers_view
+
+    for index, path in enumerate(paths[: len(view.runs)]):
+        run = view.runs[index]
+        if path is not None and run.imported is not None:
+            view.runs[index] = dataclasses.replace(run, parsers=parsers_view(path, run.imported))
+    if any(run.parsers is not None for run in view.runs):
+        view.sections.append(("parsers", "Parsers"))
 
 
 def build_figures(view: ReportView) -> None:
@@ -253,7 +268,14 @@ def render_html(view: ReportView) -> str:
         piece=fmt.piece,
         short=fmt.short_readout,
     )
-    return env.from_string(source).render(**view.template_context())
+    return env.from_string(source).render(**view.template_context(), stylesheet=stylesheet())
+
+
+def stylesheet() -> str:
+    """The pages' one stylesheet (inlined: a report opens offline), shared by every page halluprobe writes."""
+    from importlib.resources import files
+
+    return files("halluprobe.report").joinpath("templates", "report.css").read_text(encoding="utf-8")
 
 
 def render_markdown(view: ReportView, *, html_name: str = "report.html", provenance: Provenance | None = None) -> str:

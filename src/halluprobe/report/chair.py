@@ -4,7 +4,7 @@ method that shortens captions "reduces" CHAIR: the section shows it).
 
 Tables carry a provenance comment (``halluprobe-chair-provenance {JSON}``: the run, its
 fingerprint and samples sha256, the families, the ground truth, the options and the bootstrap)
-above them. ``halluprobe check`` does not verify it yet.
+above them; ``halluprobe check`` recomputes the families table from it (``check.chair``).
 """
 
 from __future__ import annotations
@@ -15,25 +15,38 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from halluprobe.formatting import format_ratio, markdown_table
+from halluprobe.tables import Cell, Grid, latex_escape
 
-__all__ = ["CHAIR_PROVENANCE_MARK", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects", "length_bins"]
+__all__ = [
+    "CHAIR_PROVENANCE_MARK", "chair_grid", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects",
+    "length_bins",
+]  # fmt: skip
 
 CHAIR_PROVENANCE_MARK = "halluprobe-chair-provenance"
 _METRICS = (("chair_s", "CHAIR_s", 100), ("chair_i", "CHAIR_i", 100), ("recall", "Recall", 100), ("length", "Len", 1))
 
 
-def chair_provenance(results: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
-    """What the table was computed from: ``source`` (the run: path, fingerprint, samples sha256)
-    and, per family, the ground truth and the options recorded with the result."""
+def chair_provenance(
+    results: Mapping[str, Any], source: Mapping[str, Any], bootstrap: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """What the table was computed from: ``source`` (the run: path, fingerprint, samples sha256;
+    or a caption file: path, sha256, format), per family the ground truth and the options
+    recorded with the result, and the ``bootstrap`` (resamples, seed) of its CIs."""
     from halluprobe import __version__
 
     first = next(iter(results.values()))["summary"]["settings"]
-    return {
-        "table": "chair", "source": dict(source), "families": list(results),
+    described = dict(source)
+    if "captions" in described and first.get("format"):
+        described["format"] = first["format"]
+    provenance = {
+        "table": "chair", "source": described, "families": list(results),
         "ground_truth": {f: r["summary"]["settings"]["ground_truth"] for f, r in results.items()},
         "truncate_incomplete": first.get("truncate_incomplete"), "prompt": first.get("prompt"),
         "max_new_tokens": first.get("max_new_tokens"), "halluprobe": __version__,
     }  # fmt: skip
+    if bootstrap is not None:
+        provenance["bootstrap"] = {"resamples": bootstrap["resamples"], "seed": bootstrap["seed"]}
+    return provenance
 
 
 def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
@@ -43,8 +56,26 @@ def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]
     return f"<!-- {CHAIR_PROVENANCE_MARK} {payload.replace('>', chr(92) + 'u003e')} -->"
 
 
-def _cell(summary: Mapping[str, Any], metric: str, scale: int) -> str:
-    return format_ratio(summary[metric], summary["ci"].get(metric), digits=1, ci_digits=1, scale=scale, missing="n/a")
+def _cell(summary: Mapping[str, Any], metric: str, scale: int) -> Cell:
+    """A metric as written (one decimal, scaled) and the scaled numbers it shows, for ``check``."""
+    value, ci = summary[metric], summary["ci"].get(metric)
+    text = format_ratio(value, ci, digits=1, ci_digits=1, scale=scale, missing="n/a")
+    if value is None:
+        return Cell(text, (None,))
+    return Cell(text, (scale * value,) if not ci else (scale * value, scale * ci[0], scale * ci[1]))
+
+
+_LATEX_HEADER = ("Family", "$n$", "CHAIR$_s$", "CHAIR$_i$", "Recall", "Len")
+
+
+def chair_grid(results: Mapping[str, Any], style: Literal["markdown", "latex"] = "markdown") -> Grid:
+    """The families-side-by-side table: one row per family, n and each metric with its CI."""
+    header = _LATEX_HEADER if style == "latex" else ("family", "n", *(label for _, label, _ in _METRICS))
+    rows = tuple(
+        (Cell(f), Cell(str(r["summary"]["n"]), (r["summary"]["n"],)), *(_cell(r["summary"], m, s) for m, _, s in _METRICS))
+        for f, r in results.items()
+    )
+    return Grid(header, rows)
 
 
 def hallucinated_objects(scores: Sequence[Any], top: int = 10) -> list[tuple[str, int, int]]:
@@ -75,12 +106,18 @@ def length_bins(scores: Sequence[Any], bins: int = 4) -> list[dict[str, Any]]:
     return out
 
 
-def chair_section(results: Mapping[str, Any], scores: Mapping[str, Sequence[Any]], source: Mapping[str, Any]) -> str:
+def chair_section(
+    results: Mapping[str, Any],
+    scores: Mapping[str, Sequence[Any]],
+    source: Mapping[str, Any],
+    *,
+    bootstrap: Mapping[str, int] | None = None,
+    title: str = "CHAIR",
+) -> str:
     """The Markdown section: families side by side, top hallucinated objects, CHAIR by length."""
-    lines = ["## CHAIR", "", _comment(chair_provenance(results, source), "markdown")]
-    header = ["family", "n", *(label for _, label, _ in _METRICS)]
-    rows = [[f, r["summary"]["n"], *(_cell(r["summary"], m, s) for m, _, s in _METRICS)] for f, r in results.items()]
-    lines += markdown_table(header, rows)
+    lines = [f"## {title}", "", _comment(chair_provenance(results, source, bootstrap), "markdown")]
+    grid = chair_grid(results)
+    lines += markdown_table(list(grid.header), [[c.text for c in row] for row in grid.rows])
     first = next(iter(results.values()))["summary"]["settings"]
     gt = first["ground_truth"]
     lines += ["", f"Ground truth: {gt['source']}{' ' + str(gt['year']) if gt.get('year') else ''}; prompt: {first.get('prompt')!s}; "
@@ -101,18 +138,14 @@ def chair_section(results: Mapping[str, Any], scores: Mapping[str, Sequence[Any]
     return "\n".join(lines) + "\n"
 
 
-def chair_latex_table(results: Mapping[str, Any], source: Mapping[str, Any]) -> str:
+def chair_latex_table(results: Mapping[str, Any], source: Mapping[str, Any], *, bootstrap: Mapping[str, int] | None = None) -> str:
     """The families-side-by-side table in booktabs LaTeX, its provenance comment above it."""
-    from halluprobe.tables import latex_escape
-
     body = [
-        _comment(chair_provenance(results, source), "latex"),
+        _comment(chair_provenance(results, source, bootstrap), "latex"),
         r"\begin{tabular}{lrrrrr}", r"\toprule",
-        "Family & $n$ & CHAIR$_s$ & CHAIR$_i$ & Recall & Len \\\\", r"\midrule",
+        " & ".join(_LATEX_HEADER) + " \\\\", r"\midrule",
     ]  # fmt: skip
-    for f, r in results.items():
-        s = r["summary"]
-        cells = [latex_escape(f), str(s["n"]), *(latex_escape(_cell(s, m, sc)) for m, _, sc in _METRICS)]
-        body.append(" & ".join(cells) + " \\\\")
+    for row in chair_grid(results, "latex").rows:
+        body.append(" & ".join(latex_escape(c.text) for c in row) + " \\\\")
     body += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(body) + "\n"

@@ -265,9 +265,17 @@ def tail_sections(lines: list[str], view: ReportView, number: int) -> None:
         for run in runs:
             for c in run.corrections.rows if run.corrections is not None else []:
                 name = code_span(c.name) + ("" if c.kind == "correction" else f" ({c.kind})") + (" (inert)" if c.inert else "")
+                name += f" ({fmt_count(c.unknown)} answers unknown)" if c.unknown else ""
                 ci = f"[{fmt_delta(c.delta_f1_ci[0])}, {fmt_delta(c.delta_f1_ci[1])}]" if c.delta_f1_ci else "–"
                 p = "–" if c.mcnemar_p is None else f"{c.mcnemar_p:.3g}"
                 rows.append(([run_cell(run)] if multi else []) + [name, fmt_pct(c.f1), fmt_pct(c.yes_ratio), fmt_delta(c.delta_f1), ci, p,
                                                                     fmt_pct(c.f1_sampled), fmt_delta(c.delta_sampled)])  # fmt: skip
         header = ["method", "F1 (%)", "yes (%)", "ΔF1 (pp)", "95% CI (pp)", "McNemar p", "F1 sampled (%)", "Δ vs sampled (pp)"]
         lines += md_table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
+    if any(run.parsers is not None for run in runs):
+        from halluprobe.report.parsers import parsers_lines
+
+        number += 1
+        lines += section_head(number, "Parsers")
+        lines += ["Every text rule applied to the same stored answers: the class counts per rule, and which rule a published number needs.", ""]
+        lines += parsers_lines([(run_cell(run) if multi else "", run.parsers) for run in runs if run.parsers is not None], headline)

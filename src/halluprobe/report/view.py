@@ -195,6 +195,8 @@ class RunView:
     imported: ImportedFrom | None = None  # what an imported run was made from
     text_only: bool = False  # no token sets, no p(yes), no first token: answers as text only
     headline_note: str | None = None  # where the run named its own headline: which, and why
+    # an imported run's Parsers section (report.parsers.ParsersView): rule changes, the rule a published number needs
+    parsers: Any = None
 
     def metrics_row(self, kind: Literal["pooled", "macro"]) -> Metrics:
         return next(r.m for r in self.headline_rows if r.kind == kind)

@@ -1,0 +1,167 @@
+"""CHAIR tables (``halluprobe chair --out``'s ``chair_report.md`` / ``chair_table.tex``, the
+report's CHAIR section) recomputed from their ``halluprobe-chair-provenance`` comment: the
+captions (a run dir, or a caption file and its format), each family's ground truth (shipped, or
+object lines named by path and sha256), ``truncate_incomplete`` and the bootstrap, scored again
+through :func:`halluprobe.benchmarks.chair.evaluate.chair_results` and compared cell by cell.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from halluprobe.check.compare import compare_table
+from halluprobe.check.findings import CheckResult, Finding
+from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, markdown_table_under
+from halluprobe.check.sources import file_findings, locate_run
+from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
+from halluprobe.provenance import FileSource
+from halluprobe.report.chair import CHAIR_PROVENANCE_MARK, chair_grid
+from halluprobe.rundir import RunDir, sha256_file
+from halluprobe.tables import Style
+
+__all__ = ["ChairTable", "check_chair_table", "extract_chair_tables"]
+
+_MARKDOWN = re.compile(rf"^\s*<!--\s*{CHAIR_PROVENANCE_MARK}\s+(.*?)\s*-->\s*$")
+_LATEX = re.compile(rf"^\s*%\s*{CHAIR_PROVENANCE_MARK}\s+(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class ChairTable:
+    """A CHAIR table as written under its provenance comment."""
+
+    path: str
+    line: int
+    provenance: dict[str, Any]
+    style: Style
+    header: tuple[int, list[str]]
+    rows: list[tuple[int, list[str]]]
+
+
+def _bounded(bootstrap: object, path: str, line: int) -> tuple[int, int]:
+    if not isinstance(bootstrap, dict):
+        raise InputError("CHAIR provenance comment: no 'bootstrap' {resamples, seed} (written before halluprobe recorded it?)", path, line)
+    values = []
+    for key, top in (("resamples", MAX_RESAMPLES), ("seed", MAX_SEED)):
+        value = bootstrap.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise InputError(f"CHAIR provenance comment: bootstrap {key} {value!r} is out of bounds (expected an integer from 0 to {top})", path, line)
+        values.append(value)
+    return values[0], values[1]
+
+
+def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
+    """The comment's JSON, checked for the fields a recomputation reads."""
+    from halluprobe.benchmarks.chair.families import FAMILIES
+
+    try:
+        data = loads(payload)
+    except (json.JSONDecodeError, ValueError, RecursionError) as err:
+        raise InputError(f"CHAIR provenance comment is not JSON: {str(err).splitlines()[0][:120]}", path, line) from None
+    if not isinstance(data, dict) or data.get("table") != "chair":
+        raise InputError("CHAIR provenance comment: expected a JSON object with \"table\": \"chair\"", path, line)
+    families, source, truths = data.get("families"), data.get("source"), data.get("ground_truth")
+    if not isinstance(families, list) or not families or any(f not in FAMILIES for f in families):
+        raise InputError(f"CHAIR provenance comment: 'families' must list some of {', '.join(FAMILIES)}", path, line)
+    if not isinstance(source, dict) or not (isinstance(source.get("run"), str) or isinstance(source.get("captions"), str)):
+        raise InputError("CHAIR provenance comment: 'source' must name a run dir ('run') or a caption file ('captions')", path, line)
+    if not isinstance(truths, dict) or any(not isinstance(truths.get(f), dict) for f in families):
+        raise InputError("CHAIR provenance comment: 'ground_truth' must describe every family's", path, line)
+    if not isinstance(data.get("truncate_incomplete", False), bool):
+        raise InputError("CHAIR provenance comment: 'truncate_incomplete' must be true or false", path, line)
+    data["_bootstrap"] = _bounded(data.get("bootstrap"), path, line)
+    return data
+
+
+def extract_chair_tables(path: str | Path, text: str) -> list[ChairTable]:
+    """Every table under a CHAIR provenance comment in ``text``; a malformed comment is bad input."""
+    lines = text.split("\n")
+    found = []
+    for index, line in enumerate(lines):
+        if CHAIR_PROVENANCE_MARK not in line:
+            continue
+        markdown, latex = _MARKDOWN.match(line), _LATEX.match(line)
+        if markdown is None and latex is None:
+            continue  # the mark in prose, not a comment
+        payload = (markdown or latex).group(1)  # type: ignore[union-attr]
+        provenance = _parse(payload, str(path), index + 1)
+        reader = markdown_table_under if markdown is not None else latex_table_under
+        style, header, rows = reader(lines, index, str(path))
+        found.append(ChairTable(str(path), index + 1, provenance, style, header, rows))
+    return found
+
+
+def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> tuple[Any, dict[str, Any]] | None:
+    """The captions the table names, and the settings recorded with them; None when missing."""
+    from halluprobe.benchmarks.chair.inputs import read_captions
+
+    source = table.provenance["source"]
+    where = (table.path, table.line)
+    if isinstance(source.get("run"), str):
+        path = locate_run(source["run"], runs)
+        run = RunDir(path)
+        if not run.header_path.is_file() or not run.samples_path.is_file():
+            result.findings.append(Finding("run-missing", *where, f"run dir {path} is missing (no run.json or samples.jsonl)"))
+            return None
+        if source.get("fingerprint") is not None and run.read_header().fingerprint != source["fingerprint"]:
+            result.findings.append(Finding("run-changed", *where, f"run dir {path} is another run now (its fingerprint changed)"))
+        elif source.get("samples_sha256") is not None and sha256_file(run.samples_path) != source["samples_sha256"]:
+            result.findings.append(Finding("run-changed", *where, f"samples of {path} changed since this was written (samples.jsonl sha256)"))
+        return read_captions(path, None)
+    findings, file = file_findings(FileSource(path=source["captions"], sha256=str(source.get("sha256", ""))), runs, where)
+    result.findings.extend(findings)
+    if file is None:
+        return None
+    fmt = source.get("format")
+    return read_captions(file, fmt if isinstance(fmt, str) else None)
+
+
+def _ground_truth(table: ChairTable, family: str, described: Mapping[str, Any], runs: Sequence[Path], result: CheckResult) -> Any:
+    """The ground truth a family was scored against, from its description; None when it cannot be had."""
+    from halluprobe.benchmarks.chair.groundtruth import load_ground_truth, shipped_ground_truth
+
+    where = (table.path, table.line)
+    kind = described.get("source")
+    if kind == "shipped":
+        return shipped_ground_truth(family)
+    files = described.get("files")
+    if kind == "objects" and isinstance(files, dict) and len(files) == 1:
+        (name, sha), = files.items()
+        findings, path = file_findings(FileSource(path=str(name), sha256=str(sha)), runs, where)
+        result.findings.extend(findings)
+        return None if path is None else load_ground_truth(path)
+    result.findings.append(Finding(
+        "file-missing", *where,
+        f"{family}: a ground truth built from COCO's annotations is not recomputed here: its cached JSON (chair --out) "
+        "as --ground-truth writes a table check can recompute",
+    ))  # fmt: skip
+    return None
+
+
+def check_chair_table(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> None:
+    """Recompute one CHAIR table and add a finding for every cell that differs."""
+    from halluprobe.benchmarks.chair.evaluate import chair_results
+
+    prov = table.provenance
+    read = _captions(table, runs, result)
+    if read is None:
+        return
+    captions, settings = read
+    truths = {}
+    for family in prov["families"]:
+        truth = _ground_truth(table, family, prov["ground_truth"][family], runs, result)
+        if truth is None:
+            return
+        truths[family] = truth
+    resamples, seed = prov["_bootstrap"]
+    results, _ = chair_results(captions, settings, prov["families"], truths.__getitem__,
+                               truncate=bool(prov.get("truncate_incomplete")), n_resamples=resamples, seed=seed)  # fmt: skip
+    grid = chair_grid(results, "latex" if table.style == "latex" else "markdown")
+    findings, compared = compare_table(table, grid)
+    result.findings.extend(findings)
+    result.cells += compared

@@ -1,0 +1,128 @@
+"""The report of runs of open answers to CHAIR questions (``build chair`` + ``run --open-ended``,
+or an imported caption file): one self-contained HTML page and its Markdown twin, with the CHAIR
+section of :mod:`halluprobe.report.chair` for every run (both normaliser families side by side,
+the objects most often hallucinated, CHAIR against caption length).
+
+The captions are scored against the ground truth shipped for the two standard 500-image lists;
+a run on other images is bad input that names ``halluprobe chair --ground-truth`` (or, for PROVE's
+open questions, ``halluprobe prove score``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from halluprobe.benchmarks.chair.scoring import CaptionScore
+from halluprobe.files import write_atomic
+from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects, length_bins
+from halluprobe.tables import Grid
+
+__all__ = ["ChairRunView", "chair_length_plot", "chair_run_view", "render_chair_report", "OPEN_ENDED_HINT"]
+
+TEMPLATE = "chair.html.j2"
+OPEN_ENDED_HINT = (
+    "score captions on other images with `halluprobe chair RUNDIR --ground-truth FILE` (or `halluprobe amber generative` "
+    "for AMBER), PROVE's open questions with `halluprobe prove score --responses RUNDIR`"
+)
+
+
+@dataclass(frozen=True)
+class ChairRunView:
+    """What the page shows of one run: its CHAIR results per family and the per-caption scores."""
+
+    index: int
+    label: str
+    path: str
+    results: dict[str, Any]
+    scores: dict[str, list[CaptionScore]]
+    source: dict[str, Any]
+    grid: Grid
+    top: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
+    bins: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    figure: str | None = None
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(next(iter(self.results.values()))["summary"]["settings"])
+
+
+def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int) -> ChairRunView:
+    """Score one run dir in both families against the shipped ground truth."""
+    from halluprobe.benchmarks.chair.evaluate import chair_results, refuse_unknown_images
+    from halluprobe.benchmarks.chair.families import FAMILIES
+    from halluprobe.benchmarks.chair.groundtruth import shipped_ground_truth
+    from halluprobe.benchmarks.chair.inputs import caption_source
+    from halluprobe.benchmarks.chair.runs import run_captions
+
+    captions, settings = run_captions(path)
+    truths = {name: shipped_ground_truth(name) for name in FAMILIES}
+    for truth in truths.values():
+        refuse_unknown_images(captions, truth, OPEN_ENDED_HINT)
+    results, scores = chair_results(captions, settings, FAMILIES, truths.__getitem__, n_resamples=n_resamples, seed=seed)
+    model = settings.get("model")
+    model = str(model) if model and model != "unknown" else Path(path).resolve().name  # an imported caption file names no model
+    return ChairRunView(
+        index=index, label=Path(model).name or model, path=str(path), results=results, scores=scores,
+        source=caption_source(path), grid=chair_grid(results),
+        top={f: hallucinated_objects(s) for f, s in scores.items()}, bins={f: length_bins(s) for f, s in scores.items()},
+    )  # fmt: skip
+
+
+def chair_length_plot(bins: Mapping[str, Sequence[Mapping[str, Any]]], *, width: float = 4.6) -> str:
+    """CHAIR_s (solid) and CHAIR_i (dashed) per caption-length group, one colour per family:
+    shorter captions hallucinate less, so a method that shortens captions "reduces" CHAIR."""
+    from halluprobe.report.figure_style import PALETTE, figure, svg
+
+    colours = (PALETTE["blue"], PALETTE["vermillion"])
+    with figure(width, 2.6) as (fig, axes):
+        ax = axes[0][0]
+        for k, (family, groups) in enumerate(bins.items()):
+            xs = [(g["lengths"][0] + g["lengths"][1]) / 2 for g in groups]
+            colour = colours[k % len(colours)]
+            name = family.removeprefix("chair@")
+            ax.plot(xs, [100 * g["chair_s"] for g in groups], marker="os"[k % 2], color=colour, lw=1.2, label=f"CHAIR_s, {name}")
+            pairs = [(x, 100 * g["chair_i"]) for x, g in zip(xs, groups) if g["chair_i"] is not None]
+            if pairs:
+                ax.plot(*zip(*pairs), marker="os"[k % 2], color=colour, lw=1.0, ls="--", mfc="none", label=f"CHAIR_i, {name}")
+        ax.set_xlabel("caption length (words, middle of each group)")
+        ax.set_ylabel("%")
+        ax.set_ylim(bottom=0)
+        ax.legend(frameon=False, fontsize=7.5)
+        return svg(fig, "CHAIR against caption length")
+
+
+def _markdown(runs: Sequence[ChairRunView], html_name: str, bootstrap: Mapping[str, int]) -> str:
+    multi = len(runs) > 1
+    title = f"{len(runs)} runs on CHAIR" if multi else f"CHAIR of {runs[0].label}"
+    lines = [f"# halluprobe report: {title}", "", f"The figures are in [{html_name}]({html_name}).", ""]
+    for run in runs:
+        lines.append(f"Run {run.index + 1}: `{run.path}`." if multi else f"Run: `{run.path}`.")
+        section = chair_section(run.results, run.scores, run.source, bootstrap=bootstrap,
+                                title=f"CHAIR: {run.index + 1}. {run.label}" if multi else "CHAIR")  # fmt: skip
+        lines += ["", section]
+    return "\n".join(lines)
+
+
+def render_chair_report(rundirs: Sequence[str | Path], out_html: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> tuple[Path, Path]:
+    """Write the CHAIR page ``out_html`` and its Markdown twin (``.md``); return both paths."""
+    from importlib.resources import files
+
+    import jinja2
+
+    from halluprobe import __version__
+    from halluprobe.report import stylesheet
+
+    out_html = Path(out_html)
+    bootstrap = {"resamples": n_resamples, "seed": seed}
+    runs = [chair_run_view(k, Path(p), n_resamples=n_resamples, seed=seed) for k, p in enumerate(rundirs)]
+    runs = [ChairRunView(**{**run.__dict__, "figure": chair_length_plot(run.bins)}) for run in runs]
+    source = files("halluprobe.report").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
+    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    html = env.from_string(source).render(runs=runs, version=__version__, stylesheet=stylesheet(), bootstrap=bootstrap)
+    out_md = out_html.with_suffix(".md")
+    write_atomic(out_html, html)
+    write_atomic(out_md, _markdown(runs, out_html.name, bootstrap))
+    return out_html, out_md
