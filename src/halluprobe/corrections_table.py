@@ -271,7 +271,7 @@ def corrections_table(
             inert=Readout.parse(name).inert_reason if kind == "correction" and chosen_on != "folds" else None,
             chosen_on=chosen_on,
             f1_draws=drawn_f1(rows, draws, seed, policy) if draws else None,
-            unknown=scored.unknown if kind == "correction" else 0,
+            unknown=scored.unknown,  # every row: a readout that reads nothing shows it (issue 25)
         )  # fmt: skip
 
     report.rows.append(row(BASELINE, "baseline", base_rows))
