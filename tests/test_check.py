@@ -433,7 +433,7 @@ def test_readouts_tables_read_the_samples_once_and_score_like_score(run_dir: Pat
     from halluprobe.rundir import RunDir
     from halluprobe.scoring import score_rundir
     from halluprobe.scoring import readouts_reports
-    from halluprobe.tables import study_table
+    from halluprobe.study_table import study_table
 
     reads: list[Path] = []
     read_samples = RunDir.read_samples
@@ -456,7 +456,7 @@ def test_readouts_tables_read_the_samples_once_and_score_like_score(run_dir: Pat
 def test_the_study_table_renders_from_a_grid_that_check_recomputes(run_dir: Path, tmp_path: Path, syntax: str) -> None:
     """`audit --table` (unchanged: no comment) and the same table under a provenance comment,
     which check verifies cell by cell, forced (†) cells included."""
-    from halluprobe.tables import study_provenance, study_table
+    from halluprobe.study_table import study_provenance, study_table
 
     printed = runner.invoke(app, ["audit", str(run_dir), "--table", *(["--latex"] if syntax == "latex" else [])]).output
     plain = study_table([run_dir], syntax)  # type: ignore[arg-type]

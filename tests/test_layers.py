@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backends", ("backends", "ask", "clip_signal", "tiny")),
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner
     ("run", ("runner", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "benchmarks.chair", "benchmarks.amber")),
-    ("present", ("audit", "corrections_table", "decoding_runs", "decoding_table", "decoding_prove", "decoding_render", "provenance", "tables", "check", "report", "dataset_scores", "rule_changes", "literature")),
+    ("present", ("audit", "corrections_table", "decoding_runs", "decoding_table", "decoding_prove", "decoding_render", "provenance", "tables", "study_table", "check", "report", "dataset_scores", "rule_changes", "literature")),
     ("entry", ("demo", "cli")),
 )
 
@@ -52,7 +52,6 @@ OVERSIZED_ALLOWED: frozenset[str] = frozenset(
     {
         "benchmarks/synthetic.py",
         "runner.py",
-        "tables.py",  # arch-readout: readouts_reports / _score_readouts move to the scoring layer
     }
 )
 

@@ -28,7 +28,8 @@ from halluprobe.errors import InputError
 from halluprobe.formatting import score_rows_named
 from halluprobe.jsonl import read_text
 from halluprobe.scoring import score_answers_file
-from halluprobe.tables import FileSource, Grid, corrections_grid, headline_grid, readouts_grid, score_grid, study_grid
+from halluprobe.study_table import study_grid
+from halluprobe.tables import FileSource, Grid, corrections_grid, headline_grid, readouts_grid, score_grid
 
 __all__ = ["check_files"]
 

@@ -142,7 +142,7 @@ def audit_cmd(
             typer.echo("\n".join(render_rule_changes(rule_changes_of_run(rundir), f"{rundir}: text rules") for rundir in rundirs), nl=False)
         return
     if table:
-        from halluprobe.tables import study_table
+        from halluprobe.study_table import study_table
 
         with errors():
             if labels:  # the multi-model table scores each run's own labels: refused, not ignored
