@@ -246,7 +246,7 @@ def load_model(
 
     if dtype not in _DTYPES:
         raise InputError(f"dtype must be one of {', '.join(_DTYPES)}: {dtype!r}")
-    if device not in _DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
+    if device not in _DEVICES and not (device.startswith("cuda:") and device[5:].isascii() and device[5:].isdigit()):
         raise InputError(f"device must be one of {', '.join(_DEVICES)} or cuda:N: {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeFailure("device='cuda' asked for, but torch sees no CUDA device")

@@ -182,7 +182,7 @@ def refuse_duplicates(answers: Sequence[Imported]) -> None:
             raise InputError(
                 f"duplicate answer to {a.split} question {a.question_id} (first at {seen[key]})",
                 path or a.source,
-                int(line) if line.isdigit() else None,
+                int(line) if line.isascii() and line.isdigit() else None,
             )
         seen[key] = a.source
 
@@ -204,7 +204,7 @@ def refuse_unsafe_splits(answers: Sequence[Imported]) -> None:
     for split in dict.fromkeys(a.split for a in answers):
         first = next(a for a in answers if a.split == split)
         path, _, line = first.source.rpartition(":")
-        plain_component(split, "split", path or first.source, int(line) if line.isdigit() else None)
+        plain_component(split, "split", path or first.source, int(line) if line.isascii() and line.isdigit() else None)
 
 
 def _without_lone_surrogates(a: Imported) -> Imported:

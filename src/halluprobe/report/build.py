@@ -103,7 +103,7 @@ def _token_view(audit: AuditReport) -> TokenView:
         no=[] if sets is None else list(zip(sets.no_ids, sets.no_pieces)),
         by_piece=sets is not None and sets.keyed_by == "piece",
         legacy_valid=None if sets is None else sets.legacy_valid,
-        legacy=sorted(legacy.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0),
+        legacy=sorted(legacy.items(), key=lambda kv: int(kv[0]) if kv[0].isascii() and kv[0].isdigit() else 0),
         vocab_size=None if sets is None else sets.vocab_size,
         fingerprint=None if sets is None else sets.tokenizer_fingerprint,
         offset_rate=audit.offset_rate,

@@ -49,5 +49,5 @@ def refuse_unknown_images(captions: Sequence[Caption], truth: GroundTruth, hint:
             path, _, line = cap.source.rpartition(":")
             raise InputError(
                 f"image {cap.image_id} is not in the {truth.source} CHAIR ground truth ({len(truth.objects)} images): {hint}",
-                path or None, int(line) if line.isdigit() else None,
+                path or None, int(line) if line.isascii() and line.isdigit() else None,
             )  # fmt: skip

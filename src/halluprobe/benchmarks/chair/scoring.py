@@ -100,7 +100,7 @@ def score_captions(
             path, _, line = cap.source.rpartition(":")
             raise InputError(
                 f"image {cap.image_id} is not in the ground truth ({ground_truth.source}, {len(ground_truth.objects)} images)",
-                path or None, int(line) if line.isdigit() else None,
+                path or None, int(line) if line.isascii() and line.isdigit() else None,
             )  # fmt: skip
         text = truncate_incomplete(cap.text) if truncate else cap.text
         read = family.caption_objects(text)
