@@ -3,6 +3,8 @@ bad input, and the report's Published figures section (tests/_literature.py buil
 
 from __future__ import annotations
 
+# ruff: noqa: F811  (toy_coco is a fixture imported from _literature, then requested by name)
+
 import json
 import re
 from pathlib import Path

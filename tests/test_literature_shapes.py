@@ -4,6 +4,8 @@ draw, DASH-B's answers array), each figure recomputed here from the transcribed 
 
 from __future__ import annotations
 
+# ruff: noqa: F811  (toy_coco is a fixture imported from _literature, then requested by name)
+
 import json
 from pathlib import Path
 
