@@ -191,6 +191,11 @@ class LabelIndex:
         answered = {(a.split, a.question_id) for a in answers}
         return {s: sum((s, q.question_id) not in answered for q in qs) for s, qs in self.questions.items()}
 
+    def recorded(self) -> dict[str, Any]:
+        """What an :class:`ImportResult` records of these labels (its keyword arguments): the
+        files, their sha256 and the POPE versions they are."""
+        return {"labels": dict(self.files), "label_sha256": dict(self.sha256), "versions": {"labels": self.versions()}}
+
     def versions(self) -> dict[str, list[str]]:
         if self._versions is None:  # asked by each reader and again by a mismatch message
             self._versions = {split: label_version(split, self.sha256[split], self.questions[split]) for split in self.files}

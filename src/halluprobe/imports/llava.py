@@ -175,9 +175,7 @@ def read_llava_by_labels(answer_files: list[Path], labels: LabelIndex, *, inputs
         answers=[],
         sources=list(answer_files),
         inputs=inputs,
-        labels=dict(labels.files),
-        label_sha256=dict(labels.sha256),
-        versions={"labels": labels.versions()},
+        **labels.recorded(),
         max_new_tokens=LLAVA_MAX_NEW_TOKENS,
         notes=[
             (

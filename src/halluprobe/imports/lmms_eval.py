@@ -91,9 +91,7 @@ def read_lmms_eval(
         answers=[],
         sources=list(files),
         inputs=inputs,
-        labels=dict(labels.files) if labels is not None else {},
-        label_sha256=dict(labels.sha256) if labels is not None else {},
-        versions={"labels": labels.versions()} if labels is not None else {},
+        **(labels.recorded() if labels is not None else {}),
         max_new_tokens=LMMS_MAX_NEW_TOKENS,
         tool_rules={TOOL_READOUT: "lmms-eval's pope_process_results prediction: lower-cased, stripped, compared with yes/no"},
     )
