@@ -22,8 +22,10 @@ OFFSET = {"adversarial": 0, "random": 10_000_000, "popular": 20_000_000}
 ANSWERS = ["Yes", "No", "No, there is not.", "I don't know", "Not sure.", "There isn't any", "No, but there is a cat.", "Yes."]
 
 
-def isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A cache of the test's own, and no mirror unless the test serves one."""
+@pytest.fixture
+def literature_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A cache of the test's own, and no mirror unless the test serves one (a test module
+    imports this fixture and uses it for every test)."""
     monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("HALLUPROBE_GITHUB_URL", raising=False)
 
@@ -83,7 +85,8 @@ def llava_entry(root: Path) -> tuple[dict[str, Any], float]:
     return entry, sum(f1s) / len(f1s)
 
 
-def serve_toy_coco(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+@pytest.fixture
+def toy_coco(literature_cache: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A file:// mirror holding the LLaVA-shaped fixture, its labels pinned as dataset coco-toy@toy."""
     from halluprobe.benchmarks.datasets import DatasetVersion, SourceFile
     from halluprobe.benchmarks.fingerprint import content_fingerprint

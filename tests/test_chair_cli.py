@@ -6,18 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
-from _chair import wordnet_or_skip, FixtureTools
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _wordnet() -> None:
-    wordnet_or_skip()
+from _chair import FixtureTools, wordnet_or_skip
 from typer.testing import CliRunner
 
 from halluprobe.benchmarks.chair import families as chair_families
 from halluprobe.cli import app
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wordnet() -> None:
+    wordnet_or_skip()
 
 
 @pytest.fixture(autouse=True)
@@ -156,6 +156,10 @@ def test_import_caption_files_and_score_both_families(tmp_path: Path) -> None:
         app, ["import", "opera", str(opera), "--out", str(tmp_path / "a")]
     )
     assert imported.exit_code == 0, imported.output
+    for extra in (["--labels", str(opera)], ["--split", "random"]):  # no meaning for captions: refused, not ignored
+        refused = runner.invoke(app, ["import", "opera", str(opera), *extra, "--out", str(tmp_path / "refused")])
+        assert refused.exit_code == 2 and "takes no --labels or --split" in refused.output, refused.output
+        assert not (tmp_path / "refused").exists()
     llava = tmp_path / "answers.jsonl"
     llava.write_text("".join(json.dumps({"question_id": i, "image_id": f"{i:012d}.jpg", "text": t}) + "\n"
                              for i, t in ((1, "a dog"), (2, "a cat"), (3, "a bus"))))  # fmt: skip

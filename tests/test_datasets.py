@@ -148,7 +148,7 @@ def test_a_download_that_differs_from_its_pin_is_exit_2_one_line(tmp_path: Path,
     assert result.exit_code == 2
     line = result.output.strip()
     assert "\n" not in line and "sha256 mismatch" in line and src.sha256 in line and "gqa_pope_seem_random.json" in line
-    assert not (tmp_path / "out" / "gqa_pope_random.json").exists()
+    assert not (tmp_path / "out").exists()  # nothing fetched, nothing to write: no empty --out left behind
     bad = runner.invoke(app, ["data", "pope", "--dataset", "pope2", "--out", str(tmp_path / "out")])
     assert bad.exit_code == 2 and "unknown POPE dataset 'pope2'" in bad.output
 

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from halluprobe.cli import app
 from test_imports import ANSWERS, make_labels, score_json, write_lines
+from test_imports_tools import lmms_printed
 
 SUFFIX = "\nAnswer the question using a single word or phrase."
 BLOCKS = ("adversarial", "popular", "random")  # the pooled dataset's order of splits
@@ -46,23 +47,6 @@ def pooled_log(splits: dict[str, list[dict]], *, media: bool = True, order: list
 
 def labels_args(folder: Path) -> list[str]:
     return [a for s in ("random", "popular", "adversarial") for a in ("--labels", str(folder / f"coco_pope_{s}.json"))]
-
-
-def lmms_printed(logs: list[dict]) -> dict[str, float]:
-    """lmms-eval's pope_aggregate_* over the logged entries of the pooled task."""
-    entries = [log["pope_accuracy"] for log in logs]
-    tp = sum(e["ground_truth"] == "yes" and e["prediction"] == "yes" for e in entries)
-    fp = sum(e["ground_truth"] == "no" and e["prediction"] == "yes" for e in entries)
-    fn = sum(e["ground_truth"] == "yes" and e["prediction"] == "no" for e in entries)
-    precision = tp / (tp + fp) if tp + fp else 0
-    recall = tp / (tp + fn) if tp + fn else 0
-    return {
-        "pope_accuracy": sum(e["score"] for e in entries) / len(entries),
-        "pope_precision": precision,
-        "pope_recall": recall,
-        "pope_f1_score": 2 * precision * recall / (precision + recall) if precision + recall else 0,
-        "pope_yes_ratio": sum(e["ground_truth"] == "yes" for e in entries) / len(entries),
-    }
 
 
 def split_counts(logs: list[dict], doc_split: dict[int, str]) -> dict[str, tuple[int, int, int, int]]:

@@ -218,6 +218,23 @@ def test_export_round_trip(tmp_path: Path, fmt: str) -> None:
 # -- compatibility: the numbers lmms-eval and VLMEvalKit print ---------------------------------------
 
 
+def lmms_printed(logs: list[dict]) -> dict[str, float]:
+    """lmms-eval's pope_aggregate_* over a task's logged metric entries, as its utils.py does them."""
+    entries = [log["pope_accuracy"] for log in logs]
+    tp = sum(e["ground_truth"] == "yes" and e["prediction"] == "yes" for e in entries)
+    fp = sum(e["ground_truth"] == "no" and e["prediction"] == "yes" for e in entries)
+    fn = sum(e["ground_truth"] == "yes" and e["prediction"] == "no" for e in entries)
+    precision = tp / (tp + fp) if tp + fp else 0
+    recall = tp / (tp + fn) if tp + fn else 0
+    return {
+        "pope_accuracy": sum(e["score"] for e in entries) / len(entries),
+        "pope_precision": precision,
+        "pope_recall": recall,
+        "pope_f1_score": 2 * precision * recall / (precision + recall) if precision + recall else 0,
+        "pope_yes_ratio": sum(e["ground_truth"] == "yes" for e in entries) / len(entries),
+    }
+
+
 def test_compat_lmms_eval_reproduces_its_printed_numbers(tmp_path: Path) -> None:
     splits = make_labels(tmp_path / "labels")
     files = write_lmms(tmp_path / "logs", splits, "v0.4+")
@@ -228,21 +245,7 @@ def test_compat_lmms_eval_reproduces_its_printed_numbers(tmp_path: Path) -> None
     for path in files:
         logs = [json.loads(l) for l in path.read_text().splitlines()]
         split = {v: k for k, v in TASKS.items()}[path.stem.split("_samples_")[1]]
-        # lmms-eval's aggregation functions over the logged metric entries, as its utils.py does them
-        entries = [log["pope_accuracy"] for log in logs]
-        tp = sum(e["ground_truth"] == "yes" and e["prediction"] == "yes" for e in entries)
-        fp = sum(e["ground_truth"] == "no" and e["prediction"] == "yes" for e in entries)
-        fn = sum(e["ground_truth"] == "yes" and e["prediction"] == "no" for e in entries)
-        precision = tp / (tp + fp) if tp + fp else 0
-        recall = tp / (tp + fn) if tp + fn else 0
-        expected = {
-            "pope_accuracy": sum(e["score"] for e in entries) / len(entries),
-            "pope_precision": precision,
-            "pope_recall": recall,
-            "pope_f1_score": 2 * precision * recall / (precision + recall) if precision + recall else 0,
-            "pope_yes_ratio": sum(e["ground_truth"] == "yes" for e in entries) / len(entries),
-        }
-        for key, value in expected.items():
+        for key, value in lmms_printed(logs).items():
             assert printed[split][key] == pytest.approx(value, abs=1e-12), (split, key)
     # no --unknown policy gives these: accuracy is `wrong`'s, recall `drop`'s
     wrong = score_json(tmp_path / "run", "lmms-eval:exact")

@@ -3,6 +3,8 @@ bad input, and the report's Published figures section (tests/_literature.py buil
 
 from __future__ import annotations
 
+# ruff: noqa: F811  (toy_coco is a fixture imported from _literature, then requested by name)
+
 import json
 import re
 from pathlib import Path
@@ -13,9 +15,9 @@ from _literature import (
     POPE_COMMIT,
     POPE_REPO,
     REPO,
-    isolate,
+    literature_cache,  # noqa: F401 - fixture, used by every test below
     llava_entry,
-    serve_toy_coco,
+    toy_coco,  # noqa: F401 - fixture
     write_registry,
 )
 from typer.testing import CliRunner
@@ -25,16 +27,7 @@ from halluprobe.cli import app
 from halluprobe.literature.registry import load_registry
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def toy_coco(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    return serve_toy_coco(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("literature_cache")  # every test: its own cache, no mirror
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -4,6 +4,8 @@ draw, DASH-B's answers array), each figure recomputed here from the transcribed 
 
 from __future__ import annotations
 
+# ruff: noqa: F811  (toy_coco is a fixture imported from _literature, then requested by name)
+
 import json
 from pathlib import Path
 
@@ -13,12 +15,12 @@ from _literature import (
     MARINE_REPO,
     cd_rethink_entry,
     dashb_entry,
-    isolate,
+    literature_cache,  # noqa: F401 - fixture, used by every test below
     llava_entry,
     marine_entries,
     pin_toy_dashb,
     put_pinned,
-    serve_toy_coco,
+    toy_coco,  # noqa: F401 - fixture
     write_registry,
 )
 from typer.testing import CliRunner
@@ -26,16 +28,7 @@ from typer.testing import CliRunner
 from halluprobe.cli import app
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def toy_coco(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    return serve_toy_coco(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("literature_cache")  # every test: its own cache, no mirror
 
 
 def test_audit_all_on_every_entry_shape(tmp_path: Path, toy_coco: Path, monkeypatch: pytest.MonkeyPatch) -> None:

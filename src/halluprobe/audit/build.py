@@ -21,15 +21,14 @@ from halluprobe.audit.diagnostics import (
     text_vs_dynamic,
     token_diagnostics,
 )
-from halluprobe.audit.relabel import labels_spec, relabel
-from halluprobe.audit.table import AuditedRun, bootstrap_settings, choose_headline, imported, load_run, score_rows_of
+from halluprobe.audit.relabel import LabelsFile, labels_spec, relabel
+from halluprobe.audit.table import AuditedRun, bootstrap_settings, choose_headline, imported, load_run, score_readout
 from halluprobe.benchmarks.pope import read_questions, refuse_open_questions
 from halluprobe.errors import InputError
 from halluprobe.metrics.binary import UnknownPolicy, check_policy
 from halluprobe.metrics.paired import ImageBootstrap, PairedResult, paired_test
-from halluprobe.metrics.score import score_rows
 from halluprobe.readouts.logits import LOGIT_READOUTS
-from halluprobe.records import Question, RunHeader
+from halluprobe.records import RunHeader
 from halluprobe.records_audit import (
     AuditReport,
     Calibration,
@@ -108,15 +107,15 @@ def _run_info(path: Path, t: AuditedRun) -> RunInfo:
     )
 
 
-def _label_files(t: AuditedRun, labels: Sequence[str | Path]) -> list[tuple[str, Path, str, dict[int, Question]]]:
-    out = []
+def _label_files(t: AuditedRun, labels: Sequence[str | Path]) -> list[LabelsFile]:
+    out: list[LabelsFile] = []
     for item in labels:
         split, file, name = labels_spec(item)
         if split not in t.splits:
             raise InputError(f"labels split {split!r} is not in the run (its splits: {', '.join(t.splits)})", file)
         questions = read_questions(file, split=split)
         refuse_open_questions(questions, file)
-        out.append((split, file, name, {q.question_id: q for q in questions}))
+        out.append(LabelsFile(split, file, name, {q.question_id: q for q in questions}))
     return out
 
 
@@ -180,9 +179,7 @@ def audit_run(
     readouts: dict[str, ReadoutScores] = {}
     confusion: dict[str, dict[str, ConfusionCounts]] = {}
     for r in t.readouts:
-        report = score_rows(
-            score_rows_of(t.samples, table.decisions[r], table.p_yes[r]), readout=r, policy=policy, n_resamples=n_resamples, seed=seed
-        )
+        report = score_readout(t, r, policy=policy, n_resamples=n_resamples, seed=seed)
         valid = t.valid(r)
         readouts[r] = ReadoutScores(valid=valid, forced=not valid, splits=report.splits, pooled=report.pooled, macro=report.macro)
         confusion[r] = {
@@ -207,7 +204,7 @@ def audit_run(
         rescore = [r for r in t.readouts if t.valid(r)]
         for split, file, name, new in label_files:
             relabelled[name] = relabel(
-                t, [(split, file, name, new)], rescore, readouts,
+                t, [LabelsFile(split, file, name, new)], rescore, readouts,
                 policy=policy, n_resamples=n_resamples, seed=seed, file=str(file), split=split,
             )  # fmt: skip
         splits = [split for split, _, _, _ in label_files]

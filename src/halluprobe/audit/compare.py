@@ -9,11 +9,10 @@ from typing import Literal
 import numpy as np
 
 from halluprobe.audit.build import paired_record
-from halluprobe.audit.table import bootstrap_settings, choose_headline, load_run, score_rows_of, score_tables
+from halluprobe.audit.table import bootstrap_settings, choose_headline, load_run, score_readout, score_tables
 from halluprobe.errors import InputError
 from halluprobe.metrics.binary import UnknownPolicy, check_policy
 from halluprobe.metrics.paired import ImageBootstrap, paired_test
-from halluprobe.metrics.score import score_rows
 from halluprobe.records import QuestionKey, RunHeader
 from halluprobe.records_audit import ComparedRun, PairedTest, RunComparison, RunDifferences, ScoreTables
 
@@ -80,11 +79,7 @@ def compare_runs(
     table: dict[str, ScoreTables] = {}
     for name, t, idx in zip(names, tables, index):
         rows_at = np.array([idx[k] for k in common], dtype=np.int64)
-        samples = [t.samples[i] for i in rows_at]
-        report = score_rows(
-            score_rows_of(samples, t.table.decisions[readout][rows_at], t.table.p_yes[readout][rows_at]),
-            readout=readout, policy=policy, n_resamples=n_resamples, seed=seed,
-        )  # fmt: skip
+        report = score_readout(t, readout, policy=policy, n_resamples=n_resamples, seed=seed, rows=rows_at)
         table[name] = score_tables(report)
 
     paired: dict[str, PairedTest] = {}

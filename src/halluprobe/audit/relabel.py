@@ -9,17 +9,17 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from halluprobe.audit.table import AuditedRun, score_rows_of, score_tables
+from halluprobe.audit.table import AuditedRun, score_readout, score_tables
 from halluprobe.benchmarks.pope import split_name
 from halluprobe.metrics.binary import METRIC_NAMES, UnknownPolicy
-from halluprobe.metrics.score import score_rows
 from halluprobe.records import Question
 from halluprobe.records_audit import MetricShift, ReadoutScores, Relabel, ScoreTables
 
-__all__ = ["SHIFT_METRICS", "labels_spec", "relabel"]
+__all__ = ["SHIFT_METRICS", "LabelsFile", "LabelsSpec", "labels_spec", "relabel"]
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +28,38 @@ SHIFT_METRICS: tuple[str, ...] = (*METRIC_NAMES, "auroc", "ece")
 LABELS_SPLIT_RE = re.compile(r"^.+_(?:re)?pope_(\w[\w-]*)\.jsonl?$")
 
 
-def labels_spec(item: str | Path) -> tuple[str, Path, str]:
-    """(split, path, name as given) from ``FILE`` or ``SPLIT=FILE``."""
+class LabelsSpec(NamedTuple):
+    """One ``--labels`` item: the split it relabels, its file, and the item as given."""
+
+    split: str
+    path: Path
+    name: str
+
+
+class LabelsFile(NamedTuple):
+    """A ``--labels`` item read: its questions by id."""
+
+    split: str
+    path: Path
+    name: str
+    questions: dict[int, Question]
+
+
+def labels_spec(item: str | Path) -> LabelsSpec:
+    """The split, path and name as given of ``FILE`` or ``SPLIT=FILE``."""
     text = str(item)
     if "=" in text and not Path(text).exists():
         split, _, file = text.partition("=")
         if split and file:
-            return split, Path(file), text
+            return LabelsSpec(split, Path(file), text)
     path = Path(text)
     match = LABELS_SPLIT_RE.match(path.name)
-    return (match.group(1) if match else split_name(path)), path, text
+    return LabelsSpec(match.group(1) if match else split_name(path), path, text)
 
 
 def relabel(
     t: AuditedRun,
-    files: list[tuple[str, Path, str, dict[int, Question]]],
+    files: list[LabelsFile],
     readouts: list[str],
     base: dict[str, ReadoutScores],
     *,
@@ -82,16 +99,12 @@ def relabel(
     if images:
         log.warning("%d relabelled questions name another image than the run's (matched by id anyway)", images)
     idx = np.flatnonzero(keep)
-    samples = [t.samples[i] for i in idx]
     kept_labels = [labels[i] for i in idx]
     metrics: dict[str, ScoreTables] = {}
     shift: dict[str, MetricShift] = {}
-    if samples:
+    if len(idx):
         for r in readouts:
-            report = score_rows(
-                score_rows_of(samples, t.table.decisions[r][idx], t.table.p_yes[r][idx], kept_labels),
-                readout=r, policy=policy, n_resamples=n_resamples, seed=seed,
-            )  # fmt: skip
+            report = score_readout(t, r, policy=policy, n_resamples=n_resamples, seed=seed, rows=idx, labels=kept_labels)
             metrics[r] = score_tables(report)
             shift[r] = MetricShift(
                 macro={m: _delta(getattr(report.macro, m), getattr(base[r].macro, m)) for m in SHIFT_METRICS},

@@ -17,7 +17,8 @@ import numpy as np
 from halluprobe.benchmarks.pope import object_from_text
 from halluprobe.errors import InputError
 from halluprobe.metrics.paired import SampleTable
-from halluprobe.metrics.score import ScoreRow
+from halluprobe.metrics.binary import UnknownPolicy
+from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import apply_run
 from halluprobe.readouts.logits import LEGACY_READOUTS
 from halluprobe.records import RunHeader, Sample, ScoreReport
@@ -35,6 +36,7 @@ __all__ = [
     "imported",
     "load_run",
     "question_object",
+    "score_readout",
     "score_rows_of",
     "score_tables",
 ]
@@ -136,6 +138,25 @@ def question_object(sample: Sample) -> str | None:
     if sample.object:
         return sample.object
     return next((obj for line in sample.prompt.splitlines() if (obj := object_from_text(line))), None)
+
+
+def score_readout(
+    t: AuditedRun,
+    readout: str,
+    *,
+    policy: UnknownPolicy,
+    n_resamples: int,
+    seed: int,
+    rows: np.ndarray | None = None,
+    labels: Sequence[str] | None = None,
+) -> ScoreReport:
+    """``readout`` of ``t`` scored: every sample, or the samples at ``rows`` (in that order);
+    ``labels`` (one per scored sample) in place of the stored ones when relabelling."""
+    decisions, p_yes = t.table.decisions[readout], t.table.p_yes[readout]
+    samples: Sequence[Sample] = t.samples
+    if rows is not None:
+        samples, decisions, p_yes = [t.samples[i] for i in rows], decisions[rows], p_yes[rows]
+    return score_rows(score_rows_of(samples, decisions, p_yes, labels), readout=readout, policy=policy, n_resamples=n_resamples, seed=seed)
 
 
 def score_rows_of(samples: Sequence[Sample], decisions: np.ndarray, p_yes: np.ndarray, labels: Sequence[str] | None = None) -> list[ScoreRow]:

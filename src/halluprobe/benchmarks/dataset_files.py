@@ -134,13 +134,13 @@ def fetch_dataset(
     from halluprobe.benchmarks.fingerprint import content_fingerprint
     from halluprobe.benchmarks.pope import write_questions
 
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot create output directory: {e.strerror or e}", out_dir) from e
     written: list[Path] = []
     for i, (name, sources) in enumerate(version.sources.items(), start=1):
         cached = [fetch_source(s, cache_dir=cache_dir, mirror=mirror) for s in sources]
+        try:  # only once there is something to write: an offline attempt leaves no empty --out behind
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"cannot create output directory: {e.strerror or e}", out_dir) from e
         dest = out_dir / name
         if version.shape == "pope":
             written.append(copy_pinned(cached[0], dest, sources[0].sha256, overwrite=overwrite))

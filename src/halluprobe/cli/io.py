@@ -46,6 +46,8 @@ def import_cmd(
         if fmt is None:  # OPERA's caption lines and lmms-eval coco_cap_chair logs are told from their first line
             fmt = detect_caption_format(Path(files[0]))
         if fmt in CAPTION_FORMATS:  # captions: a run dir of open answers, scored by `halluprobe chair`
+            if labels or split is not None:  # said, not ignored: the user expected them to count
+                raise InputError(f"the caption format {fmt} takes no --labels or --split: `halluprobe chair` scores captions against object ground truth")
             captions_run, n = import_captions(fmt, [Path(f) for f in files], out, questions=questions, model=model, overwrite=overwrite)
             typer.echo(f"{captions_run.path}: {n} captions imported ({fmt}); score them with `halluprobe chair {captions_run.path}`")
             return

@@ -152,8 +152,6 @@ def read_answers_format(files: list[Path], labels: LabelIndex, fmt: str, *, inpu
         ],
         sources=list(files),
         inputs=inputs,
-        labels=dict(labels.files),
-        label_sha256=dict(labels.sha256),
-        versions={"labels": labels.versions()},
+        **labels.recorded(),
         notes=["POPE's evaluate.py parses answers with --readout text:pope"] if fmt == "pope" else [],
     )

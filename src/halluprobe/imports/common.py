@@ -40,6 +40,7 @@ __all__ = [
     "owned_by_import",
     "refuse_unsafe_splits",
     "label_version",
+    "labelled_answer",
     "refuse_duplicates",
     "write_imported_run",
     "yes_no",
@@ -98,6 +99,30 @@ class ImportResult:
     tool_rules: dict[str, str] = field(default_factory=dict)  # readout name -> what it is
     notes: list[str] = field(default_factory=list)
     unanswered: dict[str, int] = field(default_factory=dict)  # split -> labelled questions without an answer
+
+    def note_model(self, line: dict[str, Any]) -> None:
+        """The model is the first answer line's string ``model_id`` (LLaVA's, VCD's and
+        MARINE's answer lines carry one); later lines do not change it."""
+        if self.model == "unknown" and isinstance(line.get("model_id"), str):
+            self.model = line["model_id"]
+
+
+def labelled_answer(
+    labelled: Question, *, prompt: str, text: str, source: str, tool_readouts: dict[str, Decision] | None = None
+) -> Imported:
+    """An answer paired with its labelled question: split, id, image, label and object are the
+    labels file's, the prompt and text the answer line's."""
+    return Imported(
+        split=labelled.split,
+        question_id=labelled.question_id,
+        image=labelled.image,
+        prompt=prompt,
+        text=text,
+        label=labelled.label,
+        object=labelled.object,
+        source=source,
+        tool_readouts=dict(tool_readouts or {}),
+    )
 
 
 def yes_no(value: object) -> Decision:
@@ -165,6 +190,11 @@ class LabelIndex:
         smaller version: LLaVA-1.5's 2,910 random questions against the current 3,000)."""
         answered = {(a.split, a.question_id) for a in answers}
         return {s: sum((s, q.question_id) not in answered for q in qs) for s, qs in self.questions.items()}
+
+    def recorded(self) -> dict[str, Any]:
+        """What an :class:`ImportResult` records of these labels (its keyword arguments): the
+        files, their sha256 and the POPE versions they are."""
+        return {"labels": dict(self.files), "label_sha256": dict(self.sha256), "versions": {"labels": self.versions()}}
 
     def versions(self) -> dict[str, list[str]]:
         if self._versions is None:  # asked by each reader and again by a mismatch message

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from halluprobe.benchmarks.versions import describe_versions, detect_versions, normalise_question
 from halluprobe.errors import InputError
-from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
+from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, as_int_id, labelled_answer
 from halluprobe.jsonl import iter_objects
 from halluprobe.records import Question
 
@@ -105,20 +105,8 @@ def read_llava(
                     path,
                     line,
                 )
-            if result.model == "unknown" and isinstance(obj.get("model_id"), str):
-                result.model = obj["model_id"]
-            result.answers.append(
-                Imported(
-                    split=split,
-                    question_id=labelled.question_id,
-                    image=labelled.image,
-                    prompt=prompt,
-                    text=obj["text"],
-                    label=labelled.label,
-                    object=labelled.object,
-                    source=f"{path}:{line}",
-                )
-            )
+            result.note_model(obj)
+            result.answers.append(labelled_answer(labelled, prompt=prompt, text=obj["text"], source=f"{path}:{line}"))
     result.unanswered = labels.unanswered(result.answers)
     return result
 
@@ -139,10 +127,21 @@ def _pairs(labelled: Question | None, prompt: str, image: str | None) -> bool:
     return image is None or PurePosixPath(image).name == PurePosixPath(labelled.image).name
 
 
+class _AnswerLine(NamedTuple):
+    """One answer line of a file read without a question file."""
+
+    line: int
+    question_id: int
+    prompt: str
+    text: str
+    image: str | None  # the line's image name, where it gives one
+    obj: dict[str, Any]
+
+
 _SPLIT_WORD = re.compile(r"(?:^|[^a-z])(random|popular|adversarial)(?:[^a-z]|$)")
 
 
-def _split_of_file(path: Path, lines: list[tuple[int, int, str, str, str | None, dict[str, Any]]], labels: LabelIndex) -> str:
+def _split_of_file(path: Path, lines: list[_AnswerLine], labels: LabelIndex) -> str:
     """The one split every pairing line of the file pairs with. POPE's splits share their yes
     questions (same image, text and id), so a line may pair with several; a line pairing with
     one split only decides, and lines deciding for different splits are refused."""
@@ -176,9 +175,7 @@ def read_llava_by_labels(answer_files: list[Path], labels: LabelIndex, *, inputs
         answers=[],
         sources=list(answer_files),
         inputs=inputs,
-        labels=dict(labels.files),
-        label_sha256=dict(labels.sha256),
-        versions={"labels": labels.versions()},
+        **labels.recorded(),
         max_new_tokens=LLAVA_MAX_NEW_TOKENS,
         notes=[
             (
@@ -189,7 +186,7 @@ def read_llava_by_labels(answer_files: list[Path], labels: LabelIndex, *, inputs
     )
     for path in answer_files:
         text = inputs.text(path, "LLaVA-style answers file")
-        lines: list[tuple[int, int, str, str, str | None, dict[str, Any]]] = []
+        lines: list[_AnswerLine] = []
         for line, obj in iter_objects(text, path):
             if not isinstance(obj.get("text"), str):
                 raise InputError("LLaVA answer line needs a string 'text' (the answer)", path, line)
@@ -197,7 +194,7 @@ def read_llava_by_labels(answer_files: list[Path], labels: LabelIndex, *, inputs
                 raise InputError("without --questions, each answer line needs its question as a string 'prompt'", path, line)
             image = obj.get("image", obj.get("image_id"))
             qid = as_int_id(obj.get("question_id"), "question_id", path, line)
-            lines.append((line, qid, obj["prompt"], obj["text"], image if isinstance(image, str) else None, obj))
+            lines.append(_AnswerLine(line, qid, obj["prompt"], obj["text"], image if isinstance(image, str) else None, obj))
         split = _split_of_file(path, lines, labels)
         for line, qid, prompt, answer, image, obj in lines:
             labelled = labels.by_id(split, qid)
@@ -205,19 +202,7 @@ def read_llava_by_labels(answer_files: list[Path], labels: LabelIndex, *, inputs
                 why = "has no question" if labelled is None else f"is {labelled.image}, {labelled.text!r}, not this line's question"
                 result.skipped.append({"source": f"{path}:{line}", "reason": f"pairs with no labels file: {split} question_id {qid} {why}"})
                 continue
-            if result.model == "unknown" and isinstance(obj.get("model_id"), str):
-                result.model = obj["model_id"]
-            result.answers.append(
-                Imported(
-                    split=split,
-                    question_id=labelled.question_id,
-                    image=labelled.image,
-                    prompt=prompt,
-                    text=answer,
-                    label=labelled.label,
-                    object=labelled.object,
-                    source=f"{path}:{line}",
-                )
-            )
+            result.note_model(obj)
+            result.answers.append(labelled_answer(labelled, prompt=prompt, text=answer, source=f"{path}:{line}"))
     result.unanswered = labels.unanswered(result.answers)
     return result

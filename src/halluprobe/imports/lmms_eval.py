@@ -30,9 +30,10 @@ from typing import Any
 
 from halluprobe.benchmarks.versions import normalise_question
 from halluprobe.errors import InputError
-from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
+from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id, labelled_answer
 from halluprobe.imports.lmms_pooled import PooledSample, image_of_media, pair_pooled
 from halluprobe.jsonl import iter_objects, loads
+from halluprobe.records import Decision
 
 __all__ = ["TASK_SPLITS", "LMMS_MAX_NEW_TOKENS", "TOOL_READOUT", "read_lmms_eval", "task_of_file", "looks_like_lmms_eval"]
 
@@ -90,9 +91,7 @@ def read_lmms_eval(
         answers=[],
         sources=list(files),
         inputs=inputs,
-        labels=dict(labels.files) if labels is not None else {},
-        label_sha256=dict(labels.sha256) if labels is not None else {},
-        versions={"labels": labels.versions()} if labels is not None else {},
+        **(labels.recorded() if labels is not None else {}),
         max_new_tokens=LMMS_MAX_NEW_TOKENS,
         tool_rules={TOOL_READOUT: "lmms-eval's pope_process_results prediction: lower-cased, stripped, compared with yes/no"},
     )
@@ -164,7 +163,7 @@ def read_lmms_eval(
                     label=target,  # type: ignore[arg-type]
                     object=obj,
                     source=f"{path}:{line}" if line is not None else f"{path}:logs[{index}]",
-                    tool_readouts={TOOL_READOUT: prediction if prediction in ("yes", "no") else "unknown"},
+                    tool_readouts=_tool_readout(prediction),
                 )
             )
     if pooled and labels is not None:
@@ -177,21 +176,19 @@ def read_lmms_eval(
     return result
 
 
+def _tool_readout(prediction: object) -> dict[str, Decision]:
+    """lmms-eval's stored prediction as the tool readout: taken as written (lmms-eval folded it
+    already), anything but yes or no is unknown."""
+    return {TOOL_READOUT: prediction if prediction in ("yes", "no") else "unknown"}  # type: ignore[dict-item]
+
+
 def _add_pooled(result: ImportResult, pooled: list[PooledSample], labels: LabelIndex) -> None:
     """The pooled task's samples, each under the split of the label file its question is in."""
     pairing = pair_pooled(pooled, labels)
     for sample, question in pairing.matched:
         result.answers.append(
-            Imported(
-                split=question.split,
-                question_id=question.question_id,
-                image=question.image,
-                prompt=sample.prompt,
-                text=sample.answer,
-                label=question.label,
-                object=question.object,
-                source=sample.source,
-                tool_readouts={TOOL_READOUT: sample.prediction if sample.prediction in ("yes", "no") else "unknown"},
+            labelled_answer(
+                question, prompt=sample.prompt, text=sample.answer, source=sample.source, tool_readouts=_tool_readout(sample.prediction)
             )
         )
     result.skipped.extend(pairing.skipped)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from halluprobe.benchmarks.pope import object_from_text, split_name
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
@@ -31,11 +32,16 @@ from halluprobe.rundir import sha256_file
 
 __all__ = ["MarineLabel", "read_id_labels", "read_marine"]
 
-MarineLabel = tuple[str, str, str | None]  # (image, label, question text where the file has one)
+class MarineLabel(NamedTuple):
+    """One labels-file entry, keyed by its id."""
+
+    image: str
+    label: str  # "yes" or "no"
+    text: str | None  # the question, where the file has one (POPE's; MARINE's has none)
 
 
 def read_id_labels(path: Path) -> dict[int, MarineLabel]:
-    """Labels keyed by ``id`` (MARINE) or ``question_id`` (POPE), as {id: (image, label, text)};
+    """Labels keyed by ``id`` (MARINE) or ``question_id`` (POPE), as {id: MarineLabel};
     a file keyed by neither is one :class:`InputError`."""
     records = read_records(path, "labels")
     first = records[0].value
@@ -59,7 +65,7 @@ def read_id_labels(path: Path) -> dict[int, MarineLabel]:
             raise InputError(f"{rec.where}a POPE labels line needs its question as a string 'text'", path, rec.line)
         if qid in out:
             raise InputError(f"{rec.where}duplicate {key} {qid}", path, rec.line)
-        out[qid] = (image, label.strip().lower(), text if isinstance(text, str) else None)
+        out[qid] = MarineLabel(image, label.strip().lower(), text if isinstance(text, str) else None)
     return out
 
 
@@ -101,8 +107,7 @@ def read_marine(
             question = question_of_prompt(obj["prompt"])
             if label_text is not None and normalise_question(question) != normalise_question(label_text):
                 raise InputError(f"question_id {qid} asks {question!r} but its label in {labels_path} is for {label_text!r}", path, line)
-            if result.model == "unknown" and isinstance(obj.get("model_id"), str):
-                result.model = obj["model_id"]
+            result.note_model(obj)
             result.answers.append(
                 Imported(
                     split=split,

@@ -15,10 +15,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry, Figure
+
+if TYPE_CHECKING:
+    from halluprobe.metrics.score import ScoreRow
+    from halluprobe.records import RunHeader, Sample, ScoreReport
+
+# a recomputed figure (a ratio in [0, 1]) and its image-clustered CI
+ValueWithCi = tuple["float | None", "tuple[float, float] | None"]
 
 __all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments", "new_entry_audit", "recompute_entry", "dataset_coverage"]
 
@@ -92,7 +99,7 @@ def fetch_entry_files(entry: Entry, dest: Path, *, cache_dir: Path | None = None
     return out
 
 
-def _value(metric: str, report: Any, rows: Sequence[Any], n_resamples: int, seed: int) -> tuple[float | None, tuple[float, float] | None]:
+def _value(metric: str, report: ScoreReport, rows: Sequence[ScoreRow], n_resamples: int, seed: int) -> ValueWithCi:
     """``metric`` (ratio in [0, 1]) and its image-clustered CI from a score report or, for DASH-B's, the rows."""
     if metric.startswith("dashb_"):
         from halluprobe.metrics.datasets import dashb_scores
@@ -107,7 +114,7 @@ def _value(metric: str, report: Any, rows: Sequence[Any], n_resamples: int, seed
     return getattr(table, name), table.ci.get(name)
 
 
-def _dashb_rate_ci(metric: str, rows: Sequence[Any], n_resamples: int, seed: int) -> tuple[float, float] | None:
+def _dashb_rate_ci(metric: str, rows: Sequence[ScoreRow], n_resamples: int, seed: int) -> tuple[float, float] | None:
     """Image-clustered CI of DASH-B's TPR, TNR or plain accuracy (an unknown answer is wrong, as
     DASH-B counts it); the harmonic mean has none here."""
     import numpy as np
@@ -131,7 +138,7 @@ def _scaled(value: float | None, scale: int) -> float | None:
     return None if value is None else value * scale
 
 
-def _check(fig: Figure, authors: tuple[float | None, Any], strict: tuple[float | None, Any]) -> FigureCheck:
+def _check(fig: Figure, authors: ValueWithCi, strict: ValueWithCi) -> FigureCheck:
     a = _scaled(authors[0], fig.scale)
     ci = authors[1]
     equal = None if a is None else round(a, fig.decimals) == round(fig.value, fig.decimals)
@@ -173,7 +180,7 @@ def new_entry_audit(entry: Entry) -> EntryAudit:
     )  # fmt: skip
 
 
-def recompute_entry(entry: Entry, rundir: Path, result: EntryAudit, *, n_resamples: int, seed: int) -> tuple[Any, list[Any]]:
+def recompute_entry(entry: Entry, rundir: Path, result: EntryAudit, *, n_resamples: int, seed: int) -> tuple[RunHeader, list[Sample]]:
     """Score the run dir of ``entry``'s answers with the authors' rule (their unknown policy) and
     with ``text:strict``, and fill ``result``: each published figure beside its recomputation
     (or, with none published, the headline numbers), and how many answers the two rules
@@ -244,7 +251,7 @@ def audit_entry(
     return result
 
 
-def dataset_coverage(entry: Entry, samples: Sequence[Any], *, cache_dir: Path | None = None, mirror: str | None = None) -> dict[str, list[str]]:
+def dataset_coverage(entry: Entry, samples: Sequence[Sample], *, cache_dir: Path | None = None, mirror: str | None = None) -> dict[str, list[str]]:
     """For an entry whose answers carry their own labels (no labels file to fingerprint) and
     that names a pinned dataset version: how many of its answered (label, object, image file)
     keys, per label, are questions of that version (its files fetched, sha256 checked). Split
@@ -290,7 +297,7 @@ def import_arguments(entry: Entry, files: dict[str, list[Path]]) -> dict[str, An
     return {"labels": files["labels"]}
 
 
-def _check_own_draw(fingerprint: str, samples: Sequence[Any], questions: Path, answers: Path) -> dict[str, list[str]]:
+def _check_own_draw(fingerprint: str, samples: Sequence[Sample], questions: Path, answers: Path) -> dict[str, list[str]]:
     """The pinned question file must have the registry's fingerprint, and every imported answer
     must be its question of that id (image, label, text as LLaVA normalises it): else the
     answers were made on other questions and the figure would be compared with the wrong thing.

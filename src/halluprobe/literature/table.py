@@ -18,7 +18,7 @@ from halluprobe.files import write_atomic
 from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, audit_entry
 from halluprobe.literature.registry import Entry, Registry
 
-__all__ = ["LITERATURE_MD", "LITERATURE_JSON", "audit_literature", "literature_markdown", "list_markdown"]
+__all__ = ["LITERATURE_MD", "LITERATURE_JSON", "audit_literature", "literature_markdown", "list_markdown", "registry_digest"]
 
 LITERATURE_MD = "literature.md"
 LITERATURE_JSON = "literature.json"
