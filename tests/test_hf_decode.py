@@ -136,7 +136,8 @@ def test_decoding_methods_are_parsed_and_bad_ones_refused() -> None:
     assert parse_contrast("vcd") == ("vcd", ContrastRule(alpha=1.0, beta=0.1))
     assert parse_contrast("icd:alpha=0.5,beta=0") == ("icd", ContrastRule(alpha=0.5, beta=0.0))
     assert parse_contrast("m3id:lambda=0.5") == ("m3id", M3IDRule(lam=0.5))
-    for bad, message in (("dola", "decodes 'vcd', 'icd', 'm3id'"), ("m3id:alpha=1", "parameter 'alpha=1'"), ("vcd:gamma=1", "parameter 'gamma=1'"),
-                         ("vcd:alpha=x", "alpha must be a number"), ("vcd:beta=1", "0 <= beta < 1")):  # fmt: skip
+    for bad, message in (("dola", "runs vcd, icd, m3id"), ("m3id:alpha=1", "not 'alpha=1'"), ("vcd:gamma=1", "not 'gamma=1'"),
+                         ("vcd:alpha=x", "alpha must be a number"), ("vcd:beta=2", r"beta must lie in \[0, 1\]"),
+                         ("m3id:t=2", "t is the decoding step"), ("vcd:alpha=1,alpha=2", "given twice")):  # fmt: skip
         with pytest.raises(InputError, match=message):
             parse_contrast(bad)

@@ -27,6 +27,7 @@ from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import (
+    DECODING_KEYS,
     ICD_INSTRUCTION,
     ClipSimilarity,
     GenerateConfig,
@@ -41,6 +42,7 @@ from halluprobe.records import (
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
 
 __all__ = [
+    "check_decoding_asked",
     "RunConfig",
     "RunSummary",
     "run_questions",
@@ -83,6 +85,13 @@ class RunConfig:
     signals: tuple[str, ...] = ()
     # the disturbing instruction put in front of each question for the "instruction" signal (ICD)
     instruction: str = ICD_INSTRUCTION
+    # free-form decoding (open-ended runs, hf backend): the method ("vcd:alpha=1"), and sampling
+    decode: str | None = None
+    sample: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    sample_top_k: int | None = None
+    seed: int | None = None
 
     @property
     def generates_text(self) -> bool:
@@ -100,8 +109,21 @@ class RunConfig:
             top_k=self.top_k,
             stop_strings=() if self.open_ended else None,
             signals=self.backend_signals,
-            instruction=self.instruction if "instruction" in self.signals else None,
+            instruction=self.instruction if "instruction" in self.signals or self.decode_branch == "instruction" else None,
+            decode=self.decode,
+            sample=True if self.sample else None,
+            temperature=self.temperature if self.sample else None,
+            top_p=self.top_p if self.sample else None,
+            sample_top_k=self.sample_top_k if self.sample else None,
+            seed=self.seed if self.sample else None,
         )
+
+    @property
+    def decode_branch(self) -> str | None:
+        """The contrast branch the decoding method runs beside the base one (a request variant)."""
+        from halluprobe.backends.hf_decode import contrast_branch
+
+        return contrast_branch(self.decode) if self.decode is not None else None
 
 
 def read_benchmarks(files: Sequence[Path]) -> tuple[list[Question], dict[str, tuple[Path, str]]]:
@@ -208,6 +230,9 @@ def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
             **({"signals": list(header.generate.signals)} if header.generate is not None and header.generate.signals else {}),
             **({"instruction": header.generate.instruction} if header.generate is not None and header.generate.instruction else {}),
             **({"clip": header.clip.model_dump(mode="json")} if header.clip is not None else {}),
+            # only when set: a resume with another method or other sampling settings is refused
+            **({"decoding": {k: getattr(header.generate, k) for k in DECODING_KEYS if getattr(header.generate, k) is not None}}
+               if header.generate is not None and header.generate.decodes else {}),
         }
     )
 
@@ -276,6 +301,35 @@ def check_signals_asked(config: RunConfig, has_scorer: bool, questions: Sequence
             )
 
 
+def check_decoding_asked(config: RunConfig) -> None:
+    """``--decode`` / ``--sample`` settings that cannot run, refused in one line before any model
+    loads: an unknown method or parameter, a method on a yes/no run, a sampled run without a
+    seed, sampling settings without ``--sample``."""
+    from halluprobe.backends.hf_decode import parse_decode
+
+    if config.decode is not None:
+        parse_decode(config.decode)
+        if not config.open_ended:
+            raise InputError("--decode decodes free-form answers: give --open-ended (yes/no runs correct the first token at score time)")
+    if config.sample:
+        if config.seed is None:
+            raise InputError("--sample needs --seed: a sampled run must write the same text when resumed")
+        if not config.open_ended:
+            raise InputError("--sample decodes free-form answers: give --open-ended")
+        if config.temperature is not None and not config.temperature > 0:
+            raise InputError(f"--temperature must be > 0, not {config.temperature:g}")
+        if config.top_p is not None and not 0 < config.top_p <= 1:
+            raise InputError(f"--top-p must lie in (0, 1], not {config.top_p:g}")
+        if config.sample_top_k is not None and config.sample_top_k < 1:
+            raise InputError(f"--sample-top-k must be >= 1, not {config.sample_top_k}")
+    else:
+        given = [f"--{k.replace('_', '-')}" for k in ("temperature", "top_p", "sample_top_k", "seed") if getattr(config, k) is not None]
+        if given:
+            raise InputError(f"{given[0]} is a sampling setting: give --sample too")
+    if config.backend != "hf":
+        raise InputError(f"the {config.backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
+
+
 def _with_clip(clip: ClipScorer, samples: list[Sample], image_paths: list[str]) -> list[Sample]:
     """The samples with their clip signal; a question whose image CLIP cannot read is an error
     (never a sample that a clip correction would silently read as its base pass)."""
@@ -334,7 +388,13 @@ def run_questions(
     if (clip is None) != (header.clip is None):
         raise ValueError("run_questions: give the clip scorer to make_header and run_questions alike")
     check_signals_asked(config, clip is not None, questions, header.benchmark_paths)
-    if "no-image" in config.signals and questions:
+    if config.decode is not None or config.sample or any(v is not None for v in (config.temperature, config.top_p, config.sample_top_k, config.seed)):
+        check_decoding_asked(config)
+        decoding_engine = getattr(backend, "decoding_engine", None)
+        if not callable(decoding_engine):
+            raise InputError(f"the {config.backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
+        decoding_engine(config.generate_config())  # a method the model's family cannot run: refused here
+    if ("no-image" in config.signals or config.decode_branch == "no-image") and questions:
         # a template that cannot render a prompt without the image is refused here, not mid-run
         backend.render_prompt(questions[0].text, config.template, image=False)
     # run dirs of halluprobe 0.1: their fingerprint held the rule list as given, which for an
@@ -369,9 +429,9 @@ def run_questions(
     requests: list[Request] = []
     for q in todo:
         variants: dict[str, str] = {}
-        if "instruction" in config.signals:
+        if "instruction" in config.signals or config.decode_branch == "instruction":
             variants["instruction"] = render(f"{config.instruction} {q.text}")
-        if "no-image" in config.signals:
+        if "no-image" in config.signals or config.decode_branch == "no-image":
             variants["no-image"] = render(q.text, image=False)
         requests.append(
             Request(

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from halluprobe.backends.hf_core import Batching, ModelCore
+from halluprobe.backends.hf_decode_engine import DecodeEngine
 from halluprobe.backends.hf_engines import PlainEngine, build_engine
 from halluprobe.records import GenerateConfig, Request, Response, TokenSets
 
@@ -95,7 +96,14 @@ class HFBackend:
 
         parse_signals(signals, self.core.n_layers)
 
-    def engine(self, config: GenerateConfig) -> PlainEngine:
+    def decoding_engine(self, config: GenerateConfig) -> DecodeEngine:
+        """The decoding loop's engine for ``config`` (``decode`` or ``sample`` set): its method
+        checked here (InputError), before any request."""
+        engine = self.engine(config)
+        assert isinstance(engine, DecodeEngine)
+        return engine
+
+    def engine(self, config: GenerateConfig) -> PlainEngine | DecodeEngine:
         """The engine of one call with ``config`` (its signals checked here, before any request)."""
         return build_engine(self.core, self.batching, config, prefix_cache=self.prefix_cache)
 

@@ -12,7 +12,12 @@ contrast branch is the question without the image): corrections.py's ``m3id`` at
 (0 for the first new token), ``log p_base + w_t (log p_base - log p_no_image)`` with
 ``w_t = (1 - exp(-lambda t)) / exp(-lambda t)``: inert at the first token, not after it.
 
-Not done yet (issue 24): sampling, PAI, DoLa, the prefix-cache engine, ``run --decode``.
+Sampling (:class:`Sampling`): the step's scores (the method's, or the base log-probabilities
+for plain decoding) divided by the temperature, cut to the top-k and top-p tokens, one draw per
+row from the row's own ``torch.Generator`` (seeded per question by the engine, hf_decode_engine.py),
+so a row's text does not depend on its batch.
+
+Not done yet (issue 24): PAI, DoLa, the prefix-cache engine.
 
 Plain engine only: full prompts, left-padded, explicit positions (``cumsum(mask) - 1``, what
 ``generate`` gives a left-padded batch), one forward pass per branch and step. torch is imported
@@ -27,10 +32,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from halluprobe.errors import InputError
+from halluprobe.readouts.corrections import parse_correction
 
-__all__ = ["ContrastRule", "Decoded", "M3IDRule", "StepRule", "contrast_decode", "parse_contrast"]
+__all__ = [
+    "BRANCHES",
+    "ContrastRule",
+    "Decoded",
+    "GreedyRule",
+    "M3IDRule",
+    "Sampling",
+    "StepRule",
+    "contrast_branch",
+    "contrast_decode",
+    "parse_contrast",
+    "parse_decode",
+]
 
-_DEFAULTS = {"vcd": {"alpha": 1.0, "beta": 0.1}, "icd": {"alpha": 1.0, "beta": 0.1}, "m3id": {"lambda": 0.02}}
+# each method's contrast branch, named as the request variant / signal it reads
+BRANCHES = {"vcd": "noised", "icd": "instruction", "m3id": "no-image"}
 
 
 @dataclass(frozen=True)
@@ -73,31 +92,78 @@ class M3IDRule:
         return base + w * (base - torch.log_softmax(contrast_logits.float(), dim=-1))
 
 
-StepRule = ContrastRule | M3IDRule
+@dataclass(frozen=True)
+class GreedyRule:
+    """Plain decoding (no method): the base branch's log-probabilities; no contrast branch."""
+
+    def scores(self, base_logits: Any, contrast_logits: Any, step: int = 0) -> Any:
+        import torch
+
+        return torch.log_softmax(base_logits.float(), dim=-1)
+
+
+StepRule = ContrastRule | M3IDRule | GreedyRule
+
+
+def parse_decode(spec: str) -> tuple[str, dict[str, float]]:
+    """``vcd:alpha=1,beta=0.1`` -> (method, every parameter): corrections.py's strict parser and
+    ranges (the same names and defaults as the offline rule), restricted to the methods this loop
+    runs. M3ID's ``t`` is the loop's own step, never given."""
+    name = spec.partition(":")[0]
+    if name not in BRANCHES:
+        raise InputError(f"--decode {spec}: the decoding loop runs {', '.join(BRANCHES)} (pai and dola: not yet)")
+    name, params = parse_correction(spec)
+    if name == "m3id":
+        if "t=" in spec.replace(" ", ""):
+            raise InputError(f"--decode {spec}: m3id's t is the decoding step, not a setting; give lambda only")
+        params.pop("t", None)
+    return name, params
+
+
+def contrast_branch(spec: str) -> str:
+    """The contrast branch (request variant) a method decodes against; InputError on a bad spec."""
+    return BRANCHES[parse_decode(spec)[0]]
 
 
 def parse_contrast(spec: str) -> tuple[str, StepRule]:
     """``vcd`` / ``icd:alpha=1,beta=0.1`` / ``m3id:lambda=0.02`` -> (method, rule); InputError
-    on anything else."""
-    name, _, args = spec.partition(":")
-    if name not in _DEFAULTS:
-        raise InputError(f"decoding method {name!r}: this engine decodes {', '.join(map(repr, _DEFAULTS))}")
-    values = dict(_DEFAULTS[name])
-    for part in filter(None, args.split(",")):
-        key, sep, value = part.partition("=")
-        if not sep or key not in values:
-            raise InputError(f"{name}: parameter {part!r}; known: {', '.join(f'{k}=' for k in values)}")
-        try:
-            values[key] = float(value)
-        except ValueError:
-            raise InputError(f"{name}: {key} must be a number, not {value!r}") from None
+    on anything else (:func:`parse_decode`)."""
+    name, p = parse_decode(spec)
     if name == "m3id":
-        if values["lambda"] < 0:
-            raise InputError(f"{name}: lambda >= 0 is needed")
-        return name, M3IDRule(lam=values["lambda"])
-    if values["alpha"] < 0 or not 0 <= values["beta"] < 1:
-        raise InputError(f"{name}: alpha >= 0 and 0 <= beta < 1 are needed")
-    return name, ContrastRule(alpha=values["alpha"], beta=values["beta"])
+        return name, M3IDRule(lam=p["lambda"])
+    return name, ContrastRule(alpha=p["alpha"], beta=p["beta"])
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Seeded sampling of a step's scores: temperature, then top-k, then top-p (nucleus)."""
+
+    temperature: float = 1.0
+    top_p: float | None = None
+    top_k: int | None = None
+
+    def filtered(self, scores: Any) -> Any:
+        """The scores each row draws from (``-inf`` outside its top-k and its top-p mass)."""
+        import torch
+
+        scores = scores.float() / self.temperature
+        if self.top_k is not None and self.top_k < scores.shape[-1]:
+            kth = torch.topk(scores, self.top_k, dim=-1).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, -math.inf)
+        if self.top_p is not None and self.top_p < 1:
+            ordered, order = torch.sort(scores, dim=-1, descending=True)
+            mass = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
+            drop = mass - torch.softmax(ordered, dim=-1) >= self.top_p  # the mass before it already reaches p
+            scores = scores.masked_fill(drop.scatter(-1, order, drop), -math.inf)
+        return scores
+
+    def choose(self, scores: Any, generators: Sequence[Any]) -> Any:
+        """One token per row, row ``i`` drawn with ``generators[i]`` (on the CPU)."""
+        import torch
+
+        probs = torch.softmax(self.filtered(scores), dim=-1).cpu()
+        drawn = [int(torch.multinomial(probs[row], 1, generator=g)) for row, g in enumerate(generators)]
+        return torch.tensor(drawn, dtype=torch.long, device=scores.device)
 
 
 @dataclass
@@ -106,6 +172,7 @@ class Decoded:
     two branches' last-position logits and the scores the token was chosen by."""
 
     tokens: list[list[int]]
+    first_logits: Any = None  # the base branch's first step [batch, vocab] (the first-token record)
     base_logits: list[Any] = field(default_factory=list)  # per step [batch, vocab]
     contrast_logits: list[Any] = field(default_factory=list)
     scores: list[Any] = field(default_factory=list)
@@ -143,33 +210,42 @@ class _Branch:
 def contrast_decode(
     model: Any,
     base_inputs: dict[str, Any],
-    contrast_inputs: dict[str, Any],
+    contrast_inputs: dict[str, Any] | None,
     rule: StepRule,
     *,
     max_new_tokens: int,
     end_ids: Sequence[int],
     pad_id: int,
     keep_steps: bool = False,
+    sampling: Sampling | None = None,
+    generators: Sequence[Any] = (),
 ) -> Decoded:
-    """Greedy contrastive decoding of a batch: both branches' prompts run once, then one token
-    per step in lockstep. A row that emits an end token is done (it is fed ``pad_id`` after, and
-    its text stops there). ``keep_steps`` keeps every step's logits and scores (for tests)."""
+    """Contrastive decoding of a batch: both branches' prompts run once, then one token per step
+    in lockstep (``contrast_inputs`` None: the base branch alone, plain decoding). Greedy, or with
+    ``sampling`` one draw per row from ``generators[row]``. A row that emits an end token is done
+    (it is fed ``pad_id`` after, and its text stops there). ``keep_steps`` keeps every step's
+    logits and scores (for tests)."""
     import torch
 
-    base, contrast = _Branch(model, base_inputs), _Branch(model, contrast_inputs)
+    base = _Branch(model, base_inputs)
+    contrast = _Branch(model, contrast_inputs) if contrast_inputs is not None else None
     rows = base_inputs["input_ids"].shape[0]
     out = Decoded(tokens=[[] for _ in range(rows)])
     done = torch.zeros(rows, dtype=torch.bool, device=base_inputs["input_ids"].device)
     ends = torch.tensor(sorted(set(end_ids)), dtype=torch.long, device=done.device)
     tokens = None
     for step in range(max_new_tokens):
-        base_logits, contrast_logits = base.step(tokens), contrast.step(tokens)
+        base_logits = base.step(tokens)
+        contrast_logits = contrast.step(tokens) if contrast is not None else None
+        if step == 0:
+            out.first_logits = base_logits
         scores = rule.scores(base_logits, contrast_logits, step)
-        chosen = scores.argmax(dim=-1)
+        chosen = scores.argmax(dim=-1) if sampling is None else sampling.choose(scores, generators)
         chosen = torch.where(done, torch.full_like(chosen, pad_id), chosen)
         if keep_steps:
             out.base_logits.append(base_logits.float().cpu())
-            out.contrast_logits.append(contrast_logits.float().cpu())
+            if contrast_logits is not None:
+                out.contrast_logits.append(contrast_logits.float().cpu())
             out.scores.append(scores.cpu())
         for row, token in enumerate(chosen.tolist()):
             if not done[row]:

@@ -1,0 +1,180 @@
+"""`halluprobe run --open-ended --decode METHOD --sample ...` on the tiny LLaVA (issue 24): the
+method and sampling settings in run.json and the fingerprint, neutral settings give the greedy
+text, each method's text is contrast_decode's on the same branches, sampling is seeded per
+question (same text at another batch size and on --resume), bad input exits 2 before any model
+loads, and `halluprobe decoding` reads the runs' methods."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from halluprobe.backends.hf import HFBackend  # noqa: E402
+from halluprobe.backends.hf_decode import ContrastRule, M3IDRule, contrast_decode  # noqa: E402
+from halluprobe.backends.hf_signals import VCD_NOISE_STEP, noised_inputs  # noqa: E402
+from halluprobe.cli import app  # noqa: E402
+from halluprobe.decoding_runs import decoding_identity  # noqa: E402
+from halluprobe.records import ICD_INSTRUCTION  # noqa: E402
+from halluprobe.rundir import RunDir  # noqa: E402
+from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ["Describe the image.", "What is on the table?", "Describe the image."]
+NEW = 6
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path) -> tuple[Path, Path, Path]:
+    photos, _ = demo_photos(tmp_path_factory.mktemp("photos"))
+    images = photos / "images" if (photos / "images").is_dir() else photos
+    names = sorted(p.name for p in images.iterdir())[:3]
+    model = build_tiny_llava(tmp_path_factory.mktemp("llava"), llama_tokenizer_dir, seed=0, image_size=112)
+    bench = tmp_path_factory.mktemp("bench") / "open.jsonl"
+    rows = [{"question_id": i, "image": n, "text": q, "label": "yes", "kind": "open"} for i, (n, q) in enumerate(zip(names, QUESTIONS))]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return model, bench, images
+
+
+def _run(setup: tuple[Path, Path, Path], out: Path, *extra: str, model: str | None = None) -> Any:
+    path, bench, images = setup
+    hf = () if model else ("--dtype", "float32", "--device", "cpu")
+    args = ["run", "--model", model or str(path), "--benchmark", str(bench), "--images", str(images), "--out", str(out),
+            "--template", "llava", "--open-ended", "--max-new-tokens", str(NEW), *hf, *extra]  # fmt: skip
+    return CliRunner().invoke(app, args)
+
+
+def _texts(out: Path) -> dict[int, str | None]:
+    return {s.question_id: s.text for s in RunDir(out).read_samples() if s.error is None}
+
+
+@pytest.fixture(scope="module")
+def greedy(setup: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[int, str | None]:
+    out = tmp_path_factory.mktemp("runs") / "greedy"
+    result = _run(setup, out)
+    assert result.exit_code == 0, result.output
+    return _texts(out)
+
+
+@pytest.mark.parametrize("neutral", ["vcd:alpha=0", "icd:alpha=0,beta=0", "m3id:lambda=0"])
+def test_neutral_settings_write_the_greedy_text(setup: Any, greedy: dict[int, str | None], tmp_path: Path, neutral: str) -> None:
+    result = _run(setup, tmp_path / "run", "--decode", neutral)
+    assert result.exit_code == 0, result.output
+    assert _texts(tmp_path / "run") == greedy and len(greedy) == 3
+
+
+def _independent(setup: Any, method: str, rule: Any) -> dict[int, str]:
+    """The method's text from contrast_decode, one question at a time, its branch built here."""
+    model, bench, images = setup
+    backend = HFBackend(str(model), dtype="float32", device="cpu")
+    inputs = backend.core.inputs
+    out: dict[int, str] = {}
+    from PIL import Image
+
+    for line in bench.read_text().splitlines():
+        row = json.loads(line)
+        path = str(images / row["image"])
+        with Image.open(path) as im:
+            image = im.convert("RGB")
+        base = inputs.encode([backend.render_prompt(row["text"], "llava")], [image])
+        if method == "vcd":
+            contrast = noised_inputs(base, [path], VCD_NOISE_STEP)
+        elif method == "icd":
+            contrast = inputs.encode([backend.render_prompt(f"{ICD_INSTRUCTION} {row['text']}", "llava")], [image])
+        else:
+            contrast = inputs.encode([backend.render_prompt(row["text"], "llava", image=False)], [])
+        core = backend.core
+        got = contrast_decode(core.model, base, contrast, rule, max_new_tokens=NEW, end_ids=[core.tokenizer.eos_token_id], pad_id=core.pad_id)
+        out[row["question_id"]] = core.tokenizer.decode(got.tokens[0], skip_special_tokens=True)
+    return out
+
+
+@pytest.mark.parametrize(("spec", "method", "rule"), [("vcd:alpha=1", "vcd", ContrastRule(1.0, 0.1)), ("icd:alpha=2,beta=0", "icd", ContrastRule(2.0, 0.0)),
+                                                       ("m3id:lambda=0.5", "m3id", M3IDRule(0.5))])  # fmt: skip
+def test_a_method_run_writes_the_loops_text_and_records_its_settings(
+    setup: Any, greedy: dict[int, str | None], tmp_path: Path, spec: str, method: str, rule: Any
+) -> None:
+    out = tmp_path / method
+    result = _run(setup, out, "--decode", spec, "--batch-size", "2")
+    assert result.exit_code == 0, result.output
+    assert _texts(out) == _independent(setup, method, rule)
+    assert _texts(out) != greedy  # the contrast branch changed some text
+    header = RunDir(out).read_header()
+    assert header.generate is not None and header.generate.decode == spec and header.generate.sample is None
+    raw = json.loads((out / "run.json").read_text())
+    assert decoding_identity(raw, "x")[:2] == (spec, spec)
+    # --resume with another method is refused (the fingerprint holds the method)
+    other = _run(setup, out, "--decode", "vcd:alpha=3", "--resume")
+    assert other.exit_code == 2 and "refusing to resume" in other.output
+
+
+def test_sampling_is_seeded_per_question(setup: Any, greedy: dict[int, str | None], tmp_path: Path) -> None:
+    sampling = ("--sample", "--seed", "7", "--temperature", "1.5", "--top-p", "0.95", "--sample-top-k", "50")
+    result = _run(setup, tmp_path / "a", *sampling, "--batch-size", "3")
+    assert result.exit_code == 0, result.output
+    texts = _texts(tmp_path / "a")
+    assert texts != greedy
+    assert texts[0] != texts[2]  # the same question about another image, its own draws
+    result = _run(setup, tmp_path / "b", *sampling, "--batch-size", "1")
+    assert result.exit_code == 0 and _texts(tmp_path / "b") == texts  # not the batch's
+    # resume: a question dropped from samples.jsonl is asked again and gets the same text
+    samples = tmp_path / "b" / "samples.jsonl"
+    samples.write_text("".join(samples.read_text().splitlines(keepends=True)[:1]))
+    (tmp_path / "b" / "complete.json").unlink(missing_ok=True)
+    result = _run(setup, tmp_path / "b", *sampling, "--resume")
+    assert result.exit_code == 0, result.output
+    assert _texts(tmp_path / "b") == texts
+    other_seed = _run(setup, tmp_path / "b", "--sample", "--seed", "8", "--temperature", "1.5", "--top-p", "0.95", "--sample-top-k", "50", "--resume")
+    assert other_seed.exit_code == 2 and "refusing to resume" in other_seed.output
+    generate = json.loads((tmp_path / "a" / "run.json").read_text())["generate"]
+    assert {k: generate[k] for k in ("sample", "seed", "temperature", "top_p", "sample_top_k")} == {
+        "sample": True, "seed": 7, "temperature": 1.5, "top_p": 0.95, "sample_top_k": 50}  # fmt: skip
+    assert decoding_identity(json.loads((tmp_path / "a" / "run.json").read_text()), "a")[4] is True
+    # a sampled method run too
+    result = _run(setup, tmp_path / "c", "--decode", "vcd:alpha=1", *sampling)
+    assert result.exit_code == 0 and len(_texts(tmp_path / "c")) == 3
+
+
+def test_plain_runs_keep_their_header_and_fingerprint(setup: Any, greedy: dict[int, str | None], tmp_path: Path) -> None:
+    """A run without --decode/--sample writes no decoding key (its run.json and fingerprint as before)."""
+    result = _run(setup, tmp_path / "plain")
+    assert result.exit_code == 0
+    generate = json.loads((tmp_path / "plain" / "run.json").read_text())["generate"]
+    assert set(generate) == {"max_new_tokens", "top_k", "stop_strings", "signals", "instruction"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--decode", "dola"), "the decoding loop runs vcd, icd, m3id"),
+        (("--decode", "vcd:gamma=1"), "not 'gamma=1'"),
+        (("--decode", "vcd:alpha=-1"), r"alpha must lie in \[0, 100\]"),
+        (("--decode", "m3id:t=3"), "t is the decoding step"),
+        (("--sample",), "--sample needs --seed"),
+        (("--temperature", "0.5"), "--temperature is a sampling setting"),
+        (("--sample", "--seed", "1", "--top-p", "0"), "--top-p must lie in"),
+        (("--decode", "vcd", "--backend", "scripted"), "the scripted backend cannot apply --decode"),
+        (("--decode", "vcd", "--backend", "openai", "--endpoint", "http://127.0.0.1:9/v1"), "the openai backend cannot apply --decode"),
+    ],
+)
+def test_bad_decoding_input_exits_2_before_any_model_loads(setup: Any, tmp_path: Path, extra: tuple[str, ...], message: str) -> None:
+    import re
+
+    result = _run(setup, tmp_path / "bad", *extra, model=str(tmp_path / "no-such-model"))
+    assert result.exit_code == 2, result.output
+    assert re.search(message, result.output), result.output
+    assert not (tmp_path / "bad").exists()
+
+
+def test_decode_needs_open_ended(setup: Any, tmp_path: Path) -> None:
+    path, bench, images = setup
+    args = ["run", "--model", str(tmp_path / "none"), "--benchmark", str(bench), "--images", str(images), "--out", str(tmp_path / "o"), "--decode", "vcd"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "give --open-ended" in result.output
