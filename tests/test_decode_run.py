@@ -178,3 +178,43 @@ def test_decode_needs_open_ended(setup: Any, tmp_path: Path) -> None:
     args = ["run", "--model", str(tmp_path / "none"), "--benchmark", str(bench), "--images", str(images), "--out", str(tmp_path / "o"), "--decode", "vcd"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "give --open-ended" in result.output
+
+
+def test_decoding_table_reads_the_methods_runs(tmp_path: Path, setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`halluprobe decoding` over a greedy, a method and a sampled run written by `run --decode`:
+    each run named by its recorded method and sampling, its caption length recomputed here."""
+    import shutil
+
+    from _chair import FixtureTools, wordnet_or_skip
+
+    from halluprobe.benchmarks.chair import families as chair_families
+
+    wordnet_or_skip()
+    monkeypatch.setattr(chair_families, "NltkTools", lambda need_tagger=True: FixtureTools())
+    model, bench, images = setup
+    coco = tmp_path / "coco"
+    coco.mkdir()
+    rows = [json.loads(line) for line in bench.read_text().splitlines()]
+    for i, row in enumerate(rows, start=1):
+        name = f"COCO_val2014_{i:012d}.jpg"
+        shutil.copy(images / row["image"], coco / name)
+        row["image"] = name
+    coco_bench = tmp_path / "coco.jsonl"
+    coco_bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    truth = tmp_path / "objects.jsonl"
+    truth.write_text("".join(json.dumps({"image_id": i, "objects": ["dog"]}) + "\n" for i in range(1, len(rows) + 1)))
+    sampling = ("--sample", "--seed", "1", "--temperature", "1.2")
+    runs = {"greedy": (), "vcd": ("--decode", "vcd:alpha=1"), "sampled": sampling}
+    for name, extra in runs.items():
+        result = _run((model, coco_bench, coco), tmp_path / name, *extra)
+        assert result.exit_code == 0, result.output
+    args = ["decoding", str(tmp_path / "greedy"), str(tmp_path / "vcd"), "--sampled-baseline", str(tmp_path / "sampled"),
+            "--ground-truth", str(truth), "--json", "--bootstrap", "20"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    per_run = {r["role"]: r for r in json.loads(result.stdout)["chair"]["per_run"]}
+    assert per_run["method"]["name"] == "vcd:alpha=1"
+    assert per_run["sampled baseline"]["name"].startswith("sampled (sampled")
+    for role, name in (("greedy baseline", "greedy"), ("method", "vcd"), ("sampled baseline", "sampled")):
+        texts = [s.text or "" for s in RunDir(tmp_path / name).read_samples()]
+        assert per_run[role]["length"] == pytest.approx(sum(len(t.split()) for t in texts) / len(texts)), role
