@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from halluprobe.backends.hf_core import Batching, ModelCore, error_response, is_oom
-from halluprobe.backends.hf_decode import BRANCHES, GreedyRule, Sampling, StepRule, contrast_decode, parse_contrast
+from halluprobe.backends.hf_decode import BRANCHES, Decoded, GreedyRule, Sampling, StepRule, contrast_decode, parse_contrast
 from halluprobe.backends.hf_signals import VCD_NOISE_STEP, noised_inputs
 from halluprobe.errors import InputError
 from halluprobe.records import GenerateConfig, Request, Response
@@ -119,6 +119,14 @@ class DecodeEngine:
         return core.inputs.encode([r.variants[branch] for r in rows], images if branch != "no-image" else [])
 
     def _decode(self, rows: Sequence[Request], images: list[Any], started: float) -> dict[tuple[str, int], Response]:
+        core = self.core
+        decoded = self.decode_batch(rows, images)
+        texts = core.tokenizer.batch_decode(decoded.tokens, skip_special_tokens=True)
+        latency = (time.perf_counter() - started) / len(rows)
+        return core.responses([[r] for r in rows], decoded.first_logits, texts, latency, self.config.top_k)
+
+    def decode_batch(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
+        """One batch through the loop (``images``: the rows' images, in order); exceptions pass."""
         import torch
 
         core = self.core
@@ -128,11 +136,8 @@ class DecodeEngine:
         if self.sampling is not None:
             assert self.config.seed is not None
             generators = [torch.Generator().manual_seed(question_seed(self.config.seed, r)) for r in rows]
-        decoded = contrast_decode(
+        return contrast_decode(
             core.model, core.to_device(base), core.to_device(contrast) if contrast is not None else None, self.rule,
             max_new_tokens=self.config.max_new_tokens, end_ids=self.end_ids, pad_id=core.pad_id,
-            sampling=self.sampling, generators=generators,
+            sampling=self.sampling, generators=generators, keep_steps=keep_steps,
         )  # fmt: skip
-        texts = core.tokenizer.batch_decode(decoded.tokens, skip_special_tokens=True)
-        latency = (time.perf_counter() - started) / len(rows)
-        return core.responses([[r] for r in rows], decoded.first_logits, texts, latency, self.config.top_k)
