@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
 from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_decode import ContrastRule, M3IDRule, contrast_decode  # noqa: E402
+from halluprobe.backends.hf_decode import ContrastRule, DoLaRule, M3IDRule, contrast_decode  # noqa: E402
 from halluprobe.backends.hf_signals import VCD_NOISE_STEP, noised_inputs  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
 from halluprobe.decoding_runs import decoding_identity  # noqa: E402
@@ -86,6 +86,8 @@ def _independent(setup: Any, method: str, rule: Any) -> dict[int, str]:
         base = inputs.encode([backend.render_prompt(row["text"], "llava")], [image])
         if method == "vcd":
             contrast = noised_inputs(base, [path], VCD_NOISE_STEP)
+        elif method == "dola":
+            contrast = None
         elif method == "icd":
             contrast = inputs.encode([backend.render_prompt(f"{ICD_INSTRUCTION} {row['text']}", "llava")], [image])
         else:
@@ -97,7 +99,7 @@ def _independent(setup: Any, method: str, rule: Any) -> dict[int, str]:
 
 
 @pytest.mark.parametrize(("spec", "method", "rule"), [("vcd:alpha=1", "vcd", ContrastRule(1.0, 0.1)), ("icd:alpha=2,beta=0", "icd", ContrastRule(2.0, 0.0)),
-                                                       ("m3id:lambda=0.5", "m3id", M3IDRule(0.5))])  # fmt: skip
+                                                       ("m3id:lambda=0.5", "m3id", M3IDRule(0.5)), ("dola", "dola", DoLaRule((0,), 0.1, 1.2))])  # fmt: skip
 def test_a_method_run_writes_the_loops_text_and_records_its_settings(
     setup: Any, greedy: dict[int, str | None], tmp_path: Path, spec: str, method: str, rule: Any
 ) -> None:
@@ -153,7 +155,8 @@ def test_plain_runs_keep_their_header_and_fingerprint(setup: Any, greedy: dict[i
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (("--decode", "dola"), "the decoding loop runs vcd, icd, m3id"),
+        (("--decode", "pai"), "the decoding loop runs vcd, icd, m3id, dola"),
+        (("--decode", "dola:repetition_penalty=0"), r"repetition_penalty must lie in \[1, 10\]"),
         (("--decode", "vcd:gamma=1"), "not 'gamma=1'"),
         (("--decode", "vcd:alpha=-1"), r"alpha must lie in \[0, 100\]"),
         (("--decode", "m3id:t=3"), "t is the decoding step"),
@@ -174,7 +177,7 @@ def test_bad_decoding_input_exits_2_before_any_model_loads(setup: Any, tmp_path:
 
 
 def test_decode_needs_open_ended(setup: Any, tmp_path: Path) -> None:
-    path, bench, images = setup
+    _, bench, images = setup
     args = ["run", "--model", str(tmp_path / "none"), "--benchmark", str(bench), "--images", str(images), "--out", str(tmp_path / "o"), "--decode", "vcd"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "give --open-ended" in result.output

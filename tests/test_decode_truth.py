@@ -1,6 +1,8 @@
 """One truth for both implementations (issue 24 item 3): at the first new token of yes/no
 questions, the decoding loop's scores on the yes/no ids are the offline rule's (corrections.py,
-same name and settings) read from signals recorded by a yes/no run, so wherever the loop decodes
+same name and settings; DoLa with repetition_penalty 1, the loop's own setting, since the
+penalty applies to the prompt's tokens already at the first step) read from signals recorded by a
+yes/no run, so wherever the loop decodes
 a yes/no piece it is the offline rule's best yes/no id; neutral settings give the plain engine's
 greedy text. On the tiny LLaVA and on the demo model (which answers Yes/No)."""
 
@@ -23,8 +25,8 @@ from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SPECS = ["vcd:alpha=1,beta=0.1", "vcd:alpha=2.5,beta=0", "icd:alpha=1,beta=0.1", "icd:alpha=0.5,beta=0.3", "m3id:lambda=0.02", "m3id:lambda=1"]
-SIGNALS = ("noised", "instruction", "no-image")
+SPECS = ["dola:relative_top=0.1,repetition_penalty=1", "dola:relative_top=0,repetition_penalty=1", "vcd:alpha=1,beta=0.1", "vcd:alpha=2.5,beta=0", "icd:alpha=1,beta=0.1", "icd:alpha=0.5,beta=0.3", "m3id:lambda=0.02", "m3id:lambda=1"]
+SIGNALS = ("noised", "instruction", "no-image", "layers")
 
 
 def _requests(backend: HFBackend, items: list[tuple[str, str]]) -> list[Request]:

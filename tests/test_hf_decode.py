@@ -136,8 +136,71 @@ def test_decoding_methods_are_parsed_and_bad_ones_refused() -> None:
     assert parse_contrast("vcd") == ("vcd", ContrastRule(alpha=1.0, beta=0.1))
     assert parse_contrast("icd:alpha=0.5,beta=0") == ("icd", ContrastRule(alpha=0.5, beta=0.0))
     assert parse_contrast("m3id:lambda=0.5") == ("m3id", M3IDRule(lam=0.5))
-    for bad, message in (("dola", "runs vcd, icd, m3id"), ("m3id:alpha=1", "not 'alpha=1'"), ("vcd:gamma=1", "not 'gamma=1'"),
+    for bad, message in (("pai", "runs vcd, icd, m3id, dola"), ("m3id:alpha=1", "not 'alpha=1'"), ("vcd:gamma=1", "not 'gamma=1'"),
                          ("vcd:alpha=x", "alpha must be a number"), ("vcd:beta=2", r"beta must lie in \[0, 1\]"),
                          ("m3id:t=2", "t is the decoding step"), ("vcd:alpha=1,alpha=2", "given twice")):  # fmt: skip
         with pytest.raises(InputError, match=message):
             parse_contrast(bad)
+
+
+def test_dola_steps_are_its_rule_recomputed_without_a_cache(setup: Any) -> None:
+    """DoLa over candidate layers 0 and 1, recomputed per row and step from the full sequence
+    without a cache: each layer's logits through the norm and head, the JSD written out in plain
+    Python, the premature layer the furthest one, the relative-top cut-off and transformers'
+    repetition penalty over the prompt and the tokens so far."""
+    from halluprobe.backends.hf_decode import DoLaRule
+
+    backend, prompts, images, paths = setup
+    rule = DoLaRule(layers=(0, 1), relative_top=0.1, repetition_penalty=1.5)
+    base = backend.core.inputs.encode(prompts, images)
+    core = backend.core
+    got = contrast_decode(core.model, base, None, rule, max_new_tokens=STEPS, end_ids=[core.tokenizer.eos_token_id], pad_id=core.pad_id, keep_steps=True)
+    model = core.model
+    norm, head = model.get_decoder().norm, model.get_output_embeddings()
+    penalised = 0
+    for row in range(len(prompts)):
+        one = backend.core.inputs.encode([prompts[row]], [images[row]])
+        for step, token in enumerate(got.tokens[row]):
+            ids = torch.cat([one["input_ids"], torch.tensor([got.tokens[row][:step]], dtype=torch.long)], dim=-1)
+            with torch.inference_mode():
+                out = model(**{**one, "input_ids": ids, "attention_mask": torch.ones_like(ids)}, output_hidden_states=True)
+                early = [head(norm(out.hidden_states[n][0, -1])) for n in rule.layers]
+            final = torch.log_softmax(out.logits[0, -1].double(), -1).tolist()
+
+            def jsd(q_logits: Any, final: list[float] = final) -> float:
+                q = torch.log_softmax(q_logits.double(), -1).tolist()
+                total = 0.0
+                for a, b in zip(final, q):
+                    m = math.log((math.exp(a) + math.exp(b)) / 2)
+                    total += 0.5 * (math.exp(a) * (a - m) + math.exp(b) * (b - m))
+                return total
+
+            divergences = [jsd(e) for e in early]
+            premature = max(range(len(early)), key=divergences.__getitem__)
+            q = torch.log_softmax(early[premature].double(), -1).tolist()
+            threshold = math.log(rule.relative_top) + max(final)
+            seen = set(ids[0].tolist())
+            want = []
+            for i, (a, b) in enumerate(zip(final, q)):
+                v = a - b if a >= threshold else -math.inf
+                if i in seen and v > -math.inf:
+                    v = v * rule.repetition_penalty if v < 0 else v / rule.repetition_penalty
+                    penalised += 1
+                want.append(v)
+            assert token == max(range(len(want)), key=want.__getitem__), (row, step)
+            engine = got.scores[step][row].tolist()
+            finite = [i for i, v in enumerate(want) if v > -math.inf]
+            assert [i for i, v in enumerate(engine) if v > -math.inf] == finite
+            assert max(abs(engine[i] - want[i]) for i in finite) < 1e-4
+    assert penalised > 0  # the penalty touched some kept token
+
+
+def test_dola_is_parsed_with_its_repetition_penalty() -> None:
+    from halluprobe.backends.hf_decode import DoLaRule, parse_decode
+
+    assert parse_decode("dola") == ("dola", {"relative_top": 0.1, "repetition_penalty": 1.2})
+    assert parse_contrast("dola:repetition_penalty=1,relative_top=0.2", n_layers=8) == ("dola", DoLaRule((0, 2), 0.2, 1.0))
+    for bad, message in (("dola:repetition_penalty=0.5", r"must lie in \[1, 10\]"), ("dola:repetition_penalty=1,repetition_penalty=2", "given twice"),
+                         ("dola:alpha=1", "not 'alpha=1'"), ("pai", "pai: not yet")):  # fmt: skip
+        with pytest.raises(InputError, match=message):
+            parse_decode(bad)

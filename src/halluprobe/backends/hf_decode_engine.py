@@ -22,7 +22,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from halluprobe.backends.hf_core import Batching, ModelCore, error_response, is_oom
-from halluprobe.backends.hf_decode import BRANCHES, Decoded, GreedyRule, Sampling, StepRule, contrast_decode, parse_contrast
+from halluprobe.backends.hf_decode import (
+    BRANCHES,
+    Decoded,
+    GreedyRule,
+    Sampling,
+    StepRule,
+    contrast_decode,
+    parse_contrast,
+)
 from halluprobe.backends.hf_signals import VCD_NOISE_STEP, noised_inputs
 from halluprobe.errors import InputError
 from halluprobe.records import GenerateConfig, Request, Response
@@ -52,7 +60,7 @@ class DecodeEngine:
         self.method: str | None = None
         self.rule: StepRule = GreedyRule()
         if config.decode is not None:
-            self.method, self.rule = parse_contrast(config.decode)
+            self.method, self.rule = parse_contrast(config.decode, core.n_layers)
             if BRANCHES[self.method] == "no-image":
                 core.inputs.render_prompt("?", None, image=False)  # InputError for a family that cannot
         self.sampling = (
