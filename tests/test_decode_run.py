@@ -63,7 +63,7 @@ def greedy(setup: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFact
     return _texts(out)
 
 
-@pytest.mark.parametrize("neutral", ["vcd:alpha=0", "icd:alpha=0,beta=0", "m3id:lambda=0"])
+@pytest.mark.parametrize("neutral", ["vcd:alpha=0", "icd:alpha=0,beta=0", "m3id:lambda=0", "pai:gamma=1,alpha=0,start=0"])
 def test_neutral_settings_write_the_greedy_text(setup: Any, greedy: dict[int, str | None], tmp_path: Path, neutral: str) -> None:
     result = _run(setup, tmp_path / "run", "--decode", neutral)
     assert result.exit_code == 0, result.output
@@ -155,7 +155,8 @@ def test_plain_runs_keep_their_header_and_fingerprint(setup: Any, greedy: dict[i
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (("--decode", "pai"), "the decoding loop runs vcd, icd, m3id, dola"),
+        (("--decode", "opera"), "the decoding loop runs vcd, icd, m3id, dola, pai"),
+        (("--decode", "pai:alpha=-1"), r"alpha must lie in \[0, 100\]"),
         (("--decode", "dola:repetition_penalty=0"), r"repetition_penalty must lie in \[1, 10\]"),
         (("--decode", "vcd:gamma=1"), "not 'gamma=1'"),
         (("--decode", "vcd:alpha=-1"), r"alpha must lie in \[0, 100\]"),

@@ -25,8 +25,8 @@ from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SPECS = ["dola:relative_top=0.1,repetition_penalty=1", "dola:relative_top=0,repetition_penalty=1", "vcd:alpha=1,beta=0.1", "vcd:alpha=2.5,beta=0", "icd:alpha=1,beta=0.1", "icd:alpha=0.5,beta=0.3", "m3id:lambda=0.02", "m3id:lambda=1"]
-SIGNALS = ("noised", "instruction", "no-image", "layers")
+SPECS = ["pai:gamma=1.5,alpha=0.5,start=0,end=2", "pai:gamma=1,alpha=0.5,start=0,end=2", "dola:relative_top=0.1,repetition_penalty=1", "dola:relative_top=0,repetition_penalty=1", "vcd:alpha=1,beta=0.1", "vcd:alpha=2.5,beta=0", "icd:alpha=1,beta=0.1", "icd:alpha=0.5,beta=0.3", "m3id:lambda=0.02", "m3id:lambda=1"]
+SIGNALS = ("noised", "instruction", "no-image", "layers", "attention:0.5,0,2")  # PAI's signal: the pai specs' alpha and layers
 
 
 def _requests(backend: HFBackend, items: list[tuple[str, str]]) -> list[Request]:

@@ -136,7 +136,7 @@ def test_decoding_methods_are_parsed_and_bad_ones_refused() -> None:
     assert parse_contrast("vcd") == ("vcd", ContrastRule(alpha=1.0, beta=0.1))
     assert parse_contrast("icd:alpha=0.5,beta=0") == ("icd", ContrastRule(alpha=0.5, beta=0.0))
     assert parse_contrast("m3id:lambda=0.5") == ("m3id", M3IDRule(lam=0.5))
-    for bad, message in (("pai", "runs vcd, icd, m3id, dola"), ("m3id:alpha=1", "not 'alpha=1'"), ("vcd:gamma=1", "not 'gamma=1'"),
+    for bad, message in (("opera", "runs vcd, icd, m3id, dola, pai"), ("m3id:alpha=1", "not 'alpha=1'"), ("vcd:gamma=1", "not 'gamma=1'"),
                          ("vcd:alpha=x", "alpha must be a number"), ("vcd:beta=2", r"beta must lie in \[0, 1\]"),
                          ("m3id:t=2", "t is the decoding step"), ("vcd:alpha=1,alpha=2", "given twice")):  # fmt: skip
         with pytest.raises(InputError, match=message):
@@ -201,6 +201,44 @@ def test_dola_is_parsed_with_its_repetition_penalty() -> None:
     assert parse_decode("dola") == ("dola", {"relative_top": 0.1, "repetition_penalty": 1.2})
     assert parse_contrast("dola:repetition_penalty=1,relative_top=0.2", n_layers=8) == ("dola", DoLaRule((0, 2), 0.2, 1.0))
     for bad, message in (("dola:repetition_penalty=0.5", r"must lie in \[1, 10\]"), ("dola:repetition_penalty=1,repetition_penalty=2", "given twice"),
-                         ("dola:alpha=1", "not 'alpha=1'"), ("pai", "pai: not yet")):  # fmt: skip
+                         ("dola:alpha=1", "not 'alpha=1'"), ("pai:start=1.5,end=2", "whole numbers"), ("pai:start=2,end=2", r"\[start, end\)")):  # fmt: skip
         with pytest.raises(InputError, match=message):
-            parse_decode(bad)
+            parse_contrast(bad, n_layers=2)
+
+
+def test_pai_steps_are_its_rule_recomputed_without_a_cache(setup: Any) -> None:
+    """PAI, recomputed per row and step from full sequences without a cache: the amplified pass
+    (hf_signals' attention hook over every image key of the full sequence) and the no-image pass,
+    ``gamma * lp_amplified - (gamma - 1) * lp_no_image``; the amplification moves later steps too."""
+    from halluprobe.backends.hf_decode import PAIRule
+    from halluprobe.backends.hf_signals import PaiSetting, amplified_attention
+
+    backend, prompts, images, _ = setup
+    core = backend.core
+    rule = PAIRule(gamma=1.5, setting=PaiSetting(alpha=0.5, start=0, end=2))
+    no_image = [backend.render_prompt(q, None, image=False) for q in QUESTIONS]
+    base = core.inputs.encode(prompts, images)
+    got = contrast_decode(core.model, base, core.inputs.encode(no_image, []), rule, max_new_tokens=STEPS, end_ids=[core.tokenizer.eos_token_id],
+                          pad_id=core.pad_id, keep_steps=True, image_token_id=core.inputs.image_token_id)  # fmt: skip
+    model, amplified_moved = core.model, [0.0] * STEPS
+    for row in range(len(prompts)):
+        with_image = core.inputs.encode([prompts[row]], [images[row]])
+        text_only = core.inputs.encode([no_image[row]], [])
+        for step, token in enumerate(got.tokens[row]):
+            chosen = torch.tensor([got.tokens[row][:step]], dtype=torch.long)
+            ids = torch.cat([with_image["input_ids"], chosen], dim=-1)
+            full = {**with_image, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+            text_ids = torch.cat([text_only["input_ids"], chosen], dim=-1)
+            with torch.inference_mode():
+                plain = model(**full).logits[0, -1]
+                with amplified_attention(model, rule.setting, ids == core.inputs.image_token_id):
+                    amplified = model(**full).logits[0, -1]
+                lq = model(**{**text_only, "input_ids": text_ids, "attention_mask": torch.ones_like(text_ids)}).logits[0, -1]
+            la = torch.log_softmax(amplified.double(), -1).tolist()
+            lq_ = torch.log_softmax(lq.double(), -1).tolist()
+            want = [rule.gamma * a - (rule.gamma - 1) * b for a, b in zip(la, lq_)]
+            assert token == max(range(len(want)), key=want.__getitem__), (row, step)
+            engine = got.scores[step][row].tolist()
+            assert max(abs(a - b) for a, b in zip(engine, want)) < 1e-4
+            amplified_moved[step] = max(amplified_moved[step], float((amplified - plain).abs().max()))
+    assert min(amplified_moved[: min(len(t) for t in got.tokens)]) > 1e-4  # the hook acts at every step, not only the prompt's

@@ -147,5 +147,5 @@ class DecodeEngine:
         return contrast_decode(
             core.model, core.to_device(base), core.to_device(contrast) if contrast is not None else None, self.rule,
             max_new_tokens=self.config.max_new_tokens, end_ids=self.end_ids, pad_id=core.pad_id,
-            sampling=self.sampling, generators=generators, keep_steps=keep_steps,
+            sampling=self.sampling, generators=generators, keep_steps=keep_steps, image_token_id=core.inputs.image_token_id,
         )  # fmt: skip
