@@ -70,9 +70,8 @@ def main() -> None:
         batches = [(requests[i : i + args.batch_size], images[i : i + args.batch_size]) for i in range(0, len(requests), args.batch_size)]
         engines = {}
         for name, spec in METHODS.items():
-            engine = backend.engine(GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec, sample=None if spec else True, seed=0))
-            assert isinstance(engine, DecodeEngine)
-            engine.sampling = None  # greedy: a config without decode or sample would get the plain engine
+            # built directly: a config without decode or sample would get the plain engine, not the loop
+            engine = DecodeEngine(core, backend.batching, GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec))
             engine.end_ids = []  # every row decodes exactly --new-tokens tokens
             engines[name] = engine
 
