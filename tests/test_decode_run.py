@@ -222,3 +222,15 @@ def test_decoding_table_reads_the_methods_runs(tmp_path: Path, setup: Any, monke
     for role, name in (("greedy baseline", "greedy"), ("method", "vcd"), ("sampled baseline", "sampled")):
         texts = [s.text or "" for s in RunDir(tmp_path / name).read_samples()]
         assert per_run[role]["length"] == pytest.approx(sum(len(t.split()) for t in texts) / len(texts)), role
+
+
+@pytest.mark.parametrize(("model_type", "spec"), [("instructblip", "m3id:lambda=0.5"), ("paligemma", "pai:gamma=1.1")])
+def test_no_image_method_refused_for_an_image_first_family_before_loading(setup: Any, tmp_path: Path, model_type: str, spec: str) -> None:
+    """Only a config.json: the refusal comes from it, before any weight is looked for."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    result = _run(setup, tmp_path / "out", "--decode", spec, model=str(folder))
+    assert result.exit_code == 2, result.output
+    assert "without the image" in result.output and str(folder / "config.json") in result.output.replace("\n", "")
+    assert not (tmp_path / "out").exists()

@@ -328,6 +328,27 @@ def check_decoding_asked(config: RunConfig) -> None:
             raise InputError(f"{given[0]} is a sampling setting: give --sample too")
     if config.backend != "hf":
         raise InputError(f"the {config.backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
+    if config.decode_branch == "no-image":
+        _refuse_image_first(config)
+
+
+def _refuse_image_first(config: RunConfig) -> None:
+    """A no-image method on a family whose processor cannot leave the image out, refused from a
+    local model folder's config.json before loading it (a hub id is checked when the engine is
+    built, after loading, before the run dir is written)."""
+    import json
+
+    from halluprobe.backends.families import FAMILIES
+
+    path = Path(config.model) / "config.json"
+    try:
+        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return
+    family = FAMILIES.get(model_type or "")
+    if family is not None and family.no_image_reason is not None:
+        method = (config.decode or "").partition(":")[0]
+        raise InputError(f"--decode {method} decodes against the question without the image: {model_type}: {family.no_image_reason}", path)
 
 
 def _with_clip(clip: ClipScorer, samples: list[Sample], image_paths: list[str]) -> list[Sample]:
