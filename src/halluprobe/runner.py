@@ -303,52 +303,13 @@ def check_signals_asked(config: RunConfig, has_scorer: bool, questions: Sequence
 
 def check_decoding_asked(config: RunConfig) -> None:
     """``--decode`` / ``--sample`` settings that cannot run, refused in one line before any model
-    loads: an unknown method or parameter, a method on a yes/no run, a sampled run without a
-    seed, sampling settings without ``--sample``."""
-    from halluprobe.backends.hf_decode import parse_decode
+    loads (:func:`~halluprobe.backends.hf_decode_rules.check_decoding`)."""
+    from halluprobe.backends.hf_decode_rules import check_decoding
 
-    if config.decode is not None:
-        parse_decode(config.decode)
-        if not config.open_ended:
-            raise InputError("--decode decodes free-form answers: give --open-ended (yes/no runs correct the first token at score time)")
-    if config.sample:
-        if config.seed is None:
-            raise InputError("--sample needs --seed: a sampled run must write the same text when resumed")
-        if not config.open_ended:
-            raise InputError("--sample decodes free-form answers: give --open-ended")
-        if config.temperature is not None and not config.temperature > 0:
-            raise InputError(f"--temperature must be > 0, not {config.temperature:g}")
-        if config.top_p is not None and not 0 < config.top_p <= 1:
-            raise InputError(f"--top-p must lie in (0, 1], not {config.top_p:g}")
-        if config.sample_top_k is not None and config.sample_top_k < 1:
-            raise InputError(f"--sample-top-k must be >= 1, not {config.sample_top_k}")
-    else:
-        given = [f"--{k.replace('_', '-')}" for k in ("temperature", "top_p", "sample_top_k", "seed") if getattr(config, k) is not None]
-        if given:
-            raise InputError(f"{given[0]} is a sampling setting: give --sample too")
-    if config.backend != "hf":
-        raise InputError(f"the {config.backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
-    if config.decode_branch == "no-image":
-        _refuse_image_first(config)
-
-
-def _refuse_image_first(config: RunConfig) -> None:
-    """A no-image method on a family whose processor cannot leave the image out, refused from a
-    local model folder's config.json before loading it (a hub id is checked when the engine is
-    built, after loading, before the run dir is written)."""
-    import json
-
-    from halluprobe.backends.families import FAMILIES
-
-    path = Path(config.model) / "config.json"
-    try:
-        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return
-    family = FAMILIES.get(model_type or "")
-    if family is not None and family.no_image_reason is not None:
-        method = (config.decode or "").partition(":")[0]
-        raise InputError(f"--decode {method} decodes against the question without the image: {model_type}: {family.no_image_reason}", path)
+    check_decoding(
+        config.decode, sample=config.sample, temperature=config.temperature, top_p=config.top_p, sample_top_k=config.sample_top_k,
+        seed=config.seed, open_ended=config.open_ended, backend=config.backend, model=config.model,
+    )  # fmt: skip
 
 
 def _with_clip(clip: ClipScorer, samples: list[Sample], image_paths: list[str]) -> list[Sample]:

@@ -10,11 +10,14 @@ inside the functions.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from halluprobe.backends.families import FAMILIES
 from halluprobe.backends.hf_signals import PaiSetting
 from halluprobe.errors import InputError
 from halluprobe.readouts.corrections import parse_correction
@@ -28,6 +31,7 @@ __all__ = [
     "PAIRule",
     "Sampling",
     "StepRule",
+    "check_decoding",
     "contrast_branch",
     "dola_layers",
     "parse_contrast",
@@ -258,3 +262,59 @@ class Sampling:
         probs = torch.softmax(self.filtered(scores), dim=-1).cpu()
         drawn = [int(torch.multinomial(probs[row], 1, generator=g)) for row, g in enumerate(generators)]
         return torch.tensor(drawn, dtype=torch.long, device=scores.device)
+
+
+def check_decoding(
+    decode: str | None,
+    *,
+    sample: bool,
+    temperature: float | None,
+    top_p: float | None,
+    sample_top_k: int | None,
+    seed: int | None,
+    open_ended: bool,
+    backend: str,
+    model: str,
+) -> None:
+    """``run --decode`` / ``--sample`` settings that cannot run, refused in one line before any
+    model loads: an unknown method or parameter, a method on a yes/no run, a sampled run without
+    a seed, sampling settings without ``--sample``, a backend other than hf, a no-image method on
+    a family that cannot leave the image out (read from a local folder's config.json)."""
+    if decode is not None:
+        parse_decode(decode)
+        if not open_ended:
+            raise InputError("--decode decodes free-form answers: give --open-ended (yes/no runs correct the first token at score time)")
+    if sample:
+        if seed is None:
+            raise InputError("--sample needs --seed: a sampled run must write the same text when resumed")
+        if not open_ended:
+            raise InputError("--sample decodes free-form answers: give --open-ended")
+        if temperature is not None and not temperature > 0:
+            raise InputError(f"--temperature must be > 0, not {temperature:g}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise InputError(f"--top-p must lie in (0, 1], not {top_p:g}")
+        if sample_top_k is not None and sample_top_k < 1:
+            raise InputError(f"--sample-top-k must be >= 1, not {sample_top_k}")
+    else:
+        given = [name for name, value in (("--temperature", temperature), ("--top-p", top_p), ("--sample-top-k", sample_top_k), ("--seed", seed)) if value is not None]
+        if given:
+            raise InputError(f"{given[0]} is a sampling setting: give --sample too")
+    if backend != "hf":
+        raise InputError(f"the {backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
+    if decode is not None and contrast_branch(decode) == "no-image":
+        _refuse_image_first(decode, model)
+
+
+def _refuse_image_first(decode: str, model: str) -> None:
+    """A no-image method on a family whose processor cannot leave the image out, refused from a
+    local model folder's config.json before loading it (a hub id is checked when the engine is
+    built, after loading, before the run dir is written)."""
+    path = Path(model) / "config.json"
+    try:
+        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return
+    family = FAMILIES.get(model_type or "")
+    if family is not None and family.no_image_reason is not None:
+        method = decode.partition(":")[0]
+        raise InputError(f"--decode {method} decodes against the question without the image: {model_type}: {family.no_image_reason}", path)
