@@ -10,6 +10,12 @@ ratio against greedy decoding in the same loop (``greedy``) and against transfor
 ``generate`` (``generate``, the plain engine's path) measured in the same run.
 
     python bench/bench_decode.py --images 16 --runs 5 --threads 1
+    python bench/bench_decode.py --whole-process --images 16 --runs 3
+
+``--whole-process`` times ``halluprobe run --open-ended [--decode METHOD]`` as a separate process
+per setting instead (interpreter start, imports, model load, the run dir written): seconds per
+run and the ratio against the run without ``--decode`` (the plain engine, ``generate``). Those
+runs stop at the end token, so methods may decode different numbers of tokens (printed).
 """
 
 from __future__ import annotations
@@ -39,7 +45,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--whole-process", action="store_true", help="time `halluprobe run` processes instead")
     args = parser.parse_args()
+    if args.whole_process:
+        whole_process(args)
+        return
 
     import torch
 
@@ -110,6 +120,45 @@ def main() -> None:
     for name, values in times.items():
         median = statistics.median(values)
         print(f"{name:<10} {tokens[name]:>7} {median:>9.3f} {tokens[name] / median:>9.0f} {median / greedy:>9.2f} {median / generate:>10.2f}")
+
+
+def whole_process(args: argparse.Namespace) -> None:
+    """``halluprobe run`` per setting, each a fresh process; median seconds and the ratio."""
+    import json
+    import subprocess
+    import sys
+
+    from halluprobe.benchmarks.synthetic import write_synthetic
+    from halluprobe.demo import DEMO_MODEL_DIR
+
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        scenes = write_synthetic(Path(tmp) / "scenes", n_images=args.images, seed=7, overwrite=True)
+        names = sorted(p.name for p in Path(scenes.images_dir).iterdir())[: args.images]
+        bench = Path(tmp) / "describe.jsonl"
+        bench.write_text("".join(json.dumps({"question_id": i, "image": n, "text": "Describe the image.", "label": "yes", "kind": "open"}) + "\n"
+                                 for i, n in enumerate(names)))  # fmt: skip
+        env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
+        times: dict[str, list[float]] = {name: [] for name in METHODS}
+        words: dict[str, int] = {}
+        for _ in range(args.runs):
+            for name, spec in METHODS.items():
+                out = Path(tmp) / name
+                command = [sys.executable, "-m", "halluprobe.cli", "run", "--model", str(DEMO_MODEL_DIR), "--benchmark", str(bench),
+                           "--images", str(scenes.images_dir), "--template", "llava", "--open-ended", "--max-new-tokens", str(args.new_tokens),
+                           "--dtype", "float32", "--device", "cpu", "--batch-size", str(args.batch_size), "--out", str(out), "--overwrite",
+                           *(("--decode", spec) if spec else ())]  # fmt: skip
+                started = time.perf_counter()
+                subprocess.run(command, check=True, env=env, capture_output=True)
+                times[name].append(time.perf_counter() - started)
+                texts = [json.loads(line)["text"] or "" for line in (out / "samples.jsonl").read_text().splitlines()]
+                words[name] = sum(len(t.split()) for t in texts)
+    print(f"whole process: demo model, {args.images} images, up to {args.new_tokens} new tokens, median of {args.runs}; "
+          f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip
+    base = statistics.median(times["greedy"])
+    print(f"{'setting':<10} {'words':>6} {'median s':>9} {'x plain run':>11}")
+    for name, values in times.items():
+        print(f"{name:<10} {words[name]:>6} {statistics.median(values):>9.2f} {statistics.median(values) / base:>11.2f}")
 
 
 if __name__ == "__main__":
