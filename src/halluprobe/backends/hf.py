@@ -9,7 +9,8 @@ Three parts (docs/design/prefix-cache.md):
   and holding all of that call's state: the prefix-cache engine (default: each image's shared
   prompt prefix runs once, its KV cache reused for the questions' suffixes) or the plain engine
   (``prefix_cache=False``: full prompts, left-padded batches). Both give the same numbers
-  (tests hold them within 1e-4 in fp32).
+  (tests hold them within 1e-4 in fp32). A call whose config sets ``decode`` or ``sample``
+  gets the decoding loop's engine instead (hf_decode_engine.py, docs/design/decoding.md).
 - the correction signals' passes of a call (hf_signal_passes.py, hf_signals.py).
 
 :class:`HFBackend` itself holds only what outlives a call: the core, the batch size (halved on
