@@ -136,7 +136,109 @@ def test_decoding_methods_are_parsed_and_bad_ones_refused() -> None:
     assert parse_contrast("vcd") == ("vcd", ContrastRule(alpha=1.0, beta=0.1))
     assert parse_contrast("icd:alpha=0.5,beta=0") == ("icd", ContrastRule(alpha=0.5, beta=0.0))
     assert parse_contrast("m3id:lambda=0.5") == ("m3id", M3IDRule(lam=0.5))
-    for bad, message in (("dola", "decodes 'vcd', 'icd', 'm3id'"), ("m3id:alpha=1", "parameter 'alpha=1'"), ("vcd:gamma=1", "parameter 'gamma=1'"),
-                         ("vcd:alpha=x", "alpha must be a number"), ("vcd:beta=1", "0 <= beta < 1")):  # fmt: skip
+    for bad, message in (("opera", "runs vcd, icd, m3id, dola, pai"), ("m3id:alpha=1", "not 'alpha=1'"), ("vcd:gamma=1", "not 'gamma=1'"),
+                         ("vcd:alpha=x", "alpha must be a number"), ("vcd:beta=2", r"beta must lie in \[0, 1\]"),
+                         ("m3id:t=2", "t is the decoding step"), ("vcd:alpha=1,alpha=2", "given twice")):  # fmt: skip
         with pytest.raises(InputError, match=message):
             parse_contrast(bad)
+
+
+def test_dola_steps_are_its_rule_recomputed_without_a_cache(setup: Any) -> None:
+    """DoLa over candidate layers 0 and 1, recomputed per row and step from the full sequence
+    without a cache: each layer's logits through the norm and head, the JSD written out in plain
+    Python, the premature layer the furthest one, the relative-top cut-off and transformers'
+    repetition penalty over the prompt and the tokens so far."""
+    from halluprobe.backends.hf_decode import DoLaRule
+
+    backend, prompts, images, paths = setup
+    rule = DoLaRule(layers=(0, 1), relative_top=0.1, repetition_penalty=1.5)
+    base = backend.core.inputs.encode(prompts, images)
+    core = backend.core
+    got = contrast_decode(core.model, base, None, rule, max_new_tokens=STEPS, end_ids=[core.tokenizer.eos_token_id], pad_id=core.pad_id, keep_steps=True)
+    model = core.model
+    norm, head = model.get_decoder().norm, model.get_output_embeddings()
+    penalised = 0
+    for row in range(len(prompts)):
+        one = backend.core.inputs.encode([prompts[row]], [images[row]])
+        for step, token in enumerate(got.tokens[row]):
+            ids = torch.cat([one["input_ids"], torch.tensor([got.tokens[row][:step]], dtype=torch.long)], dim=-1)
+            with torch.inference_mode():
+                out = model(**{**one, "input_ids": ids, "attention_mask": torch.ones_like(ids)}, output_hidden_states=True)
+                early = [head(norm(out.hidden_states[n][0, -1])) for n in rule.layers]
+            final = torch.log_softmax(out.logits[0, -1].double(), -1).tolist()
+
+            def jsd(q_logits: Any, final: list[float] = final) -> float:
+                q = torch.log_softmax(q_logits.double(), -1).tolist()
+                total = 0.0
+                for a, b in zip(final, q):
+                    m = math.log((math.exp(a) + math.exp(b)) / 2)
+                    total += 0.5 * (math.exp(a) * (a - m) + math.exp(b) * (b - m))
+                return total
+
+            divergences = [jsd(e) for e in early]
+            premature = max(range(len(early)), key=divergences.__getitem__)
+            q = torch.log_softmax(early[premature].double(), -1).tolist()
+            threshold = math.log(rule.relative_top) + max(final)
+            seen = set(ids[0].tolist())
+            want = []
+            for i, (a, b) in enumerate(zip(final, q)):
+                v = a - b if a >= threshold else -math.inf
+                if i in seen and v > -math.inf:
+                    v = v * rule.repetition_penalty if v < 0 else v / rule.repetition_penalty
+                    penalised += 1
+                want.append(v)
+            assert token == max(range(len(want)), key=want.__getitem__), (row, step)
+            engine = got.scores[step][row].tolist()
+            finite = [i for i, v in enumerate(want) if v > -math.inf]
+            assert [i for i, v in enumerate(engine) if v > -math.inf] == finite
+            assert max(abs(engine[i] - want[i]) for i in finite) < 1e-4
+    assert penalised > 0  # the penalty touched some kept token
+
+
+def test_dola_is_parsed_with_its_repetition_penalty() -> None:
+    from halluprobe.backends.hf_decode import DoLaRule, parse_decode
+
+    assert parse_decode("dola") == ("dola", {"relative_top": 0.1, "repetition_penalty": 1.2})
+    assert parse_contrast("dola:repetition_penalty=1,relative_top=0.2", n_layers=8) == ("dola", DoLaRule((0, 2), 0.2, 1.0))
+    for bad, message in (("dola:repetition_penalty=0.5", r"must lie in \[1, 10\]"), ("dola:repetition_penalty=1,repetition_penalty=2", "given twice"),
+                         ("dola:alpha=1", "not 'alpha=1'"), ("pai:start=1.5,end=2", "whole numbers"), ("pai:start=2,end=2", r"\[start, end\)")):  # fmt: skip
+        with pytest.raises(InputError, match=message):
+            parse_contrast(bad, n_layers=2)
+
+
+def test_pai_steps_are_its_rule_recomputed_without_a_cache(setup: Any) -> None:
+    """PAI, recomputed per row and step from full sequences without a cache: the amplified pass
+    (hf_signals' attention hook over every image key of the full sequence) and the no-image pass,
+    ``gamma * lp_amplified - (gamma - 1) * lp_no_image``; the amplification moves later steps too."""
+    from halluprobe.backends.hf_decode import PAIRule
+    from halluprobe.backends.hf_signals import PaiSetting, amplified_attention
+
+    backend, prompts, images, _ = setup
+    core = backend.core
+    rule = PAIRule(gamma=1.5, setting=PaiSetting(alpha=0.5, start=0, end=2))
+    no_image = [backend.render_prompt(q, None, image=False) for q in QUESTIONS]
+    base = core.inputs.encode(prompts, images)
+    got = contrast_decode(core.model, base, core.inputs.encode(no_image, []), rule, max_new_tokens=STEPS, end_ids=[core.tokenizer.eos_token_id],
+                          pad_id=core.pad_id, keep_steps=True, image_token_id=core.inputs.image_token_id)  # fmt: skip
+    model, amplified_moved = core.model, [0.0] * STEPS
+    for row in range(len(prompts)):
+        with_image = core.inputs.encode([prompts[row]], [images[row]])
+        text_only = core.inputs.encode([no_image[row]], [])
+        for step, token in enumerate(got.tokens[row]):
+            chosen = torch.tensor([got.tokens[row][:step]], dtype=torch.long)
+            ids = torch.cat([with_image["input_ids"], chosen], dim=-1)
+            full = {**with_image, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+            text_ids = torch.cat([text_only["input_ids"], chosen], dim=-1)
+            with torch.inference_mode():
+                plain = model(**full).logits[0, -1]
+                with amplified_attention(model, rule.setting, ids == core.inputs.image_token_id):
+                    amplified = model(**full).logits[0, -1]
+                lq = model(**{**text_only, "input_ids": text_ids, "attention_mask": torch.ones_like(text_ids)}).logits[0, -1]
+            la = torch.log_softmax(amplified.double(), -1).tolist()
+            lq_ = torch.log_softmax(lq.double(), -1).tolist()
+            want = [rule.gamma * a - (rule.gamma - 1) * b for a, b in zip(la, lq_)]
+            assert token == max(range(len(want)), key=want.__getitem__), (row, step)
+            engine = got.scores[step][row].tolist()
+            assert max(abs(a - b) for a, b in zip(engine, want)) < 1e-4
+            amplified_moved[step] = max(amplified_moved[step], float((amplified - plain).abs().max()))
+    assert min(amplified_moved[: min(len(t) for t in got.tokens)]) > 1e-4  # the hook acts at every step, not only the prompt's

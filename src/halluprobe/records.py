@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 __all__ = [
+    "DECODING_KEYS",
     "SCHEMA_VERSION",
     "UNKNOWN_POLICIES",
     "UnknownPolicy",
@@ -135,12 +136,37 @@ class GenerateConfig(FrozenRecord):
     signals: tuple[str, ...] = ()
     # the "instruction" signal's disturbing instruction (recorded; the runner renders the variant)
     instruction: str | None = None
+    # Free-form decoding (issue 24; backends/hf_decode.py): the method and its settings
+    # ("vcd:alpha=1,beta=0.1"; None: plain decoding) and the sampling settings (None: greedy).
+    # Left out of run.json when None, so the headers of runs without them keep their bytes.
+    decode: str | None = None
+    sample: bool | None = None
+    temperature: float | None = Field(default=None, gt=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    sample_top_k: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_decoding(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for key in DECODING_KEYS:
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
+
+    @property
+    def decodes(self) -> bool:
+        """Whether the answers come from the decoding loop (a method, or sampling)."""
+        return self.decode is not None or bool(self.sample)
 
     @property
     def stops(self) -> tuple[str, ...]:
         """The stop strings in force."""
         return YES_NO_STOP_STRINGS if self.stop_strings is None else self.stop_strings
 
+
+# GenerateConfig's decoding fields (absent from run.json and the fingerprint when None)
+DECODING_KEYS: tuple[str, ...] = ("decode", "sample", "temperature", "top_p", "sample_top_k", "seed")
 
 # A yes/no answer needs a few tokens: stop at a sentence end or a newline (EOS stops anyway).
 YES_NO_STOP_STRINGS: tuple[str, ...] = (".", "\n")

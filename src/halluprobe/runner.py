@@ -27,6 +27,7 @@ from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import (
+    DECODING_KEYS,
     ICD_INSTRUCTION,
     ClipSimilarity,
     GenerateConfig,
@@ -41,6 +42,7 @@ from halluprobe.records import (
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
 
 __all__ = [
+    "check_decoding_asked",
     "RunConfig",
     "RunSummary",
     "run_questions",
@@ -83,6 +85,13 @@ class RunConfig:
     signals: tuple[str, ...] = ()
     # the disturbing instruction put in front of each question for the "instruction" signal (ICD)
     instruction: str = ICD_INSTRUCTION
+    # free-form decoding (open-ended runs, hf backend): the method ("vcd:alpha=1"), and sampling
+    decode: str | None = None
+    sample: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    sample_top_k: int | None = None
+    seed: int | None = None
 
     @property
     def generates_text(self) -> bool:
@@ -100,8 +109,21 @@ class RunConfig:
             top_k=self.top_k,
             stop_strings=() if self.open_ended else None,
             signals=self.backend_signals,
-            instruction=self.instruction if "instruction" in self.signals else None,
+            instruction=self.instruction if "instruction" in self.signals or self.decode_branch == "instruction" else None,
+            decode=self.decode,
+            sample=True if self.sample else None,
+            temperature=self.temperature if self.sample else None,
+            top_p=self.top_p if self.sample else None,
+            sample_top_k=self.sample_top_k if self.sample else None,
+            seed=self.seed if self.sample else None,
         )
+
+    @property
+    def decode_branch(self) -> str | None:
+        """The contrast branch the decoding method runs beside the base one (a request variant)."""
+        from halluprobe.backends.hf_decode import contrast_branch
+
+        return contrast_branch(self.decode) if self.decode is not None else None
 
 
 def read_benchmarks(files: Sequence[Path]) -> tuple[list[Question], dict[str, tuple[Path, str]]]:
@@ -208,6 +230,9 @@ def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
             **({"signals": list(header.generate.signals)} if header.generate is not None and header.generate.signals else {}),
             **({"instruction": header.generate.instruction} if header.generate is not None and header.generate.instruction else {}),
             **({"clip": header.clip.model_dump(mode="json")} if header.clip is not None else {}),
+            # only when set: a resume with another method or other sampling settings is refused
+            **({"decoding": {k: getattr(header.generate, k) for k in DECODING_KEYS if getattr(header.generate, k) is not None}}
+               if header.generate is not None and header.generate.decodes else {}),
         }
     )
 
@@ -276,6 +301,17 @@ def check_signals_asked(config: RunConfig, has_scorer: bool, questions: Sequence
             )
 
 
+def check_decoding_asked(config: RunConfig) -> None:
+    """``--decode`` / ``--sample`` settings that cannot run, refused in one line before any model
+    loads (:func:`~halluprobe.backends.hf_decode_rules.check_decoding`)."""
+    from halluprobe.backends.hf_decode_rules import check_decoding
+
+    check_decoding(
+        config.decode, sample=config.sample, temperature=config.temperature, top_p=config.top_p, sample_top_k=config.sample_top_k,
+        seed=config.seed, open_ended=config.open_ended, backend=config.backend, model=config.model,
+    )  # fmt: skip
+
+
 def _with_clip(clip: ClipScorer, samples: list[Sample], image_paths: list[str]) -> list[Sample]:
     """The samples with their clip signal; a question whose image CLIP cannot read is an error
     (never a sample that a clip correction would silently read as its base pass)."""
@@ -334,7 +370,13 @@ def run_questions(
     if (clip is None) != (header.clip is None):
         raise ValueError("run_questions: give the clip scorer to make_header and run_questions alike")
     check_signals_asked(config, clip is not None, questions, header.benchmark_paths)
-    if "no-image" in config.signals and questions:
+    if config.decode is not None or config.sample or any(v is not None for v in (config.temperature, config.top_p, config.sample_top_k, config.seed)):
+        check_decoding_asked(config)
+        decoding_engine = getattr(backend, "decoding_engine", None)
+        if not callable(decoding_engine):
+            raise InputError(f"the {config.backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
+        decoding_engine(config.generate_config())  # a method the model's family cannot run: refused here
+    if ("no-image" in config.signals or config.decode_branch == "no-image") and questions:
         # a template that cannot render a prompt without the image is refused here, not mid-run
         backend.render_prompt(questions[0].text, config.template, image=False)
     # run dirs of halluprobe 0.1: their fingerprint held the rule list as given, which for an
@@ -369,9 +411,9 @@ def run_questions(
     requests: list[Request] = []
     for q in todo:
         variants: dict[str, str] = {}
-        if "instruction" in config.signals:
+        if "instruction" in config.signals or config.decode_branch == "instruction":
             variants["instruction"] = render(f"{config.instruction} {q.text}")
-        if "no-image" in config.signals:
+        if "no-image" in config.signals or config.decode_branch == "no-image":
             variants["no-image"] = render(q.text, image=False)
         requests.append(
             Request(

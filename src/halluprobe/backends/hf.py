@@ -9,7 +9,8 @@ Three parts (docs/design/prefix-cache.md):
   and holding all of that call's state: the prefix-cache engine (default: each image's shared
   prompt prefix runs once, its KV cache reused for the questions' suffixes) or the plain engine
   (``prefix_cache=False``: full prompts, left-padded batches). Both give the same numbers
-  (tests hold them within 1e-4 in fp32).
+  (tests hold them within 1e-4 in fp32). A call whose config sets ``decode`` or ``sample``
+  gets the decoding loop's engine instead (hf_decode_engine.py, docs/design/decoding.md).
 - the correction signals' passes of a call (hf_signal_passes.py, hf_signals.py).
 
 :class:`HFBackend` itself holds only what outlives a call: the core, the batch size (halved on
@@ -24,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from halluprobe.backends.hf_core import Batching, ModelCore
+from halluprobe.backends.hf_decode_engine import DecodeEngine
 from halluprobe.backends.hf_engines import PlainEngine, build_engine
 from halluprobe.records import GenerateConfig, Request, Response, TokenSets
 
@@ -95,7 +97,14 @@ class HFBackend:
 
         parse_signals(signals, self.core.n_layers)
 
-    def engine(self, config: GenerateConfig) -> PlainEngine:
+    def decoding_engine(self, config: GenerateConfig) -> DecodeEngine:
+        """The decoding loop's engine for ``config`` (``decode`` or ``sample`` set): its method
+        checked here (InputError), before any request."""
+        engine = self.engine(config)
+        assert isinstance(engine, DecodeEngine)
+        return engine
+
+    def engine(self, config: GenerateConfig) -> PlainEngine | DecodeEngine:
         """The engine of one call with ``config`` (its signals checked here, before any request)."""
         return build_engine(self.core, self.batching, config, prefix_cache=self.prefix_cache)
 

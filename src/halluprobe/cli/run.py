@@ -85,6 +85,20 @@ def run_cmd(
     instruction: Annotated[
         str, typer.Option(help="--signals instruction: the disturbing instruction put in front of each question (ICD's by default).")
     ] = ICD_INSTRUCTION,
+    decode: Annotated[
+        Optional[str],
+        typer.Option(
+            help="--open-ended, hf backend: decode every answer with a correction, METHOD:key=value,... "
+            "(vcd:alpha=1,beta=0.1, icd:alpha=1,beta=0.1, m3id:lambda=0.02; the offline rules' names and ranges)."
+        ),
+    ] = None,
+    sample: Annotated[bool, typer.Option("--sample", help="--open-ended, hf backend: sample the answers (needs --seed).")] = False,
+    temperature: Annotated[Optional[float], typer.Option(help="--sample: temperature (> 0; 1 by default).")] = None,
+    top_p: Annotated[Optional[float], typer.Option(help="--sample: nucleus mass kept (0 < P <= 1).")] = None,
+    sample_top_k: Annotated[
+        Optional[int], typer.Option(min=1, help="--sample: draw among the K best tokens (--top-k is the first-token record's).")
+    ] = None,
+    seed: Annotated[Optional[int], typer.Option(help="--sample: the run's seed (each question's draws are seeded from it and its key).")] = None,
     clip_model: Annotated[
         Optional[str],
         typer.Option(
@@ -111,7 +125,7 @@ def run_cmd(
     """Run a model on benchmark files; every readout from one pass per question."""
     from halluprobe.clip_signal import ClipScorer
     from halluprobe.rundir import RunDir
-    from halluprobe.runner import RunConfig, check_signals_asked, limit_questions, make_header, read_benchmarks, run_questions
+    from halluprobe.runner import RunConfig, check_decoding_asked, check_signals_asked, limit_questions, make_header, read_benchmarks, run_questions
     from halluprobe.shards import parse_shard, select_shard
 
     with errors():
@@ -142,7 +156,15 @@ def run_cmd(
             accept_errors=accept_errors,
             signals=_split_signals(signals),
             instruction=instruction,
+            decode=decode,
+            sample=sample,
+            temperature=temperature,
+            top_p=top_p,
+            sample_top_k=sample_top_k,
+            seed=seed,
         )
+        if decode is not None or sample or any(v is not None for v in (temperature, top_p, sample_top_k, seed)):
+            check_decoding_asked(cfg)
         check_signals_asked(cfg, clip_model is not None, questions, {split: str(path) for split, (path, _) in fingerprints.items()})
         rundir = RunDir(out)
         if rundir.exists() and not (resume or overwrite):

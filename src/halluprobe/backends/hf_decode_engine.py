@@ -1,0 +1,151 @@
+"""The hf backend's engine for a call that decodes free-form text with a method or by sampling
+(``run --open-ended --decode METHOD:... --sample ...``; issue 24).
+
+Built from the call's :class:`~halluprobe.records.GenerateConfig` when ``decode`` or ``sample``
+is set (hf_engines.build_engine). Each batch of full prompts (left-padded, questions about one
+image together) runs through :func:`~halluprobe.backends.hf_decode.contrast_decode`: the base
+branch, and the method's contrast branch (VCD: the noised image, ICD: the request's
+``instruction`` variant, M3ID: its ``no-image`` variant) in lockstep. Sampling draws each row
+from a generator seeded by the run's ``--seed`` and the question's key, so a resumed run (or
+another batch size) writes the same text.
+
+A batch that fails is asked again row by row, so a failure is an error on its own sample (asked
+again on ``--resume``), never a fallback to plain decoding. Plain engine only: no prefix cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from halluprobe.backends.hf_core import Batching, ModelCore, error_response, is_oom
+from halluprobe.backends.hf_decode import (
+    BRANCHES,
+    Decoded,
+    GreedyRule,
+    Sampling,
+    StepRule,
+    contrast_decode,
+    parse_contrast,
+)
+from halluprobe.backends.hf_signals import VCD_NOISE_STEP, noised_inputs
+from halluprobe.errors import InputError
+from halluprobe.records import GenerateConfig, Request, Response
+
+__all__ = ["DecodeEngine", "question_seed"]
+
+log = logging.getLogger(__name__)
+
+
+def question_seed(seed: int, request: Request) -> int:
+    """The seed of one question's draws: the run's seed and the question's key, hashed (63 bits)."""
+    digest = hashlib.sha256(f"{seed}\0{request.split}\0{request.question_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class DecodeEngine:
+    """Free-form answers from the decoding loop; see the module docstring."""
+
+    def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig) -> None:
+        if config.signals:
+            raise InputError("--signals records first-token contrasts of yes/no runs: not with --decode or --sample")
+        if config.sample and config.seed is None:
+            raise InputError("--sample needs --seed: a sampled run must write the same text when resumed")
+        self.core = core
+        self.batching = batching
+        self.config = config
+        self.method: str | None = None
+        self.rule: StepRule = GreedyRule()
+        if config.decode is not None:
+            self.method, self.rule = parse_contrast(config.decode, core.n_layers)
+            if BRANCHES[self.method] == "no-image":
+                core.inputs.render_prompt("?", None, image=False)  # InputError for a family that cannot
+        self.sampling = (
+            Sampling(temperature=config.temperature or 1.0, top_p=config.top_p, top_k=config.sample_top_k) if config.sample else None
+        )
+        eos = core.model.generation_config.eos_token_id
+        ends = set(eos if isinstance(eos, list) else [eos]) | {core.tokenizer.eos_token_id}
+        self.end_ids = sorted(int(i) for i in ends if i is not None)
+
+    def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
+        order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
+        pending = [requests[i] for i in order]
+        start = 0
+        while start < len(pending):
+            batch = pending[start : start + self.batching.size]
+            try:
+                yield self._answer_batch(batch)
+            except RuntimeError as err:
+                if not is_oom(err) or self.batching.size == 1:
+                    raise
+                self.batching.halve()
+                self.core.empty_device_cache()
+                continue
+            start += len(batch)
+
+    def _answer_batch(self, batch: Sequence[Request]) -> list[Response]:
+        started = time.perf_counter()
+        images, errors = self.core.load_images(batch)
+        ok = [r for i, r in enumerate(batch) if i not in errors]
+        results: dict[tuple[str, int], Response] = {batch[i].key: error_response(batch[i], msg) for i, msg in errors.items()}
+        if ok:
+            try:
+                results.update(self._decode(ok, images, started))
+            except Exception as err:
+                if is_oom(err):
+                    raise
+                if len(ok) == 1:
+                    log.exception("decoding failed")
+                    results[ok[0].key] = error_response(ok[0], f"{type(err).__name__}: {err}")
+                else:  # row by row: only the rows that fail alone are errors
+                    for r, image in zip(ok, images):
+                        results.update(self._answer_one(r, image))
+        return [results[r.key] for r in batch]
+
+    def _answer_one(self, request: Request, image: Any) -> dict[tuple[str, int], Response]:
+        try:
+            return self._decode([request], [image], time.perf_counter())
+        except Exception as err:
+            if is_oom(err):
+                raise
+            log.exception("decoding failed")
+            return {request.key: error_response(request, f"{type(err).__name__}: {err}")}
+
+    def _contrast_inputs(self, rows: Sequence[Request], images: list[Any], base: dict[str, Any]) -> dict[str, Any] | None:
+        core = self.core
+        branch = BRANCHES[self.method] if self.method is not None else None
+        if branch == "noised":
+            return noised_inputs(base, [r.image_path for r in rows], VCD_NOISE_STEP)
+        if branch is None:
+            return None
+        missing = next((r for r in rows if branch not in r.variants), None)
+        if missing is not None:
+            raise ValueError(f"request {missing.key} has no {branch!r} variant for {self.method}")
+        return core.inputs.encode([r.variants[branch] for r in rows], images if branch != "no-image" else [])
+
+    def _decode(self, rows: Sequence[Request], images: list[Any], started: float) -> dict[tuple[str, int], Response]:
+        core = self.core
+        decoded = self.decode_batch(rows, images)
+        texts = core.tokenizer.batch_decode(decoded.tokens, skip_special_tokens=True)
+        latency = (time.perf_counter() - started) / len(rows)
+        return core.responses([[r] for r in rows], decoded.first_logits, texts, latency, self.config.top_k)
+
+    def decode_batch(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
+        """One batch through the loop (``images``: the rows' images, in order); exceptions pass."""
+        import torch
+
+        core = self.core
+        base = core.inputs.encode([r.prompt for r in rows], images)
+        contrast = self._contrast_inputs(rows, images, base)
+        generators = []
+        if self.sampling is not None:
+            assert self.config.seed is not None
+            generators = [torch.Generator().manual_seed(question_seed(self.config.seed, r)) for r in rows]
+        return contrast_decode(
+            core.model, core.to_device(base), core.to_device(contrast) if contrast is not None else None, self.rule,
+            max_new_tokens=self.config.max_new_tokens, end_ids=self.end_ids, pad_id=core.pad_id,
+            sampling=self.sampling, generators=generators, keep_steps=keep_steps, image_token_id=core.inputs.image_token_id,
+        )  # fmt: skip

@@ -1,0 +1,320 @@
+"""The decoding loop's per-step rules and their parsing (issue 24; the loop: hf_decode.py).
+
+A method's spec (``run --decode vcd:alpha=1,beta=0.1``) is parsed by corrections.py's strict
+parser, with the same names, defaults and ranges as the offline first-token rule; the settings
+only the loop has (DoLa's repetition penalty, PAI's attention amplification and layers) are
+parsed here. Each rule turns one step's last-position logits of the base branch (and the
+method's contrast branch) into next-token scores over the whole vocabulary. torch is imported
+inside the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from halluprobe.backends.families import FAMILIES
+from halluprobe.backends.hf_signals import PaiSetting
+from halluprobe.errors import InputError
+from halluprobe.readouts.corrections import parse_correction
+
+__all__ = [
+    "BRANCHES",
+    "ContrastRule",
+    "DoLaRule",
+    "GreedyRule",
+    "M3IDRule",
+    "PAIRule",
+    "Sampling",
+    "StepRule",
+    "check_decoding",
+    "contrast_branch",
+    "dola_layers",
+    "parse_contrast",
+    "parse_decode",
+]
+
+# each method's contrast branch, named as the request variant / signal it reads
+BRANCHES: dict[str, str | None] = {"vcd": "noised", "icd": "instruction", "m3id": "no-image", "dola": None, "pai": "no-image"}
+# settings of the loop only, beside corrections.py's: (default, low, high); None: set from the model.
+# DoLa's repetition penalty (the first-token rule has no history to penalise); PAI's attention
+# amplification, which the offline rule reads from the ``attention`` signal's own settings.
+_LOOP_PARAMS: dict[str, dict[str, tuple[float | None, float, float]]] = {
+    "dola": {"repetition_penalty": (1.2, 1.0, 10.0)},
+    "pai": {"alpha": (0.5, 0.0, 100.0), "start": (2.0, 0.0, 4096.0), "end": (None, 1.0, 4096.0)},
+}
+
+
+@dataclass(frozen=True)
+class ContrastRule:
+    """VCD's / ICD's next-token scores from the base and contrast branches' logits."""
+
+    alpha: float = 1.0
+    beta: float = 0.1
+
+    def scores(self, base_logits: Any, contrast_logits: Any, step: int = 0) -> Any:
+        """[batch, vocab] scores; ``-inf`` on the tokens the plausibility cut-off drops."""
+        import torch
+
+        base = torch.log_softmax(base_logits.float(), dim=-1)
+        contrast = torch.log_softmax(contrast_logits.float(), dim=-1)
+        scores = (1 + self.alpha) * base - self.alpha * contrast
+        if self.beta <= 0:
+            return scores
+        cutoff = math.log(self.beta) + base.max(dim=-1, keepdim=True).values
+        return scores.masked_fill(base < cutoff, -math.inf)
+
+
+@dataclass(frozen=True)
+class M3IDRule:
+    """M3ID's next-token scores at step ``step`` from the base and no-image branches' logits."""
+
+    lam: float = 0.02
+
+    def weight(self, step: int) -> float:
+        decay = math.exp(-self.lam * step)
+        return (1 - decay) / decay
+
+    def scores(self, base_logits: Any, contrast_logits: Any, step: int = 0) -> Any:
+        import torch
+
+        base = torch.log_softmax(base_logits.float(), dim=-1)
+        w = self.weight(step)
+        if w == 0.0:  # the first token: the base pass
+            return base
+        return base + w * (base - torch.log_softmax(contrast_logits.float(), dim=-1))
+
+
+@dataclass(frozen=True)
+class GreedyRule:
+    """Plain decoding (no method): the base branch's log-probabilities; no contrast branch."""
+
+    def scores(self, base_logits: Any, contrast_logits: Any, step: int = 0) -> Any:
+        import torch
+
+        return torch.log_softmax(base_logits.float(), dim=-1)
+
+
+@dataclass(frozen=True)
+class DoLaRule:
+    """DoLa's step (Chuang et al., ICLR 2024) from the base branch's own pass, no contrast branch:
+    among the candidate ``layers`` (hidden state N through the final norm and the LM head, as the
+    ``layer:N`` signal), the premature layer is the one whose next-token distribution is furthest
+    (Jensen-Shannon) from the final layer's, per row and step; scores are ``log p_final - log
+    p_premature`` on the tokens with ``p_final >= relative_top * max p_final``, then transformers'
+    repetition penalty over the row's tokens so far (prompt and generated; a positive score
+    divided by it, a negative one multiplied)."""
+
+    layers: tuple[int, ...]
+    relative_top: float = 0.1
+    repetition_penalty: float = 1.2
+
+    def premature(self, final_logits: Any, early_logits: Sequence[Any]) -> Any:
+        """[batch] index into ``layers`` of each row's premature layer (the largest JSD)."""
+        import torch
+
+        final = torch.log_softmax(final_logits.float(), dim=-1)
+        divergences = []
+        for early in early_logits:
+            q = torch.log_softmax(early.float(), dim=-1)
+            m = torch.logsumexp(torch.stack([final, q]), dim=0) - math.log(2.0)
+            divergences.append(0.5 * ((final.exp() * (final - m)).sum(-1) + (q.exp() * (q - m)).sum(-1)))
+        return torch.stack(divergences, dim=-1).argmax(dim=-1)
+
+    def dola_scores(self, final_logits: Any, early_logits: Sequence[Any], seen: Any) -> Any:
+        """[batch, vocab] scores; ``seen`` [batch, vocab] bool marks each row's tokens so far."""
+        import torch
+
+        final = torch.log_softmax(final_logits.float(), dim=-1)
+        chosen = self.premature(final_logits, early_logits)
+        stacked = torch.stack([torch.log_softmax(e.float(), dim=-1) for e in early_logits], dim=1)
+        early = stacked[torch.arange(final.shape[0]), chosen]
+        scores = final - early
+        if self.relative_top > 0:
+            cutoff = math.log(self.relative_top) + final.max(dim=-1, keepdim=True).values
+            scores = scores.masked_fill(final < cutoff, -math.inf)
+        if self.repetition_penalty != 1.0:
+            penalised = torch.where(scores < 0, scores * self.repetition_penalty, scores / self.repetition_penalty)
+            scores = torch.where(seen, penalised, scores)
+        return scores
+
+
+@dataclass(frozen=True)
+class PAIRule:
+    """PAI's step (Liu et al., ECCV 2024): the base branch runs with the image tokens' attention
+    amplified (``A + alpha |A|`` on the last query row, layers [start, end): hf_signals'
+    ``amplified_attention``, as the ``attention`` signal) at every step, and the scores are
+    ``gamma * log p_amplified - (gamma - 1) * log p_no_image`` (corrections.py's ``pai``)."""
+
+    gamma: float
+    setting: PaiSetting
+
+    def scores(self, base_logits: Any, contrast_logits: Any, step: int = 0) -> Any:
+        import torch
+
+        amplified = torch.log_softmax(base_logits.float(), dim=-1)
+        if self.gamma == 1.0:
+            return amplified
+        return self.gamma * amplified - (self.gamma - 1) * torch.log_softmax(contrast_logits.float(), dim=-1)
+
+
+StepRule = ContrastRule | M3IDRule | GreedyRule | DoLaRule | PAIRule
+
+
+def parse_decode(spec: str) -> tuple[str, dict[str, float]]:
+    """``vcd:alpha=1,beta=0.1`` -> (method, every parameter): corrections.py's strict parser and
+    ranges (the same names and defaults as the offline rule), restricted to the methods this loop
+    runs. M3ID's ``t`` is the loop's own step, never given."""
+    name, _, rest = spec.partition(":")
+    if name not in BRANCHES:
+        raise InputError(f"--decode {spec}: the decoding loop runs {', '.join(BRANCHES)} (pai: not yet)")
+    if name in _LOOP_PARAMS:  # the loop's own settings parsed here, the rest by corrections.py
+        own = _LOOP_PARAMS[name]
+        given: dict[str, float] = {}
+        kept = []
+        for pair in filter(None, (x.strip() for x in rest.split(","))):
+            key, _, value = (part.strip() for part in pair.partition("="))
+            if key not in own:
+                kept.append(pair)
+                continue
+            if key in given:
+                raise InputError(f"{spec}: {key} is given twice")
+            try:
+                given[key] = float(value)
+            except ValueError:
+                raise InputError(f"{spec}: {key} must be a number, not {value!r}") from None
+            low, high = own[key][1], own[key][2]
+            if not (math.isfinite(given[key]) and low <= given[key] <= high):
+                raise InputError(f"{spec}: {key} must lie in [{low:g}, {high:g}]")
+        name, params = parse_correction(f"{name}:{','.join(kept)}" if kept else name)
+        for key, (default, _, _) in own.items():
+            value = given.get(key, default)
+            if value is not None:
+                params[key] = value
+        return name, params
+    name, params = parse_correction(spec)
+    if name == "m3id":
+        if "t=" in spec.replace(" ", ""):
+            raise InputError(f"--decode {spec}: m3id's t is the decoding step, not a setting; give lambda only")
+        params.pop("t", None)
+    return name, params
+
+
+def contrast_branch(spec: str) -> str | None:
+    """The contrast branch (request variant) a method decodes against; InputError on a bad spec."""
+    return BRANCHES[parse_decode(spec)[0]]
+
+
+def dola_layers(n_layers: int) -> tuple[int, ...]:
+    """DoLa's candidate premature layers: the ``layers`` signal's default (every second layer of
+    the lower half), so the loop and the offline rule choose among the same layers."""
+    return tuple(range(0, max(1, n_layers // 2), 2))
+
+
+def parse_contrast(spec: str, n_layers: int = 0) -> tuple[str, StepRule]:
+    """``vcd`` / ``icd:alpha=1,beta=0.1`` / ``m3id:lambda=0.02`` / ``dola:relative_top=0.1``
+    -> (method, rule); InputError on anything else (:func:`parse_decode`). ``n_layers``: the
+    text model's layers (DoLa's candidates)."""
+    name, p = parse_decode(spec)
+    if name == "dola":
+        return name, DoLaRule(dola_layers(n_layers), p["relative_top"], p["repetition_penalty"])
+    if name == "pai":
+        start, end = p["start"], p.get("end", float(n_layers))
+        if start != int(start) or end != int(end) or not 0 <= start < end <= n_layers:
+            raise InputError(f"{spec}: the layers [start, end) must be whole numbers in [0, {n_layers}] (this model has {n_layers})")
+        return name, PAIRule(p["gamma"], PaiSetting(p["alpha"], int(start), int(end)))
+    if name == "m3id":
+        return name, M3IDRule(lam=p["lambda"])
+    return name, ContrastRule(alpha=p["alpha"], beta=p["beta"])
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Seeded sampling of a step's scores: temperature, then top-k, then top-p (nucleus)."""
+
+    temperature: float = 1.0
+    top_p: float | None = None
+    top_k: int | None = None
+
+    def filtered(self, scores: Any) -> Any:
+        """The scores each row draws from (``-inf`` outside its top-k and its top-p mass)."""
+        import torch
+
+        scores = scores.float() / self.temperature
+        if self.top_k is not None and self.top_k < scores.shape[-1]:
+            kth = torch.topk(scores, self.top_k, dim=-1).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, -math.inf)
+        if self.top_p is not None and self.top_p < 1:
+            ordered, order = torch.sort(scores, dim=-1, descending=True)
+            mass = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
+            drop = mass - torch.softmax(ordered, dim=-1) >= self.top_p  # the mass before it already reaches p
+            scores = scores.masked_fill(drop.scatter(-1, order, drop), -math.inf)
+        return scores
+
+    def choose(self, scores: Any, generators: Sequence[Any]) -> Any:
+        """One token per row, row ``i`` drawn with ``generators[i]`` (on the CPU)."""
+        import torch
+
+        probs = torch.softmax(self.filtered(scores), dim=-1).cpu()
+        drawn = [int(torch.multinomial(probs[row], 1, generator=g)) for row, g in enumerate(generators)]
+        return torch.tensor(drawn, dtype=torch.long, device=scores.device)
+
+
+def check_decoding(
+    decode: str | None,
+    *,
+    sample: bool,
+    temperature: float | None,
+    top_p: float | None,
+    sample_top_k: int | None,
+    seed: int | None,
+    open_ended: bool,
+    backend: str,
+    model: str,
+) -> None:
+    """``run --decode`` / ``--sample`` settings that cannot run, refused in one line before any
+    model loads: an unknown method or parameter, a method on a yes/no run, a sampled run without
+    a seed, sampling settings without ``--sample``, a backend other than hf, a no-image method on
+    a family that cannot leave the image out (read from a local folder's config.json)."""
+    if decode is not None:
+        parse_decode(decode)
+        if not open_ended:
+            raise InputError("--decode decodes free-form answers: give --open-ended (yes/no runs correct the first token at score time)")
+    if sample:
+        if seed is None:
+            raise InputError("--sample needs --seed: a sampled run must write the same text when resumed")
+        if not open_ended:
+            raise InputError("--sample decodes free-form answers: give --open-ended")
+        if temperature is not None and not temperature > 0:
+            raise InputError(f"--temperature must be > 0, not {temperature:g}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise InputError(f"--top-p must lie in (0, 1], not {top_p:g}")
+        if sample_top_k is not None and sample_top_k < 1:
+            raise InputError(f"--sample-top-k must be >= 1, not {sample_top_k}")
+    else:
+        given = [name for name, value in (("--temperature", temperature), ("--top-p", top_p), ("--sample-top-k", sample_top_k), ("--seed", seed)) if value is not None]
+        if given:
+            raise InputError(f"{given[0]} is a sampling setting: give --sample too")
+    if backend != "hf":
+        raise InputError(f"the {backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
+    if decode is not None and contrast_branch(decode) == "no-image":
+        _refuse_image_first(decode, model)
+
+
+def _refuse_image_first(decode: str, model: str) -> None:
+    """A no-image method on a family whose processor cannot leave the image out, refused from a
+    local model folder's config.json before loading it (a hub id is checked when the engine is
+    built, after loading, before the run dir is written)."""
+    path = Path(model) / "config.json"
+    try:
+        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return
+    family = FAMILIES.get(model_type or "")
+    if family is not None and family.no_image_reason is not None:
+        method = decode.partition(":")[0]
+        raise InputError(f"--decode {method} decodes against the question without the image: {model_type}: {family.no_image_reason}", path)
