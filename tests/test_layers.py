@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data", ("rundir", "benchmarks", "readouts", "metrics")),
     ("backends", ("backends", "ask", "clip_signal", "tiny")),
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner
-    ("run", ("runner", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "benchmarks.chair", "benchmarks.amber")),
+    ("run", ("runner", "run_setup", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "benchmarks.chair", "benchmarks.amber")),
     ("present", ("audit", "corrections_table", "decoding_runs", "decoding_table", "decoding_prove", "decoding_render", "provenance", "tables", "study_table", "check", "report", "dataset_scores", "rule_changes", "literature")),
     ("entry", ("demo", "cli")),
 )
@@ -50,8 +50,7 @@ MAX_LINES = 400
 EXEMPT = frozenset({"tiny.py"})
 OVERSIZED_ALLOWED: frozenset[str] = frozenset(
     {
-        "benchmarks/synthetic.py",
-        "runner.py",
+        "benchmarks/synthetic.py",  # 409 lines, "about 400": the demo's scene generator and its class table
     }
 )
 
