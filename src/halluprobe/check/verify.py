@@ -80,12 +80,10 @@ def _check_answers_table(table: FoundTable, answers: FileSource, runs: Sequence[
     return score_grid(report, table.style)
 
 
-def _check_headline_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> Grid | None:
-    """The report's headline table: every run it names recomputed with the headline readout."""
+def _usable_runs(table: FoundTable, runs: Sequence[Path], result: CheckResult) -> list[Path] | None:
+    """Every run dir a table's comment names, located; None (its findings recorded) when one
+    cannot be recomputed (missing, or changed since the table was written)."""
     prov = table.provenance
-    names = prov.names or ()
-    if len(prov.runs) > 1 and len(names) != len(prov.runs):
-        raise InputError(f"a headline table of {len(prov.runs)} runs names each of them ('names')", table.path, table.line)
     paths = []
     for source in prov.runs:
         path = locate_run(source.path, runs)
@@ -94,6 +92,18 @@ def _check_headline_table(table: FoundTable, runs: Sequence[Path], cache: RunCac
         if not usable:
             return None
         paths.append(path)
+    return paths
+
+
+def _check_headline_table(table: FoundTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> Grid | None:
+    """The report's headline table: every run it names recomputed with the headline readout."""
+    prov = table.provenance
+    names = prov.names or ()
+    if len(prov.runs) > 1 and len(names) != len(prov.runs):
+        raise InputError(f"a headline table of {len(prov.runs)} runs names each of them ('names')", table.path, table.line)
+    paths = _usable_runs(table, runs, result)
+    if paths is None:
+        return None
     reports = [cache.report(p, prov.readout, prov.unknown, prov.seed, prov.resamples) for p in paths]
     return headline_grid([score_rows_named(r) for r in reports], names if len(paths) > 1 else ())
 
@@ -104,14 +114,9 @@ def _check_study_table(table: FoundTable, runs: Sequence[Path], result: CheckRes
     prov = table.provenance
     if table.style == "terminal":
         raise InputError("a study table is a Markdown or LaTeX table, not a terminal table", table.path, table.line)
-    paths = []
-    for source in prov.runs:
-        path = locate_run(source.path, runs)
-        findings, usable = run_findings(source, path, prov.readout, prov.unknown, (table.path, table.line))
-        result.findings.extend(findings)
-        if not usable:
-            return None
-        paths.append(path)
+    paths = _usable_runs(table, runs, result)
+    if paths is None:
+        return None
     return study_grid(paths, table.style, policy=prov.unknown, n_resamples=prov.resamples, seed=prov.seed)
 
 
