@@ -16,6 +16,18 @@ ratio against greedy decoding in the same loop (``greedy``) and against transfor
 per setting instead (interpreter start, imports, model load, the run dir written): seconds per
 run and the ratio against the run without ``--decode`` (the plain engine, ``generate``). Those
 runs stop at the end token, so methods may decode different numbers of tokens (printed).
+
+``--model llava-1.5-7b`` builds bench_engine.py's LLaVA-1.5-shaped model with random weights at
+LLaVA-1.5-7B's shape (CLIP ViT-L/14-336: 1024 x 24 layers, 576 image tokens; LLaMA-7B: 4096 x 32
+layers, 32 heads of 128; 7.06 B parameters) instead of the demo model; ``--model llava-shaped``
+takes the shape from ``--hidden --layers --head-dim --vision-hidden --vision-layers`` (a quick
+CPU check). On CUDA every setting's peak GPU memory (``torch.cuda.max_memory_allocated``, reset
+before each setting's run) is printed beside the memory after loading, so the cost of each
+contrast branch is measured, not computed::
+
+    python bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 16 --runs 5
+    python bench/bench_decode.py --model llava-shaped --hidden 128 --layers 4 --vision-hidden 64 \
+        --vision-layers 1 --images 2 --new-tokens 4 --runs 1     # seconds on a CPU: the script runs
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # the demo model has 2 layers: PAI amplifies both
 METHODS: dict[str, str | None] = {
@@ -36,90 +49,166 @@ METHODS: dict[str, str | None] = {
     "pai": "pai:gamma=1.1,alpha=0.5,start=0,end=2",
     "dola": "dola:relative_top=0.1",
 }
+# a bench-built LLaVA: PAI's published setting for LLaVA-1.5 (layers 2 to the last, the loop's defaults)
+LLAVA_METHODS: dict[str, str | None] = {**METHODS, "pai": "pai:gamma=1.1,alpha=0.5"}
+# LLaVA-1.5-7B: CLIP ViT-L/14-336 and LLaMA-7B (bench_engine.py's builder, random weights)
+SHAPES: dict[str, dict[str, int]] = {
+    "llava-1.5-7b": {"hidden": 4096, "layers": 32, "head_dim": 128, "vision_hidden": 1024, "vision_layers": 24},
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="demo", choices=["demo", "llava-shaped", *SHAPES],
+                        help="demo (the shipped demo model), llava-1.5-7b (its shape, random weights) or llava-shaped (--hidden ...)")  # fmt: skip
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--whole-process", action="store_true", help="time `halluprobe run` processes instead")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    # llava-shaped only (bench_engine.py's defaults: its CPU model)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--vision-hidden", type=int, default=256)
+    parser.add_argument("--vision-layers", type=int, default=4)
+    parser.add_argument("--whole-process", action="store_true", help="time `halluprobe run` processes instead (demo model)")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="build the model here (a tokenizer/ folder there is used as is: a machine without mistral-common)")  # fmt: skip
     args = parser.parse_args()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the table
     if args.whole_process:
         whole_process(args)
         return
+    if args.model in SHAPES:
+        for key, value in SHAPES[args.model].items():
+            setattr(args, key, value)
+    with tempfile.TemporaryDirectory(prefix="halluprobe-bench-decode-") as tmp:
+        work = args.work_dir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        in_process(args, work)
 
+
+def in_process(args: argparse.Namespace, tmp: Path) -> None:
+    """Every setting timed in this process on one loaded model; prints the table."""
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
+    cuda = args.device.startswith("cuda")
 
     from halluprobe.backends.hf import HFBackend
     from halluprobe.backends.hf_decode_engine import DecodeEngine
-    from halluprobe.benchmarks.synthetic import write_synthetic
-    from halluprobe.demo import DEMO_MODEL_DIR
     from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request
 
-    backend = HFBackend(str(DEMO_MODEL_DIR), batch_size=args.batch_size, dtype="float32", device="cpu")
-    core = backend.core
-    with tempfile.TemporaryDirectory() as tmp:
-        scenes = write_synthetic(Path(tmp) / "scenes", n_images=args.images, seed=7, overwrite=True)
+    started = time.perf_counter()
+    if args.model == "demo":
+        from halluprobe.benchmarks.synthetic import write_synthetic
+        from halluprobe.demo import DEMO_MODEL_DIR
+
+        model_dir, methods = str(DEMO_MODEL_DIR), METHODS
+        scenes = write_synthetic(tmp / "scenes", n_images=args.images, seed=7, overwrite=True)
         paths = sorted(str(p) for p in Path(scenes.images_dir).iterdir())[: args.images]
-        question = "Describe the image."
-        requests = [
-            Request(split="bench", question_id=i, image_path=p, prompt=backend.render_prompt(question, "llava"),
-                    variants={"instruction": backend.render_prompt(f"{ICD_INSTRUCTION} {question}", "llava"),
-                              "no-image": backend.render_prompt(question, "llava", image=False)})  # fmt: skip
-            for i, p in enumerate(paths)
-        ]
-        images, errors = core.load_images(requests)
-        assert not errors
-        batches = [(requests[i : i + args.batch_size], images[i : i + args.batch_size]) for i in range(0, len(requests), args.batch_size)]
-        engines = {}
-        for name, spec in METHODS.items():
-            # built directly: a config without decode or sample would get the plain engine, not the loop
-            engine = DecodeEngine(core, backend.batching, GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec))
-            engine.end_ids = []  # every row decodes exactly --new-tokens tokens
-            engines[name] = engine
+        described = "demo model (2 layers)"
+    else:
+        # bench_engine.py sits beside this script (on sys.path when run as a script)
+        from bench_engine import _build_model, _images
 
-        def run_loop(engine: DecodeEngine) -> int:
-            done = 0
-            for rows, imgs in batches:
-                decoded = engine.decode_batch(rows, imgs)
-                done += sum(len(t) for t in decoded.tokens)
-            return done
+        built, params = _build_model(tmp, args)
+        model_dir, methods = str(built), LLAVA_METHODS
+        paths = [str(p) for p in _images(tmp, args.images)]
+        described = (f"{args.model}: LLaVA-shaped, random weights, CLIP vision {args.vision_hidden} x {args.vision_layers} "
+                     f"layers (576 image tokens), LLaMA text {args.hidden} x {args.layers} layers (head {args.head_dim}), "
+                     f"{params / 1e9:.2f} B parameters")  # fmt: skip
+    backend = HFBackend(model_dir, batch_size=args.batch_size, dtype=args.dtype, device=args.device)
+    if cuda:
+        torch.cuda.synchronize()
+    loaded_mb = torch.cuda.memory_allocated() / 2**20 if cuda else None
+    print(f"{described}; built and loaded in {time.perf_counter() - started:.1f} s", flush=True)
+    core = backend.core
+    question = "Describe the image."
+    requests = [
+        Request(split="bench", question_id=i, image_path=p, prompt=backend.render_prompt(question, "llava"),
+                variants={"instruction": backend.render_prompt(f"{ICD_INSTRUCTION} {question}", "llava"),
+                          "no-image": backend.render_prompt(question, "llava", image=False)})  # fmt: skip
+        for i, p in enumerate(paths)
+    ]
+    images, errors = core.load_images(requests)
+    assert not errors
+    batches = [(requests[i : i + args.batch_size], images[i : i + args.batch_size]) for i in range(0, len(requests), args.batch_size)]
+    engines = {}
+    for name, spec in methods.items():
+        # built directly: a config without decode or sample would get the plain engine, not the loop
+        engine = DecodeEngine(core, backend.batching, GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec))
+        engine.end_ids = []  # every row decodes exactly --new-tokens tokens
+        engines[name] = engine
 
-        def run_generate() -> int:
-            done = 0
-            for rows, imgs in batches:
-                inputs = core.to_device(core.inputs.encode([r.prompt for r in rows], imgs))
-                with torch.inference_mode():
-                    out = core.model.generate(**inputs, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
-                                              num_beams=1, pad_token_id=core.tokenizer.pad_token_id)  # fmt: skip
-                done += (out.shape[1] - inputs["input_ids"].shape[1]) * out.shape[0]
-            return done
+    def run_loop(engine: DecodeEngine, which: list[tuple[list[Request], list[Any]]]) -> int:
+        done = 0
+        for rows, imgs in which:
+            decoded = engine.decode_batch(rows, imgs)
+            done += sum(len(t) for t in decoded.tokens)
+        return done
 
-        times: dict[str, list[float]] = {name: [] for name in ["generate", *METHODS]}
-        tokens: dict[str, int] = {}
-        run_loop(engines["greedy"])  # warm-up
-        for _ in range(args.runs):
-            for name in times:
-                started = time.perf_counter()
-                tokens[name] = run_generate() if name == "generate" else run_loop(engines[name])
-                times[name].append(time.perf_counter() - started)
+    def run_generate(which: list[tuple[list[Request], list[Any]]]) -> int:
+        done = 0
+        for rows, imgs in which:
+            inputs = core.to_device(core.inputs.encode([r.prompt for r in rows], imgs))
+            with torch.inference_mode():
+                out = core.model.generate(**inputs, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+                                          num_beams=1, pad_token_id=core.tokenizer.pad_token_id)  # fmt: skip
+            done += (out.shape[1] - inputs["input_ids"].shape[1]) * out.shape[0]
+        return done
+
+    def one(name: str, which: list[tuple[list[Request], list[Any]]]) -> int:
+        done = run_generate(which) if name == "generate" else run_loop(engines[name], which)
+        if cuda:
+            torch.cuda.synchronize()  # the GPU's queued work belongs to this setting's time
+        return done
+
+    times: dict[str, list[float]] = {name: [] for name in ["generate", *methods]}
+    tokens: dict[str, int] = {}
+    peak_mb: dict[str, float] = {}
+    for name in times:  # warm-up of every setting on one batch (kernels, allocator, per-shape caches)
+        one(name, batches[:1])
+    for _ in range(args.runs):
+        for name, series in times.items():
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            began = time.perf_counter()
+            tokens[name] = one(name, batches)
+            series.append(time.perf_counter() - began)
+            if cuda:
+                peak_mb[name] = max(peak_mb.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
 
     load_after = os.getloadavg()[0]
-    print(f"demo model, {len(requests)} images x {args.new_tokens} new tokens, batch {args.batch_size}, "
-          f"threads {torch.get_num_threads()}, median of {args.runs}; load average {load_before:.1f} -> {load_after:.1f}")  # fmt: skip
+    where = f"{torch.cuda.get_device_name()} " if cuda else ""
+    import transformers
+
+    print(f"{where}{args.device} {args.dtype}, torch {torch.__version__}, transformers {transformers.__version__}; "
+          f"{len(requests)} images x {args.new_tokens} new tokens, batch {args.batch_size}, threads {torch.get_num_threads()}, "
+          f"median of {args.runs}; load average {load_before:.1f} -> {load_after:.1f}")  # fmt: skip
+    if cuda:
+        print(f"GPU memory after loading: {loaded_mb:.0f} MB (peak per setting below: torch.cuda.max_memory_allocated, reset before each run)")
+    for name, spec in methods.items():
+        print(f"  {name}: {spec or 'plain greedy in the loop'}")
     greedy = statistics.median(times["greedy"])
     generate = statistics.median(times["generate"])
-    print(f"{'setting':<10} {'tokens':>7} {'median s':>9} {'tokens/s':>9} {'x greedy':>9} {'x generate':>10}")
+    memory_head = f" {'peak MB':>8} {'above load':>10} {'x greedy mem':>12}" if cuda else ""
+    print(f"{'setting':<10} {'tokens':>7} {'median s':>9} {'tokens/s':>9} {'x greedy':>9} {'x generate':>10}{memory_head}  runs (s)")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:<10} {tokens[name]:>7} {median:>9.3f} {tokens[name] / median:>9.0f} {median / greedy:>9.2f} {median / generate:>10.2f}")
+        memory = ""
+        if cuda:
+            above, above_greedy = peak_mb[name] - loaded_mb, peak_mb["greedy"] - loaded_mb
+            memory = f" {peak_mb[name]:>8.0f} {above:>10.0f} {above / above_greedy:>12.2f}"
+        runs = " ".join(f"{v:.3f}" for v in values)
+        print(f"{name:<10} {tokens[name]:>7} {median:>9.3f} {tokens[name] / median:>9.0f} {median / greedy:>9.2f} {median / generate:>10.2f}{memory}  {runs}")
 
 
 def whole_process(args: argparse.Namespace) -> None:
