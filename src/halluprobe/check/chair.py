@@ -25,7 +25,7 @@ from halluprobe.report.chair import CHAIR_PROVENANCE_MARK, chair_grid
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style
 
-__all__ = ["ChairTable", "check_chair_table", "extract_chair_tables"]
+__all__ = ["ChairTable", "check_chair_table", "extract_chair_tables", "ground_truth_described"]
 
 _MARKDOWN = re.compile(rf"^\s*<!--\s*{CHAIR_PROVENANCE_MARK}\s+(.*?)\s*-->\s*$")
 _LATEX = re.compile(rf"^\s*%\s*{CHAIR_PROVENANCE_MARK}\s+(.*?)\s*$")
@@ -121,11 +121,11 @@ def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> t
     return read_captions(file, fmt if isinstance(fmt, str) else None)
 
 
-def _ground_truth(table: ChairTable, family: str, described: Mapping[str, Any], runs: Sequence[Path], result: CheckResult) -> Any:
-    """The ground truth a family was scored against, from its description; None when it cannot be had."""
+def ground_truth_described(where: tuple[str, int], family: str, described: Mapping[str, Any], runs: Sequence[Path], result: CheckResult) -> Any:
+    """The ground truth a family was scored against, from its description (``GroundTruth.describe``);
+    None (its finding recorded) when it cannot be had. The decoding table's check reads it too."""
     from halluprobe.benchmarks.chair.groundtruth import load_ground_truth, shipped_ground_truth
 
-    where = (table.path, table.line)
     kind = described.get("source")
     if kind == "shipped":
         return shipped_ground_truth(family)
@@ -154,7 +154,7 @@ def check_chair_table(table: ChairTable, runs: Sequence[Path], result: CheckResu
     captions, settings = read
     truths = {}
     for family in prov["families"]:
-        truth = _ground_truth(table, family, prov["ground_truth"][family], runs, result)
+        truth = ground_truth_described((table.path, table.line), family, prov["ground_truth"][family], runs, result)
         if truth is None:
             return
         truths[family] = truth

@@ -20,6 +20,7 @@ from pathlib import Path
 from halluprobe.check.chair import check_chair_table, extract_chair_tables
 from halluprobe.check.claims import check_claims, read_claims
 from halluprobe.check.compare import compare_table
+from halluprobe.check.decoding import check_decoding_table, extract_decoding_tables
 from halluprobe.check.findings import CheckResult
 from halluprobe.check.parse import FoundTable, extract_tables
 from halluprobe.check.sources import RunCache, file_findings, locate_run, run_findings
@@ -52,6 +53,9 @@ def check_files(files: Sequence[str | Path], *, runs: Sequence[str | Path] = (),
         for chair in extract_chair_tables(name, text):
             result.tables += 1
             check_chair_table(chair, run_paths, result)
+        for decoding in extract_decoding_tables(name, text):
+            result.tables += 1
+            check_decoding_table(decoding, run_paths, result)
     if claims is not None:
         parsed = read_claims(claims)
         result.claims = len(parsed)

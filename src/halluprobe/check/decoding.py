@@ -1,0 +1,203 @@
+"""Decoding tables (``halluprobe decoding --markdown`` / ``--latex``) recomputed from their
+``halluprobe-decoding-provenance`` comment: every run dir it names (fingerprint and samples
+sha256 checked), the CHAIR family and ground truth, the PROVE score folders (``scores.jsonl``
+sha256) and the bootstrap go through :func:`halluprobe.decoding_table.decoding_table` again;
+the recomputed result is rendered by the same writer, and every table under the comment (per
+run, paired differences, length bins, PROVE) is compared cell by cell with the written one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from halluprobe.check.chair import ground_truth_described
+from halluprobe.check.compare import compare_table
+from halluprobe.check.findings import CheckResult, Finding
+from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, markdown_table_under
+from halluprobe.check.sources import locate_run
+from halluprobe.decoding_render import DECODING_PROVENANCE_MARK, decoding_latex, decoding_markdown
+from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
+from halluprobe.rundir import RunDir, sha256_file
+from halluprobe.tables import Cell, Grid, Style
+
+__all__ = ["DecodingTable", "check_decoding_table", "extract_decoding_tables"]
+
+_MARKDOWN = re.compile(rf"^\s*<!--\s*{DECODING_PROVENANCE_MARK}\s+(.*?)\s*-->\s*$")
+_LATEX = re.compile(rf"^\s*%\s*{DECODING_PROVENANCE_MARK}\s+(.*?)\s*$")
+_ROLES = ("greedy baseline", "method", "sampled baseline")
+
+
+@dataclass(frozen=True)
+class Written:
+    """One table of a decoding comparison as written (what :func:`compare_table` reads)."""
+
+    path: str
+    style: Style
+    header: tuple[int, list[str]]
+    rows: list[tuple[int, list[str]]]
+
+
+@dataclass(frozen=True)
+class DecodingTable:
+    """The text under a decoding provenance comment: the comment's data and where it is."""
+
+    path: str
+    line: int
+    provenance: dict[str, Any]
+    syntax: Style
+    lines: list[str]
+
+
+def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
+    """The comment's JSON, checked for the fields a recomputation reads."""
+    try:
+        data = loads(payload)
+    except (json.JSONDecodeError, ValueError, RecursionError) as err:
+        raise InputError(f"decoding provenance comment is not JSON: {str(err).splitlines()[0][:120]}", path, line) from None
+    if not isinstance(data, dict) or data.get("table") != "decoding":
+        raise InputError('decoding provenance comment: expected a JSON object with "table": "decoding"', path, line)
+    runs = data.get("runs")
+    if (not isinstance(runs, list) or len(runs) < 2 or any(not isinstance(r, dict) or not isinstance(r.get("path"), str)
+                                                           or r.get("role") not in _ROLES for r in runs)):  # fmt: skip
+        raise InputError("decoding provenance comment: 'runs' must list the baseline and the method runs ({path, role, ...})", path, line)
+    roles = [r["role"] for r in runs]
+    if roles[0] != "greedy baseline" or "method" not in roles or roles.count("sampled baseline") > (roles[-1] == "sampled baseline"):
+        raise InputError("decoding provenance comment: 'runs' must be the greedy baseline, the methods, then the sampled baseline if any", path, line)
+    family = data.get("family")
+    if family is not None and (not isinstance(family, str) or not isinstance(data.get("ground_truth"), dict)):
+        raise InputError("decoding provenance comment: 'family' must name a CHAIR family, with its 'ground_truth'", path, line)
+    prove = data.get("prove_scores", [])
+    if not isinstance(prove, list) or any(not isinstance(p, dict) or not isinstance(p.get("path"), str) for p in prove):
+        raise InputError("decoding provenance comment: 'prove_scores' must list {path, scores_sha256}", path, line)
+    bootstrap = data.get("bootstrap")
+    if not isinstance(bootstrap, dict):
+        raise InputError("decoding provenance comment: no 'bootstrap' {n_resamples, seed}", path, line)
+    for key, top in (("n_resamples", MAX_RESAMPLES), ("seed", MAX_SEED)):
+        value = bootstrap.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise InputError(f"decoding provenance comment: bootstrap {key} {value!r} is out of bounds (expected an integer from 0 to {top})", path, line)
+    return data
+
+
+def extract_decoding_tables(path: str | Path, text: str) -> list[DecodingTable]:
+    """Every decoding comparison under its provenance comment in ``text``; a malformed comment is bad input."""
+    lines = text.split("\n")
+    found = []
+    for index, line in enumerate(lines):
+        if DECODING_PROVENANCE_MARK not in line:
+            continue
+        markdown, latex = _MARKDOWN.match(line), _LATEX.match(line)
+        if markdown is None and latex is None:
+            continue  # the mark in prose, not a comment
+        payload = (markdown or latex).group(1)  # type: ignore[union-attr]
+        provenance = _parse(payload, str(path), index + 1)
+        found.append(DecodingTable(str(path), index + 1, provenance, "markdown" if markdown else "latex", lines))
+    return found
+
+
+def _tables_under(lines: list[str], index: int, syntax: Style, count: int | None, path: str) -> list[Written]:
+    """The first ``count`` (default: all) tables below the comment at ``lines[index]`` (pipe tables or
+    tabulars), before the next heading of level 1 or 2 or the next provenance comment."""
+    reader = latex_table_under if syntax == "latex" else markdown_table_under
+    starts: list[int] = []
+    previous_pipe = False
+    for j in range(index + 1, len(lines)):
+        stripped = lines[j].strip()
+        if len(starts) == count or "provenance" in stripped or re.match(r"^#{1,2}\s", stripped):
+            break
+        pipe = stripped.startswith("|")
+        if (syntax == "latex" and stripped.startswith(r"\begin{tabular}")) or (syntax == "markdown" and pipe and not previous_pipe):
+            starts.append(j)
+        previous_pipe = pipe
+    if count is not None and len(starts) < count:
+        raise InputError(f"{len(starts)} tables under the decoding provenance comment, its source has {count}: not the table its provenance names",
+                         path, index + 1)  # fmt: skip
+    tables = []
+    for start in starts:
+        style, header, rows = reader(lines, start - 1, path)
+        tables.append(Written(path, style, header, rows))
+    return tables
+
+
+def _grid(table: Written) -> Grid:
+    """A recomputed table as a grid of labels: cells are compared as the writer prints them."""
+    return Grid(tuple(table.header[1]), tuple(tuple(Cell(text) for text in cells) for _, cells in table.rows))
+
+
+def _run_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> list[Path] | None:
+    """Every run dir the comment names, located; None (findings recorded) when one is missing or changed."""
+    where = (table.path, table.line)
+    paths, usable = [], True
+    for source in table.provenance["runs"]:
+        path = locate_run(source["path"], runs)
+        run = RunDir(path)
+        if not run.header_path.is_file() or not run.samples_path.is_file():
+            result.findings.append(Finding("run-missing", *where, f"run dir {path} is missing (no run.json or samples.jsonl)"))
+            usable = False
+            continue
+        if source.get("fingerprint") is not None and run.read_header().fingerprint != source["fingerprint"]:
+            result.findings.append(Finding("run-changed", *where, f"run dir {path} is another run now (its fingerprint changed)"))
+            usable = False
+        elif source.get("samples_sha256") is not None and sha256_file(run.samples_path) != source["samples_sha256"]:
+            result.findings.append(Finding("run-changed", *where, f"samples of {path} changed since this was written (samples.jsonl sha256)"))
+            usable = False
+        paths.append(path)
+    return paths if usable else None
+
+
+def _prove_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> list[Path] | None:
+    where = (table.path, table.line)
+    paths, usable = [], True
+    for source in table.provenance.get("prove_scores", []):
+        folder = locate_run(source["path"], runs)
+        scores = folder / "scores.jsonl"
+        if not scores.is_file():
+            result.findings.append(Finding("file-missing", *where, f"{scores} is missing"))
+            usable = False
+        elif sha256_file(scores) != source.get("scores_sha256"):
+            result.findings.append(Finding("file-changed", *where, f"{scores} changed since this was written (sha256)"))
+            usable = False
+        paths.append(folder)
+    return paths if usable else None
+
+
+def check_decoding_table(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> None:
+    """Recompute one decoding comparison and add a finding for every cell that differs."""
+    from halluprobe.benchmarks.chair.families import family_named
+    from halluprobe.decoding_table import decoding_table
+
+    prov = table.provenance
+    paths, prove = _run_paths(table, runs, result), _prove_paths(table, runs, result)
+    if paths is None or prove is None:
+        return
+    family = truth = None
+    if prov.get("family") is not None:
+        try:
+            family = family_named(prov["family"])
+        except ValueError as err:
+            raise InputError(f"decoding provenance comment: {err}", table.path, table.line) from None
+        truth = ground_truth_described((table.path, table.line), family.name, prov["ground_truth"], runs, result)
+        if truth is None:
+            return
+    roles = [r["role"] for r in prov["runs"]]
+    sampled = paths[-1] if roles[-1] == "sampled baseline" else None
+    methods = paths[1:-1] if sampled is not None else paths[1:]
+    recomputed = decoding_table(
+        paths[0], methods, sampled_baseline=sampled, family=family, ground_truth=truth, truncate=bool(prov.get("truncate_incomplete")),
+        prove_scores=prove, chair=family is not None, n_resamples=prov["bootstrap"]["n_resamples"], seed=prov["bootstrap"]["seed"],
+    )  # fmt: skip
+    render = decoding_latex if table.syntax == "latex" else decoding_markdown
+    expected_lines = render(recomputed, prov).split("\n")
+    comment = next(i for i, line in enumerate(expected_lines) if DECODING_PROVENANCE_MARK in line)
+    expected = _tables_under(expected_lines, comment, table.syntax, None, "<recomputed>")
+    written = _tables_under(table.lines, table.line - 1, table.syntax, len(expected), table.path)
+    for found, source in zip(written, expected):
+        findings, compared = compare_table(found, _grid(source))
+        result.findings.extend(findings)
+        result.cells += compared

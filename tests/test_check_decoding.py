@@ -1,0 +1,168 @@
+"""`check` on the decoding table (`halluprobe decoding --markdown/--latex`): every cell under the
+`halluprobe-decoding-provenance` comment recomputed from the run dirs it names."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _chair import FixtureTools, wordnet_or_skip
+from typer.testing import CliRunner
+
+from halluprobe.benchmarks.chair import families as chair_families
+from halluprobe.cli import app
+from halluprobe.records import GenerateConfig, RunHeader, Sample
+
+runner = CliRunner()
+PROMPT = "USER: <image>\nPlease describe this image in detail. ASSISTANT:"
+TRUTH = {1: ["dog"], 2: ["cat"], 3: ["cat", "dog"], 4: ["bus"]}
+GREEDY = {1: "a dog and a cat", 2: "a cat with a dog and a car", 3: "a dog and a cat", 4: "a bus"}
+METHOD = {1: "a dog", 2: "a cat with a dog and a car", 3: "a dog and a cat", 4: "a bus"}
+SAMPLED = {1: "a dog", 2: "a cat and a bus", 3: "a cat", 4: "a bus and a dog"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wordnet() -> None:
+    wordnet_or_skip()
+
+
+@pytest.fixture(autouse=True)
+def fixture_nltk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chair_families, "NltkTools", lambda need_tagger=True: FixtureTools())
+
+
+def _run(folder: Path, captions: dict[int, str]) -> Path:
+    folder.mkdir(parents=True)
+    header = RunHeader(
+        halluprobe_version="test", created_at="2026-01-01T00:00:00Z", fingerprint=f"fp-{folder.name}", backend="hf", backend_info={},
+        model="tiny", template="llava", readouts=[], text_rules=[], max_new_tokens=64, token_sets=None, benchmarks={"chair": "0" * 64},
+        benchmark_paths={"chair": str(folder.parent / "q.jsonl")}, images_root=str(folder.parent), open_ended=True,
+        generate=GenerateConfig(max_new_tokens=64, stop_strings=()),
+    )  # fmt: skip
+    (folder / "run.json").write_text(header.model_dump_json(indent=2) + "\n")
+    samples = [Sample(split="chair", question_id=i, image=f"COCO_val2014_{i:012d}.jpg", object=None, label="yes", prompt=PROMPT, text=text)
+               for i, text in captions.items()]  # fmt: skip
+    (folder / "samples.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in samples))
+    return folder
+
+
+def _runs(root: Path) -> list[Path]:
+    return [_run(root / "greedy", GREEDY), _run(root / "vcd", METHOD), _run(root / "sampled", SAMPLED)]
+
+
+def _paper(tmp_path: Path, runs: list[Path], fmt: str, *extra: str) -> Path:
+    truth = tmp_path / "objects.jsonl"
+    truth.write_text("".join(json.dumps({"image_id": i, "objects": o}) + "\n" for i, o in TRUTH.items()))
+    written = runner.invoke(app, ["decoding", str(runs[0]), str(runs[1]), "--sampled-baseline", str(runs[2]), "--ground-truth", str(truth),
+                                  "--bootstrap", "40", f"--{fmt}", *extra])  # fmt: skip
+    assert written.exit_code == 0, written.output
+    paper = tmp_path / ("paper.tex" if fmt == "latex" else "paper.md")
+    paper.write_text("# Results\n\nSome prose.\n\n" + written.stdout + "\n## Next section\n\n| not | ours |\n|---|---|\n| 1 | 2 |\n")
+    return paper
+
+
+def _check(*args: str) -> Any:
+    return runner.invoke(app, ["check", *args, "--json"])
+
+
+def _edit_digit(paper: Path, marker: str) -> int:
+    """Change the last digit of the first number after ``marker`` on its line; the line number."""
+    lines = paper.read_text().split("\n")
+    number = next(i for i, line in enumerate(lines) if marker in line)
+    head, tail = lines[number].split(marker, 1)
+    match = re.search(r"\d+\.(\d)", tail)
+    assert match is not None
+    digit = str((int(match.group(1)) + 1) % 10)
+    lines[number] = head + marker + tail[: match.end() - 1] + digit + tail[match.end() :]
+    paper.write_text("\n".join(lines))
+    return number + 1
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "latex"])
+def test_every_cell_recomputed_and_one_digit_caught(tmp_path: Path, fmt: str) -> None:
+    runs = _runs(tmp_path)
+    paper = _paper(tmp_path, runs, fmt)
+    clean = _check(str(paper))
+    assert clean.exit_code == 0, clean.output
+    report = json.loads(clean.stdout)
+    # per run 3 x 8, paired 3 x 8 and the header-less count of the length bins (Markdown); LaTeX: per run and paired
+    print(fmt, report["cells"])
+    assert report["tables"] == 1 and report["cells"] >= 48 and report["findings"] == []
+    line = _edit_digit(paper, "| vcd | sampled |" if fmt == "markdown" else "vcd & sampled &")
+    edited = _check(str(paper))
+    assert edited.exit_code == 1, edited.output
+    findings = json.loads(edited.stdout)["findings"]
+    assert [(f["kind"], f["path"], f["line"]) for f in findings] == [("differs", str(paper), line)]
+    assert findings[0]["message"].startswith("vcd / ")
+
+
+def test_a_changed_run_is_reported(tmp_path: Path) -> None:
+    runs = _runs(tmp_path)
+    paper = _paper(tmp_path, runs, "markdown")
+    with (runs[1] / "samples.jsonl").open("a") as f:
+        f.write("\n")
+    changed = _check(str(paper))
+    assert changed.exit_code == 1
+    findings = json.loads(changed.stdout)["findings"]
+    assert [f["kind"] for f in findings] == ["run-changed"] and "vcd" in findings[0]["message"]
+    shutil.rmtree(runs[2])
+    missing = _check(str(paper))
+    assert {f["kind"] for f in json.loads(missing.stdout)["findings"]} == {"run-changed", "run-missing"}
+
+
+def test_moved_runs_are_found_through_runs(tmp_path: Path) -> None:
+    runs = _runs(tmp_path / "then")
+    paper = _paper(tmp_path, runs, "latex")
+    shutil.move(tmp_path / "then", tmp_path / "now")
+    lost = _check(str(paper))
+    assert lost.exit_code == 1 and {f["kind"] for f in json.loads(lost.stdout)["findings"]} == {"run-missing"}
+    found = _check(str(paper), *(x for r in ("greedy", "vcd", "sampled") for x in ("--runs", str(tmp_path / "now" / r))))
+    assert found.exit_code == 0, found.output
+
+
+def test_prove_scores_are_pinned(tmp_path: Path) -> None:
+    greedy, method = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD)
+    folders = []
+    for run, h in ((greedy, 0.5), (method, 0.75)):
+        folder = tmp_path / f"prove-{run.name}"
+        folder.mkdir()
+        rows = [{"question_id": q, "image": f"{q}.jpg", "question": "q?", "response": "r", "hscore": h, "tscore": 0.5} for q in "abc"]
+        (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / "summary.json").write_text(json.dumps({"settings": {"responses": str(run)}}))
+        folders.append(folder)
+    written = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair", "--markdown", "--bootstrap", "20",
+                                  *(x for f in folders for x in ("--prove-scores", str(f)))])  # fmt: skip
+    assert written.exit_code == 0, written.output
+    paper = tmp_path / "prove.md"
+    paper.write_text(written.stdout)
+    clean = _check(str(paper))
+    assert clean.exit_code == 0, clean.output
+    assert json.loads(clean.stdout)["cells"] == 2 * 5 + 1 * 4  # per run (2 runs x 5 cells), one paired row
+    (folders[1] / "scores.jsonl").write_text((folders[1] / "scores.jsonl").read_text().replace("0.75", "0.25"))
+    changed = _check(str(paper))
+    assert changed.exit_code == 1 and [f["kind"] for f in json.loads(changed.stdout)["findings"]] == ["file-changed"]
+
+
+def test_bad_comments_and_missing_tables_are_bad_input(tmp_path: Path) -> None:
+    runs = _runs(tmp_path)
+    paper = _paper(tmp_path, runs, "markdown")
+    text = paper.read_text()
+    comment_line = text.split("\n").index(next(line for line in text.split("\n") if "halluprobe-decoding-provenance" in line)) + 1
+    cut = paper.with_name("cut.md")  # the paired-differences table left out
+    lines = text.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("### Paired"))
+    end = next(i for i in range(start + 2, len(lines)) if not lines[i].startswith("|"))
+    cut.write_text("\n".join(lines[:start] + lines[end:]))
+    shape = runner.invoke(app, ["check", str(cut)])
+    assert shape.exit_code == 2 and f"cut.md:{comment_line}" in shape.output
+    broken = paper.with_name("broken.md")
+    broken.write_text(text.replace('"n_resamples": 40', '"n_resamples": 10000000'))
+    bounds = runner.invoke(app, ["check", str(broken)])
+    assert bounds.exit_code == 2 and f"broken.md:{comment_line}" in bounds.output and "out of bounds" in bounds.output
+    garbled = paper.with_name("garbled.md")
+    garbled.write_text(text.replace("halluprobe-decoding-provenance {", "halluprobe-decoding-provenance {{"))
+    assert runner.invoke(app, ["check", str(garbled)]).exit_code == 2
