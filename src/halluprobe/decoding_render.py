@@ -4,8 +4,8 @@ PROVE) and booktabs LaTeX, under a provenance comment.
 The comment (``halluprobe-decoding-provenance {JSON}``) names every run (path, role, name,
 fingerprint, samples sha256), the CHAIR family and ground truth, the PROVE score files (sha256)
 and the bootstrap: every count and metric is recomputable from those run dirs
-(``halluprobe decoding`` again, or by hand from samples.jsonl). ``halluprobe check`` does not
-verify it yet.
+(``halluprobe decoding`` again, or by hand from samples.jsonl); ``halluprobe check`` recomputes
+every table under it (:mod:`halluprobe.check.decoding`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ The package, bottom to top: :mod:`~halluprobe.check.findings` (what a check repo
 bounds), :mod:`~halluprobe.check.compare` (cells at their written precision) and
 :mod:`~halluprobe.check.sources` (run dirs and files located, checked, recomputed once);
 :mod:`~halluprobe.check.claims` (numbers in prose) and :mod:`~halluprobe.check.chair` (CHAIR
-tables, recomputed from their ``halluprobe-chair-provenance`` comment) beside
-:mod:`~halluprobe.check.verify`, whose :func:`check_files` checks tables and claims. Each module imports only those listed
+tables, recomputed from their ``halluprobe-chair-provenance`` comment), then
+:mod:`~halluprobe.check.decoding` (decoding tables, from their ``halluprobe-decoding-provenance``
+comment, reusing the CHAIR module's ground truth) beside :mod:`~halluprobe.check.verify`, whose :func:`check_files` checks tables and claims. Each module imports only those listed
 before it. See ``docs/design/provenance.md``.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from halluprobe.check.chair import ChairTable, check_chair_table, extract_chair_tables
 from halluprobe.check.claims import CLAIM_METRICS, Claim, Written, check_claims, parse_written, read_claims
 from halluprobe.check.compare import compare_cell, compare_number, compare_table
+from halluprobe.check.decoding import DecodingTable, check_decoding_table, extract_decoding_tables
 from halluprobe.check.findings import CheckResult, Finding, FindingKind
 from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, FoundTable, check_bounds, extract_tables
 from halluprobe.check.sources import RunCache, file_findings, locate_run, run_findings
@@ -27,6 +29,7 @@ __all__ = [
     "ChairTable",
     "CheckResult",
     "Claim",
+    "DecodingTable",
     "Finding",
     "FindingKind",
     "FoundTable",
@@ -35,11 +38,13 @@ __all__ = [
     "check_bounds",
     "check_chair_table",
     "check_claims",
+    "check_decoding_table",
     "check_files",
     "compare_cell",
     "compare_number",
     "compare_table",
     "extract_chair_tables",
+    "extract_decoding_tables",
     "extract_tables",
     "file_findings",
     "locate_run",

@@ -34,7 +34,7 @@ _ROLES = ("greedy baseline", "method", "sampled baseline")
 
 
 @dataclass(frozen=True)
-class Written:
+class WrittenPart:
     """One table of a decoding comparison as written (what :func:`compare_table` reads)."""
 
     path: str
@@ -101,7 +101,7 @@ def extract_decoding_tables(path: str | Path, text: str) -> list[DecodingTable]:
     return found
 
 
-def _tables_under(lines: list[str], index: int, syntax: Style, count: int | None, path: str) -> list[Written]:
+def _tables_under(lines: list[str], index: int, syntax: Style, count: int | None, path: str) -> list[WrittenPart]:
     """The first ``count`` (default: all) tables below the comment at ``lines[index]`` (pipe tables or
     tabulars), before the next heading of level 1 or 2 or the next provenance comment."""
     reader = latex_table_under if syntax == "latex" else markdown_table_under
@@ -121,11 +121,11 @@ def _tables_under(lines: list[str], index: int, syntax: Style, count: int | None
     tables = []
     for start in starts:
         style, header, rows = reader(lines, start - 1, path)
-        tables.append(Written(path, style, header, rows))
+        tables.append(WrittenPart(path, style, header, rows))
     return tables
 
 
-def _grid(table: Written) -> Grid:
+def _grid(table: WrittenPart) -> Grid:
     """A recomputed table as a grid of labels: cells are compared as the writer prints them."""
     return Grid(tuple(table.header[1]), tuple(tuple(Cell(text) for text in cells) for _, cells in table.rows))
 
