@@ -35,13 +35,13 @@ def fixture_nltk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chair_families, "NltkTools", lambda need_tagger=True: FixtureTools())
 
 
-def _run(folder: Path, captions: dict[int, str]) -> Path:
+def _run(folder: Path, captions: dict[int, str], **generate: Any) -> Path:
     folder.mkdir(parents=True)
     header = RunHeader(
         halluprobe_version="test", created_at="2026-01-01T00:00:00Z", fingerprint=f"fp-{folder.name}", backend="hf", backend_info={},
         model="tiny", template="llava", readouts=[], text_rules=[], max_new_tokens=64, token_sets=None, benchmarks={"chair": "0" * 64},
         benchmark_paths={"chair": str(folder.parent / "q.jsonl")}, images_root=str(folder.parent), open_ended=True,
-        generate=GenerateConfig(max_new_tokens=64, stop_strings=()),
+        generate=GenerateConfig(max_new_tokens=64, stop_strings=(), **generate),
     )  # fmt: skip
     (folder / "run.json").write_text(header.model_dump_json(indent=2) + "\n")
     samples = [Sample(split="chair", question_id=i, image=f"COCO_val2014_{i:012d}.jpg", object=None, label="yes", prompt=PROMPT, text=text)
@@ -166,3 +166,43 @@ def test_bad_comments_and_missing_tables_are_bad_input(tmp_path: Path) -> None:
     garbled = paper.with_name("garbled.md")
     garbled.write_text(text.replace("halluprobe-decoding-provenance {", "halluprobe-decoding-provenance {{"))
     assert runner.invoke(app, ["check", str(garbled)]).exit_code == 2
+
+
+def test_report_of_a_decoding_comparison_has_the_section_and_check_verifies_it(tmp_path: Path) -> None:
+    pytest.importorskip("jinja2")
+    pytest.importorskip("matplotlib")
+    from halluprobe.benchmarks.chair.groundtruth import shipped_ground_truth
+
+    ids = sorted(shipped_ground_truth("chair@lemmatizer").objects)[:8]
+    texts = ["a dog and a cat", "a cat with a dog and a car", "a bus", "a person and a dog"]
+    greedy = _run(tmp_path / "greedy", {i: texts[k % 4] for k, i in enumerate(ids)})
+    vcd = _run(tmp_path / "vcd", {i: texts[(k + 1) % 4] for k, i in enumerate(ids)}, decode="vcd:alpha=1,beta=0.1")
+    sampled = _run(tmp_path / "sampled", {i: texts[(k + 2) % 4] for k, i in enumerate(ids)}, sample=True, temperature=1.0, seed=0)
+    out = tmp_path / "report.html"
+    made = runner.invoke(app, ["report", str(greedy), str(vcd), str(sampled), "--out", str(out), "--resamples", "30"])
+    assert made.exit_code == 0, made.output
+    page, twin = out.read_text(encoding="utf-8"), out.with_suffix(".md").read_text(encoding="utf-8")
+    assert "<h2>Decoding methods on free-form answers</h2>" in page and "<td>vcd:alpha=1,beta=0.1</td>" in page
+    section = page.split("<h2>Decoding methods on free-form answers</h2>", 1)[1].split("</section>", 1)[0]
+    # 3 per-run rows, 3 paired rows, 3 runs' length bins, and no Markdown separator line as a row
+    assert "---" not in section and section.count("<table") == 3 and section.count("<tr>") >= 3 + 3 + 3 + 3
+    assert "<tr><td>vcd:alpha=1,beta=0.1</td><td>method</td><td>8</td>" in section
+    assert twin.count("halluprobe-decoding-provenance") == 1 and "| vcd:alpha=1,beta=0.1 | greedy |" in twin
+    # the twin's decoding tables are the verb's, cell for cell, and check recomputes them
+    verb = runner.invoke(app, ["decoding", str(greedy), str(vcd), "--sampled-baseline", str(sampled), "--markdown", "--bootstrap", "30"])
+    assert verb.exit_code == 0, verb.output
+    assert [line for line in verb.stdout.split("\n") if line.startswith("|")] == [
+        line for line in twin.split("## Decoding methods on free-form answers", 1)[1].split("\n") if line.startswith("|")
+    ]
+    checked = _check(str(out.with_suffix(".md")))
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.stdout)["tables"] == 4  # 3 CHAIR tables and the decoding one
+    line = _edit_digit(out.with_suffix(".md"), "| vcd:alpha=1,beta=0.1 | sampled |")
+    edited = _check(str(out.with_suffix(".md")))
+    assert edited.exit_code == 1 and [f["line"] for f in json.loads(edited.stdout)["findings"]] == [line]
+    # runs that are no comparison (two plain greedy runs) get the CHAIR page alone
+    other = _run(tmp_path / "other", {i: texts[(k + 3) % 4] for k, i in enumerate(ids)})
+    plain = runner.invoke(app, ["report", str(greedy), str(other), "--out", str(tmp_path / "plain.html"), "--resamples", "0"])
+    assert plain.exit_code == 0, plain.output
+    assert "halluprobe-decoding-provenance" not in (tmp_path / "plain.md").read_text(encoding="utf-8")
+    assert "Decoding methods" not in (tmp_path / "plain.html").read_text(encoding="utf-8")

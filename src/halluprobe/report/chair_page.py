@@ -18,6 +18,7 @@ from typing import Any
 from halluprobe.benchmarks.chair.scoring import CaptionScore
 from halluprobe.files import write_atomic
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects, length_bins
+from halluprobe.report.decoding_section import decoding_section
 from halluprobe.tables import Grid
 
 __all__ = ["ChairRunView", "chair_length_plot", "chair_run_view", "render_chair_report", "OPEN_ENDED_HINT"]
@@ -121,8 +122,10 @@ def render_chair_report(rundirs: Sequence[str | Path], out_html: str | Path, *, 
     runs = [ChairRunView(**{**run.__dict__, "figure": chair_length_plot(run.bins)}) for run in runs]
     source = files("halluprobe.report").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    html = env.from_string(source).render(runs=runs, version=__version__, stylesheet=stylesheet(), bootstrap=bootstrap)
+    decoding = decoding_section([Path(p) for p in rundirs], n_resamples=n_resamples, seed=seed)  # None: not a decoding comparison
+    html = env.from_string(source).render(runs=runs, version=__version__, stylesheet=stylesheet(), bootstrap=bootstrap,
+                                          decoding=decoding[1] if decoding else None)  # fmt: skip
     out_md = out_html.with_suffix(".md")
     write_atomic(out_html, html)
-    write_atomic(out_md, _markdown(runs, out_html.name, bootstrap))
+    write_atomic(out_md, _markdown(runs, out_html.name, bootstrap) + ("\n" + decoding[0] if decoding else ""))
     return out_html, out_md
