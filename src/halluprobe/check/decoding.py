@@ -30,6 +30,7 @@ __all__ = ["DecodingTable", "check_decoding_table", "extract_decoding_tables"]
 
 _MARKDOWN = re.compile(rf"^\s*<!--\s*{DECODING_PROVENANCE_MARK}\s+(.*?)\s*-->\s*$")
 _LATEX = re.compile(rf"^\s*%\s*{DECODING_PROVENANCE_MARK}\s+(.*?)\s*$")
+_ANY_COMMENT = re.compile(r"halluprobe-(?:[a-z]+-)?provenance")  # the next table's comment ends this one's tables
 _ROLES = ("greedy baseline", "method", "sampled baseline")
 
 
@@ -109,7 +110,7 @@ def _tables_under(lines: list[str], index: int, syntax: Style, count: int | None
     previous_pipe = False
     for j in range(index + 1, len(lines)):
         stripped = lines[j].strip()
-        if len(starts) == count or "provenance" in stripped or re.match(r"^#{1,2}\s", stripped):
+        if len(starts) == count or _ANY_COMMENT.search(stripped) or re.match(r"^#{1,2}\s", stripped):
             break
         pipe = stripped.startswith("|")
         if (syntax == "latex" and stripped.startswith(r"\begin{tabular}")) or (syntax == "markdown" and pipe and not previous_pipe):
