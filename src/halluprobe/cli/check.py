@@ -16,7 +16,7 @@ __all__ = ["check_cmd"]
 
 @app.command("check")
 def check_cmd(
-    files: Annotated[list[Path], typer.Argument(help=".tex / .md files with tables written by `score`, `audit` or `corrections` --latex/--markdown, or report.md.")],
+    files: Annotated[list[Path], typer.Argument(help=".tex / .md files with tables written by `score`, `audit`, `corrections`, `chair` or `decoding` --latex/--markdown, or report.md.")],
     runs: Annotated[
         Optional[list[Path]],
         typer.Option(help="Run dir (or answers / labels file) to recompute from, serving the tables and claims whose path it ends with; repeatable."),
