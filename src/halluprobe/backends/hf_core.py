@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,22 @@ class Batching:
     def halve(self) -> None:
         self.size = max(1, self.size // 2)
         log.warning("out of memory: batch size halved to %d", self.size)
+
+    def run(self, pending: Sequence[Any], answer_batch: Callable[[Sequence[Any]], list[Any]], on_halve: Callable[[], None]) -> Iterator[list[Any]]:
+        """``answer_batch`` over ``pending`` in batches of the current size, in order; out of
+        memory halves the size (``on_halve`` frees the device) and retries the same batch."""
+        start = 0
+        while start < len(pending):
+            batch = pending[start : start + self.size]
+            try:
+                yield answer_batch(batch)
+            except RuntimeError as err:
+                if not is_oom(err) or self.size == 1:
+                    raise
+                self.halve()
+                on_halve()
+                continue
+            start += len(batch)
 
 
 @dataclass

@@ -72,19 +72,7 @@ class DecodeEngine:
 
     def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
-        pending = [requests[i] for i in order]
-        start = 0
-        while start < len(pending):
-            batch = pending[start : start + self.batching.size]
-            try:
-                yield self._answer_batch(batch)
-            except RuntimeError as err:
-                if not is_oom(err) or self.batching.size == 1:
-                    raise
-                self.batching.halve()
-                self.core.empty_device_cache()
-                continue
-            start += len(batch)
+        yield from self.batching.run([requests[i] for i in order], self._answer_batch, self.core.empty_device_cache)
 
     def _answer_batch(self, batch: Sequence[Request]) -> list[Response]:
         started = time.perf_counter()

@@ -72,17 +72,7 @@ class PlainEngine:
         yield from self.answer_sorted([requests[i] for i in order])
 
     def answer_sorted(self, pending: Sequence[Request]) -> Iterator[list[Response]]:
-        start = 0
-        while start < len(pending):
-            batch = pending[start : start + self.batching.size]
-            try:
-                yield self._answer_batch(batch)
-            except RuntimeError as err:
-                if not is_oom(err) or self.batching.size == 1:
-                    raise
-                self._halve()
-                continue
-            start += len(batch)
+        yield from self.batching.run(pending, self._answer_batch, self.core.empty_device_cache)
 
     def base_pass(self, inputs: dict[str, Any]) -> tuple[FirstStep, LayerSignals]:
         """The batch's first step and, when DoLa's layers are asked, each row's ``layer:N``

@@ -8,7 +8,6 @@ through :func:`halluprobe.benchmarks.chair.evaluate.chair_results` and compared 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, markdown_table_under
+from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, marked_comments, markdown_table_under
 from halluprobe.check.sources import file_findings, locate_run
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
@@ -27,8 +26,6 @@ from halluprobe.tables import Style
 
 __all__ = ["ChairTable", "check_chair_table", "extract_chair_tables", "ground_truth_described"]
 
-_MARKDOWN = re.compile(rf"^\s*<!--\s*{CHAIR_PROVENANCE_MARK}\s+(.*?)\s*-->\s*$")
-_LATEX = re.compile(rf"^\s*%\s*{CHAIR_PROVENANCE_MARK}\s+(.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -80,17 +77,10 @@ def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
 
 def extract_chair_tables(path: str | Path, text: str) -> list[ChairTable]:
     """Every table under a CHAIR provenance comment in ``text``; a malformed comment is bad input."""
-    lines = text.split("\n")
     found = []
-    for index, line in enumerate(lines):
-        if CHAIR_PROVENANCE_MARK not in line:
-            continue
-        markdown, latex = _MARKDOWN.match(line), _LATEX.match(line)
-        if markdown is None and latex is None:
-            continue  # the mark in prose, not a comment
-        payload = (markdown or latex).group(1)  # type: ignore[union-attr]
+    for index, payload, style, lines in marked_comments(text, CHAIR_PROVENANCE_MARK):
         provenance = _parse(payload, str(path), index + 1)
-        reader = markdown_table_under if markdown is not None else latex_table_under
+        reader = markdown_table_under if style == "markdown" else latex_table_under
         style, header, rows = reader(lines, index, str(path))
         found.append(ChairTable(str(path), index + 1, provenance, style, header, rows))
     return found

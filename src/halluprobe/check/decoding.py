@@ -18,7 +18,7 @@ from typing import Any
 from halluprobe.check.chair import ground_truth_described
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, markdown_table_under
+from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, marked_comments, markdown_table_under
 from halluprobe.check.sources import locate_run
 from halluprobe.decoding_render import DECODING_PROVENANCE_MARK, decoding_latex, decoding_markdown
 from halluprobe.errors import InputError
@@ -28,8 +28,6 @@ from halluprobe.tables import Cell, Grid, Style
 
 __all__ = ["DecodingTable", "check_decoding_table", "extract_decoding_tables"]
 
-_MARKDOWN = re.compile(rf"^\s*<!--\s*{DECODING_PROVENANCE_MARK}\s+(.*?)\s*-->\s*$")
-_LATEX = re.compile(rf"^\s*%\s*{DECODING_PROVENANCE_MARK}\s+(.*?)\s*$")
 _ANY_COMMENT = re.compile(r"halluprobe-(?:[a-z]+-)?provenance")  # the next table's comment ends this one's tables
 _ROLES = ("greedy baseline", "method", "sampled baseline")
 
@@ -88,17 +86,10 @@ def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
 
 def extract_decoding_tables(path: str | Path, text: str) -> list[DecodingTable]:
     """Every decoding comparison under its provenance comment in ``text``; a malformed comment is bad input."""
-    lines = text.split("\n")
     found = []
-    for index, line in enumerate(lines):
-        if DECODING_PROVENANCE_MARK not in line:
-            continue
-        markdown, latex = _MARKDOWN.match(line), _LATEX.match(line)
-        if markdown is None and latex is None:
-            continue  # the mark in prose, not a comment
-        payload = (markdown or latex).group(1)  # type: ignore[union-attr]
+    for index, payload, style, lines in marked_comments(text, DECODING_PROVENANCE_MARK):
         provenance = _parse(payload, str(path), index + 1)
-        found.append(DecodingTable(str(path), index + 1, provenance, "markdown" if markdown else "latex", lines))
+        found.append(DecodingTable(str(path), index + 1, provenance, style, lines))
     return found
 
 

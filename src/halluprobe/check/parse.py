@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from halluprobe.errors import InputError
 from halluprobe.tables import Provenance, Style, parse_provenance
 
-__all__ = ["MAX_RESAMPLES", "MAX_SEED", "FoundTable", "check_bounds", "extract_tables", "latex_table_under", "markdown_table_under"]
+__all__ = ["MAX_RESAMPLES", "MAX_SEED", "FoundTable", "check_bounds", "extract_tables", "latex_table_under", "marked_comments", "markdown_table_under"]
 
 # bootstrap work a comment may ask for: 0 (no CIs, `score --resamples 0`) up to 100 000
 # resamples; a seed numpy's generators take the same way on every platform (below 2**32)
@@ -159,3 +160,20 @@ def _terminal_table(lines: list[str], fence: int, path: str) -> tuple[Style, tup
     if header is None:
         raise InputError("no table header (a line starting with 'split') in the code block under the provenance comment", path, fence + 1)
     return "terminal", header, rows
+
+
+def marked_comments(text: str, mark: str) -> Iterator[tuple[int, str, Style, list[str]]]:
+    """(0-based line index, JSON payload, style, the text's lines) of every Markdown
+    (``<!-- MARK {...} -->``) or LaTeX (``% MARK {...}``) comment carrying ``mark``; the mark in
+    prose is not a comment. The CHAIR and decoding tables' checks read their comments here."""
+    markdown_re = re.compile(rf"^\s*<!--\s*{re.escape(mark)}\s+(.*?)\s*-->\s*$")
+    latex_re = re.compile(rf"^\s*%\s*{re.escape(mark)}\s+(.*?)\s*$")
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        if mark not in line:
+            continue
+        markdown, latex = markdown_re.match(line), latex_re.match(line)
+        if markdown is not None:
+            yield index, markdown.group(1), "markdown", lines
+        elif latex is not None:
+            yield index, latex.group(1), "latex", lines
