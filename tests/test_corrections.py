@@ -361,3 +361,22 @@ def test_a_row_whose_answers_are_all_unknown_shows_how_many(signal_run: Path, tm
     html, md = render_report([run], tmp_path / "marked.html", corrections=[table], n_resamples=0)
     assert f"`vcd:alpha=1,beta=1` ({n} answers unknown) | 0.0 |" in md.read_text()
     assert f'<span class="bad">({n} answers unknown)</span>' in html.read_text()
+
+
+def test_a_free_form_run_points_to_the_decoding_verb(tmp_path: Path) -> None:
+    from halluprobe.records import GenerateConfig, RunHeader
+
+    folder = tmp_path / "captions"
+    folder.mkdir()
+    header = RunHeader(
+        halluprobe_version="test", created_at="2026-01-01T00:00:00Z", fingerprint="fp", backend="hf", backend_info={},
+        model="tiny", template="llava", readouts=[], text_rules=[], max_new_tokens=64, token_sets=None, benchmarks={"chair": "0" * 64},
+        benchmark_paths={"chair": str(tmp_path / "q.jsonl")}, images_root=str(tmp_path), open_ended=True,
+        generate=GenerateConfig(max_new_tokens=64, stop_strings=()),
+    )  # fmt: skip
+    (folder / "run.json").write_text(header.model_dump_json(indent=2) + "\n")
+    (folder / "samples.jsonl").write_text("")
+    result = CliRunner().invoke(app, ["corrections", str(folder)])
+    assert result.exit_code == 2
+    assert "holds free-form answers" in result.output and f"halluprobe decoding {folder}" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -1,4 +1,5 @@
-"""The corrections verb: inference-time corrections read from one run's stored signals."""
+"""The corrections verb: inference-time corrections read from one run's stored signals (yes/no
+runs). Free-form runs, one per decoding method, are compared by the decoding verb (cli/decoding.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, UnknownOption, app, console, errors, refuse_over_limit
+from halluprobe.errors import InputError
 
 __all__ = ["MAX_DRAWS", "MAX_FOLDS", "corrections_cmd"]
 
@@ -58,8 +60,14 @@ def corrections_cmd(
     with errors():
         _refuse_unbounded(folds, draws, resamples)
         specs = read_grid(grid) if grid is not None else []
+        header = RunDir(rundir).read_header()
+        if header.open_ended:  # free-form answers: each method is a run of its own, judged by CHAIR / PROVE
+            raise InputError(
+                f"{rundir} holds free-form answers; compare decoding methods on such runs with "
+                f"`halluprobe decoding {rundir} METHOD_RUN... [--sampled-baseline RUN]`"
+            )
         if not correction and not specs:  # the methods the run's signals allow, at their default settings
-            correction = default_corrections(RunDir(rundir).read_header())
+            correction = default_corrections(header)
         report = corrections_table(
             rundir, correction or [], grid=specs, folds=folds, policy=unknown, n_resamples=resamples, seed=seed, draws=draws,  # type: ignore[arg-type]
         )
