@@ -17,14 +17,11 @@ from typer.testing import CliRunner
 
 from _lmms_eval_log import FULL_TASKS, METRICS, POOLED_BLOCKS, POST_PROMPT, lmms_row, logged_sample, saved_line, write_samples
 from halluprobe.cli import app
-from test_imports import ANSWERS, make_labels, score_json
+from test_imports import ANSWERS, counts, make_labels, score_json
+from test_imports_pooled import labels_args, split_counts
 from test_imports_tools import lmms_printed
 
 runner = CliRunner()
-
-
-def _labels_args(folder: Path) -> list[str]:
-    return [a for s in ("random", "popular", "adversarial") for a in ("--labels", str(folder / f"coco_pope_{s}.json"))]
 
 
 def _answer(doc_id: int, split: str) -> str:
@@ -41,20 +38,6 @@ def _pooled(splits: dict[str, list[dict]]) -> tuple[list[dict], dict[int, str]]:
             samples.append(logged_sample(doc_id, doc, "pope", "test", _answer(doc_id, split)))
             where[doc_id] = split
     return samples, where
-
-
-def _counts_by_split(lines: list[dict], where: dict[int, str]) -> dict[str, tuple[int, int, int, int]]:
-    out = {s: [0, 0, 0, 0] for s in POOLED_BLOCKS}
-    for line in lines:
-        cell = {("yes", "yes"): 0, ("yes", "no"): 1, ("no", "no"): 2, ("no", "yes"): 3}.get((line["pope_accuracy"]["prediction"], line["target"]))
-        if cell is not None:
-            out[where[line["doc_id"]]][cell] += 1
-    return {s: tuple(c) for s, c in out.items()}  # type: ignore[misc]
-
-
-def _counts(report: dict, split: str) -> tuple[int, int, int, int]:
-    m = report["splits"][split]
-    return (m["tp"], m["fp"], m["tn"], m["fn"])
 
 
 def test_a_line_is_what_lmms_eval_07_writes(tmp_path: Path) -> None:
@@ -74,15 +57,15 @@ def test_pooled_pope_task_of_lmms_eval_07(tmp_path: Path) -> None:
     log = write_samples(tmp_path / "logs" / "llava", "pope", samples)
     lines = [json.loads(text) for text in log.read_text().splitlines()]
     run = tmp_path / "run"
-    done = runner.invoke(app, ["import", str(log), *_labels_args(tmp_path / "labels"), "--out", str(run)])
+    done = runner.invoke(app, ["import", str(log), *labels_args(tmp_path / "labels"), "--out", str(run)])
     assert done.exit_code == 0, done.output
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["skipped"] == [] and manifest["unanswered"] == {"adversarial": 0, "popular": 0, "random": 0}
     assert manifest["imported"]["splits"] == {"adversarial": 8, "popular": 8, "random": 8}
     report = score_json(run, "lmms-eval:exact")
-    expected = _counts_by_split(lines, where)
+    expected = split_counts(lines, where)
     for split in POOLED_BLOCKS:
-        assert _counts(report, split) == expected[split], split
+        assert counts(report, split) == expected[split], split
     compat = runner.invoke(app, ["score", str(run), "--readout", "lmms-eval:exact", "--compat", "lmms-eval"])
     assert compat.exit_code == 0, compat.output
     pooled = json.loads(compat.stdout)["pooled"]
@@ -98,14 +81,14 @@ def test_pope_full_group_writes_one_file_per_split_task(tmp_path: Path) -> None:
         samples = [logged_sample(i, lmms_row(row, split, i), task, split, _answer(i, split)) for i, row in enumerate(splits[split])]
         files.append(write_samples(tmp_path / "logs", task, samples))
         per_split[split] = [saved_line(s) for s in samples]
-    for extra in ([], _labels_args(tmp_path / "labels")):  # the log's own targets, then the label files
+    for extra in ([], labels_args(tmp_path / "labels")):  # the log's own targets, then the label files
         run = tmp_path / f"run{len(extra)}"
         done = runner.invoke(app, ["import", *map(str, files), *extra, "--out", str(run)])
         assert done.exit_code == 0, done.output
         report = score_json(run, "lmms-eval:exact")
         for split, lines in per_split.items():
             where = {line["doc_id"]: "random" for line in lines}  # one split per file: count it as one block
-            assert _counts(report, split) == _counts_by_split(lines, where)["random"], split
+            assert counts(report, split) == split_counts(lines, where)["random"], split
 
 
 def test_reasoning_tags_stripped_by_lmms_eval_keep_resps_and_the_answer_is_filtered_resps(tmp_path: Path) -> None:
@@ -129,7 +112,7 @@ def test_the_note_names_the_key_a_pooled_log_was_paired_by(tmp_path: Path) -> No
     splits = make_labels(tmp_path / "labels")
     samples, _ = _pooled(splits)
     log = write_samples(tmp_path / "logs", "pope", samples)
-    done = runner.invoke(app, ["import", str(log), *_labels_args(tmp_path / "labels"), "--out", str(tmp_path / "run")])
+    done = runner.invoke(app, ["import", str(log), *labels_args(tmp_path / "labels"), "--out", str(tmp_path / "run")])
     assert done.exit_code == 0, done.output
     notes = json.loads((tmp_path / "run" / "manifest.json").read_text())["notes"]
     # lmms-eval 0.7 names no image for a POPE row: the pairing was by text and id, and says so
