@@ -1,11 +1,13 @@
 """What the hostile-input tests share (issue 25): the one-line refusal check, folder snapshots,
-and the inputs the tests start from (a VLMEvalKit sheet, its import, a scripted run)."""
+and the inputs the tests start from (a VLMEvalKit sheet, its import, a scripted run), also as
+the fixtures ``imported`` and ``scripted`` that test_hostile.py and test_hostile_inputs.py import."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from halluprobe.cli import app
@@ -13,7 +15,10 @@ from test_imports import make_labels
 from test_imports_tools import vlmeval_rows
 from test_pipeline import _make_world, _run_args
 
-__all__ = ["DEEP", "LONG_INT", "copy_run", "make_imported", "make_scripted", "make_sheet", "ok", "refused", "runner", "snapshot"]
+__all__ = [
+    "DEEP", "LONG_INT", "copy_run", "imported", "make_imported", "make_scripted", "make_sheet", "ok", "refused", "runner", "scripted",
+    "snapshot",
+]  # fmt: skip
 
 runner = CliRunner()
 
@@ -61,6 +66,16 @@ def make_scripted(root: Path) -> tuple[Path, dict[str, Path]]:
     world = _make_world(root)
     ok(_run_args(world, root / "run"))
     return root / "run", world
+
+
+@pytest.fixture()
+def imported(tmp_path: Path) -> Path:
+    return make_imported(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    return make_scripted(tmp_path_factory.mktemp("scripted"))
 
 
 def copy_run(run: Path, to: Path) -> Path:

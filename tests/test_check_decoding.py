@@ -10,53 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _chair import FixtureTools, wordnet_or_skip
+from _decoding_runs import GREEDY, METHOD, SAMPLED, chair_wordnet, decoding_run, fixture_nltk, write_truth  # noqa: F401 (autouse fixtures)
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.chair import families as chair_families
 from halluprobe.cli import app
-from halluprobe.records import GenerateConfig, RunHeader, Sample
 
 runner = CliRunner()
-PROMPT = "USER: <image>\nPlease describe this image in detail. ASSISTANT:"
-TRUTH = {1: ["dog"], 2: ["cat"], 3: ["cat", "dog"], 4: ["bus"]}
-GREEDY = {1: "a dog and a cat", 2: "a cat with a dog and a car", 3: "a dog and a cat", 4: "a bus"}
-METHOD = {1: "a dog", 2: "a cat with a dog and a car", 3: "a dog and a cat", 4: "a bus"}
-SAMPLED = {1: "a dog", 2: "a cat and a bus", 3: "a cat", 4: "a bus and a dog"}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _wordnet() -> None:
-    wordnet_or_skip()
-
-
-@pytest.fixture(autouse=True)
-def fixture_nltk(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chair_families, "NltkTools", lambda need_tagger=True: FixtureTools())
-
-
-def _run(folder: Path, captions: dict[int, str], **generate: Any) -> Path:
-    folder.mkdir(parents=True)
-    header = RunHeader(
-        halluprobe_version="test", created_at="2026-01-01T00:00:00Z", fingerprint=f"fp-{folder.name}", backend="hf", backend_info={},
-        model="tiny", template="llava", readouts=[], text_rules=[], max_new_tokens=64, token_sets=None, benchmarks={"chair": "0" * 64},
-        benchmark_paths={"chair": str(folder.parent / "q.jsonl")}, images_root=str(folder.parent), open_ended=True,
-        generate=GenerateConfig(max_new_tokens=64, stop_strings=(), **generate),
-    )  # fmt: skip
-    (folder / "run.json").write_text(header.model_dump_json(indent=2) + "\n")
-    samples = [Sample(split="chair", question_id=i, image=f"COCO_val2014_{i:012d}.jpg", object=None, label="yes", prompt=PROMPT, text=text)
-               for i, text in captions.items()]  # fmt: skip
-    (folder / "samples.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in samples))
-    return folder
 
 
 def _runs(root: Path) -> list[Path]:
-    return [_run(root / "greedy", GREEDY), _run(root / "vcd", METHOD), _run(root / "sampled", SAMPLED)]
+    return [decoding_run(root / "greedy", GREEDY), decoding_run(root / "vcd", METHOD), decoding_run(root / "sampled", SAMPLED)]
 
 
 def _paper(tmp_path: Path, runs: list[Path], fmt: str, *extra: str) -> Path:
-    truth = tmp_path / "objects.jsonl"
-    truth.write_text("".join(json.dumps({"image_id": i, "objects": o}) + "\n" for i, o in TRUTH.items()))
+    truth = write_truth(tmp_path)
     written = runner.invoke(app, ["decoding", str(runs[0]), str(runs[1]), "--sampled-baseline", str(runs[2]), "--ground-truth", str(truth),
                                   "--bootstrap", "40", f"--{fmt}", *extra])  # fmt: skip
     assert written.exit_code == 0, written.output
@@ -125,7 +92,7 @@ def test_moved_runs_are_found_through_runs(tmp_path: Path) -> None:
 
 
 def test_prove_scores_are_pinned(tmp_path: Path) -> None:
-    greedy, method = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD)
+    greedy, method = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD)
     folders = []
     for run, h in ((greedy, 0.5), (method, 0.75)):
         folder = tmp_path / f"prove-{run.name}"
@@ -175,9 +142,9 @@ def test_report_of_a_decoding_comparison_has_the_section_and_check_verifies_it(t
 
     ids = sorted(shipped_ground_truth("chair@lemmatizer").objects)[:8]
     texts = ["a dog and a cat", "a cat with a dog and a car", "a bus", "a person and a dog"]
-    greedy = _run(tmp_path / "greedy", {i: texts[k % 4] for k, i in enumerate(ids)})
-    vcd = _run(tmp_path / "vcd", {i: texts[(k + 1) % 4] for k, i in enumerate(ids)}, decode="vcd:alpha=1,beta=0.1")
-    sampled = _run(tmp_path / "sampled", {i: texts[(k + 2) % 4] for k, i in enumerate(ids)}, sample=True, temperature=1.0, seed=0)
+    greedy = decoding_run(tmp_path / "greedy", {i: texts[k % 4] for k, i in enumerate(ids)})
+    vcd = decoding_run(tmp_path / "vcd", {i: texts[(k + 1) % 4] for k, i in enumerate(ids)}, decode="vcd:alpha=1,beta=0.1")
+    sampled = decoding_run(tmp_path / "sampled", {i: texts[(k + 2) % 4] for k, i in enumerate(ids)}, sample=True, temperature=1.0, seed=0)
     out = tmp_path / "report.html"
     made = runner.invoke(app, ["report", str(greedy), str(vcd), str(sampled), "--out", str(out), "--resamples", "30"])
     assert made.exit_code == 0, made.output
@@ -201,7 +168,7 @@ def test_report_of_a_decoding_comparison_has_the_section_and_check_verifies_it(t
     edited = _check(str(out.with_suffix(".md")))
     assert edited.exit_code == 1 and [f["line"] for f in json.loads(edited.stdout)["findings"]] == [line]
     # runs that are no comparison (two plain greedy runs) get the CHAIR page alone
-    other = _run(tmp_path / "other", {i: texts[(k + 3) % 4] for k, i in enumerate(ids)})
+    other = decoding_run(tmp_path / "other", {i: texts[(k + 3) % 4] for k, i in enumerate(ids)})
     plain = runner.invoke(app, ["report", str(greedy), str(other), "--out", str(tmp_path / "plain.html"), "--resamples", "0"])
     assert plain.exit_code == 0, plain.output
     assert "halluprobe-decoding-provenance" not in (tmp_path / "plain.md").read_text(encoding="utf-8")

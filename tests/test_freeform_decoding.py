@@ -9,62 +9,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _chair import FixtureTools, wordnet_or_skip
+from _decoding_runs import (  # noqa: F401 (chair_wordnet, fixture_nltk: autouse fixtures)
+    GREEDY,
+    METHOD,
+    OBJECTS,
+    SAMPLED,
+    TRUTH,
+    chair_wordnet,
+    decoding_run,
+    fixture_nltk,
+    write_truth,
+)
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.chair import families as chair_families
 from halluprobe.cli import app
 from halluprobe.decoding_runs import decoding_identity
 from halluprobe.decoding_table import length_bin, length_bounds
-from halluprobe.records import GenerateConfig, RunHeader, Sample
 
 runner = CliRunner()
-PROMPT = "USER: <image>\nPlease describe this image in detail. ASSISTANT:"
-TRUTH = {1: ["dog"], 2: ["cat"], 3: ["cat", "dog"], 4: ["bus"]}
-OBJECTS = {"dog", "cat", "bus", "car", "person"}  # every object word the captions use
-# greedy: image 1 hallucinates a cat, image 2 a dog and a car
-GREEDY = {1: "a dog and a cat", 2: "a cat with a dog and a car", 3: "a dog and a cat", 4: "a bus"}
-# the method: image 1 shortened (its hallucination gone), image 3 unchanged, image 2 the same
-METHOD = {1: "a dog", 2: "a cat with a dog and a car", 3: "a dog and a cat", 4: "a bus"}
-SAMPLED = {1: "a dog", 2: "a cat and a bus", 3: "a cat", 4: "a bus and a dog"}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _wordnet() -> None:
-    wordnet_or_skip()
-
-
-@pytest.fixture(autouse=True)
-def fixture_nltk(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chair_families, "NltkTools", lambda need_tagger=True: FixtureTools())
-
-
-def _run(folder: Path, captions: dict[int, str | None], *, prompt: str = PROMPT, image_of: Any = None) -> Path:
-    folder.mkdir(parents=True)
-    header = RunHeader(
-        halluprobe_version="test", created_at="2026-01-01T00:00:00Z", fingerprint=f"fp-{folder.name}", backend="hf", backend_info={},
-        model="tiny", template="llava", readouts=[], text_rules=[], max_new_tokens=64, token_sets=None, benchmarks={"chair": "0" * 64},
-        benchmark_paths={"chair": str(folder.parent / "q.jsonl")}, images_root=str(folder.parent), open_ended=True,
-        generate=GenerateConfig(max_new_tokens=64, stop_strings=()),
-    )  # fmt: skip
-    (folder / "run.json").write_text(header.model_dump_json(indent=2) + "\n")
-    samples = []
-    for image, text in captions.items():
-        name = (image_of or (lambda i: f"COCO_val2014_{i:012d}.jpg"))(image)
-        samples.append(Sample(split="chair", question_id=image, image=name, object=None, label="yes", prompt=prompt, text=text,
-                              error=None if text is not None else "boom"))  # fmt: skip
-    (folder / "samples.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in samples))
-    return folder
-
-
-def _truth(tmp_path: Path) -> Path:
-    path = tmp_path / "objects.jsonl"
-    path.write_text("".join(json.dumps({"image_id": i, "objects": o}) + "\n" for i, o in TRUTH.items()))
-    return path
 
 
 def _invoke(tmp_path: Path, *args: str) -> Any:
-    result = runner.invoke(app, ["decoding", *args, "--ground-truth", str(_truth(tmp_path))])
+    result = runner.invoke(app, ["decoding", *args, "--ground-truth", str(write_truth(tmp_path))])
     return result
 
 
@@ -96,7 +62,7 @@ def test_length_bounds_and_bins_by_hand() -> None:
 
 
 def test_table_numbers_by_hand_and_recomputed(tmp_path: Path) -> None:
-    greedy, method, sampled = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD), _run(tmp_path / "sampled", SAMPLED)
+    greedy, method, sampled = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD), decoding_run(tmp_path / "sampled", SAMPLED)
     result = _invoke(tmp_path, str(greedy), str(method), "--sampled-baseline", str(sampled), "--json", "--bootstrap", "200")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -142,7 +108,7 @@ def test_table_numbers_by_hand_and_recomputed(tmp_path: Path) -> None:
 
 
 def test_markdown_and_latex_carry_provenance(tmp_path: Path) -> None:
-    greedy, method = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD)
+    greedy, method = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD)
     md = _invoke(tmp_path, str(greedy), str(method), "--markdown", "--bootstrap", "50")
     assert md.exit_code == 0, md.output
     comment = next(line for line in md.stdout.splitlines() if "halluprobe-decoding-provenance" in line)
@@ -158,10 +124,10 @@ def test_markdown_and_latex_carry_provenance(tmp_path: Path) -> None:
 
 
 def test_runs_on_other_questions_are_refused(tmp_path: Path) -> None:
-    greedy = _run(tmp_path / "greedy", GREEDY)
-    fewer = _run(tmp_path / "fewer", {1: "a dog", 2: "a cat", 3: "a cat"})
-    other_image = _run(tmp_path / "other", METHOD, image_of=lambda i: f"COCO_val2014_{i + 10:012d}.jpg")
-    other_prompt = _run(tmp_path / "prompt", METHOD, prompt="USER: <image>\nWhat is this? ASSISTANT:")
+    greedy = decoding_run(tmp_path / "greedy", GREEDY)
+    fewer = decoding_run(tmp_path / "fewer", {1: "a dog", 2: "a cat", 3: "a cat"})
+    other_image = decoding_run(tmp_path / "other", METHOD, image_of=lambda i: f"COCO_val2014_{i + 10:012d}.jpg")
+    other_prompt = decoding_run(tmp_path / "prompt", METHOD, prompt="USER: <image>\nWhat is this? ASSISTANT:")
     for run, phrase in ((fewer, "1 of its questions missing"), (other_image, "other images"), (other_prompt, "other questions")):
         result = _invoke(tmp_path, str(greedy), str(run))
         assert result.exit_code == 2 and f"{run / 'samples.jsonl'}: " in result.output and phrase in result.output, result.output
@@ -170,7 +136,7 @@ def test_runs_on_other_questions_are_refused(tmp_path: Path) -> None:
     assert alone.exit_code == 2 and "at least one method run" in alone.output
     twice = _invoke(tmp_path, str(greedy), str(greedy))
     assert twice.exit_code == 2 and "given twice" in twice.output
-    method = _run(tmp_path / "vcd", METHOD)
+    method = decoding_run(tmp_path / "vcd", METHOD)
     nothing = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair"])
     assert nothing.exit_code == 2 and "--no-chair leaves nothing to compare" in nothing.output
     huge = _invoke(tmp_path, str(greedy), str(method), "--bootstrap", "100001")
@@ -180,8 +146,8 @@ def test_runs_on_other_questions_are_refused(tmp_path: Path) -> None:
 
 
 def test_a_failed_sample_drops_its_image_everywhere(tmp_path: Path) -> None:
-    greedy = _run(tmp_path / "greedy", GREEDY)
-    method = _run(tmp_path / "vcd", {**METHOD, 2: None})
+    greedy = decoding_run(tmp_path / "greedy", GREEDY)
+    method = decoding_run(tmp_path / "vcd", {**METHOD, 2: None})
     result = _invoke(tmp_path, str(greedy), str(method), "--json", "--bootstrap", "0")
     assert result.exit_code == 0, result.output
     chair = json.loads(result.stdout)["chair"]
@@ -205,7 +171,7 @@ def test_method_and_sampling_read_from_run_json() -> None:
 def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from halluprobe import decoding_runs, decoding_table
 
-    greedy, method, sampled = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD), _run(tmp_path / "sampled", SAMPLED)
+    greedy, method, sampled = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD), decoding_run(tmp_path / "sampled", SAMPLED)
     plain = decoding_runs.read_decoding_run
     temperatures = {"vcd": 0.7, "sampled": 1.0}
 
@@ -221,14 +187,14 @@ def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path
 
     monkeypatch.setattr(decoding_table, "read_decoding_run", as_sampled)
     result = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
-                                           ground_truth=load_ground_truth(_truth(tmp_path)), n_resamples=0)  # fmt: skip
+                                           ground_truth=load_ground_truth(write_truth(tmp_path)), n_resamples=0)  # fmt: skip
     assert result["chair"]["paired"][0]["sampling_matches"] is False
     from halluprobe.decoding_render import decoding_markdown
 
     assert "| vcd | sampled (other sampling) |" in decoding_markdown(result, {"table": "decoding"})
     temperatures["vcd"] = 1.0
     again = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
-                                          ground_truth=load_ground_truth(_truth(tmp_path)), n_resamples=0)  # fmt: skip
+                                          ground_truth=load_ground_truth(write_truth(tmp_path)), n_resamples=0)  # fmt: skip
     assert again["chair"]["paired"][0]["sampling_matches"] is True  # the seed is one draw, not a setting
 
 
@@ -241,7 +207,7 @@ def _prove_scores(folder: Path, run: Path, values: dict[str, tuple[str, float | 
 
 
 def test_prove_scores_per_run_and_paired(tmp_path: Path) -> None:
-    greedy, method = _run(tmp_path / "greedy", GREEDY), _run(tmp_path / "vcd", METHOD)
+    greedy, method = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD)
     g = _prove_scores(tmp_path / "pg", greedy, {"a": ("x.jpg", 0.5, 0.8), "b": ("y.jpg", 0.7, 0.6), "c": ("y.jpg", None, 0.4)})
     m = _prove_scores(tmp_path / "pm", method, {"a": ("x.jpg", 0.6, 0.9), "b": ("y.jpg", 0.6, 0.9), "c": ("y.jpg", 0.2, None)})
     result = runner.invoke(app, ["decoding", str(greedy), str(method), "--no-chair", "--prove-scores", str(g), "--prove-scores", str(m),
@@ -265,8 +231,8 @@ def test_prove_scores_per_run_and_paired(tmp_path: Path) -> None:
 def test_a_method_that_only_shortens_shows_as_that(tmp_path: Path) -> None:
     # greedy: two short clean captions, two long ones that hallucinate; the "method" shortens
     # caption 3 and keeps the rest: CHAIR_s halves, but at greedy's lengths it is no better
-    greedy = _run(tmp_path / "greedy", {1: "a dog", 2: "a cat", 3: "a dog and a cat with a car", 4: "a bus with a dog and a cat"})
-    short = _run(tmp_path / "short", {1: "a dog", 2: "a cat", 3: "a dog", 4: "a bus with a dog and a cat"})
+    greedy = decoding_run(tmp_path / "greedy", {1: "a dog", 2: "a cat", 3: "a dog and a cat with a car", 4: "a bus with a dog and a cat"})
+    short = decoding_run(tmp_path / "short", {1: "a dog", 2: "a cat", 3: "a dog", 4: "a bus with a dog and a cat"})
     result = _invoke(tmp_path, str(greedy), str(short), "--json", "--bootstrap", "0")
     assert result.exit_code == 0, result.output
     chair = json.loads(result.stdout)["chair"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _hostile import copy_run, make_imported, make_scripted, make_sheet, ok, refused, runner, snapshot
+from _hostile import copy_run, imported, make_sheet, ok, refused, runner, scripted, snapshot  # noqa: F401 (imported, scripted: fixtures)
 from halluprobe.cli import app
 from test_imports import OFFSET, make_labels, make_llava
 from test_pipeline import _make_world, _run_args
@@ -21,16 +21,6 @@ from test_pipeline import _make_world, _run_args
 @pytest.fixture()
 def sheet(tmp_path: Path) -> Path:
     return make_sheet(tmp_path)
-
-
-@pytest.fixture()
-def imported(tmp_path: Path) -> Path:
-    return make_imported(tmp_path)
-
-
-@pytest.fixture(scope="module")
-def scripted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
-    return make_scripted(tmp_path_factory.mktemp("scripted"))
 
 
 def test_per_question_refuses_an_existing_file_and_never_a_run_file(imported: Path, tmp_path: Path) -> None:

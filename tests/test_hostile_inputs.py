@@ -10,20 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from _hostile import DEEP, LONG_INT, make_imported, make_scripted, ok, refused, runner, snapshot
+from _hostile import DEEP, LONG_INT, imported, ok, refused, runner, scripted, snapshot  # noqa: F401 (imported, scripted: fixtures)
 from halluprobe.cli import app
 from test_imports import make_labels, score_json, write_lines
 from test_imports_tools import vlmeval_rows
-
-
-@pytest.fixture()
-def imported(tmp_path: Path) -> Path:
-    return make_imported(tmp_path)
-
-
-@pytest.fixture(scope="module")
-def scripted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
-    return make_scripted(tmp_path_factory.mktemp("scripted"))
 
 
 def test_a_vlmevalkit_sheet_as_json_lines_is_not_read_as_generic_answers(tmp_path: Path) -> None:

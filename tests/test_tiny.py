@@ -256,3 +256,15 @@ def test_demo_photos_are_real_and_labelled(photos: tuple[Path, Path]) -> None:
             assert im.format == "JPEG" and im.mode == "RGB" and min(im.size) >= 300
             # a photograph, not a flat test card: a wide spread of grey levels
             assert sum(1 for count in im.convert("L").histogram() if count) > 150
+
+
+def test_a_broken_tokenizer_config_is_one_line_naming_it(tmp_path: Path) -> None:
+    from halluprobe.errors import InputError
+
+    src = tmp_path / "qwen2"
+    src.mkdir()
+    (src / "tokenizer.json").write_text('{"added_tokens": []}')
+    (src / "tokenizer_config.json").write_text('{\n  "eos_token": "<|im_end|>",\n  "pad_token":\n}\n')
+    with pytest.raises(InputError) as ei:
+        tiny._write_qwen2vl_tokenizer(src, tmp_path)
+    assert str(ei.value).startswith(f"{src / 'tokenizer_config.json'}:4: tokenizer config is not valid JSON")

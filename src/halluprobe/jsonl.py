@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from halluprobe.errors import InputError
 
-__all__ = ["loads", "parse_int_id", "replace_lone_surrogates", "read_text", "read_log_lines", "iter_objects", "type_name", "JsonRecord", "read_records"]
+__all__ = ["loads", "read_json_file", "parse_int_id", "replace_lone_surrogates", "read_text", "read_log_lines", "iter_objects", "type_name", "JsonRecord", "read_records"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,17 @@ def read_text(path: Path, what: str) -> tuple[bytes, str]:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise InputError(f"not UTF-8 text (byte {e.start})", path, line) from None
+
+
+def read_json_file(path: str | Path, what: str) -> Any:
+    """A whole JSON file (a model folder's ``config.json``, ``chat_template.json``): one
+    :class:`InputError` naming ``file:line`` when it cannot be read, is not UTF-8 or is not JSON."""
+    target = Path(path)
+    _, text = read_text(target, what)
+    try:
+        return loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{what} is not valid JSON: {e.msg} (column {e.colno})", target, e.lineno) from None
 
 
 def read_log_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:

@@ -34,6 +34,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from halluprobe.errors import InputError
+from halluprobe.jsonl import read_json_file
+
 __all__ = [
     "DEMO_PHOTOS",
     "LLAVA_CHAT_TEMPLATE",
@@ -302,7 +305,9 @@ def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path, extra_tokens:
         src = out
     text = (src / "tokenizer.json").read_text(encoding="utf-8")
     config_path = src / "tokenizer_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    config = read_json_file(config_path, "tokenizer config") if config_path.is_file() else {}
+    if not isinstance(config, dict):
+        raise InputError("expected a JSON object", config_path)
 
     key = re.search(r'"added_tokens"\s*:\s*', text)
     if key is None:

@@ -10,7 +10,6 @@ functions only.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from halluprobe.backends.families import family_for
 from halluprobe.backends.hf_inputs import IMAGE_MARKER, DType, Device, VLMInputs
 from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.jsonl import read_json_file
 
 __all__ = ["load_model", "load_processor"]
 
@@ -55,8 +55,9 @@ def _folder_chat_template(path: str) -> str | None:
     if jinja.is_file():
         return jinja.read_text(encoding="utf-8")
     js = folder / "chat_template.json"
-    if js.is_file():
-        value = json.loads(js.read_text(encoding="utf-8")).get("chat_template")
+    if js.is_file():  # a broken one is the user's to fix: one line naming it, not a traceback
+        data = read_json_file(js, "chat template")
+        value = data.get("chat_template") if isinstance(data, dict) else None
         return value if isinstance(value, str) else None
     return None
 
@@ -134,12 +135,14 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
     A model type outside :data:`~halluprobe.backends.families.FAMILIES` is an
     :class:`InputError` naming the supported families.
     """
-    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
-
     path = str(model_path_or_id)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if _is_local(path):
         kwargs["local_files_only"] = True
+        _config_model_type(path)  # a broken config.json: one line naming it, before transformers reads it
+
+    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
+
     try:
         config = AutoConfig.from_pretrained(path, **kwargs)
     except ValueError as exc:  # an unknown model_type (remote code not trusted, or a newer transformers)
@@ -215,12 +218,15 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
 
 
 def _config_model_type(path: str) -> str | None:
-    """``model_type`` from a local folder's config.json, read as plain JSON (no transformers)."""
+    """``model_type`` from a local folder's config.json, read as plain JSON (no transformers):
+    None for a hub id, a folder without config.json or a config naming no model type; a
+    config.json that is not JSON is an InputError naming its line (transformers would say only
+    "not a valid JSON file", as an OSError)."""
     config_file = Path(path).expanduser() / "config.json"
-    try:
-        value = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
+    if not config_file.is_file():
         return None
+    data = read_json_file(config_file, "model config")
+    value = data.get("model_type") if isinstance(data, dict) else None
     return value if isinstance(value, str) else None
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.benchmarks.datasets import DatasetVersion, SourceFile
-from halluprobe.benchmarks.download import copy_pinned, default_cache_dir, fetch_pinned
+from halluprobe.benchmarks.created import CreatedOutputs, removed_on_failure
+from halluprobe.benchmarks.download import already_pinned, copy_pinned, default_cache_dir, fetch_pinned
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.records import Question
@@ -129,21 +130,23 @@ def fetch_dataset(
     mirror: str | None = None,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    created: CreatedOutputs | None = None,
 ) -> list[Path]:
-    """Write ``version``'s question files into ``out_dir`` (sources downloaded, verified, cached)."""
+    """Write ``version``'s question files into ``out_dir`` (sources downloaded, verified, cached).
+
+    Every source is fetched and converted, and every destination checked, before ``out_dir`` is
+    touched; a failure leaves nothing it created (``created``: the caller's record, undone by the
+    caller, :mod:`halluprobe.benchmarks.created`)."""
     from halluprobe.benchmarks.fingerprint import content_fingerprint
     from halluprobe.benchmarks.pope import write_questions
 
-    written: list[Path] = []
+    ready: list[tuple[Path, Path | list[Question]]] = []  # (destination, cached source or questions)
     for i, (name, sources) in enumerate(version.sources.items(), start=1):
         cached = [fetch_source(s, cache_dir=cache_dir, mirror=mirror) for s in sources]
-        try:  # only once there is something to write: an offline attempt leaves no empty --out behind
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"cannot create output directory: {e.strerror or e}", out_dir) from e
         dest = out_dir / name
         if version.shape == "pope":
-            written.append(copy_pinned(cached[0], dest, sources[0].sha256, overwrite=overwrite))
+            if not already_pinned(dest, sources[0].sha256, overwrite=overwrite):
+                ready.append((dest, cached[0]))
         else:
             questions = dashb_questions(*cached) if version.shape == "dashb" else popev2_questions(cached[0])
             # the conversion is checked like a download: its questions must be the pinned ones
@@ -151,14 +154,24 @@ def fetch_dataset(
             if got != version.fingerprints[name]:
                 raise InputError(f"converted questions have fingerprint {got}, the registry pins {version.fingerprints[name]}", cached[0])
             if dest.exists() and not overwrite:
-                if fingerprint_of_file(dest) == got:  # the same questions already there: kept
-                    written.append(dest)
-                    continue
-                raise InputError("exists and holds other questions; pass overwrite to replace it", dest)
-            written.append(write_questions(dest, questions))
+                if fingerprint_of_file(dest) != got:  # the same questions already there: kept
+                    raise InputError("exists and holds other questions; pass overwrite to replace it", dest)
+            else:
+                ready.append((dest, questions))
         if progress is not None:
             progress(i, len(version.sources))
-    return written
+    with removed_on_failure(created) as made:
+        try:  # only once there is something to write: an offline attempt leaves no empty --out behind
+            made.folder(out_dir)
+        except OSError as e:
+            raise InputError(f"cannot create output directory: {e.strerror or e}", out_dir) from e
+        made.new_files(dest for dest, _ in ready)
+        for dest, content in ready:
+            if isinstance(content, Path):
+                copy_pinned(content, dest, version.sources[dest.name][0].sha256, overwrite=True)
+            else:
+                write_questions(dest, content)
+    return [out_dir / name for name in version.sources]
 
 
 def fingerprint_of_file(path: Path) -> str | None:
@@ -186,6 +199,7 @@ def fetch_dataset_images(
     *,
     base_url: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    created: CreatedOutputs | None = None,
 ) -> tuple[str, list[str]]:
     """Fetch what is public (COCO val2014; POPEv2's train2017 originals) into ``images_dir`` and
     check the rest: (a line saying what was done, the images still missing)."""
@@ -196,11 +210,11 @@ def fetch_dataset_images(
     )
 
     if version.images == "coco-val2014":
-        report = fetch_coco_images(question_files, images_dir, base_url=base_url, progress=progress)
+        report = fetch_coco_images(question_files, images_dir, base_url=base_url, progress=progress, created=created)
         return str(report), sorted(report.failed)
     if version.images == "popev2":
         public = [n for n in image_names(question_files) if n.startswith("train2017/")]
-        report = fetch_images(public, images_dir, (base_url or COCO_ROOT_URL).rstrip("/") + "/", progress=progress)
+        report = fetch_images(public, images_dir, (base_url or COCO_ROOT_URL).rstrip("/") + "/", progress=progress, created=created)
         missing = sorted(report.failed) + missing_images(question_files, images_dir)
         return f"COCO train2017 originals: {report}", sorted(set(missing))
     missing = missing_images(question_files, images_dir)

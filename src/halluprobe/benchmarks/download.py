@@ -19,6 +19,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path, PurePosixPath
 
+from halluprobe.benchmarks.created import removed_on_failure
 from halluprobe.errors import InputError, RuntimeFailure
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "default_cache_dir",
     "download",
     "fetch_pinned",
+    "already_pinned",
     "copy_pinned",
     "remove_quietly",
     "sha256_of_file",
@@ -116,35 +118,53 @@ def fetch_pinned(url: str, name: str, sha256: str, *, cache_dir: Path, kind: str
     cached = cache_dir / kind / sha256 / name
     if cached.is_file() and sha256_of_file(cached) == sha256:
         return cached
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RuntimeFailure(f"cannot create cache folder {cached.parent}: {e.strerror or e}") from e
-    part = cached.with_name(name + ".part")
-    try:
-        got = download(url, part)
-    except FileFailure as e:
-        remove_quietly(part)
-        raise RuntimeFailure(f"{name}: download failed: {e}") from e
-    except BaseException:
-        remove_quietly(part)
-        raise
-    if got != sha256:
-        remove_quietly(part)
-        raise InputError(f"sha256 mismatch: expected {sha256}, got {got}; the download was removed", url)
-    os.replace(part, cached)
+    with removed_on_failure() as created:  # a failed download leaves no empty cache folder
+        try:
+            created.folder(cached.parent)
+        except OSError as e:
+            raise RuntimeFailure(f"cannot create cache folder {cached.parent}: {e.strerror or e}") from e
+        part = cached.with_name(name + ".part")
+        try:
+            got = download(url, part)
+        except FileFailure as e:
+            remove_quietly(part)
+            raise RuntimeFailure(f"{name}: download failed: {e}") from e
+        except BaseException:
+            remove_quietly(part)
+            raise
+        if got != sha256:
+            remove_quietly(part)
+            raise InputError(f"sha256 mismatch: expected {sha256}, got {got}; the download was removed", url)
+        try:
+            os.replace(part, cached)
+        except OSError as e:
+            remove_quietly(part)
+            raise RuntimeFailure(f"cannot write {cached}: {e.strerror or e}") from e
     return cached
+
+
+def already_pinned(dest: Path, sha256: str, *, overwrite: bool) -> bool:
+    """Whether ``dest`` already holds the pinned content (then it is kept). Another file there is
+    an InputError unless ``overwrite``: called for every output before any is written, so a
+    refusal leaves the folder as it was."""
+    if not (dest.exists() or dest.is_symlink()):
+        return False
+    if dest.is_file() and sha256_of_file(dest) == sha256:
+        return True
+    if not overwrite:
+        raise InputError("exists and differs from the pinned file; pass overwrite to replace it", dest)
+    if dest.is_dir():
+        raise InputError("a folder stands where the pinned file goes", dest)
+    return False
 
 
 def copy_pinned(cached: Path, dest: Path, sha256: str, *, overwrite: bool) -> Path:
     """Copy a verified cached file to ``dest`` (kept when it already has the digest; another
     file there is an InputError unless ``overwrite``). A copy, not a link: editing the output
-    must never corrupt the cache."""
-    if dest.exists():
-        if dest.is_file() and sha256_of_file(dest) == sha256:
-            return dest
-        if not overwrite:
-            raise InputError("exists and differs from the pinned file; pass overwrite to replace it", dest)
+    must never corrupt the cache; a temporary file renamed into place, so ``dest`` is never half
+    written."""
+    if already_pinned(dest, sha256, overwrite=overwrite):
+        return dest
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     try:
         shutil.copyfile(cached, tmp)

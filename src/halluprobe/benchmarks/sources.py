@@ -22,7 +22,16 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from halluprobe.benchmarks.download import FileFailure, copy_pinned, default_cache_dir, download, fetch_pinned, remove_quietly
+from halluprobe.benchmarks.created import CreatedOutputs, removed_on_failure
+from halluprobe.benchmarks.download import (
+    FileFailure,
+    already_pinned,
+    copy_pinned,
+    default_cache_dir,
+    download,
+    fetch_pinned,
+    remove_quietly,
+)
 from halluprobe.errors import InputError
 
 __all__ = [
@@ -206,6 +215,7 @@ def fetch_pope(
     progress: Callable[[int, int], None] | None = None,
     overwrite: bool = False,
     version: str | None = None,
+    created: CreatedOutputs | None = None,
 ) -> list[Path]:
     """Download (or take from the cache) the pinned POPE files, verify them, copy them to ``out_dir``.
 
@@ -214,7 +224,8 @@ def fetch_pope(
     pinned by their sha256 (the cache is keyed by sha256, so versions never mix). A download whose sha256 differs
     from its pin is removed and raises InputError (exit 2) naming the URL, the expected and the
     received digest. A file already in ``out_dir`` with the pinned digest is kept; one with
-    another digest is an InputError unless ``overwrite``.
+    another digest is an InputError unless ``overwrite``. A failure leaves nothing it created
+    (``created``: the caller's record, undone by the caller, :mod:`halluprobe.benchmarks.created`).
     """
     if version is not None:
         if pins is not None:
@@ -230,19 +241,22 @@ def fetch_pope(
         urls = pope_urls(base_url, pins)
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot create output directory: {e.strerror or e}", out) from e
-
-    results: list[Path] = []
+    # every file verified in the cache and every destination checked before --out is touched:
+    # an offline or refused fetch leaves no folder and no first file of three behind
+    cached: dict[str, Path] = {}
     for i, (name, expected) in enumerate(pins.items(), start=1):
         logger.info("%s: %s", name, urls[name])
-        cached = fetch_pinned(urls[name], name, expected, cache_dir=cache, kind="pope")
-        results.append(copy_pinned(cached, out / name, expected, overwrite=overwrite))
+        cached[name] = fetch_pinned(urls[name], name, expected, cache_dir=cache, kind="pope")
         if progress is not None:
             progress(i, len(pins))
-    return results
+    kept = {name for name, expected in pins.items() if already_pinned(out / name, expected, overwrite=overwrite)}
+    with removed_on_failure(created) as made:
+        try:
+            made.folder(out)
+        except OSError as e:
+            raise InputError(f"cannot create output directory: {e.strerror or e}", out) from e
+        made.new_files(out / name for name in pins if name not in kept)
+        return [copy_pinned(cached[name], out / name, expected, overwrite=overwrite) for name, expected in pins.items()]
 
 
 def _check_image(path: Path) -> str | None:
@@ -270,12 +284,12 @@ def image_names(question_files: Iterable[str | Path]) -> list[str]:
     return sorted(names)  # sorted: the fetch order does not depend on the question order
 
 
-def _fetch_one(name: str, base: str, out: Path) -> tuple[str, str, str | None]:
+def _fetch_one(name: str, base: str, out: Path, created: CreatedOutputs) -> tuple[str, str, str | None]:
     """Fetch one image; returns (name, 'downloaded' | 'skipped' | 'failed', reason)."""
     dest = out / name
     if dest.is_file() and _check_image(dest) is None:
         return name, "skipped", None
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    created.folder(dest.parent)
     part = dest.with_name(dest.name + ".part")
     url = base + urllib.parse.quote(name)
     try:
@@ -301,16 +315,18 @@ def fetch_coco_images(
     base_url: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     workers: int = 8,
+    created: CreatedOutputs | None = None,
 ) -> FetchReport:
     """Download the images the given question files use (and only those) into ``out_dir``.
 
     Images already present and decodable are skipped, so a second call resumes. An image that
     fails (HTTP error, does not decode) is deleted and listed in ``FetchReport.failed``; an
     unreachable host raises RuntimeFailure at once. ``base_url`` defaults to
-    ``$HALLUPROBE_COCO_URL`` or :data:`COCO_VAL2014_URL`.
+    ``$HALLUPROBE_COCO_URL`` or :data:`COCO_VAL2014_URL`. Complete images stay when a later one
+    fails (that is the resume); the folders made for them go when they are left empty.
     """
     base = _base(base_url, _ENV_COCO_URL, COCO_VAL2014_URL)
-    return fetch_images(image_names(question_files), out_dir, base, progress=progress, workers=workers)
+    return fetch_images(image_names(question_files), out_dir, base, progress=progress, workers=workers, created=created)
 
 
 def fetch_images(
@@ -320,13 +336,21 @@ def fetch_images(
     *,
     progress: Callable[[int, int], None] | None = None,
     workers: int = 8,
+    created: CreatedOutputs | None = None,
 ) -> FetchReport:
     """Download ``base + name`` into ``out_dir/name`` for each image name (see :func:`fetch_coco_images`)."""
     out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot create output directory: {e.strerror or e}", out) from e
+    with removed_on_failure(created) as made:
+        try:
+            made.folder(out)
+        except OSError as e:
+            raise InputError(f"cannot create output directory: {e.strerror or e}", out) from e
+        return _fetch_all(names, out, base, made, progress, workers)
+
+
+def _fetch_all(
+    names: list[str], out: Path, base: str, made: CreatedOutputs, progress: Callable[[int, int], None] | None, workers: int
+) -> FetchReport:
 
     downloaded: list[str] = []
     skipped: list[str] = []
@@ -336,7 +360,7 @@ def fetch_images(
     # caller's thread.
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         pending: set[Future[tuple[str, str, str | None]]] = {
-            pool.submit(_fetch_one, name, base, out) for name in names
+            pool.submit(_fetch_one, name, base, out, made) for name in names
         }
         done_count = 0
         try:

@@ -28,8 +28,9 @@ def build_pope_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
 ) -> None:
     """Build the random, popular and adversarial POPE splits from object annotations."""
+    from halluprobe.benchmarks.created import removed_on_failure
     from halluprobe.benchmarks.objects import read_objects
-    from halluprobe.benchmarks.pope import build_pope, write_pope
+    from halluprobe.benchmarks.pope import build_pope, pope_file_names, write_pope
 
     if positives not in ("first", "random"):
         fail(InputError(f"--positives must be 'first' or 'random', not {positives!r}"))
@@ -40,7 +41,13 @@ def build_pope_cmd(
         build = build_pope(
             index, name=name, n_images=images, per_image=per_image, seed=seed, positives=positives, template=template  # type: ignore[arg-type]
         )
-        paths = write_pope(build, out, overwrite=overwrite)
+        with removed_on_failure() as created:  # a failed write (full disk) leaves no partial set
+            try:  # write_pope would make the folder too; made here, so that a failure removes it
+                created.folder(out)
+            except OSError as e:
+                raise InputError(f"cannot create output directory: {e.strerror or e}", out) from e
+            created.new_files(out / fname for fname in pope_file_names(build.name).values())
+            paths = write_pope(build, out, overwrite=overwrite)
     for path in paths:
         typer.echo(str(path))
 
@@ -67,32 +74,37 @@ def data_pope_cmd(
     """Fetch a POPE dataset's question files at the authors' commit (pinned sha256, cached) and, optionally, its images.
 
     --version fetches an older published content (see docs/pope-versions.md) by its commit."""
+    from halluprobe.benchmarks.created import removed_on_failure
     from halluprobe.benchmarks.dataset_files import fetch_dataset, fetch_dataset_images
     from halluprobe.benchmarks.datasets import dataset_version
     from halluprobe.benchmarks.sources import fetch_coco_images, fetch_pope
 
-    with errors():
+    with errors(), removed_on_failure() as created:  # a failed verb leaves nothing it created
         chosen = dataset_version(dataset, version)
         with progress(f"{dataset} question files") as bar:
             if dataset == "coco":  # the POPE repository's own URLs (and $HALLUPROBE_POPE_URL), as before
-                paths = fetch_pope(out, progress=bar, version=version)
+                paths = fetch_pope(out, progress=bar, version=version, created=created)
             else:
-                paths = fetch_dataset(chosen, out, progress=bar)
-        for path in paths:
-            typer.echo(str(path))
+                paths = fetch_dataset(chosen, out, progress=bar, created=created)
         if images is not None:
             with progress("images") as bar:
                 if dataset == "coco":
-                    report = fetch_coco_images(list(paths), images, progress=bar)
+                    report = fetch_coco_images(list(paths), images, progress=bar, created=created)
                     line, missing = str(report), sorted(report.failed)
                 else:
-                    line, missing = fetch_dataset_images(chosen, list(paths), images, progress=bar)
-            typer.echo(f"{images}: {line}")
+                    line, missing = fetch_dataset_images(chosen, list(paths), images, progress=bar, created=created)
+            listed = out / "missing-images.txt"
             if missing:  # every one named in a file beside the questions, the first few here
-                listed = out / "missing-images.txt"
+                created.new_files([listed])
                 write_atomic(listed, "".join(name + "\n" for name in missing))
-                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more (all in {listed})" if len(missing) > 5 else "")
-                typer.echo(f"{images}: {len(missing)} images missing: {shown}")
+    # printed once nothing can fail any more: a path printed is a path that stays
+    for path in paths:
+        typer.echo(str(path))
+    if images is not None:
+        typer.echo(f"{images}: {line}")
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more (all in {listed})" if len(missing) > 5 else "")
+            typer.echo(f"{images}: {len(missing)} images missing: {shown}")
 
 
 @app.command("tokens")

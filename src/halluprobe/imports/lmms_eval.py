@@ -119,8 +119,8 @@ def read_lmms_eval(
                 raise InputError(
                     f"{label_where}cannot tell the split of question {qid}: the pooled 'pope' task reuses ids in every split "
                     "and this log has no doc.category (lmms-eval v0.4+); pass --labels, one per split (coco_pope_random.json, "
-                    "coco_pope_popular.json, coco_pope_adversarial.json), to pair each sample with its split by image and "
-                    "question text, or import the per-split tasks (pope_random, pope_pop, pope_adv)",
+                    "coco_pope_popular.json, coco_pope_adversarial.json), to pair each sample with its split by question "
+                    "text and id (and image, where the log names one), or import the per-split tasks (pope_random, pope_pop, pope_adv)",
                     path,
                     line,
                 )
@@ -192,7 +192,13 @@ def _add_pooled(result: ImportResult, pooled: list[PooledSample], labels: LabelI
             )
         )
     result.skipped.extend(pairing.skipped)
-    result.notes.append(f"pooled 'pope' task: {len(pairing.matched)} of {len(pooled)} samples paired with their split by image and question text")
+    named = sum(sample.image is not None for sample in pooled)
+    # lmms-eval 0.7 names no image for a POPE row (its image is decoded, its image_source has no
+    # extension), so a real log pairs by question text and id: say which key did the pairing
+    how = "image and question text" if named == len(pooled) else "question text and id (the log names no image)" if not named else (
+        f"image and question text ({named} samples), else question text and id"
+    )
+    result.notes.append(f"pooled 'pope' task: {len(pairing.matched)} of {len(pooled)} samples paired with their split by {how}")
     result.notes.extend(pairing.notes)
     if pairing.skipped:
         result.notes.append(

@@ -2,7 +2,9 @@
 
 The pooled task asks the three splits' questions in one ``test`` split and, since v0.4, logs no
 document: a sample keeps its question text (``input``, with the "Answer the question using a
-single word or phrase." suffix), its image where lmms-eval could name one (``input_media``), the
+single word or phrase." suffix), its image where lmms-eval could name one (``input_media``, 0.7.1
+and later; never for lmms-lab/POPE's rows, whose image is decoded and whose ``image_source`` has
+no file extension, so a real POPE log pairs by question text and id), the
 question id (inside the metric entries; ids 1..3000 repeat in every split), its position in the
 dataset (``doc_id``), the answer and the label (``target``). The split comes from the label file
 a sample's question is found in:

@@ -80,7 +80,7 @@ class PairedDrop:
     """POPEv2's paired drop in p(yes), original minus edited, over the complete pairs."""
 
     pairs: int
-    unpaired: int  # rows whose partner is absent (not scored)
+    unpaired: int  # rows in no pair (not scored): partner absent, image asked twice on one side, other folder
     mean_drop: float | None
     ci: tuple[float, float] | None
     both_correct: int  # pairs answered yes on the original and no on the edit
@@ -98,14 +98,24 @@ def _p_yes(row: ScoreRow) -> float:
 
 
 def popev2_paired_drop(rows: Sequence[ScoreRow], *, n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> PairedDrop:
-    """Pairs are the original ``train2017/<file>`` and the edited ``edited/<file>`` of one split."""
-    originals: dict[tuple[str, str], ScoreRow] = {}
-    edited: dict[tuple[str, str], ScoreRow] = {}
+    """Pairs are the original ``train2017/<file>`` and the edited ``edited/<file>`` of one split.
+
+    POPEv2 pairs its records by ``image_id``: each id has exactly two records, the COCO original
+    (``/coco/train2017/<id:012d>.jpg``, Yes) and its edit (``/images/<id:012d>.jpg``, No), one
+    object each (measured over all 1,000 records of the pinned annotations.json). Both files
+    are named by the id, so (split, file name) is that id within one question file; the split
+    keeps two runs of the file under other names apart (the dataset is one file: no pair spans
+    splits). A key met twice on one side (an image asked twice) is ambiguous: none of its rows
+    is paired, never one silently replacing the other; a row in neither folder is unpaired too."""
+    sides: dict[str, dict[tuple[str, str], list[ScoreRow]]] = {"train2017": {}, "edited": {}}
     for r in rows:
         folder, _, name = r.image.partition("/")
-        (originals if folder == "train2017" else edited if folder == "edited" else {})[(r.split, name)] = r
+        if folder in sides:
+            sides[folder].setdefault((r.split, name), []).append(r)
+    originals = {k: found[0] for k, found in sides["train2017"].items() if len(found) == 1}
+    edited = {k: found[0] for k, found in sides["edited"].items() if len(found) == 1}
     keys = sorted(originals.keys() & edited.keys())
-    unpaired = len(originals) + len(edited) - 2 * len(keys)
+    unpaired = len(rows) - 2 * len(keys)
     drops = np.array([_p_yes(originals[k]) - _p_yes(edited[k]) for k in keys], dtype=np.float64)
     ci = None
     if keys:

@@ -20,13 +20,13 @@ uses the PIL image processors (no torchvision). torch and transformers are impor
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from halluprobe.errors import InputError
+from halluprobe.jsonl import read_json_file
 from halluprobe.records import FrozenRecord
 
 __all__ = ["Fate", "Detection", "Verdict", "Detector", "check_thresholds", "judge", "query_forms", "OwlDetector"]
@@ -112,10 +112,8 @@ _ARCHITECTURES: dict[str, tuple[str, str, bool]] = {
 def _model_type(model: str, local_files_only: bool) -> str:
     config_file = Path(model) / "config.json"
     if config_file.is_file():
-        try:
-            return str(json.loads(config_file.read_text(encoding="utf-8")).get("model_type", ""))
-        except (OSError, json.JSONDecodeError) as err:
-            raise InputError(f"cannot read detector config: {err}", config_file) from None
+        data = read_json_file(config_file, "detector config")
+        return str(data.get("model_type", "")) if isinstance(data, dict) else ""
     from transformers import AutoConfig
 
     return str(AutoConfig.from_pretrained(model, local_files_only=local_files_only).model_type)
