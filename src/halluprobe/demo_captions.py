@@ -31,13 +31,16 @@ __all__ = [
     "CAPTION_TOKENIZER",
     "CAPTION_TOKENS",
     "CaptionDemo",
+    "caption_config",
     "caption_ground_truth_lines",
+    "caption_lines",
     "run_caption_demo",
+    "write_caption_inputs",
 ]
 
 # `halluprobe build chair`'s default prompt, the one the demo model was trained to caption on
 CAPTION_PROMPT = "Please describe this image in detail."
-CAPTION_TOKENS = 32  # the true captions are 9 to 30 tokens; a cap keeps a rambling sample short
+CAPTION_TOKENS = 40  # the true captions: 12 to 32 tokens before </s> (3,000 training scenes); the trainer's held-out cap too
 CAPTION_METHOD = "vcd:alpha=1,beta=0.1"
 # the sampled baseline and the method draw with the same settings and seed (VCD's paper samples)
 CAPTION_SAMPLING: dict[str, Any] = {"temperature": 1.0, "seed": 0}
@@ -92,17 +95,15 @@ def _caption_questions(images: list[tuple[int, str]], source: Path) -> list[Any]
     return chair_questions(image_list, CAPTION_PROMPT)
 
 
-def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: Any, model: str, *, n_resamples: int) -> CaptionDemo:
-    """Caption the scenes of ``annotations`` three times into ``out`` and compare the runs."""
-    from halluprobe.benchmarks.chair.families import family_named
-    from halluprobe.benchmarks.chair.groundtruth import image_id_of, load_ground_truth
+def write_caption_inputs(folder: Path, annotations: Path) -> tuple[list[Any], dict[str, tuple[Path, str]], Path]:
+    """The caption question file (one open question per scene, ``build chair``'s format) and the
+    ground truth file in ``folder``: (questions, fingerprints, ground truth path), the questions
+    read back as ``halluprobe run --benchmark`` reads them."""
+    from halluprobe.benchmarks.chair.groundtruth import image_id_of
     from halluprobe.benchmarks.pope import write_questions
-    from halluprobe.decoding_table import decoding_table
     from halluprobe.files import write_atomic
-    from halluprobe.rundir import RunDir
-    from halluprobe.runner import RunConfig, check_decoding_asked, make_header, read_benchmarks, run_questions
+    from halluprobe.runner import read_benchmarks
 
-    folder = out / "captions"
     folder.mkdir(parents=True, exist_ok=True)
     truth_lines = caption_ground_truth_lines(annotations)
     truth_path = folder / "ground_truth.jsonl"
@@ -110,15 +111,33 @@ def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: An
     images = [(image_id_of(line["image"]), line["image"]) for line in truth_lines]
     question_path = folder / "chair.jsonl"
     write_questions(question_path, _caption_questions(images, annotations))
-    questions, fingerprints = read_benchmarks([question_path])  # as `halluprobe run --benchmark` reads it
+    questions, fingerprints = read_benchmarks([question_path])
+    return questions, fingerprints, truth_path
 
-    base = {"model": model, "backend": "hf", "template": "llava", "overwrite": True, "open_ended": True, "max_new_tokens": CAPTION_TOKENS}
-    sampled = {"sample": True, **CAPTION_SAMPLING}
-    configs = {
-        "greedy": RunConfig(**base),
-        "method": RunConfig(**base, decode=CAPTION_METHOD, **sampled),
-        "sampled": RunConfig(**base, **sampled),
-    }
+
+def caption_config(model: str, role: str) -> Any:
+    """The run config of a caption run: ``greedy``, ``method`` (VCD, sampled) or ``sampled``."""
+    from halluprobe.runner import RunConfig
+
+    base: dict[str, Any] = {"model": model, "backend": "hf", "template": "llava", "overwrite": True, "open_ended": True,
+                            "max_new_tokens": CAPTION_TOKENS}  # fmt: skip
+    if role == "greedy":
+        return RunConfig(**base)
+    extra: dict[str, Any] = {"sample": True, **CAPTION_SAMPLING, **({"decode": CAPTION_METHOD} if role == "method" else {})}
+    return RunConfig(**base, **extra)
+
+
+def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: Any, model: str, *, n_resamples: int) -> CaptionDemo:
+    """Caption the scenes of ``annotations`` three times into ``out`` and compare the runs."""
+    from halluprobe.benchmarks.chair.families import family_named
+    from halluprobe.benchmarks.chair.groundtruth import load_ground_truth
+    from halluprobe.decoding_table import decoding_table
+    from halluprobe.rundir import RunDir
+    from halluprobe.runner import check_decoding_asked, make_header, run_questions
+
+    questions, fingerprints, truth_path = write_caption_inputs(out / "captions", annotations)
+
+    configs = {role: caption_config(model, role) for role in ("greedy", "method", "sampled")}
     paths = {"greedy": out / "captions-greedy", "method": out / "captions-vcd", "sampled": out / "captions-sampled"}
     for role, config in configs.items():
         if config.decode is not None or config.sample:
@@ -149,21 +168,21 @@ def _signed(entry: dict[str, Any], scale: float = 100) -> str:
 def caption_lines(demo: CaptionDemo) -> list[str]:
     """The demo's caption lines: CHAIR per run, the method's paired differences, the command."""
     chair = demo.table["chair"]
+    settings = ", ".join(f"{k} {v}" for k, v in CAPTION_SAMPLING.items())
     runs = []
     for row in chair["per_run"]:
-        label = {"greedy baseline": "greedy", "sampled baseline": "sampled"}.get(row["role"], row["name"].split(" (")[0])
+        label = {"greedy baseline": "greedy", "sampled baseline": "sampled"}.get(row["role"], f"{CAPTION_METHOD} sampled")
         runs.append(f"{label} CHAIR_s {_pct(row['chair_s'])} CHAIR_i {_pct(row['chair_i'])} recall {_pct(row['recall'])} "
-                    f"{row['length']:.1f} words")  # fmt: skip
-    settings = ", ".join(f"{k} {v}" for k, v in CAPTION_SAMPLING.items())
-    lines = [
-        f"captions of the same {chair['images']} scenes (CHAIR {chair['family']}, words split without punkt; "
-        f"method and sampled baseline drawn with {settings}): " + "; ".join(runs)
-    ]
+                    f"length {row['length']:.1f}")  # fmt: skip
     method = next(p for p in chair["paired"] if "vs_sampled" in p)
     diffs = []
     for against in ("vs_greedy", "vs_sampled"):
         d = method[against]
-        diffs.append(f"{against.removeprefix('vs_')} CHAIR_i {_signed(d['chair_i'])} pts, CHAIR_s {_signed(d['chair_s'])}, "
-                     f"length {_signed(d['length'], 1)} words")  # fmt: skip
-    lines.append(f"{CAPTION_METHOD} minus " + "; minus ".join(diffs) + f" (paired 95% CIs; {demo.command})")
-    return lines
+        diffs.append(f"{against.removeprefix('vs_')}: CHAIR_s {_signed(d['chair_s'])}, CHAIR_i {_signed(d['chair_i'])}, "
+                     f"length {_signed(d['length'], 1)}")  # fmt: skip
+    return [
+        f"captions of the same {chair['images']} scenes, CHAIR ({chair['family']}, words split without punkt; sampling {settings}): "
+        + "; ".join(runs),
+        f"{CAPTION_METHOD} minus " + "; minus ".join(diffs) + " (CHAIR in points, length in words; paired 95% CIs)",
+        f"compare: {demo.command}",
+    ]
