@@ -46,7 +46,7 @@ def _captions_are_what_decoding_prints(out: Path, output: str) -> None:
     from halluprobe.demo_captions import CAPTION_METHOD, CaptionDemo, caption_lines
 
     demo = CaptionDemo(greedy=out / "captions-greedy", method=out / "captions-vcd", sampled=out / "captions-sampled",
-                       ground_truth=out / "captions" / "ground_truth.jsonl")  # fmt: skip
+                       ground_truth=out / "captions" / "ground_truth.jsonl", n_resamples=300)  # fmt: skip
     for path in (demo.greedy, demo.method, demo.sampled):
         samples = [json.loads(line) for line in (path / "samples.jsonl").read_text().splitlines()]
         assert len(samples) == 120 and not any(s["error"] for s in samples) and all(s["text"] for s in samples)
@@ -54,7 +54,7 @@ def _captions_are_what_decoding_prints(out: Path, output: str) -> None:
     assert generate["decode"] == CAPTION_METHOD and generate["sample"] is True and generate["seed"] == 0
     assert json.loads((demo.greedy / "run.json").read_text())["open_ended"] is True
     # what the printed command gives, rendered as the demo renders it
-    args = demo.command.split()[2:] + ["--bootstrap", "300", "--json"]
+    args = demo.command.split()[2:] + ["--json"]
     verb = CliRunner().invoke(app, ["decoding", *args])
     assert verb.exit_code == 0, verb.output
     demo.table = json.loads(verb.output)

@@ -56,6 +56,7 @@ class CaptionDemo:
     method: Path
     sampled: Path
     ground_truth: Path
+    n_resamples: int = 1000  # the bootstrap of the table's CIs (seed 0)
     table: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -63,7 +64,7 @@ class CaptionDemo:
         """The ``halluprobe decoding`` call that prints the same numbers."""
         return (
             f"halluprobe decoding {self.greedy} {self.method} --sampled-baseline {self.sampled} "
-            f"--family {CAPTION_FAMILY} --tokenizer {CAPTION_TOKENIZER} --ground-truth {self.ground_truth}"
+            f"--family {CAPTION_FAMILY} --tokenizer {CAPTION_TOKENIZER} --ground-truth {self.ground_truth} --bootstrap {self.n_resamples}"
         )
 
 
@@ -144,7 +145,8 @@ def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: An
             check_decoding_asked(config)
         header = make_header(config, backend, fingerprints, images_dir)
         run_questions(backend, questions, images_dir, RunDir(paths[role]), config, header)
-    demo = CaptionDemo(greedy=paths["greedy"], method=paths["method"], sampled=paths["sampled"], ground_truth=truth_path)
+    demo = CaptionDemo(greedy=paths["greedy"], method=paths["method"], sampled=paths["sampled"], ground_truth=truth_path,
+                       n_resamples=n_resamples)  # fmt: skip
     demo.table = decoding_table(
         demo.greedy, [demo.method], sampled_baseline=demo.sampled, family=family_named(CAPTION_FAMILY, tokenizer=CAPTION_TOKENIZER),
         ground_truth=load_ground_truth(truth_path), n_resamples=n_resamples, seed=0,
@@ -178,8 +180,8 @@ def caption_lines(demo: CaptionDemo) -> list[str]:
     diffs = []
     for against in ("vs_greedy", "vs_sampled"):
         d = method[against]
-        diffs.append(f"{against.removeprefix('vs_')}: CHAIR_s {_signed(d['chair_s'])}, CHAIR_i {_signed(d['chair_i'])}, "
-                     f"length {_signed(d['length'], 1)}")  # fmt: skip
+        diffs.append(f"{against.removeprefix('vs_')}: CHAIR_s {_signed(d['chair_s'])} (at its length "
+                     f"{_signed(d['chair_s_at_baseline_length'])}), CHAIR_i {_signed(d['chair_i'])}, length {_signed(d['length'], 1)}")  # fmt: skip
     return [
         f"captions of the same {chair['images']} scenes, CHAIR ({chair['family']}, words split without punkt; sampling {settings}): "
         + "; ".join(runs),
