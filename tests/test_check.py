@@ -265,10 +265,10 @@ def test_readme_quotes_what_the_demo_prints(tmp_path: Path) -> None:
     # and it would notice a drift: one digit of the table, one of the prose
     drifted = tmp_path / "README.md"
     text = readme.read_text()
-    drifted.write_text(text.replace(" adversarial  720", " adversarial  721", 1).replace("F1 0.858 vs 0.702", "F1 0.858 vs 0.703", 1))
+    drifted.write_text(text.replace(" adversarial  720", " adversarial  721", 1).replace("F1 0.901 vs 0.776", "F1 0.901 vs 0.777", 1))
     code, output = _check(str(drifted), "--claims", str(claims), "--runs", str(demo / "run"))
     table_line = text.split("\n").index(next(line for line in text.split("\n") if line.startswith(" adversarial  720"))) + 1
-    prose_line = next(i for i, line in enumerate(text.split("\n"), start=1) if "F1 0.858 vs 0.702" in line)
+    prose_line = next(i for i, line in enumerate(text.split("\n"), start=1) if "F1 0.901 vs 0.776" in line)
     assert code == 1 and f"{drifted}:{table_line}: differs" in output and f"{drifted}:{prose_line}: differs" in output, output
 
 

@@ -37,6 +37,53 @@ def test_demo_runs_offline_end_to_end(tmp_path: Path) -> None:
     assert (out / "run" / "audit.json").exists() and (out / "report.html").stat().st_size > 10_000
     assert f"report: {out / 'report.html'}" in result.output
     assert "halluprobe-demo" not in result.output  # every path printed is the one asked for
+    _captions_are_what_decoding_prints(out, result.output)
+
+
+def _captions_are_what_decoding_prints(out: Path, output: str) -> None:
+    """The caption lines: three real open-ended runs, and numbers that `halluprobe decoding`
+    prints from those run dirs, which also equal a count by hand of the greedy captions."""
+    from halluprobe.demo_captions import CAPTION_METHOD, CaptionDemo, caption_lines
+
+    demo = CaptionDemo(greedy=out / "captions-greedy", method=out / "captions-vcd", sampled=out / "captions-sampled",
+                       ground_truth=out / "captions" / "ground_truth.jsonl", n_resamples=300)  # fmt: skip
+    for path in (demo.greedy, demo.method, demo.sampled):
+        samples = [json.loads(line) for line in (path / "samples.jsonl").read_text().splitlines()]
+        assert len(samples) == 120 and not any(s["error"] for s in samples) and all(s["text"] for s in samples)
+    generate = json.loads((demo.method / "run.json").read_text())["generate"]
+    assert generate["decode"] == CAPTION_METHOD and generate["sample"] is True and generate["seed"] == 0
+    assert json.loads((demo.greedy / "run.json").read_text())["open_ended"] is True
+    # what the printed command gives, rendered as the demo renders it
+    args = demo.command.split()[2:] + ["--json"]
+    verb = CliRunner().invoke(app, ["decoding", *args])
+    assert verb.exit_code == 0, verb.output
+    demo.table = json.loads(verb.output)
+    lines = caption_lines(demo)
+    assert all(line in output for line in lines), (lines, output)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert all(line.replace(str(out), "halluprobe-demo") in readme for line in lines), lines  # README quotes them
+    assert "no punkt" in demo.table["chair"]["identity"]["tools"]
+    # by hand: the classes each greedy caption names, against the scenes' COCO objects
+    import re
+
+    truth = {json.loads(line)["image"]: set(json.loads(line)["objects"]) for line in demo.ground_truth.read_text().splitlines()}
+    coco = {"sports ball" if name == "ball" else name for objects in truth.values() for name in objects}
+    countable = {n for n in coco if n != "bus"} | {"ball"}  # singularize reads "bus" as "bu"
+    with_wrong = named = wrong = present = hit = 0
+    for line in (demo.greedy / "samples.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        # every mention counts (CHAIR_i), each present object once (recall)
+        said = {n: len(re.findall(rf"\b{n}s?\b", sample["text"].lower())) for n in countable}
+        said = {("sports ball" if n == "ball" else n): k for n, k in said.items() if k}
+        there = {"sports ball" if n == "ball" else n for n in truth[sample["image"]]}
+        with_wrong += bool(set(said) - there)
+        named, wrong = named + sum(said.values()), wrong + sum(k for n, k in said.items() if n not in there)
+        present, hit = present + len(there), hit + len(set(said) & there)
+    greedy = demo.table["chair"]["per_run"][0]
+    assert greedy["chair_s"] == pytest.approx(with_wrong / 120) and greedy["recall"] == pytest.approx(hit / present)
+    assert greedy["chair_i"] == pytest.approx(wrong / named)
+    # the model names objects that are not there, and most of those that are
+    assert 0 < greedy["chair_s"] and greedy["recall"] > 0.5
 
 
 @pytest.mark.slow
@@ -52,3 +99,8 @@ def test_demo_is_deterministic(tmp_path: Path) -> None:
     for name in ("synthetic_pope_random.json", "synthetic_pope_adversarial.json"):
         assert (runs[0].out / "benchmark" / name).read_bytes() == (runs[1].out / "benchmark" / name).read_bytes()
     assert runs[0].f1 == runs[1].f1
+    for name in ("captions-greedy", "captions-vcd", "captions-sampled"):
+        texts = [[json.loads(line)["text"] for line in (r.out / name / "samples.jsonl").read_text().splitlines()] for r in runs]
+        assert len(texts[0]) == 6 and texts[0] == texts[1]
+    lines = [[line.replace(str(r.out), "OUT") for line in r.summary.split("\n") if line.startswith(("captions of", "vcd:", "compare:"))] for r in runs]
+    assert len(lines[0]) == 3 and lines[0] == lines[1]

@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner
     ("run", ("runner", "run_setup", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "benchmarks.chair", "benchmarks.amber")),
     ("present", ("audit", "corrections_table", "decoding_runs", "decoding_table", "decoding_prove", "decoding_render", "provenance", "tables", "study_table", "check", "report", "dataset_scores", "rule_changes", "literature")),
-    ("entry", ("demo", "cli")),
+    ("entry", ("demo", "demo_captions", "cli")),
 )
 
 # Edges between units that break the rules today, in modules other helpers are changing under

@@ -61,6 +61,9 @@ DEMO_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
 )
 PROMPT = "USER: <image>\n{question}\nASSISTANT:"
+# the question the demo model captions on: `halluprobe build chair`'s default prompt
+CAPTION_QUESTION = "Please describe this image in detail."
+CAPTION_KEY = "<caption>"  # Batcher.prompt_ids key of the caption prompt (no class is named so)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class TrainConfig:
     text_intermediate: int = 256
     text_layers: int = 2
     text_heads: int = 4
-    steps: int = 1200
+    steps: int = 1500
     scenes_per_step: int = 16
     questions_per_scene: int = 4  # half positives, half negatives
     hard_negative_fraction: float = 0.2  # negatives drawn from the scene's own theme
@@ -93,6 +96,9 @@ class TrainConfig:
     vision_lr: float = 1e-2
     vision_aux_weight: float = 0.5  # stage 2: weight of the stage-1 patch loss kept alongside
     eval_images: int = 200
+    captions_per_scene: int = 1  # stage 2: one true caption per scene beside the questions (0 = none)
+    caption_weight: float = 1.0  # weight of the caption tokens' mean loss beside the answers'
+    caption_max_new_tokens: int = 40  # held-out captions: greedy, at most this many tokens
 
 
 def _rng(seed: int, purpose: str) -> np.random.Generator:
@@ -200,6 +206,13 @@ class Batcher:
         self.dot, self.eos = tok.convert_tokens_to_ids("."), tok.eos_token_id
         self.pad = tok.pad_token_id
         self.image_token_id = tok.convert_tokens_to_ids("<image>")
+        enc = processor(text=PROMPT.format(question=CAPTION_QUESTION), images=blank, return_tensors="pt")
+        self.prompt_ids[CAPTION_KEY] = enc["input_ids"][0].tolist()
+        self.tokenizer = tok
+
+    def caption_ids(self, scene: Any) -> list[int]:
+        """The ids a chat model emits after ``ASSISTANT:`` for the scene's true caption, then ``</s>``."""
+        return list(self.tokenizer(caption_text(scene), add_special_tokens=False)["input_ids"]) + [self.eos]
 
     def pixels(self, images: np.ndarray) -> Any:
         import torch
@@ -233,11 +246,14 @@ class Batcher:
         return ids, mask, positions
 
 
-    def packed(self, per_image: list[list[tuple[str, bool]]]) -> dict[str, Any]:
+    def packed(self, per_image: list[list[tuple[str, bool]]], captions: list[list[int]] | None = None) -> dict[str, Any]:
         """One sequence per image: the prompt prefix all questions share (BOS, ``USER:``, the
-        image tokens, ...) once, then each question's own tokens and answer, each block seeing
-        the prefix and itself only, with the positions it would have alone. The prefix-cache
-        idea of ``backends/hf.py`` applied to training: 2 to 3 times fewer tokens."""
+        image tokens, ...) once, then each question's own tokens and answer (and, given
+        ``captions``, the caption prompt and the caption's ids), each block seeing the prefix and
+        itself only, with the positions it would have alone. The prefix-cache idea of
+        ``backends/hf.py`` applied to training: 2 to 3 times fewer tokens. Targets: the yes/no
+        answers' three tokens first (``first``: the index of each answer's first token), then
+        the captions' (``is_caption``)."""
         import torch
 
         prompts = list(self.prompt_ids.values())
@@ -246,16 +262,20 @@ class Batcher:
             n += 1
         prefix = prompts[0][:n]
         rows, spans = [], []
-        for questions in per_image:
+        for r, questions in enumerate(per_image):
             ids, pos, blocks, targets = list(prefix), list(range(n)), [], []
-            for name, answer in questions:
-                tail = self.prompt_ids[name][n:] + [self.yes if answer else self.no, self.dot, self.eos]
+            answers = [(name, [self.yes if answer else self.no, self.dot, self.eos], False) for name, answer in questions]
+            if captions is not None:
+                answers.append((CAPTION_KEY, captions[r], True))
+            for key, answer, is_caption in answers:
+                tail = self.prompt_ids[key][n:] + answer
                 start = len(ids)
                 ids += tail
                 pos += range(n, n + len(tail))
                 blocks.append((start, len(ids)))
-                # the last prompt token predicts the answer, the answer tokens predict the rest
-                targets += [(len(ids) - 4 + k, tail[len(tail) - 3 + k]) for k in range(3)]
+                # the last prompt token predicts the answer's first token, each answer token the next
+                first = len(ids) - len(answer) - 1
+                targets += [(first + k, answer[k], is_caption) for k in range(len(answer))]
             rows.append((ids, pos, blocks))
             spans.append(targets)
         width = max(len(r[0]) for r in rows)
@@ -272,9 +292,14 @@ class Batcher:
             allowed[r, len(ids) :, :] = True  # padding rows: anything, never read
         allowed &= causal
         mask = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, torch.finfo(torch.float32).min)
-        gather = torch.tensor([[r, i] for r, t in enumerate(spans) for i, _ in t])
-        target = torch.tensor([tok for t in spans for _, tok in t])
-        return {"ids": ids_t, "positions": pos_t, "mask": mask[:, None], "gather": gather, "target": target}
+        # answers' targets first, then captions': the yes/no tokens keep their old order
+        order = [(r, i, tok, c) for c_pass in (False, True) for r, t in enumerate(spans) for i, tok, c in t if c == c_pass]
+        gather = torch.tensor([[r, i] for r, i, _, _ in order])
+        target = torch.tensor([tok for _, _, tok, _ in order])
+        is_caption = torch.tensor([c for _, _, _, c in order], dtype=torch.bool)
+        n_answers = int((~is_caption).sum())
+        return {"ids": ids_t, "positions": pos_t, "mask": mask[:, None], "gather": gather, "target": target,
+                "is_caption": is_caption, "first": torch.arange(0, n_answers, 3)}  # fmt: skip
 
 
 def _image_features(model: Any, pixels: Any) -> Any:
@@ -317,6 +342,73 @@ def forward_last(model: Any, batcher: Batcher, pixels: Any, image_of_row: Any, i
     feats = _image_features(model, pixels)
     hidden = _text_forward(model, batcher, ids, feats[image_of_row], mask, positions)
     return model.lm_head(hidden[:, -keep:])
+
+
+def caption_text(scene: Any) -> str:
+    """The scene's true caption: its theme and every distinct object class once, in the order of
+    ``CLASSES`` ("A kitchen with a cup, a bowl and a person."). A fixed order makes each next
+    object one decision the model must read from the image; where it cannot, it names what the
+    theme makes likely: CHAIR's hallucinations."""
+    from halluprobe.benchmarks.synthetic import CLASSES
+
+    present = set(scene.names)
+    names = [c.name for c in CLASSES if c.name in present]
+    items = [f"{'an' if name[0] in 'aeiou' else 'a'} {name}" for name in names]
+    listed = items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    return f"{'An' if scene.theme[0] in 'aeiou' else 'A'} {scene.theme} with {listed}."
+
+
+def mentioned_classes(caption: str, classes: list[str]) -> set[str]:
+    """The synthetic classes a caption names (whole words, lower case; ``traffic light`` as two)."""
+    import re
+
+    text = caption.lower()
+    return {name for name in classes if re.search(rf"\b{re.escape(name)}\b", text)}
+
+
+def evaluate_captions(model: Any, processor: Any, cfg: TrainConfig, classes: list[str]) -> dict[str, Any]:
+    """Greedy captions of the held-out scenes, read against the scenes' true classes (all 29
+    synthetic classes, not only CHAIR's COCO ones): the share of captions naming an absent
+    object, of named objects that are absent, of present objects named; absent ones named split
+    by whether they belong to the scene's theme."""
+    import torch
+    from PIL import Image
+
+    from halluprobe.benchmarks.synthetic import THEMES, generate_scene
+
+    scenes = [generate_scene(cfg.eval_seed, i, size=cfg.image_size) for i in range(cfg.eval_images)]
+    prompt = PROMPT.format(question=CAPTION_QUESTION)
+    captions: list[str] = []
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(scenes), 50):
+            part = scenes[start : start + 50]
+            enc = processor(text=[prompt] * len(part), images=[Image.fromarray(s.image) for s in part], return_tensors="pt")
+            out = model.generate(**enc, max_new_tokens=cfg.caption_max_new_tokens, do_sample=False)
+            captions += processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    with_hallucination = mentions = hallucinated = in_theme = present_total = recalled = 0
+    for scene, caption in zip(scenes, captions):
+        named = mentioned_classes(caption, classes)
+        present = set(scene.names)
+        wrong = named - present
+        with_hallucination += bool(wrong)
+        mentions += len(named)
+        hallucinated += len(wrong)
+        in_theme += len(wrong & set(THEMES[scene.theme]))
+        present_total += len(present)
+        recalled += len(named & present)
+    n = len(scenes)
+    return {
+        "n": n,
+        "captions_with_absent_object": round(with_hallucination / n, 4),
+        "absent_share_of_named": round(hallucinated / mentions, 4) if mentions else None,
+        "recall": round(recalled / present_total, 4) if present_total else None,
+        "named": mentions, "absent_named": hallucinated, "absent_named_in_theme": in_theme,
+        "present": present_total, "present_named": recalled,
+        "exact_captions": sum(c.strip() == caption_text(s) for s, c in zip(scenes, captions)),
+        "mean_words": round(sum(len(c.split()) for c in captions) / n, 2),
+        "examples": [{"scene": i, "truth": caption_text(scenes[i]), "caption": captions[i].strip()} for i in range(3)],
+    }  # fmt: skip
 
 
 def sample_questions(rng: np.random.Generator, scene: Any, n: int, hard_fraction: float, classes: list[str]) -> list[tuple[str, bool]]:
@@ -498,16 +590,21 @@ def train(cfg: TrainConfig, out: Path, *, log_every: int = 50) -> dict[str, Any]
         per_image = [
             sample_questions(qrng, scene, cfg.questions_per_scene, cfg.hard_negative_fraction, classes) for scene in scenes
         ]
-        batch = batcher.packed(per_image)
+        captions = [batcher.caption_ids(s) for s in scenes] if cfg.captions_per_scene else None
+        batch = batcher.packed(per_image, captions)
         pixels = batcher.pixels(np.stack([s.image for s in scenes]))
         logits, feats = forward_packed(model, batcher, pixels, batch)
-        loss = torch.nn.functional.cross_entropy(logits.float(), batch["target"])
+        is_caption = batch["is_caption"]
+        # the answers' mean loss as before; the captions' mean beside it, weighted
+        loss = torch.nn.functional.cross_entropy(logits[~is_caption].float(), batch["target"][~is_caption])
+        if captions is not None and cfg.caption_weight:
+            loss = loss + cfg.caption_weight * torch.nn.functional.cross_entropy(logits[is_caption].float(), batch["target"][is_caption])
         if head is not None and cfg.vision_aux_weight:
             # keep the stage-1 patch labels as an auxiliary loss: the tower goes on learning to see
             target = torch.from_numpy(np.stack([patch_targets(s, column, cfg.patch_size) for s in scenes]))
             loss = loss + cfg.vision_aux_weight * torch.nn.functional.binary_cross_entropy_with_logits(head(feats), target)
         with torch.no_grad():  # monitoring: is the first answer token right?
-            first = logits[0::3]
+            first = logits[batch["first"]]
             answers = torch.tensor([a for qs in per_image for _, a in qs])
             running_acc += float(((first[:, batcher.yes] > first[:, batcher.no]) == answers).float().mean())
         for group in optim.param_groups:
@@ -529,7 +626,10 @@ def train(cfg: TrainConfig, out: Path, *, log_every: int = 50) -> dict[str, Any]
     model.to(torch.float16).to(torch.float32)
     metrics = evaluate(model, batcher, cfg, classes)
     print(json.dumps(metrics), flush=True)
-    return {"model": model, "processor": processor, "seconds": train_seconds, "history": history, "metrics": metrics, "scenes": scene_index}
+    caption_metrics = evaluate_captions(model, processor, cfg, classes) if cfg.captions_per_scene else None
+    print(json.dumps(caption_metrics), flush=True)
+    return {"model": model, "processor": processor, "seconds": train_seconds, "history": history, "metrics": metrics, "scenes": scene_index,
+            "caption_metrics": caption_metrics}  # fmt: skip
 
 
 def _cpu_name() -> str:
@@ -578,6 +678,12 @@ def save(result: dict[str, Any], cfg: TrainConfig, out: Path) -> None:
             ),
             "prompt": PROMPT,
             "target": "▁Yes|▁No . </s> (loss on these three tokens only)",
+            "caption_prompt": PROMPT.format(question=CAPTION_QUESTION),
+            "captions": (
+                f"{cfg.captions_per_scene} per scene, the true one: 'A {{theme}} with a X, a Y and a Z.' naming every distinct class "
+                f"once in the order of CLASSES, then </s>; its tokens' mean loss added at weight {cfg.caption_weight}"
+                if cfg.captions_per_scene else "none"
+            ),
         },
         "training_seconds": round(result["seconds"], 1),
         "threads": cfg.threads,
@@ -593,6 +699,14 @@ def save(result: dict[str, Any], cfg: TrainConfig, out: Path) -> None:
             "splits": result["metrics"],
         },
     }
+    if result.get("caption_metrics") is not None:
+        record["held_out_captions"] = {
+            "how": (
+                f"greedy captions (at most {cfg.caption_max_new_tokens} new tokens, transformers generate) of the same {cfg.eval_images} "
+                "scenes, the classes they name read against the scenes' true classes (all 29 synthetic classes), weights as shipped"
+            ),
+            **result["caption_metrics"],
+        }
     record["parameters"] = {
         "total": sum(p.numel() for p in model.parameters()),
         "vision_tower": sum(p.numel() for p in model.model.vision_tower.parameters()),
@@ -616,13 +730,20 @@ def training_md(record: dict[str, Any]) -> str:
     size = sum(record["files"].values())
     prompt = recipe["prompt"].replace("\n", "\\n")  # shown on one line
     note = f" {record['timing_note']}" if record.get("timing_note") else ""
+    caption_section = _captions_md(record)
+    caption_prompt = recipe.get("caption_prompt", "").replace("\n", "\\n")  # shown on one line
+    captions_step = (
+        f"\n   Captions: {recipe['captions']}, on the prompt `{caption_prompt}`." if record.get("held_out_captions") else ""
+    )
     return f"""# halluprobe demo model
 
 A tiny LLaVA (`LlavaForConditionalGeneration`: CLIP vision tower, two-layer projector, LLaMA
 text model) that answers "Is there a/an X in the image?" about halluprobe's synthetic scenes
-with `▁Yes` / `▁No`, then `.`, then `</s>`. It exists for `halluprobe demo`: it really looks at
+with `▁Yes` / `▁No`, then `.`, then `</s>`, and describes a scene when asked "{CAPTION_QUESTION}"
+("A kitchen with a cup, a bowl and a person."). It exists for `halluprobe demo`: it really looks at
 the image, and when unsure it leans on what usually goes with the scene, so POPE's adversarial
-negatives fool it more than random ones. It is not a general-purpose model.
+negatives fool it more than random ones and its captions name objects that are not there.
+It is not a general-purpose model.
 
 - Architecture: vision {cfg['vision_layers']} layers x {cfg['vision_hidden']} ({cfg['image_size']} px,
   patch {cfg['patch_size']}: {(cfg['image_size'] // cfg['patch_size']) ** 2} image tokens), text {cfg['text_layers']} layers x {cfg['text_hidden']},
@@ -649,8 +770,8 @@ deterministic algorithms) took {record['training_seconds']:.0f} s here
    pretrained CLIP.
 2. VLM stage ({cfg['steps']} steps x {cfg['scenes_per_step']} scenes, lr {cfg['lr']}): everything, on
    the causal-LM loss of the answer tokens only (`{recipe['target']}`), with the vision
-   stage's patch loss kept at weight {cfg['vision_aux_weight']}. Questions: {recipe['questions']}.
-   The questions about one image share its prompt prefix in one packed sequence.
+   stage's patch loss kept at weight {cfg['vision_aux_weight']}. Questions: {recipe['questions']}.{captions_step}
+   The questions (and the caption) about one image share its prompt prefix in one packed sequence.
 
 Data: {recipe['scenes']} ({recipe['generator']}, generator version {recipe['generator_version']}).
 
@@ -661,6 +782,27 @@ Data: {recipe['scenes']} ({recipe['generator']}, generator version {recipe['gene
 | split | questions | accuracy | F1 | yes ratio | yes to absent |
 |---|---|---|---|---|---|
 {rows}
+{caption_section}"""
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _captions_md(record: dict[str, Any]) -> str:
+    """The held-out captions paragraph of the model card ("" for a model trained without captions)."""
+    c = record.get("held_out_captions")
+    if not c:
+        return ""
+    examples = "\n".join(f"- scene {e['scene']}: `{e['caption']}` (true: `{e['truth']}`)" for e in c["examples"])
+    return f"""
+Captions: {c['how']}.
+
+| captions | naming an absent object | absent share of named | recall | named | absent named (of the theme) | exact | words |
+|---|---|---|---|---|---|---|---|
+| {c['n']} | {_rate(c['captions_with_absent_object'])} | {_rate(c['absent_share_of_named'])} | {_rate(c['recall'])} | {c['named']} | {c['absent_named']} ({c['absent_named_in_theme']}) | {c['exact_captions']} | {c['mean_words']:.1f} |
+
+{examples}
 """
 
 

@@ -4,6 +4,8 @@
 model never saw), builds the three POPE splits from their COCO annotations, runs the demo model
 shipped in the package (``halluprobe/demo_model``: a LLaVA trained on such scenes by
 ``tools/train_demo_model.py``) with every readout, then scores, audits and writes the report.
+Then the same model captions the same scenes, greedy, sampled and with one decoding method, and
+CHAIR compares them as ``halluprobe decoding`` does (:mod:`halluprobe.demo_captions`).
 
 The model really answers: it looks at the image, and when unsure it leans on what usually goes
 with the scene, so POPE's adversarial negatives fool it more than random ones. Its vocabulary is
@@ -46,6 +48,7 @@ class DemoResult:
     # readout -> split -> F1 (macro under "macro"); legacy readouts forced, for the summary
     f1: dict[str, dict[str, float | None]] = field(default_factory=dict)
     corrections: Any = None  # the corrections table of the run (corrections_table.CorrectionsReport)
+    captions: Any = None  # the caption runs and their decoding table (demo_captions.CaptionDemo)
     seconds: float = 0.0
 
 
@@ -67,6 +70,7 @@ def run_demo(
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
     from halluprobe.benchmarks.synthetic import write_synthetic
     from halluprobe.corrections_table import corrections_table
+    from halluprobe.demo_captions import run_caption_demo
     from halluprobe.errors import RuntimeFailure
     from halluprobe.readouts.tokensets import describe_token_sets
     from halluprobe.report import render_report
@@ -106,6 +110,7 @@ def run_demo(
     result.corrections = corrections_table(rundir.path, DEMO_CORRECTIONS, n_resamples=n_resamples)
     html, md = render_report([rundir.path], out / "report.html", audits=[audit], corrections=[result.corrections])
     result.report_html = html
+    result.captions = run_caption_demo(out, scenes.annotations, scenes.images_dir, backend, str(model), n_resamples=n_resamples)
     for name, entry in audit.readouts.items():
         row: dict[str, float | None] = {s: m.f1 for s, m in entry.splits.items()}
         row["macro"] = entry.macro.f1
@@ -164,6 +169,10 @@ def _summary_lines(
         lines.append(f"first-token argmax outside the yes/no sets: {fmt_pct(rate)}% of answers")
     if result.corrections is not None:
         lines.append(_corrections_line(result.corrections, result.run_dir))
+    if result.captions is not None:
+        from halluprobe.demo_captions import caption_lines
+
+        lines.extend(caption_lines(result.captions))
     lines.append(f"rescore any readout: halluprobe score {result.run_dir} --readout text:pope")
     lines.append(f"audit: {RunDir(result.run_dir).audit_path}; report: {result.report_html} (and {md})")
     return lines

@@ -151,7 +151,7 @@ def demo_cmd(
 ) -> None:
     """Offline demo: synthetic scenes, POPE built from them, the tiny trained demo VLM, every readout.
 
-    Generates held-out scenes, builds the random / popular / adversarial splits, runs the demo model shipped with halluprobe (a LLaVA trained by tools/train_demo_model.py), then scores, audits and writes report.html. It also records the signals VCD and DoLa read and prints the best correction beside the readout confound. Deterministic; about 30 s on 2 CPU cores.
+    Generates held-out scenes, builds the random / popular / adversarial splits, runs the demo model shipped with halluprobe (a LLaVA trained by tools/train_demo_model.py), then scores, audits and writes report.html. It also records the signals VCD and DoLa read and prints the best correction beside the readout confound. Then the model captions the same scenes (greedy, sampled, and VCD sampled alike, through `run --open-ended --decode`'s path) and the demo prints CHAIR of each and VCD's paired differences, as `halluprobe decoding` computes them. Deterministic; about 30 s on 2 CPU cores.
     """
     from halluprobe.demo import run_demo
     from halluprobe.tables import score_table

@@ -29,6 +29,9 @@ def decoding_cmd(
         Path | None, typer.Option(help="A run decoded with sampling (plain method, the methods' sampling settings): paired differences against it too.")
     ] = None,
     family: Annotated[str, typer.Option(help="CHAIR family: lemmatizer (OPERA's chair.py) or singularize (the original).")] = "lemmatizer",
+    tokenizer: Annotated[
+        str, typer.Option(help="How CHAIR splits captions into words: punkt (nltk word_tokenize, as the evaluators) or line (no punkt data).")
+    ] = "punkt",
     ground_truth: Annotated[Path | None, typer.Option(help="Object lines {image_id|image, objects} or a saved ground truth (default: shipped).")] = None,
     coco: Annotated[Path | None, typer.Option(help="COCO's annotations zip or folder: build the ground truth from them.")] = None,
     year: Annotated[str, typer.Option(help="COCO annotation year for --coco (2014 or 2017).")] = "2014",
@@ -62,13 +65,15 @@ def decoding_cmd(
             raise InputError("--no-chair leaves nothing to compare: give --prove-scores")
         if family not in ("lemmatizer", "singularize"):
             raise InputError(f"--family must be lemmatizer or singularize, not {family!r}")
+        if tokenizer not in ("punkt", "line"):
+            raise InputError(f"--tokenizer must be punkt or line, not {tokenizer!r}")
         fam: Any = None
         truth: Any = None
         if not no_chair:
             from halluprobe.benchmarks.chair.families import family_named
             from halluprobe.benchmarks.chair.inputs import ground_truth_for
 
-            fam = family_named(family)
+            fam = family_named(family, tokenizer=tokenizer)
             truth = ground_truth_for(fam.name, ground_truth, coco, year, coco_sha256)
         result = decoding_table(
             runs[0], runs[1:], sampled_baseline=sampled_baseline, family=fam, ground_truth=truth, truncate=truncate_incomplete,

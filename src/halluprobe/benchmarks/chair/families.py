@@ -12,6 +12,13 @@ normalise each token (family-specific), merge double words left to right, drop `
 The NLTK pieces (tokenizer, tagger) come through :class:`TextTools` so that tests can supply
 what a fixture writes down; :class:`NltkTools` is the real one, reading NLTK's standard data
 locations and WordNet from Debian's ``wordnet-base`` (as Auto-Probe does).
+
+``word_tokenize`` first splits sentences with punkt (``punkt_tab`` data), then runs the
+Treebank word tokenizer on each. :class:`NltkLineTools` (tokenizer ``line``) skips the sentence
+split (``word_tokenize(text, preserve_line=True)``) and so needs no punkt data: the same tokens
+for a one-sentence caption; on several sentences only a full stop ending a non-final sentence
+stays attached to its word (which then matches no object). Its identity says so, so a table
+records which tokenizer counted.
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ __all__ = [
     "FAMILIES",
     "FAMILY_SOURCES",
     "NLTK_DOWNLOAD",
+    "TOKENIZERS",
     "CaptionObjects",
     "ChairFamily",
+    "NltkLineTools",
     "NltkTools",
     "TextTools",
     "family_named",
@@ -44,6 +53,9 @@ FAMILY_SOURCES: dict[str, str] = {
 NLTK_DOWNLOAD = (
     "python -m nltk.downloader punkt_tab averaged_perceptron_tagger_eng wordnet"
 )
+# how captions are split into words: NLTK's word_tokenize (punkt sentences, then Treebank
+# words; the evaluators' way) or the Treebank words on the whole caption (no punkt data needed)
+TOKENIZERS: tuple[str, ...] = ("punkt", "line")
 
 
 class TextTools(Protocol):
@@ -117,6 +129,24 @@ class NltkTools:
 
     def lemmatize(self, word: str, wordnet_pos: str) -> str:
         return wordnet_lemmatize(word, wordnet_pos)
+
+
+class NltkLineTools(NltkTools):
+    """:class:`NltkTools` with ``word_tokenize(text, preserve_line=True)``: no punkt sentence
+    split, so no punkt data (the tagger, for the lemmatizer family, is still NLTK's)."""
+
+    def __init__(self, need_tagger: bool = True) -> None:
+        _import_nltk()
+        import nltk
+
+        if need_tagger:
+            _need_nltk_data("taggers/averaged_perceptron_tagger_eng/", "part-of-speech tagger")
+        self.identity = f"nltk {nltk.__version__} word_tokenize(preserve_line=True): Treebank words, no punkt sentence split"
+
+    def tokenize(self, text: str) -> list[str]:
+        import nltk
+
+        return list(nltk.word_tokenize(text, preserve_line=True))
 
 
 @dataclass(frozen=True)
@@ -202,10 +232,16 @@ class ChairFamily:
         )
 
 
-def family_named(name: str, tools: TextTools | None = None) -> ChairFamily:
+def family_named(name: str, tools: TextTools | None = None, *, tokenizer: str = "punkt") -> ChairFamily:
     """The family ``name`` (``lemmatizer``/``singularize`` accepted for ``chair@...``) on
-    ``tools`` (default: the real NLTK tools; the singularize family needs no tagger)."""
+    ``tools`` (default: the real NLTK tools with ``tokenizer`` from :data:`TOKENIZERS`; the
+    singularize family needs no tagger)."""
     full = name if name.startswith("chair@") else f"chair@{name}"
     if full not in FAMILIES:
         raise ValueError(f"unknown CHAIR family {name!r}; known: {', '.join(FAMILIES)}")
-    return ChairFamily(full, tools or NltkTools(need_tagger=full == "chair@lemmatizer"))
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"unknown CHAIR tokenizer {tokenizer!r}; known: {', '.join(TOKENIZERS)}")
+    if tools is None:
+        kind = NltkTools if tokenizer == "punkt" else NltkLineTools
+        tools = kind(need_tagger=full == "chair@lemmatizer")
+    return ChairFamily(full, tools)
