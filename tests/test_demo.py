@@ -63,6 +63,14 @@ def _captions_are_what_decoding_prints(out: Path, output: str) -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert all(line.replace(str(out), "halluprobe-demo") in readme for line in lines), lines  # README quotes them
     assert "no punkt" in demo.table["chair"]["identity"]["tools"]
+    # a Markdown table of the printed command names its tokenizer, and check recomputes it with that one
+    table = CliRunner().invoke(app, ["decoding", *demo.command.split()[2:], "--markdown"])
+    assert table.exit_code == 0 and '"tokenizer": "line"' in table.output, table.output
+    paper = out / "captions" / "paper.md"
+    paper.write_text(table.output)
+    checked = CliRunner().invoke(app, ["check", str(paper), "--json"])
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.stdout)["tables"] == 1
     # by hand: the classes each greedy caption names, against the scenes' COCO objects
     import re
 

@@ -31,13 +31,16 @@ def decoding_provenance(result: Mapping[str, Any], prove_scores: Sequence[Path] 
     from halluprobe.rundir import sha256_file
 
     chair = result.get("chair", {})
-    return {
+    provenance = {
         "table": "decoding",
         "runs": [{k: r[k] for k in ("path", "role", "name", "fingerprint", "samples_sha256")} for r in result["runs"]],
         "family": chair.get("family"), "ground_truth": chair.get("ground_truth"), "truncate_incomplete": chair.get("truncate_incomplete"),
         "prove_scores": [{"path": str(p), "scores_sha256": sha256_file(p / "scores.jsonl")} for p in prove_scores],
         "bootstrap": result["bootstrap"], "halluprobe": __version__,
     }  # fmt: skip
+    if chair.get("tokenizer", "punkt") != "punkt":  # punkt's tables (and every older one) name none
+        provenance["tokenizer"] = chair["tokenizer"]
+    return provenance
 
 
 def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:

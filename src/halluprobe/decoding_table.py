@@ -209,7 +209,7 @@ def _chair_part(runs: Sequence[DecodingRun], paths: Sequence[Path], family: Any,
     if sampled is not None:  # the sampled baseline against the greedy one: what sampling alone does
         paired.append({"name": runs[-1].name, "vs_greedy": _paired(sampled, base, bounds, n_resamples, seed)})
     return {
-        "family": family.name, "identity": family.identity, "ground_truth": truth.describe(), "truncate_incomplete": truncate,
+        "family": family.name, "tokenizer": family.tokenizer, "identity": family.identity, "ground_truth": truth.describe(), "truncate_incomplete": truncate,
         "images": len(order), "images_dropped": len(every) - len(order), "metrics": [*METRICS, *EXTRA_METRICS],
         "length_bounds": bounds, "per_run": per_run, "paired": paired, "length_bins": bins,
     }  # fmt: skip

@@ -71,6 +71,8 @@ def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
     family = data.get("family")
     if family is not None and (not isinstance(family, str) or not isinstance(data.get("ground_truth"), dict)):
         raise InputError("decoding provenance comment: 'family' must name a CHAIR family, with its 'ground_truth'", path, line)
+    if not isinstance(data.get("tokenizer", "punkt"), str):
+        raise InputError("decoding provenance comment: 'tokenizer' must name a CHAIR tokenizer (punkt or line)", path, line)
     prove = data.get("prove_scores", [])
     if not isinstance(prove, list) or any(not isinstance(p, dict) or not isinstance(p.get("path"), str) for p in prove):
         raise InputError("decoding provenance comment: 'prove_scores' must list {path, scores_sha256}", path, line)
@@ -171,7 +173,7 @@ def check_decoding_table(table: DecodingTable, runs: Sequence[Path], result: Che
     family = truth = None
     if prov.get("family") is not None:
         try:
-            family = family_named(prov["family"])
+            family = family_named(prov["family"], tokenizer=prov.get("tokenizer", "punkt"))
         except ValueError as err:
             raise InputError(f"decoding provenance comment: {err}", table.path, table.line) from None
         truth = ground_truth_described((table.path, table.line), family.name, prov["ground_truth"], runs, result)

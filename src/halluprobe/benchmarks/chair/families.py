@@ -106,6 +106,8 @@ class NltkTools:
     from NLTK's standard data locations; WordNet from Debian's files. Missing data is one line
     naming what is missing and how to get it."""
 
+    tokenizer = "punkt"  # the name in TOKENIZERS (a table's provenance records it)
+
     def __init__(self, need_tagger: bool = True) -> None:
         _import_nltk()
         import nltk
@@ -134,6 +136,8 @@ class NltkTools:
 class NltkLineTools(NltkTools):
     """:class:`NltkTools` with ``word_tokenize(text, preserve_line=True)``: no punkt sentence
     split, so no punkt data (the tagger, for the lemmatizer family, is still NLTK's)."""
+
+    tokenizer = "line"
 
     def __init__(self, need_tagger: bool = True) -> None:
         _import_nltk()
@@ -190,6 +194,11 @@ class ChairFamily:
             if name == "chair@lemmatizer"
             else lambda words: [singularize(w) for w in words]
         )
+
+    @property
+    def tokenizer(self) -> str:
+        """The tools' tokenizer, a name in :data:`TOKENIZERS` (tools that name none: punkt's)."""
+        return str(getattr(self.tools, "tokenizer", "punkt"))
 
     @property
     def identity(self) -> dict[str, str]:
