@@ -321,3 +321,40 @@ def test_coco_zip_read_as_it_is_and_pinned(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and f"{archive}: sha256 {digest} differs from the pinned" in bad.output
     wrong_year = runner.invoke(app, ["chair", str(opera), "--coco", str(archive), "--year", "2017", "--bootstrap", "0"])
     assert wrong_year.exit_code == 2 and "the zip holds no annotations/instances_val2017.json" in wrong_year.output
+
+
+def test_tokenizer_line_is_recorded_and_check_recomputes_with_it(tmp_path: Path) -> None:
+    """`chair --tokenizer line`: nltk's Treebank words of the whole caption (no punkt data), so a full
+    stop that ends a non-final sentence stays on its word; the tables name the tokenizer and `check`
+    recomputes them with it (the same comment read as punkt's gives other numbers)."""
+    opera = tmp_path / "opera.jsonl"
+    # image 1: "truck." is no word CHAIR knows under line; image 2: the final full stop is split off, truck is hallucinated
+    opera.write_text('{"image_id": 1, "caption": "a truck. a dog"}\n{"image_id": 2, "caption": "a cat and a truck."}\n')
+    objects = str(_objects(tmp_path))
+    out = tmp_path / "scores"
+    args = ["chair", str(opera), "--ground-truth", objects, "--family", "singularize", "--bootstrap", "20"]
+    made = runner.invoke(app, [*args, "--tokenizer", "line", "--out", str(out), "--json"])
+    assert made.exit_code == 0, made.output
+    summary = json.loads(made.stdout)["chair@singularize"]["summary"]
+    assert summary["chair_s"] == pytest.approx(1 / 2) and summary["chair_i"] == pytest.approx(1 / 3)  # dog; cat, truck
+    assert summary["settings"]["tokenizer"] == "line" and "preserve_line=True" in summary["settings"]["tools"]
+    punkt = runner.invoke(app, [*args, "--json"])  # the fixture's words (split on spaces): "truck." is no object either time
+    punkt_summary = json.loads(punkt.stdout)["chair@singularize"]["summary"]
+    assert punkt_summary["chair_i"] == 0 and "tokenizer" not in punkt_summary["settings"]
+    for name in ("chair_report.md", "chair_table.tex"):
+        text = (out / name).read_text()
+        assert '"tokenizer": "line"' in text
+        checked = runner.invoke(app, ["check", str(out / name), "--json"])
+        assert checked.exit_code == 0, checked.output
+        assert json.loads(checked.stdout)["findings"] == []
+        other = out / f"punkt_{name}"
+        other.write_text(text.replace('"tokenizer": "line"', '"tokenizer": "punkt"'))
+        differs = runner.invoke(app, ["check", str(other), "--json"])
+        assert differs.exit_code == 1 and {f["kind"] for f in json.loads(differs.stdout)["findings"]} == {"differs"}
+        bad = out / f"bad_{name}"
+        bad.write_text(text.replace('"tokenizer": "line"', '"tokenizer": "spaces"'))
+        refused = runner.invoke(app, ["check", str(bad)])
+        assert refused.exit_code == 2 and "'tokenizer' must be one of punkt, line" in refused.output
+    unknown = runner.invoke(app, [*args, "--tokenizer", "spaces"])
+    assert unknown.exit_code == 2 and "--tokenizer must be punkt or line, not 'spaces'" in unknown.output
+    assert len(unknown.output.strip().splitlines()) == 1

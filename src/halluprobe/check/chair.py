@@ -1,7 +1,8 @@
 """CHAIR tables (``halluprobe chair --out``'s ``chair_report.md`` / ``chair_table.tex``, the
 report's CHAIR section) recomputed from their ``halluprobe-chair-provenance`` comment: the
 captions (a run dir, or a caption file and its format), each family's ground truth (shipped, or
-object lines named by path and sha256), ``truncate_incomplete`` and the bootstrap, scored again
+object lines named by path and sha256), ``truncate_incomplete``, the tokenizer (punkt's when the
+comment names none) and the bootstrap, scored again
 through :func:`halluprobe.benchmarks.chair.evaluate.chair_results` and compared cell by cell.
 """
 
@@ -54,7 +55,7 @@ def _bounded(bootstrap: object, path: str, line: int) -> tuple[int, int]:
 
 def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
     """The comment's JSON, checked for the fields a recomputation reads."""
-    from halluprobe.benchmarks.chair.families import FAMILIES
+    from halluprobe.benchmarks.chair.families import FAMILIES, TOKENIZERS
 
     try:
         data = loads(payload)
@@ -69,6 +70,8 @@ def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
         raise InputError("CHAIR provenance comment: 'source' must name a run dir ('run') or a caption file ('captions')", path, line)
     if not isinstance(truths, dict) or any(not isinstance(truths.get(f), dict) for f in families):
         raise InputError("CHAIR provenance comment: 'ground_truth' must describe every family's", path, line)
+    if data.get("tokenizer", "punkt") not in TOKENIZERS:  # absent: punkt's (every table written before it was recorded)
+        raise InputError(f"CHAIR provenance comment: 'tokenizer' must be one of {', '.join(TOKENIZERS)}", path, line)
     if not isinstance(data.get("truncate_incomplete", False), bool):
         raise InputError("CHAIR provenance comment: 'truncate_incomplete' must be true or false", path, line)
     data["_bootstrap"] = _bounded(data.get("bootstrap"), path, line)
@@ -150,7 +153,8 @@ def check_chair_table(table: ChairTable, runs: Sequence[Path], result: CheckResu
         truths[family] = truth
     resamples, seed = prov["_bootstrap"]
     results, _ = chair_results(captions, settings, prov["families"], truths.__getitem__,
-                               truncate=bool(prov.get("truncate_incomplete")), n_resamples=resamples, seed=seed)  # fmt: skip
+                               truncate=bool(prov.get("truncate_incomplete")), n_resamples=resamples, seed=seed,
+                               tokenizer=prov.get("tokenizer", "punkt"))  # fmt: skip
     grid = chair_grid(results, "latex" if table.style == "latex" else "markdown")
     findings, compared = compare_table(table, grid)
     result.findings.extend(findings)

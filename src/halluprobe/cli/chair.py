@@ -90,6 +90,13 @@ def chair_cmd(
             help="lemmatizer (OPERA's chair.py), singularize (the original), or both."
         ),
     ] = "both",
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            help="How captions are split into words: punkt (nltk word_tokenize, as the evaluators) or line "
+            "(the Treebank tokenizer on the whole caption: no punkt data; a non-final full stop stays on its word)."
+        ),
+    ] = "punkt",
     ground_truth: Annotated[
         Path | None,
         typer.Option(
@@ -148,7 +155,7 @@ def chair_cmd(
     ] = False,
 ) -> None:
     """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
-    from halluprobe.benchmarks.chair.families import FAMILIES, family_named
+    from halluprobe.benchmarks.chair.families import FAMILIES, TOKENIZERS, family_named
     from halluprobe.benchmarks.chair.evaluate import chair_results
     from halluprobe.benchmarks.chair.scoring import paired_differences, score_captions
     from halluprobe.files import write_atomic
@@ -164,6 +171,8 @@ def chair_cmd(
             raise InputError(
                 f"--family must be lemmatizer, singularize or both, not {family!r}"
             )
+        if tokenizer not in TOKENIZERS:
+            raise InputError(f"--tokenizer must be {' or '.join(TOKENIZERS)}, not {tokenizer!r}")
         if out is not None and not overwrite and (out / "chair_summary.json").exists():
             raise InputError(
                 "exists; pass --overwrite to replace it", out / "chair_summary.json"
@@ -172,10 +181,10 @@ def chair_cmd(
         other = read_captions(against, fmt)[0] if against is not None else None
         truths = {name: ground_truth_for(name, ground_truth, coco, year, coco_sha256) for name in names}
         results, per_caption = chair_results(caps, settings, names, truths.__getitem__, truncate=truncate_incomplete,
-                                             n_resamples=bootstrap, seed=seed)  # fmt: skip
+                                             n_resamples=bootstrap, seed=seed, tokenizer=tokenizer)  # fmt: skip
         for name, truth in truths.items():
             if other is not None:
-                other_scores = score_captions(other, truth, family_named(name), truncate=truncate_incomplete)
+                other_scores = score_captions(other, truth, family_named(name, tokenizer=tokenizer), truncate=truncate_incomplete)
                 results[name]["paired"] = {
                     "against": str(against),
                     **paired_differences(per_caption[name], other_scores, n_resamples=bootstrap, seed=seed),

@@ -46,6 +46,8 @@ def chair_provenance(
     }  # fmt: skip
     if bootstrap is not None:
         provenance["bootstrap"] = {"resamples": bootstrap["resamples"], "seed": bootstrap["seed"]}
+    if first.get("tokenizer", "punkt") != "punkt":  # punkt's tables (and every older one) name none
+        provenance["tokenizer"] = first["tokenizer"]
     return provenance
 
 
@@ -121,8 +123,8 @@ def chair_section(
     first = next(iter(results.values()))["summary"]["settings"]
     gt = first["ground_truth"]
     lines += ["", f"Ground truth: {gt['source']}{' ' + str(gt['year']) if gt.get('year') else ''}; prompt: {first.get('prompt')!s}; "
-              f"max_new_tokens: {first.get('max_new_tokens')}; truncate_incomplete: {first.get('truncate_incomplete')}. "
-              "CHAIR_s, CHAIR_i, Recall in %, Len in words per caption; 95% image-bootstrap CIs.", ""]  # fmt: skip
+              f"max_new_tokens: {first.get('max_new_tokens')}; truncate_incomplete: {first.get('truncate_incomplete')}"
+              f"{_tokenizer_note(first)}. CHAIR_s, CHAIR_i, Recall in %, Len in words per caption; 95% image-bootstrap CIs.", ""]  # fmt: skip
     lines += ["### Objects most often hallucinated", ""]
     top = {f: hallucinated_objects(s) for f, s in scores.items()}
     depth = max((len(v) for v in top.values()), default=0)
@@ -136,6 +138,12 @@ def chair_section(
                          format_ratio(g["chair_i"], digits=1, scale=100, missing="n/a")])  # fmt: skip
     lines += markdown_table(["family", "length (words)", "captions", "CHAIR_s", "CHAIR_i"], rows)
     return "\n".join(lines) + "\n"
+
+
+def _tokenizer_note(settings: Mapping[str, Any]) -> str:
+    """``; tokenizer: line`` where the captions were not split by punkt (punkt's text is unchanged)."""
+    tokenizer = settings.get("tokenizer", "punkt")
+    return "" if tokenizer == "punkt" else f"; tokenizer: {tokenizer} (words split without punkt's sentence split)"
 
 
 def chair_latex_table(results: Mapping[str, Any], source: Mapping[str, Any], *, bootstrap: Mapping[str, int] | None = None) -> str:

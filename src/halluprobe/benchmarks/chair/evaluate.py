@@ -24,17 +24,21 @@ def chair_results(
     truncate: bool = False,
     n_resamples: int = 1000,
     seed: int = 0,
+    tokenizer: str = "punkt",
 ) -> tuple[dict[str, Any], dict[str, list[CaptionScore]]]:
     """(family -> ``{"summary": ...}``, family -> per-caption scores). ``truth_for(family)`` is
     the ground truth each family scores against; the settings recorded with every result are
-    ``settings``, the family's identity, the ground truth's description and ``truncate``."""
+    ``settings``, the family's identity, the ground truth's description, ``truncate`` and, when
+    it is not punkt's, the ``tokenizer`` (families.TOKENIZERS) that split the captions."""
     results: dict[str, Any] = {}
     per_caption: dict[str, list[CaptionScore]] = {}
     for name in families:
-        family = family_named(name)
+        family = family_named(name, tokenizer=tokenizer)
         truth = truth_for(name)
         scores = score_captions(captions, truth, family, truncate=truncate)
         recorded = {**settings, **family.identity, "ground_truth": truth.describe(), "truncate_incomplete": truncate}
+        if family.tokenizer != "punkt":  # punkt's results (and every older one) name none: their bytes stay
+            recorded["tokenizer"] = family.tokenizer
         summary = summarize(scores, name, settings=recorded, n_resamples=n_resamples, seed=seed)
         results[name] = {"summary": summary.model_dump(mode="json")}
         per_caption[name] = scores
