@@ -70,10 +70,11 @@ def run_demo(
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
     from halluprobe.benchmarks.synthetic import write_synthetic
     from halluprobe.corrections_table import corrections_table
-    from halluprobe.demo_captions import run_caption_demo
+    from halluprobe.demo_captions import CAPTION_FAMILY, CAPTION_TOKENIZER, run_caption_demo
     from halluprobe.errors import RuntimeFailure
     from halluprobe.readouts.tokensets import describe_token_sets
     from halluprobe.report import render_report
+    from halluprobe.report.decoding_section import ChairCounting
     from halluprobe.rundir import sha256_file
     from halluprobe.runner import RunConfig, make_header, run_questions
     from halluprobe.scoring import score_rundir
@@ -108,9 +109,12 @@ def run_demo(
     audit = audit_run(rundir.path, n_resamples=n_resamples)
     rundir.write_audit(audit)
     result.corrections = corrections_table(rundir.path, DEMO_CORRECTIONS, n_resamples=n_resamples)
-    html, md = render_report([rundir.path], out / "report.html", audits=[audit], corrections=[result.corrections])
+    captions = result.captions = run_caption_demo(out, scenes.annotations, scenes.images_dir, backend, str(model), n_resamples=n_resamples)
+    # the page shows the POPE run and, in its Decoding section, the caption runs counted as the demo's caption lines count them
+    counting = ChairCounting(CAPTION_FAMILY, CAPTION_TOKENIZER, captions.ground_truth)
+    html, md = render_report([rundir.path], out / "report.html", audits=[audit], corrections=[result.corrections],
+                             captions=[captions.greedy, captions.method, captions.sampled], chair=counting, n_resamples=n_resamples)  # fmt: skip
     result.report_html = html
-    result.captions = run_caption_demo(out, scenes.annotations, scenes.images_dir, backend, str(model), n_resamples=n_resamples)
     for name, entry in audit.readouts.items():
         row: dict[str, float | None] = {s: m.f1 for s, m in entry.splits.items()}
         row["macro"] = entry.macro.f1

@@ -203,12 +203,29 @@ def report_cmd(
     resamples: Annotated[int, typer.Option(min=0, help="Bootstrap resamples.")] = 1000,
     seed: SeedOption = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace --out (or its .md twin) even where it is not a report halluprobe wrote.")] = False,
+    family: Annotated[
+        Optional[str],
+        typer.Option(help="CHAIR family for runs of open answers: lemmatizer (OPERA's chair.py), singularize (the original) or both "
+                     "[default: both in the CHAIR sections, lemmatizer in the decoding table]."),
+    ] = None,
+    tokenizer: Annotated[
+        Optional[str],
+        typer.Option(help="How CHAIR splits captions into words: punkt (nltk word_tokenize, as the evaluators) or line (no punkt data) [default: punkt]."),
+    ] = None,
+    ground_truth: Annotated[
+        Optional[Path],
+        typer.Option(help="CHAIR ground truth for captions: object lines {image_id|image, objects} or a saved ground truth "
+                     "[default: shipped for the standard lists]."),
+    ] = None,
 ) -> None:
     """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots.
     Runs of open answers to CHAIR questions (or imported captions) get the CHAIR page instead.
+    Yes/no runs given with caption runs that are a decoding comparison (a greedy run, method runs,
+    at most one sampled run) get the yes/no page with the captions' decoding table (as the demo's).
     A report halluprobe wrote earlier is replaced; any other file at --out or its twin is refused."""
     from halluprobe.audit import audit_run, compare_runs
     from halluprobe.report import render_report
+    from halluprobe.report.decoding_section import chair_counting
 
     with errors():
         if out.is_dir():
@@ -216,43 +233,50 @@ def report_cmd(
         refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
         for target in (out, out.with_suffix(".md")):
             _refuse_foreign_report(target, overwrite)
-        if _open_ended_runs(rundirs, labels=labels, headline=headline):
+        yes_no, captions = _split_runs(rundirs)
+        counting = chair_counting(family, tokenizer, ground_truth)
+        if not captions and (family, tokenizer, ground_truth) != (None, None, None):
+            raise InputError("--family, --tokenizer and --ground-truth count CHAIR of captions; these runs hold yes/no answers")
+        if not yes_no:
+            for flag, given in (("--labels", labels), ("--headline", headline)):
+                if given:
+                    raise InputError(f"{flag} applies to yes/no runs; these runs hold open answers (their report is CHAIR's)")
             from halluprobe.report.chair_page import render_chair_report
 
-            html, md = render_chair_report(rundirs, out, n_resamples=resamples, seed=seed)
+            html, md = render_chair_report(rundirs, out, n_resamples=resamples, seed=seed, counting=counting)
             typer.echo(str(html))
             typer.echo(str(md))
             return
+        if captions:
+            from halluprobe.report.decoding_section import decoding_comparison
+
+            if decoding_comparison(captions) is None:  # refused before any audit is computed
+                raise InputError("a run of open answers (captions) shares a report with yes/no runs only when the caption runs are a "
+                                 "decoding comparison (one greedy run, method runs, at most one sampled run): report them apart",
+                                 captions[0] / "run.json")  # fmt: skip
         audits = [
-            audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in rundirs
+            audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in yes_no
         ]
-        for rundir, audit in zip(rundirs, audits):
+        for rundir, audit in zip(yes_no, audits):
             if audit.headline_note:
                 typer.echo(f"{rundir}: {audit.headline_note}", err=True)
-        comparison = compare_runs(rundirs, readout=headline, n_resamples=resamples, seed=seed) if len(rundirs) > 1 else None
-        html, md = render_report(rundirs, out, audits=audits, comparison=comparison)
+        comparison = compare_runs(yes_no, readout=headline, n_resamples=resamples, seed=seed) if len(yes_no) > 1 else None
+        html, md = render_report(yes_no, out, audits=audits, comparison=comparison, captions=captions, chair=counting,
+                                 n_resamples=resamples, seed=seed)  # fmt: skip
     typer.echo(str(html))
     typer.echo(str(md))
 
 
-def _open_ended_runs(rundirs: list[Path], *, labels: Optional[list[Path]], headline: Optional[str]) -> bool:
-    """Whether the report is of runs of open answers (captions: the CHAIR page); yes/no runs and
-    open answers do not mix on one page, and the yes/no options do not apply to captions."""
+def _split_runs(rundirs: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(yes/no runs, runs of open answers) in the order given: the open answers (captions) get the
+    CHAIR page, or, beside yes/no runs, the decoding section of the yes/no page; never a yes/no score."""
     from halluprobe.rundir import RunDir
 
-    flags = []
+    yes_no, captions = [], []
     for rundir in rundirs:
         run = RunDir(rundir)
-        flags.append(run.header_path.is_file() and run.read_header().open_ended)
-    if not any(flags):
-        return False
-    if not all(flags):
-        first = RunDir(rundirs[flags.index(True)]).header_path
-        raise InputError("a run of open answers (captions) cannot share a report with yes/no runs: report them apart", first)
-    for flag, given in (("--labels", labels), ("--headline", headline)):
-        if given:
-            raise InputError(f"{flag} applies to yes/no runs; these runs hold open answers (their report is CHAIR's)")
-    return True
+        (captions if run.header_path.is_file() and run.read_header().open_ended else yes_no).append(rundir)
+    return yes_no, captions
 
 
 # the first bytes a report halluprobe wrote begins with: such a file is replaced without --overwrite

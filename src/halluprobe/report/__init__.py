@@ -20,6 +20,7 @@ from halluprobe.report.build import as_audit, build_view
 from halluprobe.report.view import SECTIONS, ReportView, RunView
 
 if TYPE_CHECKING:
+    from halluprobe.report.decoding_section import ChairCounting
     from halluprobe.tables import Provenance
 
 __all__ = ["SECTIONS", "build_figures", "render_html", "render_markdown", "render_report"]
@@ -27,6 +28,7 @@ __all__ = ["SECTIONS", "build_figures", "render_html", "render_markdown", "rende
 log = logging.getLogger(__name__)
 
 TEMPLATE = "report.html.j2"
+DECODING_SECTION = ("decoding", "Decoding")  # the caption runs' section: id, table-of-contents entry
 
 
 def render_report(
@@ -39,6 +41,8 @@ def render_report(
     n_resamples: int = 1000,
     seed: int = 0,
     corrections: Sequence[Any] | None = None,
+    captions: Sequence[str | Path] = (),
+    chair: ChairCounting | None = None,
 ) -> tuple[Path, Path]:
     """Write ``out_html`` and its Markdown twin (same name, ``.md``); return both paths.
 
@@ -47,6 +51,10 @@ def render_report(
     (``RunDir.read_audit``; a plain JSON object is validated into an ``AuditReport``).
     ``corrections`` (one ``CorrectionsReport`` or None per run dir) likewise; when not given, a
     run that recorded correction signals gets its table at the methods' default settings.
+    ``captions``: run dirs of open answers that are a decoding comparison (a greedy run, method
+    runs, at most one sampled run; anything else is bad input), shown as the Decoding section
+    after the yes/no runs' sections, CHAIR counted as ``chair`` says (default: lemmatizer, punkt,
+    the shipped ground truth) with this report's bootstrap; they are never scored as yes/no runs.
     """
     paths = [Path(p) for p in rundirs]
     out_html = Path(out_html)
@@ -67,11 +75,14 @@ def render_report(
     view = build_view(audits, paths or [None] * len(audits), comparison)
     _add_corrections(view, paths, corrections, n_resamples=n_resamples, seed=seed)
     _add_parsers(view, paths)
+    decoding = _decoding_of_captions(captions, chair, n_resamples=n_resamples, seed=seed)
     build_figures(view)
     out_md = out_html.with_suffix(".md")
-    page = render_html(view)
+    page = render_html(view, recompute=_captions_options(captions, chair))
     provenance = _headline_provenance(paths, [as_audit(a) for a in audits], [run.label for run in view.runs])
     markdown = render_markdown(view, html_name=out_html.name, provenance=provenance)
+    if decoding is not None:
+        page, markdown = _add_section(page, markdown, decoding, DECODING_SECTION)
     if paths:  # a run that is a registered published answers file: its figures, recomputed (report/literature.py)
         from halluprobe.report.literature import add_literature_section, literature_matches
 
@@ -96,6 +107,43 @@ def _headline_provenance(paths: Sequence[Path], audits: Sequence[AuditReport], n
     except (InputError, OSError) as err:  # an audit.json rendered without its run dir: the table stands alone
         log.info("no provenance comment on the headline table: %s", err)
         return None
+
+
+def _decoding_of_captions(captions: Sequence[str | Path], chair: ChairCounting | None, *, n_resamples: int, seed: int) -> tuple[str, str] | None:
+    """The Decoding section of the caption runs (Markdown, HTML); None without caption runs."""
+    from halluprobe.report.decoding_section import decoding_section
+
+    if not captions:
+        return None
+    paths = [Path(p) for p in captions]
+    section = decoding_section(paths, n_resamples=n_resamples, seed=seed, counting=chair, section_id=DECODING_SECTION[0])
+    if section is None:
+        raise InputError("the caption runs of a yes/no report must be a decoding comparison: one plain greedy run, one or more runs "
+                         "of a decoding method, at most one plain sampled run, all on the same questions", paths[0])  # fmt: skip
+    return section
+
+
+def _captions_options(captions: Sequence[str | Path], chair: ChairCounting | None) -> str:
+    """The caption runs and CHAIR options of ``halluprobe report`` in the page's recompute line ("" without captions)."""
+    if not captions:
+        return ""
+    from halluprobe.report.decoding_section import ChairCounting
+
+    return "".join(f"{p} " for p in captions) + (chair or ChairCounting()).options
+
+
+def _add_section(page: str, markdown: str, section: tuple[str, str], entry: tuple[str, str]) -> tuple[str, str]:
+    """``section`` (Markdown, HTML) added to the page before its footer (and to its table of
+    contents as ``entry``: id, title) and at the end of the Markdown twin."""
+    section_md, section_html = section
+    footer = page.rfind("\n<footer>")
+    at = footer + 1 if footer != -1 else page.rfind("</main>")
+    if at > 0:
+        page = page[:at] + section_html + "\n" + page[at:]
+    nav_end = page.find("</nav>")
+    if nav_end != -1:
+        page = page[:nav_end] + f'<a href="#{entry[0]}">{entry[1]}</a>' + page[nav_end:]
+    return page, markdown.rstrip("\n") + "\n\n" + section_md
 
 
 def _add_corrections(view: ReportView, paths: Sequence[Path], given: Sequence[Any] | None, *, n_resamples: int, seed: int) -> None:
@@ -242,8 +290,10 @@ def _ci(metrics: Metrics, name: str) -> tuple[float, float] | None:
     return metrics.ci.get(name)
 
 
-def render_html(view: ReportView) -> str:
-    """The page, from the packaged Jinja2 template (found through importlib.resources)."""
+def render_html(view: ReportView, *, recompute: str = "") -> str:
+    """The page, from the packaged Jinja2 template (found through importlib.resources);
+    ``recompute``: what the footer's ``halluprobe report`` line needs beyond the run dirs
+    (the caption runs and CHAIR options), each followed by a space."""
     from importlib.resources import files
 
     import jinja2
@@ -268,7 +318,7 @@ def render_html(view: ReportView) -> str:
         piece=fmt.piece,
         short=fmt.short_readout,
     )
-    return env.from_string(source).render(**view.template_context(), stylesheet=stylesheet())
+    return env.from_string(source).render(**view.template_context(), stylesheet=stylesheet(), recompute=recompute)
 
 
 def stylesheet() -> str:

@@ -3,9 +3,12 @@ or an imported caption file): one self-contained HTML page and its Markdown twin
 section of :mod:`halluprobe.report.chair` for every run (both normaliser families side by side,
 the objects most often hallucinated, CHAIR against caption length).
 
-The captions are scored against the ground truth shipped for the two standard 500-image lists;
-a run on other images is bad input that names ``halluprobe chair --ground-truth`` (or, for PROVE's
-open questions, ``halluprobe prove score``).
+By default the captions are scored against the ground truth shipped for the two standard
+500-image lists, in both families, words split by punkt; a run on other images is bad input that
+names ``halluprobe report --ground-truth`` and ``halluprobe chair --ground-truth`` (or, for PROVE's
+open questions, ``halluprobe prove score``). :class:`~halluprobe.report.decoding_section.ChairCounting`
+(``report --family --tokenizer --ground-truth``) chooses otherwise, for the CHAIR sections and the
+decoding table alike.
 """
 
 from __future__ import annotations
@@ -18,16 +21,17 @@ from typing import Any
 from halluprobe.benchmarks.chair.scoring import CaptionScore
 from halluprobe.files import write_atomic
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects, length_bins
-from halluprobe.report.decoding_section import decoding_section
+from halluprobe.report.decoding_section import ChairCounting, decoding_section
 from halluprobe.tables import Grid
 
 __all__ = ["ChairRunView", "chair_length_plot", "chair_run_view", "render_chair_report", "OPEN_ENDED_HINT"]
 
 TEMPLATE = "chair.html.j2"
 OPEN_ENDED_HINT = (
-    "score captions on other images with `halluprobe chair RUNDIR --ground-truth FILE` (or `halluprobe amber generative` "
-    "for AMBER), PROVE's open questions with `halluprobe prove score --responses RUNDIR`"
+    "score captions on other images with `halluprobe report RUNDIR... --ground-truth FILE` or `halluprobe chair RUNDIR --ground-truth FILE` "
+    "(or `halluprobe amber generative` for AMBER), PROVE's open questions with `halluprobe prove score --responses RUNDIR`"
 )
+_GIVEN_TRUTH_HINT = "--ground-truth needs a line for every image the runs captioned"
 
 
 @dataclass(frozen=True)
@@ -50,19 +54,19 @@ class ChairRunView:
         return dict(next(iter(self.results.values()))["summary"]["settings"])
 
 
-def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int) -> ChairRunView:
-    """Score one run dir in both families against the shipped ground truth."""
+def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int, counting: ChairCounting | None = None) -> ChairRunView:
+    """Score one run dir as ``counting`` says (default: both families, punkt, the shipped ground truth)."""
     from halluprobe.benchmarks.chair.evaluate import chair_results, refuse_unknown_images
-    from halluprobe.benchmarks.chair.families import FAMILIES
-    from halluprobe.benchmarks.chair.groundtruth import shipped_ground_truth
     from halluprobe.benchmarks.chair.inputs import caption_source
     from halluprobe.benchmarks.chair.runs import run_captions
 
+    counting = counting or ChairCounting()
     captions, settings = run_captions(path)
-    truths = {name: shipped_ground_truth(name) for name in FAMILIES}
+    truths = {name: counting.truth_for(name) for name in counting.section_families}
     for truth in truths.values():
-        refuse_unknown_images(captions, truth, OPEN_ENDED_HINT)
-    results, scores = chair_results(captions, settings, FAMILIES, truths.__getitem__, n_resamples=n_resamples, seed=seed)
+        refuse_unknown_images(captions, truth, OPEN_ENDED_HINT if counting.ground_truth is None else _GIVEN_TRUTH_HINT)
+    results, scores = chair_results(captions, settings, list(truths), truths.__getitem__, n_resamples=n_resamples, seed=seed,
+                                    tokenizer=counting.tokenizer)  # fmt: skip
     model = settings.get("model")
     model = str(model) if model and model != "unknown" else Path(path).resolve().name  # an imported caption file names no model
     return ChairRunView(
@@ -107,8 +111,12 @@ def _markdown(runs: Sequence[ChairRunView], html_name: str, bootstrap: Mapping[s
     return "\n".join(lines)
 
 
-def render_chair_report(rundirs: Sequence[str | Path], out_html: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> tuple[Path, Path]:
-    """Write the CHAIR page ``out_html`` and its Markdown twin (``.md``); return both paths."""
+def render_chair_report(
+    rundirs: Sequence[str | Path], out_html: str | Path, *, n_resamples: int = 1000, seed: int = 0, counting: ChairCounting | None = None
+) -> tuple[Path, Path]:
+    """Write the CHAIR page ``out_html`` and its Markdown twin (``.md``); return both paths.
+    ``counting``: the families, tokenizer and ground truth of every CHAIR number (default: both
+    families in the CHAIR sections, the lemmatizer in the decoding table, punkt, shipped ground truth)."""
     from importlib.resources import files
 
     import jinja2
@@ -118,13 +126,15 @@ def render_chair_report(rundirs: Sequence[str | Path], out_html: str | Path, *, 
 
     out_html = Path(out_html)
     bootstrap = {"resamples": n_resamples, "seed": seed}
-    runs = [chair_run_view(k, Path(p), n_resamples=n_resamples, seed=seed) for k, p in enumerate(rundirs)]
+    counting = counting or ChairCounting()
+    runs = [chair_run_view(k, Path(p), n_resamples=n_resamples, seed=seed, counting=counting) for k, p in enumerate(rundirs)]
     runs = [ChairRunView(**{**run.__dict__, "figure": chair_length_plot(run.bins)}) for run in runs]
     source = files("halluprobe.report").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    decoding = decoding_section([Path(p) for p in rundirs], n_resamples=n_resamples, seed=seed)  # None: not a decoding comparison
+    decoding = decoding_section([Path(p) for p in rundirs], n_resamples=n_resamples, seed=seed, counting=counting)  # None: no comparison
     html = env.from_string(source).render(runs=runs, version=__version__, stylesheet=stylesheet(), bootstrap=bootstrap,
-                                          decoding=decoding[1] if decoding else None)  # fmt: skip
+                                          decoding=decoding[1] if decoding else None, families=counting.section_families,
+                                          tokenizer=counting.tokenizer, recompute=counting.options)  # fmt: skip
     out_md = out_html.with_suffix(".md")
     write_atomic(out_html, html)
     write_atomic(out_md, _markdown(runs, out_html.name, bootstrap) + ("\n" + decoding[0] if decoding else ""))

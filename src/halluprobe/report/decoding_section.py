@@ -1,11 +1,13 @@
-"""The decoding section of the CHAIR page: when the runs of a report are a decoding comparison
-(one plain greedy run, one or more runs of a decoding method, at most one plain sampled run, all
-on the same questions), the table of ``halluprobe decoding`` on them (shipped ground truth, the
-lemmatizer family, the report's bootstrap): Markdown under its provenance comment (which
-``halluprobe check`` verifies) and the same tables as HTML.
+"""The decoding section of a report: when a report's caption runs are a decoding comparison (one
+plain greedy run, one or more runs of a decoding method, at most one plain sampled run, all on
+the same questions), the table of ``halluprobe decoding`` on them, counted as the report's
+:class:`ChairCounting` says (by default: the lemmatizer family, punkt's words, the shipped ground
+truth; the report's bootstrap): Markdown under its provenance comment (which ``halluprobe check``
+verifies) and the same tables as HTML. The CHAIR page shows it after its CHAIR sections, the
+yes/no page after its own sections (the demo's report: its POPE run and its caption runs).
 
-Runs that are not such a comparison (two greedy runs, runs on other questions) get no section:
-the page is then the CHAIR page as before.
+Runs that are not such a comparison (two greedy runs, runs on other questions) get no section on
+the CHAIR page: the page is then the CHAIR page as before.
 """
 
 from __future__ import annotations
@@ -15,12 +17,67 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from halluprobe.errors import InputError
 
-__all__ = ["DecodingComparison", "decoding_comparison", "decoding_section", "markdown_tables_as_html"]
+__all__ = ["ChairCounting", "DecodingComparison", "chair_counting", "decoding_comparison", "decoding_section", "markdown_tables_as_html"]
 
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")  # a cell's own pipe is written \| (formatting.markdown_cell)
+
+
+@dataclass(frozen=True)
+class ChairCounting:
+    """How a report counts CHAIR (``halluprobe report --family --tokenizer --ground-truth``).
+
+    ``family``: ``both`` (the CHAIR sections show both families; the decoding table, which names
+    one, the lemmatizer's), ``lemmatizer`` or ``singularize`` (that family everywhere);
+    ``tokenizer``: a name in ``families.TOKENIZERS``; ``ground_truth``: object lines or a saved
+    ground truth (``chair --ground-truth``'s file), None for the sets shipped for the standard lists."""
+
+    family: str = "both"
+    tokenizer: str = "punkt"
+    ground_truth: Path | None = None
+
+    @property
+    def section_families(self) -> tuple[str, ...]:
+        """The families of the CHAIR sections (full names)."""
+        from halluprobe.benchmarks.chair.families import FAMILIES
+
+        return FAMILIES if self.family == "both" else (f"chair@{self.family}",)
+
+    @property
+    def decoding_family(self) -> str:
+        """The one family of the decoding table."""
+        return "lemmatizer" if self.family == "both" else self.family
+
+    @property
+    def options(self) -> str:
+        """The ``halluprobe report`` options that count as this does ("" for the defaults), each followed by a space."""
+        given = [("--family", self.family, "both"), ("--tokenizer", self.tokenizer, "punkt"),
+                 ("--ground-truth", None if self.ground_truth is None else str(self.ground_truth), None)]  # fmt: skip
+        return "".join(f"{flag} {value} " for flag, value, default in given if value != default)
+
+    def truth_for(self, family: str) -> Any:
+        """The ground truth ``family`` (a full name) counts against."""
+        from halluprobe.benchmarks.chair.groundtruth import load_ground_truth, shipped_ground_truth
+
+        return shipped_ground_truth(family) if self.ground_truth is None else load_ground_truth(self.ground_truth)
+
+
+def chair_counting(family: str | None = None, tokenizer: str | None = None, ground_truth: Path | None = None) -> ChairCounting:
+    """The counting the options name (None: the default); an unknown family or tokenizer is bad input."""
+    from halluprobe.benchmarks.chair.families import TOKENIZERS
+
+    family = (family or "both").removeprefix("chair@")
+    if family not in ("both", "lemmatizer", "singularize"):
+        raise InputError(f"--family must be lemmatizer, singularize or both, not {family!r}")
+    tokenizer = tokenizer or "punkt"
+    if tokenizer not in TOKENIZERS:
+        raise InputError(f"--tokenizer must be {' or '.join(TOKENIZERS)}, not {tokenizer!r}")
+    if ground_truth is not None and not Path(ground_truth).is_file():
+        raise InputError("ground truth file not found", ground_truth)
+    return ChairCounting(family, tokenizer, None if ground_truth is None else Path(ground_truth))
 
 
 @dataclass(frozen=True)
@@ -51,8 +108,9 @@ def decoding_comparison(rundirs: Sequence[Path]) -> DecodingComparison | None:
     return DecodingComparison(greedy[0], tuple(methods), sampled[0] if sampled else None)
 
 
-def markdown_tables_as_html(markdown: str) -> str:
-    """The decoding Markdown as HTML: headings, pipe tables and paragraphs, the comment left out."""
+def markdown_tables_as_html(markdown: str, section_id: str | None = None) -> str:
+    """The decoding Markdown as HTML: headings, pipe tables and paragraphs, the comment left out;
+    ``section_id`` names the section (a page's table of contents links to it)."""
     out: list[str] = []
     lines = markdown.split("\n")
     k = 0
@@ -76,21 +134,25 @@ def markdown_tables_as_html(markdown: str) -> str:
         elif line and not line.startswith("<!--"):
             out.append(f"<p>{html.escape(line)}</p>")
         k += 1
-    return '<section class="run">\n' + "\n".join(out) + "\n</section>\n"
+    opening = '<section class="run">' if section_id is None else f'<section id="{html.escape(section_id)}" class="run">'
+    return opening + "\n" + "\n".join(out) + "\n</section>\n"
 
 
-def decoding_section(rundirs: Sequence[Path], *, n_resamples: int, seed: int) -> tuple[str, str] | None:
-    """(Markdown, HTML) of the decoding table of ``rundirs``; None when they are not a comparison."""
+def decoding_section(
+    rundirs: Sequence[Path], *, n_resamples: int, seed: int, counting: ChairCounting | None = None, section_id: str | None = None
+) -> tuple[str, str] | None:
+    """(Markdown, HTML) of the decoding table of ``rundirs``, CHAIR counted as ``counting`` says
+    (default: the lemmatizer family, punkt, the shipped ground truth); None when they are not a comparison."""
     from halluprobe.benchmarks.chair.families import family_named
-    from halluprobe.benchmarks.chair.groundtruth import shipped_ground_truth
     from halluprobe.decoding_render import decoding_markdown, decoding_provenance
     from halluprobe.decoding_table import decoding_table
 
     roles = decoding_comparison(rundirs)
     if roles is None:
         return None
-    family = family_named("lemmatizer")
+    counting = counting or ChairCounting()
+    family = family_named(counting.decoding_family, tokenizer=counting.tokenizer)
     result = decoding_table(roles.baseline, roles.methods, sampled_baseline=roles.sampled, family=family,
-                            ground_truth=shipped_ground_truth(family.name), n_resamples=n_resamples, seed=seed)  # fmt: skip
+                            ground_truth=counting.truth_for(family.name), n_resamples=n_resamples, seed=seed)  # fmt: skip
     markdown = decoding_markdown(result, decoding_provenance(result))
-    return markdown, markdown_tables_as_html(markdown)
+    return markdown, markdown_tables_as_html(markdown, section_id)
