@@ -173,3 +173,100 @@ def test_report_of_a_decoding_comparison_has_the_section_and_check_verifies_it(t
     assert plain.exit_code == 0, plain.output
     assert "halluprobe-decoding-provenance" not in (tmp_path / "plain.md").read_text(encoding="utf-8")
     assert "Decoding methods" not in (tmp_path / "plain.html").read_text(encoding="utf-8")
+
+
+def _comparison_runs(root: Path) -> list[Path]:
+    """The greedy, method and sampled runs of `_runs` with what their run.json says of their roles."""
+    return [decoding_run(root / "greedy", GREEDY), decoding_run(root / "vcd", METHOD, decode="vcd:alpha=1,beta=0.1"),
+            decoding_run(root / "sampled", SAMPLED, sample=True, temperature=1.0, seed=0)]  # fmt: skip
+
+
+def _section_tables(text: str, heading: str) -> list[str]:
+    return [line for line in text.split(heading, 1)[1].split("\n") if line.startswith("|")]
+
+
+def test_report_counts_chair_as_its_options_say_and_check_verifies_every_table(tmp_path: Path) -> None:
+    """`report --family singularize --tokenizer line --ground-truth FILE`: the CHAIR sections and the
+    decoding table count with that family, tokenizer and ground truth; every table checks."""
+    pytest.importorskip("jinja2")
+    pytest.importorskip("matplotlib")
+    runs, truth = _comparison_runs(tmp_path), write_truth(tmp_path)
+    out = tmp_path / "report.html"
+    shipped = runner.invoke(app, ["report", *map(str, runs), "--out", str(out), "--resamples", "0"])  # images 1-4: not the standard lists
+    assert shipped.exit_code == 2 and "report RUNDIR... --ground-truth FILE" in shipped.output and not out.exists()
+    options = ["--family", "singularize", "--tokenizer", "line", "--ground-truth", str(truth)]
+    made = runner.invoke(app, ["report", *map(str, runs), "--out", str(out), "--resamples", "30", *options])
+    assert made.exit_code == 0, made.output
+    page, twin = out.read_text(encoding="utf-8"), out.with_suffix(".md").read_text(encoding="utf-8")
+    assert "chair@lemmatizer" not in page and "Normaliser family <b><code>chair@singularize</code></b>" in page
+    assert "words split by tokenizer <code>line</code>" in page
+    assert f"--family singularize --tokenizer line --ground-truth {truth} --out FILE.html" in page  # the footer's command
+    comments = [line for line in twin.split("\n") if "-provenance {" in line]
+    assert len(comments) == 4 and all('"tokenizer": "line"' in c and "chair@singularize" in c and "lemmatizer" not in c for c in comments)
+    assert "tokenizer: line" in twin  # each CHAIR section's note says how its words were split
+    verb = runner.invoke(app, ["decoding", str(runs[0]), str(runs[1]), "--sampled-baseline", str(runs[2]), *options, "--markdown",
+                               "--bootstrap", "30"])  # fmt: skip
+    assert verb.exit_code == 0, verb.output
+    heading = "## Decoding methods on free-form answers"
+    assert _section_tables(verb.stdout, heading) == _section_tables(twin, heading)
+    checked = _check(str(out.with_suffix(".md")))
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.stdout)["tables"] == 4 and json.loads(checked.stdout)["findings"] == []
+    for bad, message in ((["--tokenizer", "spaces"], "--tokenizer must be punkt or line, not 'spaces'"),
+                         (["--family", "stemmer"], "--family must be lemmatizer, singularize or both, not 'stemmer'"),
+                         (["--ground-truth", str(tmp_path / "none.jsonl")], "none.jsonl: ground truth file not found")):  # fmt: skip
+        refused = runner.invoke(app, ["report", *map(str, runs), "--out", str(tmp_path / "bad.html"), *bad])
+        assert refused.exit_code == 2 and message in refused.output and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert not (tmp_path / "bad.html").exists()
+
+
+def _yes_no_run(root: Path) -> Path:
+    """A small yes/no run (scripted backend, one POPE split of four images)."""
+    from PIL import Image
+
+    images = root / "images"
+    images.mkdir()
+    lines, qid = [], 1
+    for i in range(4):
+        Image.new("RGB", (8, 8), (60 * i, 40, 90)).save(images / f"img{i}.png")
+        for obj, label in (("dog", "yes"), ("cat", "no")):
+            lines.append(json.dumps({"question_id": qid, "image": f"img{i}.png", "text": f"Is there a {obj} in the image?", "label": label}))
+            qid += 1
+    bench = root / "toy_pope_random.json"
+    bench.write_text("\n".join(lines) + "\n")
+    script = root / "model.json"
+    script.write_text(json.dumps({"present": {f"img{i}.png": ["dog"] + (["cat"] if i == 0 else []) for i in range(4)}, "seed": 0}))
+    out = root / "pope"
+    made = runner.invoke(app, ["run", "--backend", "scripted", "--model", str(script), "--images", str(images), "--benchmark", str(bench),
+                               "--out", str(out)])  # fmt: skip
+    assert made.exit_code == 0, made.output
+    return out
+
+
+def test_a_yes_no_report_with_caption_runs_shows_their_decoding_table(tmp_path: Path) -> None:
+    """A yes/no run and caption runs that are a decoding comparison: the yes/no page (the caption runs
+    never scored as yes/no runs) with the Decoding section; check verifies the headline and decoding tables."""
+    pytest.importorskip("jinja2")
+    pytest.importorskip("matplotlib")
+    runs, truth, pope = _comparison_runs(tmp_path), write_truth(tmp_path), _yes_no_run(tmp_path)
+    out = tmp_path / "report.html"
+    options = ["--family", "singularize", "--tokenizer", "line", "--ground-truth", str(truth), "--resamples", "30"]
+    made = runner.invoke(app, ["report", str(pope), *map(str, runs), "--out", str(out), *options])
+    assert made.exit_code == 0, made.output
+    page, twin = out.read_text(encoding="utf-8"), out.with_suffix(".md").read_text(encoding="utf-8")
+    assert '<section id="headline">' in page and '<a href="#decoding">Decoding</a>' in page and "leaderboard" not in page
+    assert page.index('<section id="headline">') < page.index('<section id="decoding" class="run">') < page.index("<footer>")
+    assert "<td>vcd:alpha=1,beta=0.1</td><td>method</td>" in page and "halluprobe-chair-provenance" not in twin
+    assert f"halluprobe report {pope} {runs[0]} {runs[1]} {runs[2]} --family singularize" in page
+    checked = _check(str(out.with_suffix(".md")))
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.stdout)["tables"] == 2 and json.loads(checked.stdout)["findings"] == []
+    line = _edit_digit(out.with_suffix(".md"), "| vcd:alpha=1,beta=0.1 | greedy |")
+    edited = _check(str(out.with_suffix(".md")))
+    assert edited.exit_code == 1 and [f["line"] for f in json.loads(edited.stdout)["findings"]] == [line]
+    # caption runs that are no comparison (two greedy runs) cannot join a yes/no page; CHAIR options on yes/no runs alone are refused
+    other = decoding_run(tmp_path / "other", GREEDY)
+    mixed = runner.invoke(app, ["report", str(pope), str(runs[0]), str(other), "--out", str(tmp_path / "m.html"), *options])
+    assert mixed.exit_code == 2 and "decoding comparison" in mixed.output and not (tmp_path / "m.html").exists()
+    alone = runner.invoke(app, ["report", str(pope), "--out", str(tmp_path / "a.html"), "--tokenizer", "line"])
+    assert alone.exit_code == 2 and "count CHAIR of captions" in alone.output and not (tmp_path / "a.html").exists()

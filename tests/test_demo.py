@@ -38,6 +38,26 @@ def test_demo_runs_offline_end_to_end(tmp_path: Path) -> None:
     assert f"report: {out / 'report.html'}" in result.output
     assert "halluprobe-demo" not in result.output  # every path printed is the one asked for
     _captions_are_what_decoding_prints(out, result.output)
+    _report_shows_the_caption_table(out)
+
+
+def _report_shows_the_caption_table(out: Path) -> None:
+    """report.html: the POPE run's sections and the caption runs' Decoding section (the caption
+    runs are not scored as POPE runs); every table of report.md under a provenance comment checks."""
+    page = (out / "report.html").read_text(encoding="utf-8")
+    twin = (out / "report.md").read_text(encoding="utf-8")
+    assert '<section id="headline">' in page and '<a href="#decoding">Decoding</a>' in page
+    section = page.split('<section id="decoding" class="run">', 1)[1].split("</section>", 1)[0]
+    assert "<h2>Decoding methods on free-form answers</h2>" in section and section.count("<table") == 3
+    for role in ("greedy baseline", "method", "sampled baseline"):  # the three caption runs, 120 captions each
+        assert f"</td><td>{role}</td><td>120</td>" in section, role
+    assert "<td>vcd:alpha=1,beta=0.1 (sampled, temperature=1.0, seed=0)</td><td>method</td>" in section
+    assert "captions-greedy" not in page.split('<section id="decoding"', 1)[0].split("</nav>", 1)[1]  # no POPE section of it
+    assert f"halluprobe report {out / 'run'} {out / 'captions-greedy'} " in page  # the footer's command names the caption runs
+    assert twin.count("halluprobe-decoding-provenance") == 1 and '"tokenizer": "line"' in twin
+    checked = CliRunner().invoke(app, ["check", str(out / "report.md"), "--json"])
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.stdout)["tables"] == 2  # the headline table and the decoding comparison
 
 
 def _captions_are_what_decoding_prints(out: Path, output: str) -> None:
