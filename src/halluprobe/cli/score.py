@@ -204,16 +204,16 @@ def report_cmd(
     seed: SeedOption = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace --out (or its .md twin) even where it is not a report halluprobe wrote.")] = False,
     family: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(help="CHAIR family for runs of open answers: lemmatizer (OPERA's chair.py), singularize (the original) or both "
                      "[default: both in the CHAIR sections, lemmatizer in the decoding table]."),
     ] = None,
     tokenizer: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(help="How CHAIR splits captions into words: punkt (nltk word_tokenize, as the evaluators) or line (no punkt data) [default: punkt]."),
     ] = None,
     ground_truth: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option(help="CHAIR ground truth for captions: object lines {image_id|image, objects} or a saved ground truth "
                      "[default: shipped for the standard lists]."),
     ] = None,

@@ -60,7 +60,10 @@ class ChairCounting:
 
     def truth_for(self, family: str) -> Any:
         """The ground truth ``family`` (a full name) counts against."""
-        from halluprobe.benchmarks.chair.groundtruth import load_ground_truth, shipped_ground_truth
+        from halluprobe.benchmarks.chair.groundtruth import (
+            load_ground_truth,
+            shipped_ground_truth,
+        )
 
         return shipped_ground_truth(family) if self.ground_truth is None else load_ground_truth(self.ground_truth)
 
