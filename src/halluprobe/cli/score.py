@@ -206,16 +206,16 @@ def report_cmd(
     family: Annotated[
         str | None,
         typer.Option(help="CHAIR family for runs of open answers: lemmatizer (OPERA's chair.py), singularize (the original) or both "
-                     "[default: both in the CHAIR sections, lemmatizer in the decoding table]."),
+                     "(default: both in the CHAIR sections, the lemmatizer in the decoding table)."),
     ] = None,
     tokenizer: Annotated[
         str | None,
-        typer.Option(help="How CHAIR splits captions into words: punkt (nltk word_tokenize, as the evaluators) or line (no punkt data) [default: punkt]."),
+        typer.Option(help="How CHAIR splits captions into words: punkt (nltk word_tokenize, as the evaluators) or line (no punkt data), default punkt."),
     ] = None,
     ground_truth: Annotated[
         Path | None,
         typer.Option(help="CHAIR ground truth for captions: object lines {image_id|image, objects} or a saved ground truth "
-                     "[default: shipped for the standard lists]."),
+                     "(default: the sets shipped for the standard lists)."),
     ] = None,
 ) -> None:
     """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots.
