@@ -270,3 +270,19 @@ def test_a_yes_no_report_with_caption_runs_shows_their_decoding_table(tmp_path: 
     assert mixed.exit_code == 2 and "decoding comparison" in mixed.output and not (tmp_path / "m.html").exists()
     alone = runner.invoke(app, ["report", str(pope), "--out", str(tmp_path / "a.html"), "--tokenizer", "line"])
     assert alone.exit_code == 2 and "count CHAIR of captions" in alone.output and not (tmp_path / "a.html").exists()
+
+
+def test_render_report_refuses_caption_runs_that_are_no_comparison(tmp_path: Path) -> None:
+    """`render_report(..., captions=)`: caption runs that are no decoding comparison are bad input, and nothing is written."""
+    pytest.importorskip("jinja2")
+    pytest.importorskip("matplotlib")
+    from halluprobe.errors import InputError
+    from halluprobe.report import render_report
+    from halluprobe.report.decoding_section import ChairCounting
+
+    pope = _yes_no_run(tmp_path)
+    greedy, other = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "other", METHOD)
+    out = tmp_path / "report.html"
+    with pytest.raises(InputError, match="must be a decoding comparison"):
+        render_report([pope], out, captions=[greedy, other], chair=ChairCounting("singularize", "line", write_truth(tmp_path)), n_resamples=0)
+    assert not out.exists() and not out.with_suffix(".md").exists()
