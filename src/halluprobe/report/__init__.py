@@ -62,6 +62,7 @@ def render_report(
         raise InputError("the HTML page needs another name than its Markdown twin (.md)", out_html)
     if not paths and not audits:
         raise ValueError("render_report needs at least one run directory or audit")
+    decoding = _decoding_of_captions(captions, chair, n_resamples=n_resamples, seed=seed)  # refused before any audit
     if audits is None:
         from halluprobe.audit import audit_run
 
@@ -75,7 +76,6 @@ def render_report(
     view = build_view(audits, paths or [None] * len(audits), comparison)
     _add_corrections(view, paths, corrections, n_resamples=n_resamples, seed=seed)
     _add_parsers(view, paths)
-    decoding = _decoding_of_captions(captions, chair, n_resamples=n_resamples, seed=seed)
     build_figures(view)
     out_md = out_html.with_suffix(".md")
     page = render_html(view, recompute=_captions_options(captions, chair))
