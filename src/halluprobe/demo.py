@@ -3,9 +3,10 @@
 ``run_demo`` generates held-out scenes (:mod:`halluprobe.benchmarks.synthetic`, a seed the demo
 model never saw), builds the three POPE splits from their COCO annotations, runs the demo model
 shipped in the package (``halluprobe/demo_model``: a LLaVA trained on such scenes by
-``tools/train_demo_model.py``) with every readout, then scores, audits and writes the report.
-Then the same model captions the same scenes, greedy, sampled and with one decoding method, and
-CHAIR compares them as ``halluprobe decoding`` does (:mod:`halluprobe.demo_captions`).
+``tools/train_demo_model.py``) with every readout, then scores and audits. Then the same model
+captions the same scenes, greedy, sampled and with one decoding method, and CHAIR compares them
+as ``halluprobe decoding`` does (:mod:`halluprobe.demo_captions`); the report shows the POPE run
+and, in its Decoding section, that caption comparison.
 
 The model really answers: it looks at the image, and when unsure it leans on what usually goes
 with the scene, so POPE's adversarial negatives fool it more than random ones. Its vocabulary is
