@@ -86,6 +86,12 @@ def _prove_lines(prove: Mapping[str, Any]) -> list[str]:
     return lines + ["", "hscore, tscore in % (PROVE's scores of `prove score`); differences over the questions both runs score, resampled by image.", ""]
 
 
+def _counted_by(chair: Mapping[str, Any]) -> str:
+    """The family, and the tokenizer where it is not punkt's (older results name none)."""
+    tokenizer = chair.get("tokenizer", "punkt")
+    return chair["family"] if tokenizer == "punkt" else f"{chair['family']}, tokenizer {tokenizer}"
+
+
 def decoding_markdown(result: Mapping[str, Any], provenance: Mapping[str, Any]) -> str:
     lines = ["## Decoding methods on free-form answers", "", _comment(provenance, "markdown")]
     chair = result.get("chair")
@@ -93,7 +99,7 @@ def decoding_markdown(result: Mapping[str, Any], provenance: Mapping[str, Any]) 
         lines += markdown_table(["run", "role", "n", *(label for _, label, _ in COLUMNS)], _run_rows(chair))
         gt = chair["ground_truth"]
         year = " " + str(gt["year"]) if gt.get("year") else ""
-        note = (f"CHAIR ({chair['family']}) on the {chair['images']} images every run captioned ({chair['images_dropped']} left out: a failed "
+        note = (f"CHAIR ({_counted_by(chair)}) on the {chair['images']} images every run captioned ({chair['images_dropped']} left out: a failed "
                 f"sample in some run); ground truth: {gt['source']}{year}. CHAIR_s, CHAIR_i, Recall in %, "
                 "Len in words per caption, Hall/100w = hallucinated objects per 100 words; 95% image-bootstrap CIs.")  # fmt: skip
         lines += ["", note, ""]
@@ -150,7 +156,7 @@ def decoding_text(result: Mapping[str, Any]) -> str:
     lines = []
     chair = result.get("chair")
     if chair is not None:
-        lines.append(f"CHAIR ({chair['family']}), {chair['images']} images ({chair['images_dropped']} left out)")
+        lines.append(f"CHAIR ({_counted_by(chair)}), {chair['images']} images ({chair['images_dropped']} left out)")
         for row in _run_rows(chair):
             lines.append(f"  {row[0]} [{row[1]}] n={row[2]}: " + "  ".join(f"{label} {cell}" for (_, label, _), cell in zip(COLUMNS, row[3:])))
         for row in _paired_rows(chair):
