@@ -358,3 +358,24 @@ def test_tokenizer_line_is_recorded_and_check_recomputes_with_it(tmp_path: Path)
     unknown = runner.invoke(app, [*args, "--tokenizer", "spaces"])
     assert unknown.exit_code == 2 and "--tokenizer must be punkt or line, not 'spaces'" in unknown.output
     assert len(unknown.output.strip().splitlines()) == 1
+
+
+def test_ground_truth_from_coco_is_read_with_the_runs_tokenizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--coco` with `--tokenizer line`: COCO's captions are split as the run's captions are, so
+    no punkt data is needed anywhere (NLTK's data path points at an empty folder here)."""
+    import nltk
+
+    from _chair import write_coco
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "no_nltk_data")])
+    real = chair_families.NltkLineTools.__mro__[1]  # the real NltkTools, under this module's fixture
+    monkeypatch.setattr(chair_families, "NltkTools", real)
+    coco = write_coco(tmp_path / "ann", "2017", {1: ["dog"], 2: ["cat"], 3: []}, {1: ["a man"], 2: ["a cat"], 3: ["a red dog"]})
+    opera = tmp_path / "opera.jsonl"
+    opera.write_text('{"image_id": 1, "caption": "a man and a dog"}\n{"image_id": 2, "caption": "a cat"}\n{"image_id": 3, "caption": "a cat"}\n')
+    args = ["chair", str(opera), "--coco", str(coco), "--year", "2017", "--family", "singularize", "--tokenizer", "line", "--json", "--bootstrap", "0"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)["chair@singularize"]["summary"]
+    # image 3's COCO caption gives it a dog (the caption's words, as the family reads them): its "cat" is hallucinated
+    assert summary["chair_s"] == pytest.approx(1 / 3) and summary["recall"] == pytest.approx(3 / 4)

@@ -179,7 +179,7 @@ def chair_cmd(
             )
         caps, settings = read_captions(captions, fmt)
         other = read_captions(against, fmt)[0] if against is not None else None
-        truths = {name: ground_truth_for(name, ground_truth, coco, year, coco_sha256) for name in names}
+        truths = {name: ground_truth_for(name, ground_truth, coco, year, coco_sha256, tokenizer=tokenizer) for name in names}
         results, per_caption = chair_results(caps, settings, names, truths.__getitem__, truncate=truncate_incomplete,
                                              n_resamples=bootstrap, seed=seed, tokenizer=tokenizer)  # fmt: skip
         for name, truth in truths.items():

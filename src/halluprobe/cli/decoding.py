@@ -74,7 +74,7 @@ def decoding_cmd(
             from halluprobe.benchmarks.chair.inputs import ground_truth_for
 
             fam = family_named(family, tokenizer=tokenizer)
-            truth = ground_truth_for(fam.name, ground_truth, coco, year, coco_sha256)
+            truth = ground_truth_for(fam.name, ground_truth, coco, year, coco_sha256, tokenizer=tokenizer)
         result = decoding_table(
             runs[0], runs[1:], sampled_baseline=sampled_baseline, family=fam, ground_truth=truth, truncate=truncate_incomplete,
             prove_scores=prove_scores or (), chair=not no_chair, n_resamples=bootstrap, seed=seed,

@@ -13,9 +13,10 @@ __all__ = ["caption_source", "ground_truth_for", "read_captions"]
 
 
 def ground_truth_for(
-    family: str, ground_truth: Path | None, coco: Path | None, year: str, coco_sha256: str | None = None
+    family: str, ground_truth: Path | None, coco: Path | None, year: str, coco_sha256: str | None = None, *, tokenizer: str = "punkt"
 ) -> Any:
-    """The ground truth named by ``--ground-truth`` or ``--coco`` (built for ``family``), else the shipped sets."""
+    """The ground truth named by ``--ground-truth`` or ``--coco`` (built for ``family``, COCO's
+    captions split into words by ``tokenizer`` as the runs' captions are), else the shipped sets."""
     from halluprobe.benchmarks.chair.families import family_named
     from halluprobe.benchmarks.chair.groundtruth import (
         coco_annotation_files,
@@ -31,7 +32,7 @@ def ground_truth_for(
     if coco is not None:
         instances, captions = coco_annotation_files(coco, year, expected_sha256=coco_sha256)
         return ground_truth_from_coco(
-            instances, captions, family_named(family), year=year
+            instances, captions, family_named(family, tokenizer=tokenizer), year=year
         )
     return shipped_ground_truth(family)
 
