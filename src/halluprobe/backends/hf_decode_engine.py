@@ -69,6 +69,9 @@ class DecodeEngine:
         eos = core.model.generation_config.eos_token_id
         ends = set(eos if isinstance(eos, list) else [eos]) | {core.tokenizer.eos_token_id}
         self.end_ids = sorted(int(i) for i in ends if i is not None)
+        # base and contrast rows in one forward pass per step where shapes allow (hf_decode.joined_inputs);
+        # False: a pass per branch (the bench compares both)
+        self.joint = True
 
     def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
@@ -123,17 +126,26 @@ class DecodeEngine:
 
     def decode_batch(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
         """One batch through the loop (``images``: the rows' images, in order); exceptions pass."""
-        import torch
-
         core = self.core
         base = core.inputs.encode([r.prompt for r in rows], images)
         contrast = self._contrast_inputs(rows, images, base)
+        return self.loop(rows, core.to_device(base), core.to_device(contrast) if contrast is not None else None, keep_steps=keep_steps)
+
+    def loop(
+        self, rows: Sequence[Request], base: dict[str, Any], contrast: dict[str, Any] | None, *, keep_steps: bool = False, prefix_ids: Any = None
+    ) -> Decoded:
+        """The rows' branches (device inputs: full prompts, or suffixes after a cached prefix
+        whose ids are ``prefix_ids``) through the loop, each row with its question's generator."""
+        import torch
+
+        core = self.core
         generators = []
         if self.sampling is not None:
             assert self.config.seed is not None
             generators = [torch.Generator().manual_seed(question_seed(self.config.seed, r)) for r in rows]
         return contrast_decode(
-            core.model, core.to_device(base), core.to_device(contrast) if contrast is not None else None, self.rule,
+            core.model, base, contrast, self.rule,
             max_new_tokens=self.config.max_new_tokens, end_ids=self.end_ids, pad_id=core.pad_id,
             sampling=self.sampling, generators=generators, keep_steps=keep_steps, image_token_id=core.inputs.image_token_id,
+            prefix_ids=prefix_ids, joint=self.joint,
         )  # fmt: skip
