@@ -137,9 +137,10 @@ class DoLaRule:
         if self.relative_top > 0:
             cutoff = math.log(self.relative_top) + final.max(dim=-1, keepdim=True).values
             scores = scores.masked_fill(final < cutoff, -math.inf)
-        if self.repetition_penalty != 1.0:
-            penalised = torch.where(scores < 0, scores * self.repetition_penalty, scores / self.repetition_penalty)
-            scores = torch.where(seen, penalised, scores)
+        if self.repetition_penalty != 1.0:  # on the seen tokens only (a few dozen ids of the vocabulary)
+            rows, columns = seen.nonzero(as_tuple=True)
+            picked = scores[rows, columns]
+            scores[rows, columns] = torch.where(picked < 0, picked * self.repetition_penalty, picked / self.repetition_penalty)
         return scores
 
 
