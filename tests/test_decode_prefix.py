@@ -250,3 +250,31 @@ def test_a_failing_batch_is_asked_again_row_by_row(setup: Any, tmp_path: Path, m
     got = {r.key: r for batch in _engine(fast, "vcd:alpha=1", steps=4).answer(requests) for r in batch}
     assert got[requests[1].key].error == "RuntimeError: branch failed" and got[requests[1].key].text is None
     assert {k: r.text for k, r in got.items() if k != requests[1].key} == {k: v for k, v in want.items() if k != requests[1].key}
+
+
+def test_qwen2_vl_decodes_with_its_multimodal_rotary_positions(tmp_path: Path) -> None:
+    """Qwen2-VL (3-D rotary positions): the plain loop's first step is the model's own forward
+    (positions from its get_rope_index, padding ignored), and the prefix engine's steps are the
+    plain engine's. Before the plain loop took get_rope_index's positions, its steps were off by
+    up to 1.7e-2 from the prefix engine's on this build."""
+    from _families import build_family
+
+    from halluprobe.tiny import demo_photos
+
+    photos, _ = demo_photos(tmp_path / "photos")
+    path = build_family("qwen2_vl", tmp_path / "qwen2_vl")
+    fast = HFBackend(str(path), dtype="float32", device="cpu")
+    plain = HFBackend.on_core(fast.core, prefix_cache=False)
+    image = str(photos / sorted(p.name for p in photos.iterdir() if p.suffix == ".jpg")[0])
+    rows = [Request(split="s", question_id=i, image_path=image, prompt=fast.render_prompt(q, None),
+                    variants={"no-image": fast.render_prompt(q, None, image=False)}) for i, q in enumerate(QUESTIONS)]  # fmt: skip
+    images, errors = fast.core.load_images(rows)
+    assert not errors
+    for spec in (None, "vcd:alpha=1,beta=0.1", "m3id:lambda=0.5"):
+        want = _engine(plain, spec, joint=False).decode_batch(rows, images, keep_steps=True)
+        _same_steps(_engine(fast, spec).decode_batch(rows, images, keep_steps=True), want, f"qwen2_vl {spec}")
+    inputs = fast.core.inputs.encode([r.prompt for r in rows], images)
+    assert len({int(m.sum()) for m in inputs["attention_mask"]}) > 1  # left-padded rows
+    with torch.inference_mode():
+        own = fast.core.model(**inputs).logits[:, -1]
+    _close(want.first_logits.float(), own.float(), "qwen2_vl: the loop's first step against the model's own forward")

@@ -98,6 +98,8 @@ class _Branch:
         self.keep_last: dict[str, Any] = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.mask = inputs["attention_mask"]
         positions = inputs.get("position_ids")
+        if positions is None:
+            positions = _rope_positions(model, inputs)
         self.positions = positions if positions is not None else (self.mask.long().cumsum(-1) - 1).clamp(min=0)
         self.cache: Any = inputs.get("past_key_values")
         self.first = {k: v for k, v in inputs.items() if k not in ("position_ids", "past_key_values")}
@@ -127,6 +129,19 @@ class _Branch:
                 early = [head(norm(states[n][:, -1, :])) for n in hidden]
         self.cache = out.past_key_values
         return out.logits[:, -1, :], early
+
+
+def _rope_positions(model: Any, inputs: dict[str, Any]) -> Any:
+    """[3, batch, length] multimodal rotary positions of full prompts with an image (Qwen2-VL's
+    family: the model's own ``get_rope_index``, padding ignored), else ``None`` (the positions
+    count the mask's tokens: ``cumsum(mask) - 1``, what ``generate`` gives a left-padded batch)."""
+    get_rope_index = getattr(getattr(model, "model", None), "get_rope_index", None)
+    types = inputs.get("mm_token_type_ids")
+    if get_rope_index is None or types is None or not bool(types.any()):
+        return None
+    params = inspect.signature(get_rope_index).parameters
+    positions, _ = get_rope_index(**{k: v for k, v in inputs.items() if k in params})
+    return positions
 
 
 # inputs a joined full-prompt batch may hold: tensors with one entry per image (or none)
