@@ -23,11 +23,14 @@ layers each step, the premature layer chosen per row and step by JSD.
 PAI (:class:`PAIRule`): the base branch under hf_signals' amplified attention at every step,
 guided against the no-image branch.
 
-Not done yet (issue 24): the prefix-cache engine; one forward pass shared by base and contrast rows.
-
-Plain engine only: full prompts, left-padded, explicit positions (``cumsum(mask) - 1``, what
-``generate`` gives a left-padded batch), one forward pass per branch and step. torch is imported
-inside the functions.
+Inputs: full prompts, left-padded, explicit positions (``cumsum(mask) - 1``, what ``generate``
+gives a left-padded batch; Qwen2-VL's family: the model's own 3-D rotary positions), or suffixes
+after an image's cached prefix (hf_decode_prefix.py: ``past_key_values`` and explicit positions).
+With ``joint`` the base and contrast rows run as one batch of 2B rows, one KV cache and one
+forward pass per step, wherever :func:`joined_inputs` can put them together (full prompts
+re-left-padded to one width; suffixes after prefixes of one length: VCD's noised prefix); else
+one forward pass per branch and step. The first step asks for the last position's logits only
+(``logits_to_keep=1``). torch is imported inside the functions.
 """
 
 from __future__ import annotations

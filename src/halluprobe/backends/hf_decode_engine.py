@@ -10,7 +10,9 @@ from a generator seeded by the run's ``--seed`` and the question's key, so a res
 another batch size) writes the same text.
 
 A batch that fails is asked again row by row, so a failure is an error on its own sample (asked
-again on ``--resume``), never a fallback to plain decoding. Plain engine only: no prefix cache.
+again on ``--resume``), never a fallback to plain decoding. The base and contrast rows share one
+forward pass per step where shapes allow (``joint``). This is the engine of ``--no-prefix-cache``
+and of families whose engine is plain; the prefix-cache variant: hf_decode_prefix.py.
 """
 
 from __future__ import annotations

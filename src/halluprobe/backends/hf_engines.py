@@ -11,7 +11,10 @@ and its shared :class:`~halluprobe.backends.hf_core.Batching`. Two engines give 
   about one image are computed once; an image whose prompts share no prefix goes through the
   plain engine's batches. See docs/design/prefix-cache.md.
 
-Either way every readout comes from one pass per batch (:meth:`ModelCore.first_step`).
+Either way every readout comes from one pass per batch (:meth:`ModelCore.first_step`). A call
+that decodes with a method or by sampling gets the decoding loop's engine instead: after each
+image's cached prefix (hf_decode_prefix.PrefixDecodeEngine) when the prefix cache is on, else on
+full prompts (hf_decode_engine.DecodeEngine).
 """
 
 from __future__ import annotations
