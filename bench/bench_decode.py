@@ -178,7 +178,7 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     def run_plain(engine: DecodeEngine, which: list[tuple[list[Request], list[Any]]]) -> int:
         done = 0
         for rows, imgs in which:
-            decoded = engine.decode_batch(rows, imgs)
+            decoded = engine.decode_full(rows, imgs)
             done += sum(len(t) for t in decoded.tokens)
         return done
 
@@ -205,9 +205,9 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     def one(name: str, warm_up: bool = False) -> int:
         if name == "generate":
             done = run_generate(batches[:1] if warm_up else batches)
-        elif isinstance(engines[name], PrefixDecodeEngine):
+        elif isinstance(engines[name], PrefixDecodeEngine) and len(questions) > 1:
             done = run_prefix(engines[name], per_image[:1] if warm_up else per_image)  # type: ignore[arg-type]
-        else:
+        else:  # the prefix engine decodes images asked one question in batches of full prompts too
             done = run_plain(engines[name], batches[:1] if warm_up else batches)
         if cuda:
             torch.cuda.synchronize()  # the GPU's queued work belongs to this setting's time

@@ -278,3 +278,15 @@ def test_qwen2_vl_decodes_with_its_multimodal_rotary_positions(tmp_path: Path) -
     with torch.inference_mode():
         own = fast.core.model(**inputs).logits[:, -1]
     _close(want.first_logits.float(), own.float(), "qwen2_vl: the loop's first step against the model's own forward")
+
+
+def test_images_asked_one_question_are_decoded_together_from_full_prompts(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One question per image: no prefix pass (nothing to share; a batch per image would lose
+    batching across images), the plain engine's text."""
+    fast, plain, requests, _ = setup
+    one_each = [requests[0], requests[len(QUESTIONS)]]
+    assert one_each[0].image_path != one_each[1].image_path
+    spy = PrefixSpy(fast, monkeypatch)
+    got = {r.key: r.text for batch in _engine(fast, "vcd:alpha=1").answer(one_each) for r in batch}
+    assert spy.prefixes == 0
+    assert got == {r.key: r.text for batch in _engine(plain, "vcd:alpha=1").answer(one_each) for r in batch}

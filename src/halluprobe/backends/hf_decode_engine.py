@@ -121,13 +121,18 @@ class DecodeEngine:
 
     def _decode(self, rows: Sequence[Request], images: list[Any], started: float) -> dict[tuple[str, int], Response]:
         core = self.core
-        decoded = self.decode_batch(rows, images)
+        decoded = self.decode_full(rows, images)
         texts = core.tokenizer.batch_decode(decoded.tokens, skip_special_tokens=True)
         latency = (time.perf_counter() - started) / len(rows)
         return core.responses([[r] for r in rows], decoded.first_logits, texts, latency, self.config.top_k)
 
     def decode_batch(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
         """One batch through the loop (``images``: the rows' images, in order); exceptions pass."""
+        return self.decode_full(rows, images, keep_steps=keep_steps)
+
+    def decode_full(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
+        """One batch of full prompts through the loop (the prefix engine's way for images it
+        cannot or need not share a prefix of); exceptions pass."""
         core = self.core
         base = core.inputs.encode([r.prompt for r in rows], images)
         contrast = self._contrast_inputs(rows, images, base)

@@ -17,8 +17,10 @@ Each method's contrast branch here:
   tokens with the others: it runs as full prompts, a pass of its own per step.
 - DoLa: no contrast branch.
 
-An image whose prompts share no prefix (or whose prefix, longest suffix and new tokens exceed a
-sliding-attention window) goes through the plain engine's batches, logged once. Sampling seeds
+An image asked one distinct question (a caption per image) has nothing to share: such images
+are decoded together in the plain engine's batches of full prompts, as is an image whose prompts
+share no prefix (or whose prefix, longest suffix and new tokens exceed a sliding-attention
+window); each logged once. Sampling seeds
 each question as the plain engine does, so both engines write the same text. A batch that fails
 is asked again row by row; a row that still fails is an error sample, never plain decoding.
 torch is imported inside the functions.
@@ -70,9 +72,20 @@ class PrefixDecodeEngine(DecodeEngine):
         self.prefix_passes = SignalPasses(core, plan, batching)
 
     def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
+        """Images asked several distinct questions: their prefix once, then suffix batches. Images
+        asked one (a caption per image): nothing to share, and a batch per image would give up
+        batching across images, so they are decoded together in batches of full prompts."""
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
-        for _, group in itertools.groupby([requests[i] for i in order], key=lambda r: r.image_path):
-            yield from self._answer_image(list(group))
+        alone: list[Request] = []
+        for _, grouped in itertools.groupby([requests[i] for i in order], key=lambda r: r.image_path):
+            group = list(grouped)
+            if len({r.prompt for r in group}) < 2:
+                alone.extend(group)
+                continue
+            yield from self._answer_image(group)
+        if alone:
+            self.core.say_once("images asked one question share their prefix with no other prompt: decoding them in batches of full prompts")
+            yield from self.batching.run(alone, self._answer_batch, self.core.empty_device_cache)
 
     def prepare(self, group: Sequence[Request], image: Any) -> ImagePrefixes | None:
         """The image's prefixes for its questions ``group`` (exceptions pass), or ``None`` where
@@ -120,7 +133,7 @@ class PrefixDecodeEngine(DecodeEngine):
             raise ValueError("the prefix-cache decoding engine decodes the questions of one image per batch")
         prefixes = self.prepare(rows, images[0])
         if prefixes is None:
-            return super().decode_batch(rows, images, keep_steps=keep_steps)
+            return self.decode_full(rows, images, keep_steps=keep_steps)
         return self.decode_rows(prefixes, rows, keep_steps=keep_steps)
 
     def _answer_image(self, group: list[Request]) -> Iterator[list[Response]]:
