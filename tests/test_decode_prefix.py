@@ -290,3 +290,36 @@ def test_images_asked_one_question_are_decoded_together_from_full_prompts(setup:
     got = {r.key: r.text for batch in _engine(fast, "vcd:alpha=1").answer(one_each) for r in batch}
     assert spy.prefixes == 0
     assert got == {r.key: r.text for batch in _engine(plain, "vcd:alpha=1").answer(one_each) for r in batch}
+
+
+def test_instructblip_decodes_through_its_language_model_after_the_first_step(tmp_path: Path) -> None:
+    """InstructBLIP (plain engine: its Q-Former reads the question): the first step runs the whole
+    model, later steps its language model on the cache the first one left; every step equals the
+    full sequence recomputed without a cache, and neutral VCD writes generate's text. (The loop
+    failed on this family before: its output nests the language model's cache.)"""
+    from _families import build_family
+
+    from halluprobe.tiny import demo_photos
+
+    photos, _ = demo_photos(tmp_path / "photos")
+    backend = HFBackend(str(build_family("instructblip", tmp_path / "instructblip")), dtype="float32", device="cpu")
+    assert not backend.prefix_cache
+    names = sorted(p.name for p in photos.iterdir() if p.suffix == ".jpg")[:2]
+    rows = [Request(split="s", question_id=i, image_path=str(photos / n), prompt=backend.render_prompt(q, None))
+            for i, (n, q) in enumerate(zip(names, QUESTIONS))]  # fmt: skip
+    images, errors = backend.core.load_images(rows)
+    assert not errors
+    engine = _engine(backend, None, steps=4)
+    engine.end_ids = []  # every step, whatever the random model emits
+    decoded = engine.decode_batch(rows, images, keep_steps=True)
+    model = backend.core.model
+    for row, request in enumerate(rows):
+        one = backend.core.inputs.encode([request.prompt], [images[row]])
+        for step in range(4):
+            ids = torch.cat([one["input_ids"], torch.tensor([decoded.tokens[row][:step]], dtype=torch.long)], dim=-1)
+            with torch.inference_mode():
+                want = model(**{**one, "input_ids": ids, "attention_mask": torch.ones_like(ids)}).logits[0, -1]
+            assert float((want - decoded.base_logits[step][row]).abs().max()) < TOLERANCE, (row, step)
+    config = GenerateConfig(max_new_tokens=6, stop_strings=())
+    generated = {r.key: r.text for batch in backend.answer(rows, config) for r in batch}
+    assert generated == {r.key: r.text for batch in backend.answer(rows, config.model_copy(update={"decode": "vcd:alpha=0"})) for r in batch}

@@ -106,6 +106,7 @@ class _Branch:
         self.positions = positions if positions is not None else (self.mask.long().cumsum(-1) - 1).clamp(min=0)
         self.cache: Any = inputs.get("past_key_values")
         self.first = {k: v for k, v in inputs.items() if k not in ("position_ids", "past_key_values")}
+        self.stepper = model  # what runs the steps after the first (InstructBLIP: its language model)
 
     def step(self, tokens: Any | None, hidden: Sequence[int] = ()) -> tuple[Any, list[Any]]:
         """The next position's logits: the prompt on the first call, then the chosen ``tokens``;
@@ -117,11 +118,16 @@ class _Branch:
         with torch.inference_mode():
             if tokens is None:
                 out = self.model(**self.first, position_ids=self.positions, past_key_values=self.cache, use_cache=True, **wanted, **self.keep_last)
+                language = getattr(out, "language_model_outputs", None)
+                if getattr(out, "past_key_values", None) is None and language is not None:
+                    # InstructBLIP: the Q-Former's tokens are in the language model's cache now;
+                    # later steps are text only, through the language model itself
+                    out, self.stepper = language, self.model.language_model
             else:
                 ones = torch.ones_like(tokens)
                 self.mask = torch.cat([self.mask, ones], dim=-1)
                 self.positions = self.positions[..., -1:] + 1  # [batch, 1], or [3, batch, 1] (multimodal rotary)
-                out = self.model(
+                out = self.stepper(
                     input_ids=tokens, attention_mask=self.mask, position_ids=self.positions,
                     past_key_values=self.cache, use_cache=True, **wanted,
                 )  # fmt: skip
