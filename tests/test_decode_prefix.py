@@ -213,7 +213,7 @@ def _run(path: Path, bench: Path, images: Path, out: Path, *extra: str) -> Any:
 @pytest.mark.parametrize("extra", [("--decode", "vcd:alpha=1"), ("--decode", "pai:gamma=1.5,start=0", "--sample", "--seed", "3", "--temperature", "1.5")],
                          ids=["vcd", "pai-sampled"])  # fmt: skip
 def test_run_writes_the_same_text_with_and_without_the_prefix_cache(setup: Any, tmp_path: Path, extra: tuple[str, ...]) -> None:
-    fast, _, requests, path = setup
+    _, _, requests, path = setup
     images = Path(requests[0].image_path).parent
     bench = tmp_path / "open.jsonl"
     bench.write_text("".join(json.dumps({"question_id": i, "image": Path(r.image_path).name, "text": q, "label": "yes", "kind": "open"}) + "\n"
@@ -265,7 +265,7 @@ def test_qwen2_vl_decodes_with_its_multimodal_rotary_positions(tmp_path: Path) -
     path = build_family("qwen2_vl", tmp_path / "qwen2_vl")
     fast = HFBackend(str(path), dtype="float32", device="cpu")
     plain = HFBackend.on_core(fast.core, prefix_cache=False)
-    image = str(photos / sorted(p.name for p in photos.iterdir() if p.suffix == ".jpg")[0])
+    image = str(photos / min(p.name for p in photos.iterdir() if p.suffix == ".jpg"))
     rows = [Request(split="s", question_id=i, image_path=image, prompt=fast.render_prompt(q, None),
                     variants={"no-image": fast.render_prompt(q, None, image=False)}) for i, q in enumerate(QUESTIONS)]  # fmt: skip
     images, errors = fast.core.load_images(rows)
