@@ -7,6 +7,7 @@ engines; `run --open-ended --decode vcd` writes the same text with and without t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -119,15 +120,28 @@ def test_prefix_engine_equals_the_plain_engine_per_step(setup: Any, spec: str | 
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s is not None and not s.startswith("dola")], ids=lambda s: s.split(":")[0])
-def test_one_pass_for_base_and_contrast_rows_equals_a_pass_per_branch(setup: Any, spec: str) -> None:
+def test_one_pass_for_base_and_contrast_rows_equals_a_pass_per_branch(setup: Any, spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The plain engine's joined batch (VCD: the same ids with noised pixels; ICD: longer
-    prompts, re-left-padded; M3ID/PAI: the no-image prompts, PAI amplifying the base rows only)
-    against separate passes, every step within 1e-4, the same tokens."""
+    prompts, re-left-padded; M3ID/PAI: the no-image prompts, PAI amplifying the base rows only,
+    joined here whatever their padding) against separate passes, every step within 1e-4, the
+    same tokens."""
+    from halluprobe.backends import hf_decode
+
+    monkeypatch.setattr(hf_decode, "JOIN_PADDING", math.inf)
+    joins = []
+    real = hf_decode.joined_inputs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        joins.append(real(*args, **kwargs) is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf_decode, "joined_inputs", counted)
     fast, plain, requests, _ = setup
     for rows, images in _by_image(fast, requests):
         separate = _engine(plain, spec, joint=False).decode_batch(rows, images, keep_steps=True)
         joined = _engine(plain, spec, joint=True).decode_batch(rows, images, keep_steps=True)
         _same_steps(joined, separate, f"{spec} plain joined")
+    assert joins and all(joins)  # every joint call ran one batch of 2B rows
 
 
 def test_joined_inputs_are_one_batch_where_shapes_allow(setup: Any) -> None:
@@ -156,8 +170,11 @@ def test_joined_inputs_are_one_batch_where_shapes_allow(setup: Any) -> None:
     assert joined_inputs(core.model, base, instruction, core.pad_id) is None
     full = core.inputs.encode([r.prompt for r in rows], images)
     variants = core.inputs.encode([r.variants["no-image"] for r in rows], [])
-    together = joined_inputs(core.model, full, variants, core.pad_id)
+    assert joined_inputs(core.model, full, variants, core.pad_id) is None  # the no-image rows: mostly padding
+    together = joined_inputs(core.model, full, variants, core.pad_id, max_padding=math.inf)
     assert together is not None and together["pixel_values"].shape[0] == len(rows)
+    instructions = core.inputs.encode([r.variants["instruction"] for r in rows], images)
+    assert joined_inputs(core.model, full, instructions, core.pad_id) is not None
     assert together["input_ids"].shape == (2 * len(rows), full["input_ids"].shape[1])
 
 
@@ -171,7 +188,7 @@ def test_pai_leaves_rows_without_image_columns_exactly_as_an_unamplified_pass(se
     core = fast.core
     rows, images = _by_image(fast, requests)[0]
     base = core.inputs.encode([r.prompt for r in rows], images)
-    joined = joined_inputs(core.model, base, core.inputs.encode([r.variants["no-image"] for r in rows], []), core.pad_id)
+    joined = joined_inputs(core.model, base, core.inputs.encode([r.variants["no-image"] for r in rows], []), core.pad_id, max_padding=math.inf)
     assert joined is not None
     columns = joined["input_ids"] == core.inputs.image_token_id
     columns[len(rows) :] = False

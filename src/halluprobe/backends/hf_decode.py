@@ -62,6 +62,7 @@ __all__ = [
     "Decoded",
     "DoLaRule",
     "GreedyRule",
+    "JOIN_PADDING",
     "M3IDRule",
     "PAIRule",
     "Sampling",
@@ -153,18 +154,25 @@ def _rope_positions(model: Any, inputs: dict[str, Any]) -> Any:
     return positions
 
 
+# Full prompts join only where re-padding to one width adds at most this share to the tokens the
+# two branches' passes compute. The no-image branch (M3ID, PAI) is the image's tokens shorter: on
+# a LLaVA-shaped model with 576 image tokens, joining it doubled the loop's time (bench/README.md).
+JOIN_PADDING = 0.25
 # inputs a joined full-prompt batch may hold: tensors with one entry per image (or none)
 _JOINABLE = {"input_ids", "attention_mask", "pixel_values", "image_sizes"}
 _SUFFIX_KEYS = {"input_ids", "attention_mask", "position_ids", "past_key_values"}
 
 
-def joined_inputs(model: Any, base: dict[str, Any], contrast: dict[str, Any], pad_id: int) -> dict[str, Any] | None:
+def joined_inputs(
+    model: Any, base: dict[str, Any], contrast: dict[str, Any], pad_id: int, *, max_padding: float = JOIN_PADDING
+) -> dict[str, Any] | None:
     """The base rows then the contrast rows as one batch of 2B rows (one KV cache, one forward
     pass per step), or ``None`` where the shapes do not allow it. Full prompts (both branches):
     re-left-padded to one width, positions counted from the mask, the pixels of the rows that
     carry an image in row order (VCD: base then noised; M3ID/PAI: the base rows' only). Suffixes
     after cached prefixes (both branches): the same suffix width and prefix length (VCD's noised
-    prefix), the two caches stacked. A cached base with a full-prompt contrast: ``None``."""
+    prefix), the two caches stacked. A cached base with a full-prompt contrast: ``None``; full
+    prompts whose re-padding adds more than ``max_padding`` of their tokens: ``None``."""
     import torch
 
     from halluprobe.backends.hf_prefix import joined_cache
@@ -187,7 +195,10 @@ def joined_inputs(model: Any, base: dict[str, Any], contrast: dict[str, Any], pa
         }
     if cached != (False, False) or not set(base) <= _JOINABLE or not set(contrast) <= _JOINABLE:
         return None
-    width = max(base["input_ids"].shape[1], contrast["input_ids"].shape[1])
+    widths = (base["input_ids"].shape[1], contrast["input_ids"].shape[1])
+    width = max(widths)
+    if 2 * width > (1 + max_padding) * sum(widths):
+        return None
 
     def padded(key: str, inputs: dict[str, Any], value: int) -> Any:
         tensor = inputs[key]
@@ -246,7 +257,9 @@ def contrast_decode(
     import torch
 
     rows = base_inputs["input_ids"].shape[0]
-    together = joined_inputs(model, base_inputs, contrast_inputs, pad_id) if joint and contrast_inputs is not None else None
+    together = None
+    if joint and contrast_inputs is not None:
+        together = joined_inputs(model, base_inputs, contrast_inputs, pad_id, max_padding=JOIN_PADDING)
     if together is not None:
         base, contrast = _Branch(model, together), None
     else:
