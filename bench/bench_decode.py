@@ -10,7 +10,16 @@ ratio against greedy decoding in the same loop (``greedy``) and against transfor
 ``generate`` (``generate``, the plain engine's path) measured in the same run.
 
     python bench/bench_decode.py --images 16 --runs 5 --threads 1
+    python bench/bench_decode.py --images 4 --questions 6 --runs 5 --threads 1
     python bench/bench_decode.py --whole-process --images 16 --runs 3
+
+Every method runs on each engine of ``--engines`` (``plain``: full prompts, DecodeEngine;
+``prefix``: each image's prefix once, PrefixDecodeEngine, which decodes images asked one
+question from full prompts too) and, for the contrast methods, with each of ``--passes``
+(``joint``: base and contrast rows in one forward pass per step where the engine joins them;
+``separate``: a pass per branch). ``--questions N`` asks N distinct questions per image (the
+prefix engine shares the image's prefix among them); ``x greedy`` is against greedy on the same
+engine.
 
 ``--whole-process`` times ``halluprobe run --open-ended [--decode METHOD]`` as a separate process
 per setting instead (interpreter start, imports, model load, the run dir written): seconds per
