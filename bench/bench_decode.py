@@ -172,14 +172,15 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     settings: list[tuple[str, str, str, str]] = []  # (setting, method, engine, passes)
     for engine_name in args.engines.split(","):
         for name, spec in methods.items():
-            # one pass for both branches: any contrast branch on full prompts; on the prefix engine VCD's only
-            joinable = spec is not None and name != "dola" and (engine_name == "plain" or name == "vcd")
+            # one pass for both branches where the engine joins them: VCD (both engines) and ICD on full
+            # prompts; the no-image rows of M3ID and PAI do not join (hf_decode.JOIN_PADDING)
+            joinable = name == "vcd" or (name == "icd" and engine_name == "plain")
             for passes in tuple(args.passes.split(",")) if joinable else ("one" if spec is None or name == "dola" else "separate",):
                 # built directly: a config without decode or sample would get generate, not the loop
                 kind = PrefixDecodeEngine if engine_name == "prefix" else DecodeEngine
-                engine = kind(core, backend.batching, GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec))
+                config = GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec)
+                engine = kind(core, backend.batching, config, joint=passes != "separate")
                 engine.end_ids = []  # every row decodes exactly --new-tokens tokens
-                engine.joint = passes != "separate"
                 label = f"{name} {engine_name}" + ("" if passes == "one" or not joinable else f" {passes}")
                 engines[label] = engine
                 settings.append((label, name, engine_name, passes))

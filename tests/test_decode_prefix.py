@@ -65,9 +65,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path) -
 def _engine(backend: HFBackend, spec: str | None, *, joint: bool = True, steps: int = STEPS) -> DecodeEngine:
     config = GenerateConfig(max_new_tokens=steps, stop_strings=(), decode=spec)
     kind = PrefixDecodeEngine if backend.prefix_cache else DecodeEngine
-    engine = kind(backend.core, backend.batching, config)
-    engine.joint = joint
-    return engine
+    return kind(backend.core, backend.batching, config, joint=joint)
 
 
 def _by_image(backend: HFBackend, requests: list[Request]) -> list[tuple[list[Request], list[Any]]]:
@@ -229,7 +227,19 @@ def _run(path: Path, bench: Path, images: Path, out: Path, *extra: str) -> Any:
 
 @pytest.mark.parametrize("extra", [("--decode", "vcd:alpha=1"), ("--decode", "pai:gamma=1.5,start=0", "--sample", "--seed", "3", "--temperature", "1.5")],
                          ids=["vcd", "pai-sampled"])  # fmt: skip
-def test_run_writes_the_same_text_with_and_without_the_prefix_cache(setup: Any, tmp_path: Path, extra: tuple[str, ...]) -> None:
+def test_run_writes_the_same_text_with_and_without_the_prefix_cache(
+    setup: Any, tmp_path: Path, extra: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from halluprobe.backends.hf_core import ModelCore
+
+    prefixes = []
+    real = ModelCore.run_prefix
+
+    def counted(self: ModelCore, inputs: Any) -> Any:
+        prefixes.append(1)
+        return real(self, inputs)
+
+    monkeypatch.setattr(ModelCore, "run_prefix", counted)
     _, _, requests, path = setup
     images = Path(requests[0].image_path).parent
     bench = tmp_path / "open.jsonl"
@@ -242,6 +252,10 @@ def test_run_writes_the_same_text_with_and_without_the_prefix_cache(setup: Any, 
         samples = RunDir(tmp_path / name).read_samples()
         assert all(s.error is None for s in samples)
         texts[name] = {s.question_id: s.text for s in samples}
+        if name == "prefix":  # the prefix path ran: the base prefix per image (and VCD's noised one)
+            assert len(prefixes) == 2 * (2 if "vcd:alpha=1" in extra else 1)
+        else:
+            assert len(prefixes) == 2 * (2 if "vcd:alpha=1" in extra else 1)  # none more on the plain engine
     assert texts["prefix"] == texts["plain"] and len(texts["plain"]) == len(requests)
     # the engine is not part of the fingerprint: a plain run resumes on the prefix engine
     result = _run(path, bench, images, tmp_path / "plain", *extra, "--batch-size", "2", "--resume")

@@ -51,7 +51,7 @@ def question_seed(seed: int, request: Request) -> int:
 class DecodeEngine:
     """Free-form answers from the decoding loop; see the module docstring."""
 
-    def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig) -> None:
+    def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig, *, joint: bool = True) -> None:
         if config.signals:
             raise InputError("--signals records first-token contrasts of yes/no runs: not with --decode or --sample")
         if config.sample and config.seed is None:
@@ -73,7 +73,7 @@ class DecodeEngine:
         self.end_ids = sorted(int(i) for i in ends if i is not None)
         # base and contrast rows in one forward pass per step where shapes allow (hf_decode.joined_inputs);
         # False: a pass per branch (the bench compares both)
-        self.joint = True
+        self.joint = joint
 
     def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)

@@ -65,8 +65,8 @@ class PrefixDecodeEngine(DecodeEngine):
     """Free-form answers from the decoding loop after each image's cached prefix; see the module
     docstring."""
 
-    def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig) -> None:
-        super().__init__(core, batching, config)
+    def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig, *, joint: bool = True) -> None:
+        super().__init__(core, batching, config, joint=joint)
         branch = BRANCHES[self.method] if self.method is not None else None
         plan = SignalPlan(noise_step=VCD_NOISE_STEP if branch == "noised" else None, instruction=branch == "instruction")
         self.prefix_passes = SignalPasses(core, plan, batching)
