@@ -10,7 +10,16 @@ ratio against greedy decoding in the same loop (``greedy``) and against transfor
 ``generate`` (``generate``, the plain engine's path) measured in the same run.
 
     python bench/bench_decode.py --images 16 --runs 5 --threads 1
+    python bench/bench_decode.py --images 4 --questions 6 --runs 5 --threads 1
     python bench/bench_decode.py --whole-process --images 16 --runs 3
+
+Every method runs on each engine of ``--engines`` (``plain``: full prompts, DecodeEngine;
+``prefix``: each image's prefix once, PrefixDecodeEngine, which decodes images asked one
+question from full prompts too) and, for the contrast methods, with each of ``--passes``
+(``joint``: base and contrast rows in one forward pass per step where the engine joins them;
+``separate``: a pass per branch). ``--questions N`` asks N distinct questions per image (the
+prefix engine shares the image's prefix among them); ``x greedy`` is against greedy on the same
+engine.
 
 ``--whole-process`` times ``halluprobe run --open-ended [--decode METHOD]`` as a separate process
 per setting instead (interpreter start, imports, model load, the run dir written): seconds per
@@ -49,6 +58,15 @@ METHODS: dict[str, str | None] = {
     "pai": "pai:gamma=1.1,alpha=0.5,start=0,end=2",
     "dola": "dola:relative_top=0.1",
 }
+# the questions asked about every image (--questions: the first N)
+QUESTIONS = [
+    "Describe the image.",
+    "What objects are in this picture?",
+    "Is there a dog in the image?",
+    "What is the largest object here?",
+    "Describe the scene in detail.",
+    "Is there a cup in the image?",
+]
 # a bench-built LLaVA: PAI's published setting for LLaVA-1.5 (layers 2 to the last, the loop's defaults)
 LLAVA_METHODS: dict[str, str | None] = {**METHODS, "pai": "pai:gamma=1.1,alpha=0.5"}
 # LLaVA-1.5-7B: CLIP ViT-L/14-336 and LLaMA-7B (bench_engine.py's builder, random weights)
@@ -65,6 +83,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--questions", type=int, default=1, choices=range(1, len(QUESTIONS) + 1),
+                        help="distinct questions per image (the prefix engine shares each image's prefix among them)")  # fmt: skip
+    parser.add_argument("--engines", default="plain,prefix", help="plain (full prompts), prefix (each image's prefix once), or both")
+    parser.add_argument("--passes", default="joint,separate", help="contrast methods: joint (one forward pass for base and contrast rows), separate, or both")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
@@ -104,6 +126,7 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
 
     from halluprobe.backends.hf import HFBackend
     from halluprobe.backends.hf_decode_engine import DecodeEngine
+    from halluprobe.backends.hf_decode_prefix import PrefixDecodeEngine
     from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request
 
     started = time.perf_counter()
@@ -131,28 +154,52 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     loaded_mb = torch.cuda.memory_allocated() / 2**20 if cuda else None
     print(f"{described}; built and loaded in {time.perf_counter() - started:.1f} s", flush=True)
     core = backend.core
-    question = "Describe the image."
+    questions = QUESTIONS[: args.questions]
     requests = [
-        Request(split="bench", question_id=i, image_path=p, prompt=backend.render_prompt(question, "llava"),
+        Request(split="bench", question_id=len(paths) * k + i, image_path=p, prompt=backend.render_prompt(question, "llava"),
                 variants={"instruction": backend.render_prompt(f"{ICD_INSTRUCTION} {question}", "llava"),
                           "no-image": backend.render_prompt(question, "llava", image=False)})  # fmt: skip
         for i, p in enumerate(paths)
+        for k, question in enumerate(questions)
     ]
     images, errors = core.load_images(requests)
     assert not errors
+    # the plain engine's batches: questions of one image together (DecodeEngine.answer's order);
+    # the prefix engine's: per image, its prefixes, then batches of its questions
     batches = [(requests[i : i + args.batch_size], images[i : i + args.batch_size]) for i in range(0, len(requests), args.batch_size)]
-    engines = {}
-    for name, spec in methods.items():
-        # built directly: a config without decode or sample would get the plain engine, not the loop
-        engine = DecodeEngine(core, backend.batching, GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec))
-        engine.end_ids = []  # every row decodes exactly --new-tokens tokens
-        engines[name] = engine
+    per_image = [(requests[i : i + len(questions)], images[i]) for i in range(0, len(requests), len(questions))]
+    engines: dict[str, DecodeEngine] = {}
+    settings: list[tuple[str, str, str, str]] = []  # (setting, method, engine, passes)
+    for engine_name in args.engines.split(","):
+        for name, spec in methods.items():
+            # one pass for both branches where the engine joins them: VCD (both engines) and ICD on full
+            # prompts; the no-image rows of M3ID and PAI do not join (hf_decode.JOIN_PADDING)
+            joinable = name == "vcd" or (name == "icd" and engine_name == "plain")
+            for passes in tuple(args.passes.split(",")) if joinable else ("one" if spec is None or name == "dola" else "separate",):
+                # built directly: a config without decode or sample would get generate, not the loop
+                kind = PrefixDecodeEngine if engine_name == "prefix" else DecodeEngine
+                config = GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec)
+                engine = kind(core, backend.batching, config, joint=passes != "separate")
+                engine.end_ids = []  # every row decodes exactly --new-tokens tokens
+                label = f"{name} {engine_name}" + ("" if passes == "one" or not joinable else f" {passes}")
+                engines[label] = engine
+                settings.append((label, name, engine_name, passes))
 
-    def run_loop(engine: DecodeEngine, which: list[tuple[list[Request], list[Any]]]) -> int:
+    def run_plain(engine: DecodeEngine, which: list[tuple[list[Request], list[Any]]]) -> int:
         done = 0
         for rows, imgs in which:
-            decoded = engine.decode_batch(rows, imgs)
+            decoded = engine.decode_full(rows, imgs)
             done += sum(len(t) for t in decoded.tokens)
+        return done
+
+    def run_prefix(engine: PrefixDecodeEngine, which: list[tuple[list[Request], Any]]) -> int:
+        done = 0
+        for rows, image in which:
+            prefixes = engine.prepare(rows, image)
+            assert prefixes is not None
+            for i in range(0, len(rows), args.batch_size):
+                decoded = engine.decode_rows(prefixes, rows[i : i + args.batch_size])
+                done += sum(len(t) for t in decoded.tokens)
         return done
 
     def run_generate(which: list[tuple[list[Request], list[Any]]]) -> int:
@@ -165,23 +212,28 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
             done += (out.shape[1] - inputs["input_ids"].shape[1]) * out.shape[0]
         return done
 
-    def one(name: str, which: list[tuple[list[Request], list[Any]]]) -> int:
-        done = run_generate(which) if name == "generate" else run_loop(engines[name], which)
+    def one(name: str, warm_up: bool = False) -> int:
+        if name == "generate":
+            done = run_generate(batches[:1] if warm_up else batches)
+        elif isinstance(engines[name], PrefixDecodeEngine) and len(questions) > 1:
+            done = run_prefix(engines[name], per_image[:1] if warm_up else per_image)  # type: ignore[arg-type]
+        else:  # the prefix engine decodes images asked one question in batches of full prompts too
+            done = run_plain(engines[name], batches[:1] if warm_up else batches)
         if cuda:
             torch.cuda.synchronize()  # the GPU's queued work belongs to this setting's time
         return done
 
-    times: dict[str, list[float]] = {name: [] for name in ["generate", *methods]}
+    times: dict[str, list[float]] = {name: [] for name in ["generate", *engines]}
     tokens: dict[str, int] = {}
     peak_mb: dict[str, float] = {}
     for name in times:  # warm-up of every setting on one batch (kernels, allocator, per-shape caches)
-        one(name, batches[:1])
+        one(name, warm_up=True)
     for _ in range(args.runs):
         for name, series in times.items():
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             began = time.perf_counter()
-            tokens[name] = one(name, batches)
+            tokens[name] = one(name)
             series.append(time.perf_counter() - began)
             if cuda:
                 peak_mb[name] = max(peak_mb.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
@@ -191,24 +243,29 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     import transformers
 
     print(f"{where}{args.device} {args.dtype}, torch {torch.__version__}, transformers {transformers.__version__}; "
-          f"{len(requests)} images x {args.new_tokens} new tokens, batch {args.batch_size}, threads {torch.get_num_threads()}, "
-          f"median of {args.runs}; load average {load_before:.1f} -> {load_after:.1f}")  # fmt: skip
+          f"{len(paths)} images x {len(questions)} questions x {args.new_tokens} new tokens, batch {args.batch_size}, "
+          f"threads {torch.get_num_threads()}, median of {args.runs}; load average {load_before:.1f} -> {load_after:.1f}")  # fmt: skip
     if cuda:
         print(f"GPU memory after loading: {loaded_mb:.0f} MB (peak per setting below: torch.cuda.max_memory_allocated, reset before each run)")
     for name, spec in methods.items():
         print(f"  {name}: {spec or 'plain greedy in the loop'}")
-    greedy = statistics.median(times["greedy"])
+    print("  engine: plain (full prompts) or prefix (each image's prefix once); passes: joint (base and contrast rows in one "
+          "forward pass where shapes allow) or separate; x greedy: against greedy on the same engine")  # fmt: skip
     generate = statistics.median(times["generate"])
     memory_head = f" {'peak MB':>8} {'above load':>10} {'x greedy mem':>12}" if cuda else ""
-    print(f"{'setting':<10} {'tokens':>7} {'median s':>9} {'tokens/s':>9} {'x greedy':>9} {'x generate':>10}{memory_head}  runs (s)")
-    for name, values in times.items():
+    print(f"{'setting':<22} {'tokens':>7} {'median s':>9} {'tokens/s':>9} {'x greedy':>9} {'x generate':>10}{memory_head}  runs (s)")
+    rows_out = [("generate", "greedy", "plain", "one"), *settings]
+    for name, method, engine_name, _ in rows_out:
+        values = times[name]
         median = statistics.median(values)
+        greedy_name = f"greedy {engine_name}"
+        greedy = statistics.median(times[greedy_name]) if greedy_name in times else float("nan")
         memory = ""
         if cuda:
-            above, above_greedy = peak_mb[name] - loaded_mb, peak_mb["greedy"] - loaded_mb
+            above, above_greedy = peak_mb[name] - loaded_mb, peak_mb.get(greedy_name, float("nan")) - loaded_mb
             memory = f" {peak_mb[name]:>8.0f} {above:>10.0f} {above / above_greedy:>12.2f}"
         runs = " ".join(f"{v:.3f}" for v in values)
-        print(f"{name:<10} {tokens[name]:>7} {median:>9.3f} {tokens[name] / median:>9.0f} {median / greedy:>9.2f} {median / generate:>10.2f}{memory}  {runs}")
+        print(f"{name:<22} {tokens[name]:>7} {median:>9.3f} {tokens[name] / median:>9.0f} {median / greedy:>9.2f} {median / generate:>10.2f}{memory}  {runs}")
 
 
 def whole_process(args: argparse.Namespace) -> None:

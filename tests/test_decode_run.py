@@ -238,7 +238,8 @@ def test_no_image_method_refused_for_an_image_first_family_before_loading(setup:
 
 def test_a_failing_branch_is_an_error_on_its_sample_asked_again_on_resume(setup: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The noised branch of question 1 fails: its sample is an error (no plain-decoded text),
-    the batch's other questions keep the method's text, and --resume asks it again."""
+    the batch's other questions keep the method's text, and --resume asks it again. The plain
+    engine's full-prompt branch (the prefix engine's: tests/test_decode_prefix.py)."""
     from halluprobe.backends import hf_decode_engine
 
     want_out = tmp_path / "want"
@@ -255,11 +256,11 @@ def test_a_failing_branch_is_an_error_on_its_sample_asked_again_on_resume(setup:
 
     monkeypatch.setattr(hf_decode_engine, "noised_inputs", failing)
     out = tmp_path / "run"
-    result = _run(setup, out, "--decode", "vcd:alpha=1", "--batch-size", "3")
+    result = _run(setup, out, "--decode", "vcd:alpha=1", "--batch-size", "3", "--no-prefix-cache")
     assert result.exit_code == 0, result.output
     samples = {s.question_id: s for s in RunDir(out).read_samples()}
     assert samples[1].error == "RuntimeError: noise failed" and samples[1].text is None
     assert {k: s.text for k, s in samples.items() if k != 1} == {k: v for k, v in want.items() if k != 1}
     monkeypatch.setattr(hf_decode_engine, "noised_inputs", real)
-    assert _run(setup, out, "--decode", "vcd:alpha=1", "--batch-size", "3", "--resume").exit_code == 0
+    assert _run(setup, out, "--decode", "vcd:alpha=1", "--batch-size", "3", "--no-prefix-cache", "--resume").exit_code == 0
     assert _texts(out) == want

@@ -23,15 +23,19 @@ layers each step, the premature layer chosen per row and step by JSD.
 PAI (:class:`PAIRule`): the base branch under hf_signals' amplified attention at every step,
 guided against the no-image branch.
 
-Not done yet (issue 24): the prefix-cache engine; one forward pass shared by base and contrast rows.
-
-Plain engine only: full prompts, left-padded, explicit positions (``cumsum(mask) - 1``, what
-``generate`` gives a left-padded batch), one forward pass per branch and step. torch is imported
-inside the functions.
+Inputs: full prompts, left-padded, explicit positions (``cumsum(mask) - 1``, what ``generate``
+gives a left-padded batch; Qwen2-VL's family: the model's own 3-D rotary positions), or suffixes
+after an image's cached prefix (hf_decode_prefix.py: ``past_key_values`` and explicit positions).
+With ``joint`` the base and contrast rows run as one batch of 2B rows, one KV cache and one
+forward pass per step, wherever :func:`joined_inputs` can put them together (full prompts
+re-left-padded to one width; suffixes after prefixes of one length: VCD's noised prefix); else
+one forward pass per branch and step. The first step asks for the last position's logits only
+(``logits_to_keep=1``). torch is imported inside the functions.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +62,7 @@ __all__ = [
     "Decoded",
     "DoLaRule",
     "GreedyRule",
+    "JOIN_PADDING",
     "M3IDRule",
     "PAIRule",
     "Sampling",
@@ -65,6 +70,7 @@ __all__ = [
     "contrast_branch",
     "contrast_decode",
     "dola_layers",
+    "joined_inputs",
     "parse_contrast",
     "parse_decode",
 ]
@@ -85,14 +91,23 @@ class Decoded:
 
 
 class _Branch:
-    """One branch's running state: its KV cache, mask and next positions."""
+    """One branch's running state (or, joined, the base and the contrast rows as one batch): its
+    KV cache, mask and next positions. ``inputs`` are full prompts, or suffixes after a cached
+    prefix (``past_key_values`` and explicit ``position_ids``: hf_prefix.suffix_inputs)."""
 
     def __init__(self, model: Any, inputs: dict[str, Any]) -> None:
         self.model = model
+        # the first step needs the last position's logits only (what ``generate`` asks for)
+        params = inspect.signature(model.forward).parameters
+        self.keep_last: dict[str, Any] = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.mask = inputs["attention_mask"]
-        self.positions = (self.mask.long().cumsum(-1) - 1).clamp(min=0)
-        self.cache: Any = None
-        self.first = inputs
+        positions = inputs.get("position_ids")
+        if positions is None:
+            positions = _rope_positions(model, inputs)
+        self.positions = positions if positions is not None else (self.mask.long().cumsum(-1) - 1).clamp(min=0)
+        self.cache: Any = inputs.get("past_key_values")
+        self.first = {k: v for k, v in inputs.items() if k not in ("position_ids", "past_key_values")}
+        self.stepper = model  # what runs the steps after the first (InstructBLIP: its language model)
 
     def step(self, tokens: Any | None, hidden: Sequence[int] = ()) -> tuple[Any, list[Any]]:
         """The next position's logits: the prompt on the first call, then the chosen ``tokens``;
@@ -103,12 +118,17 @@ class _Branch:
         wanted = {"output_hidden_states": True} if hidden else {}
         with torch.inference_mode():
             if tokens is None:
-                out = self.model(**self.first, position_ids=self.positions, use_cache=True, **wanted)
+                out = self.model(**self.first, position_ids=self.positions, past_key_values=self.cache, use_cache=True, **wanted, **self.keep_last)
+                language = getattr(out, "language_model_outputs", None)
+                if getattr(out, "past_key_values", None) is None and language is not None:
+                    # InstructBLIP: the Q-Former's tokens are in the language model's cache now;
+                    # later steps are text only, through the language model itself
+                    out, self.stepper = language, self.model.language_model
             else:
                 ones = torch.ones_like(tokens)
                 self.mask = torch.cat([self.mask, ones], dim=-1)
-                self.positions = self.positions[:, -1:] + 1
-                out = self.model(
+                self.positions = self.positions[..., -1:] + 1  # [batch, 1], or [3, batch, 1] (multimodal rotary)
+                out = self.stepper(
                     input_ids=tokens, attention_mask=self.mask, position_ids=self.positions,
                     past_key_values=self.cache, use_cache=True, **wanted,
                 )  # fmt: skip
@@ -119,6 +139,93 @@ class _Branch:
                 early = [head(norm(states[n][:, -1, :])) for n in hidden]
         self.cache = out.past_key_values
         return out.logits[:, -1, :], early
+
+
+def _rope_positions(model: Any, inputs: dict[str, Any]) -> Any:
+    """[3, batch, length] multimodal rotary positions of full prompts with an image (Qwen2-VL's
+    family: the model's own ``get_rope_index``, padding ignored), else ``None`` (the positions
+    count the mask's tokens: ``cumsum(mask) - 1``, what ``generate`` gives a left-padded batch)."""
+    get_rope_index = getattr(getattr(model, "model", None), "get_rope_index", None)
+    types = inputs.get("mm_token_type_ids")
+    if get_rope_index is None or types is None or not bool(types.any()):
+        return None
+    params = inspect.signature(get_rope_index).parameters
+    positions, _ = get_rope_index(**{k: v for k, v in inputs.items() if k in params})
+    return positions
+
+
+# Full prompts join only where re-padding to one width adds at most this share to the tokens the
+# two branches' passes compute. The no-image branch (M3ID, PAI) is the image's tokens shorter: on
+# a LLaVA-shaped model with 576 image tokens, joining it doubled the loop's time (bench/README.md).
+JOIN_PADDING = 0.25
+# inputs a joined full-prompt batch may hold: tensors with one entry per image (or none)
+_JOINABLE = {"input_ids", "attention_mask", "pixel_values", "image_sizes"}
+_SUFFIX_KEYS = {"input_ids", "attention_mask", "position_ids", "past_key_values"}
+
+
+def joined_inputs(
+    model: Any, base: dict[str, Any], contrast: dict[str, Any], pad_id: int, *, max_padding: float = JOIN_PADDING
+) -> dict[str, Any] | None:
+    """The base rows then the contrast rows as one batch of 2B rows (one KV cache, one forward
+    pass per step), or ``None`` where the shapes do not allow it. Full prompts (both branches):
+    re-left-padded to one width, positions counted from the mask, the pixels of the rows that
+    carry an image in row order (VCD: base then noised; M3ID/PAI: the base rows' only). Suffixes
+    after cached prefixes (both branches): the same suffix width and prefix length (VCD's noised
+    prefix), the two caches stacked. A cached base with a full-prompt contrast: ``None``; full
+    prompts whose re-padding adds more than ``max_padding`` of their tokens: ``None``."""
+    import torch
+
+    from halluprobe.backends.hf_prefix import joined_cache
+
+    cached = ("past_key_values" in base, "past_key_values" in contrast)
+    if cached == (True, True):
+        if set(base) != _SUFFIX_KEYS or set(contrast) != _SUFFIX_KEYS or base["input_ids"].shape != contrast["input_ids"].shape:
+            return None
+        caches = [base["past_key_values"], contrast["past_key_values"]]
+        if caches[0].get_seq_length() != caches[1].get_seq_length():
+            return None
+        cache = joined_cache(model.config, caches)
+        if cache is None:
+            return None
+        return {
+            "input_ids": torch.cat([base["input_ids"], contrast["input_ids"]]),
+            "attention_mask": torch.cat([base["attention_mask"], contrast["attention_mask"]]),
+            "position_ids": torch.cat([base["position_ids"], contrast["position_ids"]], dim=-2),
+            "past_key_values": cache,
+        }
+    if cached != (False, False) or not set(base) <= _JOINABLE or not set(contrast) <= _JOINABLE:
+        return None
+    widths = (base["input_ids"].shape[1], contrast["input_ids"].shape[1])
+    width = max(widths)
+    if 2 * width > (1 + max_padding) * sum(widths):
+        return None
+
+    def padded(key: str, inputs: dict[str, Any], value: int) -> Any:
+        tensor = inputs[key]
+        return torch.nn.functional.pad(tensor, (width - tensor.shape[1], 0), value=value)
+
+    joined = {
+        "input_ids": torch.cat([padded("input_ids", base, pad_id), padded("input_ids", contrast, pad_id)]),
+        "attention_mask": torch.cat([padded("attention_mask", base, 0), padded("attention_mask", contrast, 0)]),
+    }
+    for key in ("pixel_values", "image_sizes"):
+        parts = [inputs[key] for inputs in (base, contrast) if key in inputs]
+        if parts:
+            joined[key] = torch.cat(parts)
+    return joined
+
+
+def _key_ids(inputs: dict[str, Any], prefix_ids: Any) -> Any:
+    """[rows, keys] the token ids over every key of a branch's first step: the cached prefix's
+    (``prefix_ids`` [1, P]) then the inputs' own."""
+    import torch
+
+    ids = inputs["input_ids"]
+    if "past_key_values" not in inputs or ids.shape[1] == inputs["attention_mask"].shape[1]:
+        return ids
+    if prefix_ids is None:
+        raise ValueError("a branch after a cached prefix needs the prefix's ids (PAI's image keys, DoLa's seen tokens)")
+    return torch.cat([prefix_ids.to(ids.device).expand(ids.shape[0], -1), ids], dim=-1)
 
 
 def contrast_decode(
@@ -134,17 +241,30 @@ def contrast_decode(
     sampling: Sampling | None = None,
     generators: Sequence[Any] = (),
     image_token_id: int | None = None,
+    prefix_ids: Any = None,
+    joint: bool = False,
 ) -> Decoded:
     """Contrastive decoding of a batch: both branches' prompts run once, then one token per step
     in lockstep (``contrast_inputs`` None: the base branch alone, plain decoding). Greedy, or with
     ``sampling`` one draw per row from ``generators[row]``. A row that emits an end token is done
     (it is fed ``pad_id`` after, and its text stops there). ``keep_steps`` keeps every step's
-    logits and scores (for tests)."""
+    logits and scores (for tests).
+
+    A branch's inputs are full prompts or suffixes after a cached prefix (``prefix_ids``: the
+    base branch's prefix ids [1, P]). ``joint``: the base and contrast rows share one forward
+    pass per step where :func:`joined_inputs` allows (else two passes, as with ``joint`` False);
+    PAI then amplifies the base rows only (the contrast rows' image columns are all False)."""
     import torch
 
-    base = _Branch(model, base_inputs)
-    contrast = _Branch(model, contrast_inputs) if contrast_inputs is not None else None
     rows = base_inputs["input_ids"].shape[0]
+    together = None
+    if joint and contrast_inputs is not None:
+        together = joined_inputs(model, base_inputs, contrast_inputs, pad_id, max_padding=JOIN_PADDING)
+    if together is not None:
+        base, contrast = _Branch(model, together), None
+    else:
+        base = _Branch(model, base_inputs)
+        contrast = _Branch(model, contrast_inputs) if contrast_inputs is not None else None
     out = Decoded(tokens=[[] for _ in range(rows)])
     done = torch.zeros(rows, dtype=torch.bool, device=base_inputs["input_ids"].device)
     ends = torch.tensor(sorted(set(end_ids)), dtype=torch.long, device=done.device)
@@ -152,25 +272,32 @@ def contrast_decode(
     seen: Any = None  # DoLa: [batch, vocab] the tokens its repetition penalty applies to
     columns: Any = None  # PAI: [batch, keys] the image tokens among the base branch's keys
     for step in range(max_new_tokens):
+        feed = tokens if together is None or tokens is None else torch.cat([tokens, tokens])
         if isinstance(rule, PAIRule):  # the base branch attends with the image amplified, every step
             if step == 0:
                 if image_token_id is None:
                     raise ValueError("PAI needs the image token id to find the image's keys")
-                columns = base_inputs["input_ids"] == image_token_id
+                columns = _key_ids(together if together is not None else base_inputs, prefix_ids) == image_token_id
+                columns[rows:] = False  # joined: the contrast rows attend as usual
             else:
                 columns = torch.cat([columns, torch.zeros_like(columns[:, :1])], dim=-1)
             with amplified_attention(model, rule.setting, columns):
-                base_logits, early = base.step(tokens)
+                logits, early = base.step(feed)
         else:
-            base_logits, early = base.step(tokens, rule.layers if isinstance(rule, DoLaRule) else ())
-        contrast_logits = contrast.step(tokens)[0] if contrast is not None else None
+            logits, early = base.step(feed, rule.layers if isinstance(rule, DoLaRule) else ())
+        if together is not None:
+            base_logits, contrast_logits = logits[:rows], logits[rows:]
+        else:
+            base_logits = logits
+            contrast_logits = contrast.step(tokens)[0] if contrast is not None else None
         if step == 0:
             out.first_logits = base_logits
         if isinstance(rule, DoLaRule):
             if step == 0:  # each row's tokens so far: its prompt (padding left out), then what it decodes
                 seen = torch.zeros_like(base_logits, dtype=torch.bool)
+                prompt_ids, prompt_mask = _key_ids(base_inputs, prefix_ids), base_inputs["attention_mask"]
                 for row in range(rows):
-                    prompt = base_inputs["input_ids"][row][base_inputs["attention_mask"][row].bool()]
+                    prompt = prompt_ids[row][prompt_mask[row].bool()]
                     seen[row, prompt[prompt < seen.shape[-1]].to(seen.device)] = True
             scores = rule.dola_scores(base_logits, early, seen)
             if keep_steps:

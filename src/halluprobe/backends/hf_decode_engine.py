@@ -10,7 +10,9 @@ from a generator seeded by the run's ``--seed`` and the question's key, so a res
 another batch size) writes the same text.
 
 A batch that fails is asked again row by row, so a failure is an error on its own sample (asked
-again on ``--resume``), never a fallback to plain decoding. Plain engine only: no prefix cache.
+again on ``--resume``), never a fallback to plain decoding. The base and contrast rows share one
+forward pass per step where shapes allow (``joint``). This is the engine of ``--no-prefix-cache``
+and of families whose engine is plain; the prefix-cache variant: hf_decode_prefix.py.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def question_seed(seed: int, request: Request) -> int:
 class DecodeEngine:
     """Free-form answers from the decoding loop; see the module docstring."""
 
-    def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig) -> None:
+    def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig, *, joint: bool = True) -> None:
         if config.signals:
             raise InputError("--signals records first-token contrasts of yes/no runs: not with --decode or --sample")
         if config.sample and config.seed is None:
@@ -69,6 +71,9 @@ class DecodeEngine:
         eos = core.model.generation_config.eos_token_id
         ends = set(eos if isinstance(eos, list) else [eos]) | {core.tokenizer.eos_token_id}
         self.end_ids = sorted(int(i) for i in ends if i is not None)
+        # base and contrast rows in one forward pass per step where shapes allow (hf_decode.joined_inputs);
+        # False: a pass per branch (the bench compares both)
+        self.joint = joint
 
     def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
@@ -116,24 +121,38 @@ class DecodeEngine:
 
     def _decode(self, rows: Sequence[Request], images: list[Any], started: float) -> dict[tuple[str, int], Response]:
         core = self.core
-        decoded = self.decode_batch(rows, images)
+        decoded = self.decode_full(rows, images)
         texts = core.tokenizer.batch_decode(decoded.tokens, skip_special_tokens=True)
         latency = (time.perf_counter() - started) / len(rows)
         return core.responses([[r] for r in rows], decoded.first_logits, texts, latency, self.config.top_k)
 
     def decode_batch(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
         """One batch through the loop (``images``: the rows' images, in order); exceptions pass."""
-        import torch
+        return self.decode_full(rows, images, keep_steps=keep_steps)
 
+    def decode_full(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
+        """One batch of full prompts through the loop (the prefix engine's way for images it
+        cannot or need not share a prefix of); exceptions pass."""
         core = self.core
         base = core.inputs.encode([r.prompt for r in rows], images)
         contrast = self._contrast_inputs(rows, images, base)
+        return self.loop(rows, core.to_device(base), core.to_device(contrast) if contrast is not None else None, keep_steps=keep_steps)
+
+    def loop(
+        self, rows: Sequence[Request], base: dict[str, Any], contrast: dict[str, Any] | None, *, keep_steps: bool = False, prefix_ids: Any = None
+    ) -> Decoded:
+        """The rows' branches (device inputs: full prompts, or suffixes after a cached prefix
+        whose ids are ``prefix_ids``) through the loop, each row with its question's generator."""
+        import torch
+
+        core = self.core
         generators = []
         if self.sampling is not None:
             assert self.config.seed is not None
             generators = [torch.Generator().manual_seed(question_seed(self.config.seed, r)) for r in rows]
         return contrast_decode(
-            core.model, core.to_device(base), core.to_device(contrast) if contrast is not None else None, self.rule,
+            core.model, base, contrast, self.rule,
             max_new_tokens=self.config.max_new_tokens, end_ids=self.end_ids, pad_id=core.pad_id,
             sampling=self.sampling, generators=generators, keep_steps=keep_steps, image_token_id=core.inputs.image_token_id,
+            prefix_ids=prefix_ids, joint=self.joint,
         )  # fmt: skip

@@ -118,29 +118,43 @@ class DoLaRule:
         import torch
 
         final = torch.log_softmax(final_logits.float(), dim=-1)
-        divergences = []
-        for early in early_logits:
-            q = torch.log_softmax(early.float(), dim=-1)
-            m = torch.logsumexp(torch.stack([final, q]), dim=0) - math.log(2.0)
-            divergences.append(0.5 * ((final.exp() * (final - m)).sum(-1) + (q.exp() * (q - m)).sum(-1)))
-        return torch.stack(divergences, dim=-1).argmax(dim=-1)
+        return _furthest(final, [torch.log_softmax(e.float(), dim=-1) for e in early_logits])
 
     def dola_scores(self, final_logits: Any, early_logits: Sequence[Any], seen: Any) -> Any:
         """[batch, vocab] scores; ``seen`` [batch, vocab] bool marks each row's tokens so far."""
         import torch
 
+        # each distribution's log-softmax once per step: on a small model the vocabulary-wide
+        # passes are most of DoLa's cost (bench/README.md)
         final = torch.log_softmax(final_logits.float(), dim=-1)
-        chosen = self.premature(final_logits, early_logits)
-        stacked = torch.stack([torch.log_softmax(e.float(), dim=-1) for e in early_logits], dim=1)
-        early = stacked[torch.arange(final.shape[0]), chosen]
+        early_logs = [torch.log_softmax(e.float(), dim=-1) for e in early_logits]
+        if len(early_logs) == 1:
+            early = early_logs[0]
+        else:
+            chosen = _furthest(final, early_logs)
+            early = torch.stack(early_logs, dim=1)[torch.arange(final.shape[0], device=final.device), chosen]
         scores = final - early
         if self.relative_top > 0:
             cutoff = math.log(self.relative_top) + final.max(dim=-1, keepdim=True).values
             scores = scores.masked_fill(final < cutoff, -math.inf)
-        if self.repetition_penalty != 1.0:
-            penalised = torch.where(scores < 0, scores * self.repetition_penalty, scores / self.repetition_penalty)
-            scores = torch.where(seen, penalised, scores)
+        if self.repetition_penalty != 1.0:  # on the seen tokens only (a few dozen ids of the vocabulary)
+            rows, columns = seen.nonzero(as_tuple=True)
+            picked = scores[rows, columns]
+            scores[rows, columns] = torch.where(picked < 0, picked * self.repetition_penalty, picked / self.repetition_penalty)
         return scores
+
+
+def _furthest(final: Any, early_logs: Sequence[Any]) -> Any:
+    """[batch] index of the early distribution (log-probabilities) with the largest
+    Jensen-Shannon divergence from ``final`` (log-probabilities), per row."""
+    import torch
+
+    p = final.exp()
+    divergences = []
+    for q in early_logs:
+        m = torch.logaddexp(final, q) - math.log(2.0)
+        divergences.append(0.5 * ((p * (final - m)).sum(-1) + (q.exp() * (q - m)).sum(-1)))
+    return torch.stack(divergences, dim=-1).argmax(dim=-1)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,10 @@ and its shared :class:`~halluprobe.backends.hf_core.Batching`. Two engines give 
   about one image are computed once; an image whose prompts share no prefix goes through the
   plain engine's batches. See docs/design/prefix-cache.md.
 
-Either way every readout comes from one pass per batch (:meth:`ModelCore.first_step`).
+Either way every readout comes from one pass per batch (:meth:`ModelCore.first_step`). A call
+that decodes with a method or by sampling gets the decoding loop's engine instead: after each
+image's cached prefix (hf_decode_prefix.PrefixDecodeEngine) when the prefix cache is on, else on
+full prompts (hf_decode_engine.DecodeEngine).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from halluprobe.backends.hf_core import Batching, FirstStep, ModelCore, error_response, is_oom
 from halluprobe.backends.hf_decode_engine import DecodeEngine
+from halluprobe.backends.hf_decode_prefix import PrefixDecodeEngine
 from halluprobe.backends.hf_prefix import suffix_inputs
 from halluprobe.backends.hf_signal_passes import LayerSignals, SignalPasses
 from halluprobe.backends.hf_signals import parse_signals
@@ -39,8 +43,8 @@ Key = tuple[str, int]
 def build_engine(core: ModelCore, batching: Batching, config: GenerateConfig, *, prefix_cache: bool) -> PlainEngine | DecodeEngine:
     """The engine of one call; an unknown or unrecordable signal is refused here (InputError),
     before any request runs."""
-    if config.decodes:  # a decoding method or sampling: the decoding loop (full prompts)
-        return DecodeEngine(core, batching, config)
+    if config.decodes:  # a decoding method or sampling: the decoding loop, after cached prefixes or on full prompts
+        return (PrefixDecodeEngine if prefix_cache else DecodeEngine)(core, batching, config)
     engine = PrefixCacheEngine if prefix_cache else PlainEngine
     return engine(core, batching, config)
 

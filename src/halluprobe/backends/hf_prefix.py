@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Prefix", "next_position", "suffix_inputs", "expand_cache", "cropped_cache"]
+__all__ = ["Prefix", "next_position", "suffix_inputs", "expand_cache", "cropped_cache", "joined_cache"]
 
 
 @dataclass
@@ -122,3 +122,23 @@ def cropped_cache(config: Any, cache: Any, length: int) -> Any:
         mine.keys = theirs.keys[:, :, :length]
         mine.values = theirs.values[:, :, :length]
     return cropped
+
+
+def joined_cache(config: Any, caches: list[Any]) -> Any:
+    """A DynamicCache whose rows are the rows of ``caches`` in order (equal lengths; the
+    decoding loop's base and contrast rows in one batch), or ``None`` unless every layer is a
+    plain DynamicLayer."""
+    import torch
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    joined = DynamicCache(config=config)
+    layers = [*joined.layers, *(layer for cache in caches for layer in cache.layers)]
+    if any(len(cache.layers) != len(joined.layers) for cache in caches) or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    for i, mine in enumerate(joined.layers):
+        keys = torch.cat([cache.layers[i].keys for cache in caches])
+        values = torch.cat([cache.layers[i].values for cache in caches])
+        mine.lazy_initialization(keys, values)
+        mine.keys, mine.values = keys, values
+    return joined
