@@ -251,9 +251,8 @@ def report_cmd(
             from halluprobe.report.decoding_section import decoding_comparison
 
             if decoding_comparison(captions) is None:  # refused before any audit is computed
-                raise InputError("a run of open answers (captions) shares a report with yes/no runs only when the caption runs are a "
-                                 "decoding comparison (one greedy run, method runs, at most one sampled run): report them apart",
-                                 captions[0] / "run.json")  # fmt: skip
+                raise InputError("a run of open answers (captions) shares a report with yes/no runs only when the caption runs are a decoding "
+                                 "comparison (one greedy run, method runs, at most one sampled run): report them apart", captions[0] / "run.json")
         audits = [
             audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in yes_no
         ]
