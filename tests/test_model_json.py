@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from halluprobe.backends.hf_load import _config_model_type, _folder_chat_template, load_processor
+from halluprobe.backends.hf_decode_rules import check_decoding
+from halluprobe.backends.hf_load import _folder_chat_template, config_model_type, load_processor
 from halluprobe.benchmarks.autoprobe.detector import _model_type
 from halluprobe.errors import InputError
 from halluprobe.jsonl import read_json_file
@@ -40,12 +41,12 @@ def test_a_broken_config_json_is_one_line_before_transformers_reads_it(tmp_path:
 
 
 def test_model_type_tolerates_what_is_optional(tmp_path: Path) -> None:
-    assert _config_model_type(str(tmp_path)) is None  # no config.json: nothing to say
-    assert _config_model_type("llava-hf/llava-1.5-7b-hf") is None  # a hub id
+    assert config_model_type(str(tmp_path)) is None  # no config.json: nothing to say
+    assert config_model_type("llava-hf/llava-1.5-7b-hf") is None  # a hub id
     (tmp_path / "config.json").write_text("[1, 2]")  # JSON, but no object: names no model type
-    assert _config_model_type(str(tmp_path)) is None
+    assert config_model_type(str(tmp_path)) is None
     (tmp_path / "config.json").write_text('{"model_type": "qwen2_vl"}')
-    assert _config_model_type(str(tmp_path)) == "qwen2_vl"
+    assert config_model_type(str(tmp_path)) == "qwen2_vl"
 
 
 def test_chat_template_json(tmp_path: Path) -> None:
@@ -63,3 +64,17 @@ def test_detector_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(BROKEN)
     with pytest.raises(InputError, match=r"config\.json:3: detector config is not valid JSON"):
         _model_type(str(tmp_path), True)
+
+
+def test_a_no_image_decoding_method_reads_config_json_through_the_one_reader(tmp_path: Path) -> None:
+    """`run --decode m3id` looks at the model folder's family before loading: a broken config.json
+    is one line naming its line there too (it was skipped silently before)."""
+    (tmp_path / "config.json").write_text(BROKEN)
+    settings = dict(sample=False, temperature=None, top_p=None, sample_top_k=None, seed=None, open_ended=True, backend="hf")
+    with pytest.raises(InputError) as ei:
+        check_decoding("m3id", model=str(tmp_path), **settings)
+    assert str(ei.value).startswith(f"{tmp_path / 'config.json'}:3: model config is not valid JSON")
+    check_decoding("m3id", model="llava-hf/llava-1.5-7b-hf", **settings)  # a hub id: checked after loading
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "paligemma"}))
+    with pytest.raises(InputError, match="without the image"):
+        check_decoding("m3id", model=str(tmp_path), **settings)

@@ -10,7 +10,6 @@ inside the functions.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -323,11 +322,10 @@ def _refuse_image_first(decode: str, model: str) -> None:
     """A no-image method on a family whose processor cannot leave the image out, refused from a
     local model folder's config.json before loading it (a hub id is checked when the engine is
     built, after loading, before the run dir is written)."""
-    path = Path(model) / "config.json"
-    try:
-        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return
+    from halluprobe.backends.hf_load import config_model_type
+
+    path = Path(model).expanduser() / "config.json"
+    model_type = config_model_type(model)  # None for a hub id; a broken config.json: one line naming its line
     family = FAMILIES.get(model_type or "")
     if family is not None and family.no_image_reason is not None:
         method = decode.partition(":")[0]

@@ -19,7 +19,7 @@ from halluprobe.backends.hf_inputs import IMAGE_MARKER, DType, Device, VLMInputs
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.jsonl import read_json_file
 
-__all__ = ["load_model", "load_processor"]
+__all__ = ["config_model_type", "load_model", "load_processor"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,14 +139,14 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if _is_local(path):
         kwargs["local_files_only"] = True
-        _config_model_type(path)  # a broken config.json: one line naming it, before transformers reads it
+        config_model_type(path)  # a broken config.json: one line naming it, before transformers reads it
 
     from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
 
     try:
         config = AutoConfig.from_pretrained(path, **kwargs)
     except ValueError as exc:  # an unknown model_type (remote code not trusted, or a newer transformers)
-        model_type = _config_model_type(path)
+        model_type = config_model_type(path)
         family_for(model_type, path)  # raises with the supported families
         raise RuntimeFailure(f"{path}: cannot read the model config: {exc}") from exc
     model_type = getattr(config, "model_type", None)
@@ -217,7 +217,7 @@ def load_processor(model_path_or_id: str, *, trust_remote_code: bool = False) ->
     )
 
 
-def _config_model_type(path: str) -> str | None:
+def config_model_type(path: str) -> str | None:
     """``model_type`` from a local folder's config.json, read as plain JSON (no transformers):
     None for a hub id, a folder without config.json or a config naming no model type; a
     config.json that is not JSON is an InputError naming its line (transformers would say only
