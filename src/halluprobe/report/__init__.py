@@ -17,7 +17,7 @@ from halluprobe.files import write_atomic
 from halluprobe.records import Metrics
 from halluprobe.records_audit import AuditReport, PYesByLabel, RunComparison
 from halluprobe.report.build import as_audit, build_view
-from halluprobe.report.view import SECTIONS, ReportView, RunView
+from halluprobe.report.view import SECTIONS, ReportView, RunView, add_section
 
 if TYPE_CHECKING:
     from halluprobe.report.decoding_section import ChairCounting
@@ -82,7 +82,7 @@ def render_report(
     provenance = _headline_provenance(paths, [as_audit(a) for a in audits], [run.label for run in view.runs])
     markdown = render_markdown(view, html_name=out_html.name, provenance=provenance)
     if decoding is not None:
-        page, markdown = _add_section(page, markdown, decoding, DECODING_SECTION)
+        page, markdown = add_section(page, markdown, decoding, DECODING_SECTION)
     if paths:  # a run that is a registered published answers file: its figures, recomputed (report/literature.py)
         from halluprobe.report.literature import add_literature_section, literature_matches
 
@@ -130,20 +130,6 @@ def _captions_options(captions: Sequence[str | Path], chair: ChairCounting | Non
     from halluprobe.report.decoding_section import ChairCounting
 
     return "".join(f"{p} " for p in captions) + (chair or ChairCounting()).options
-
-
-def _add_section(page: str, markdown: str, section: tuple[str, str], entry: tuple[str, str]) -> tuple[str, str]:
-    """``section`` (Markdown, HTML) added to the page before its footer (and to its table of
-    contents as ``entry``: id, title) and at the end of the Markdown twin."""
-    section_md, section_html = section
-    footer = page.rfind("\n<footer>")
-    at = footer + 1 if footer != -1 else page.rfind("</main>")
-    if at > 0:
-        page = page[:at] + section_html + "\n" + page[at:]
-    nav_end = page.find("</nav>")
-    if nav_end != -1:
-        page = page[:nav_end] + f'<a href="#{entry[0]}">{entry[1]}</a>' + page[nav_end:]
-    return page, markdown.rstrip("\n") + "\n\n" + section_md
 
 
 def _add_corrections(view: ReportView, paths: Sequence[Path], given: Sequence[Any] | None, *, n_resamples: int, seed: int) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, missing_capability, new_entry_audit, recompute_entry
 from halluprobe.literature.registry import Entry, Registry
+from halluprobe.report.view import add_section
 
 __all__ = ["SECTION_ID", "LiteratureMatch", "add_literature_section", "literature_html", "literature_markdown", "literature_matches"]
 
@@ -161,12 +162,4 @@ def add_literature_section(page: str, markdown: str, matches: Sequence[Literatur
     footer (and in its table of contents), at the end of the Markdown. No match: both unchanged."""
     if not matches:
         return page, markdown
-    section = literature_html(matches)
-    footer = page.rfind("\n<footer>")
-    at = footer + 1 if footer != -1 else page.rfind("</main>")
-    if at > 0:
-        page = page[:at] + section + "\n" + page[at:]
-    nav_end = page.find("</nav>")
-    if nav_end != -1:
-        page = page[:nav_end] + f'<a href="#{SECTION_ID}">{_TITLE}</a>' + page[nav_end:]
-    return page, markdown.rstrip("\n") + "\n\n" + literature_markdown(matches)
+    return add_section(page, markdown, (literature_markdown(matches), literature_html(matches)), (SECTION_ID, _TITLE))

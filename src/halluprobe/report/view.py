@@ -34,6 +34,7 @@ from halluprobe.records_audit import (
 
 __all__ = [
     "LOGIT_SECTIONS",
+    "add_section",
     "SECTIONS",
     "Leaderboard",
     "LeaderboardRow",
@@ -244,3 +245,17 @@ class ReportView:
     def template_context(self) -> dict[str, Any]:
         """The top-level names the Jinja template reads (the fields, not copied)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def add_section(page: str, markdown: str, section: tuple[str, str], entry: tuple[str, str]) -> tuple[str, str]:
+    """``section`` (Markdown, HTML) added to the page before its footer (and to its table of
+    contents as ``entry``: id, title) and at the end of the Markdown twin."""
+    section_md, section_html = section
+    footer = page.rfind("\n<footer>")
+    at = footer + 1 if footer != -1 else page.rfind("</main>")
+    if at > 0:
+        page = page[:at] + section_html + "\n" + page[at:]
+    nav_end = page.find("</nav>")
+    if nav_end != -1:
+        page = page[:nav_end] + f'<a href="#{entry[0]}">{entry[1]}</a>' + page[nav_end:]
+    return page, markdown.rstrip("\n") + "\n\n" + section_md
