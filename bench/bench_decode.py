@@ -276,13 +276,14 @@ def whole_process(args: argparse.Namespace) -> None:
 
     from halluprobe.benchmarks.synthetic import write_synthetic
     from halluprobe.demo import DEMO_MODEL_DIR
+    from halluprobe.demo_captions import CAPTION_PROMPT  # the prompt the demo model captions
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         scenes = write_synthetic(Path(tmp) / "scenes", n_images=args.images, seed=7, overwrite=True)
         names = sorted(p.name for p in Path(scenes.images_dir).iterdir())[: args.images]
         bench = Path(tmp) / "describe.jsonl"
-        bench.write_text("".join(json.dumps({"question_id": i, "image": n, "text": "Describe the image.", "label": "yes", "kind": "open"}) + "\n"
+        bench.write_text("".join(json.dumps({"question_id": i, "image": n, "text": CAPTION_PROMPT, "label": "yes", "kind": "open"}) + "\n"
                                  for i, n in enumerate(names)))  # fmt: skip
         env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
         times: dict[str, list[float]] = {name: [] for name in METHODS}
