@@ -71,11 +71,15 @@ def _decode(engine: DecodeEngine, requests: Sequence[Request], images: list[Any]
 
 
 class Agreement:
-    """Counts of one check: rows compared, and rows whose decoded token is a yes/no id."""
+    """Counts of one check: rows compared, rows whose decoded token is a yes/no id, and how far
+    the method moved the scores."""
 
     def __init__(self) -> None:
         self.checked = 0
         self.yes_no = 0
+        # the largest change of a kept yes/no id's score from its base log-probability: a
+        # non-neutral setting that moves nothing would make the agreement hold trivially
+        self.moved = 0.0
 
 
 def agreement(
@@ -104,6 +108,7 @@ def agreement(
             else:
                 assert abs(loop[i].item() - offline[i]) < tolerance, (spec, request.key, i, loop[i].item(), offline[i])
         counts.checked += 1
+        counts.moved = max([counts.moved, *(abs(offline[i] - base[i]) for i in ids if offline[i] != float("-inf"))])
         if token in ids:
             counts.yes_no += 1
             assert token == max(ids, key=lambda i: offline[i]), (spec, request.key)
