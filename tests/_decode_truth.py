@@ -22,8 +22,8 @@ from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Respons
 
 __all__ = ["NEUTRAL", "Agreement", "agreement", "neutral_is_greedy", "record_signals", "truth_requests"]
 
-# neutral settings of the contrast methods: plain greedy text (M3ID needs the no-image prompt)
-NEUTRAL = ("vcd:alpha=0", "icd:alpha=0,beta=0", "m3id:lambda=0")
+# neutral settings: plain greedy text (M3ID and PAI need the no-image prompt)
+NEUTRAL = ("vcd:alpha=0", "icd:alpha=0,beta=0", "m3id:lambda=0", "pai:gamma=1,alpha=0,start=0")
 
 
 def truth_requests(backend: Any, items: Sequence[tuple[str, str]], template: str | None, *, no_image: bool = True) -> list[Request]:
