@@ -80,6 +80,7 @@ class Agreement:
         # the largest change of a kept yes/no id's score from its base log-probability: a
         # non-neutral setting that moves nothing would make the agreement hold trivially
         self.moved = 0.0
+        self.largest = 0.0  # the largest |loop - offline| of a kept id
 
 
 def agreement(
@@ -107,6 +108,7 @@ def agreement(
                 assert loop[i].item() == float("-inf"), (spec, request.key, i)
             else:
                 assert abs(loop[i].item() - offline[i]) < tolerance, (spec, request.key, i, loop[i].item(), offline[i])
+                counts.largest = max(counts.largest, abs(loop[i].item() - offline[i]))
         counts.checked += 1
         counts.moved = max([counts.moved, *(abs(offline[i] - base[i]) for i in ids if offline[i] != float("-inf"))])
         if token in ids:
