@@ -131,7 +131,8 @@ class DecodeEngine:
         import torch
 
         alone = [self.core.inputs.encode([r.prompt], [image]) for r, image in zip(rows, images)]
-        if not torch.equal(torch.cat([one["pixel_values"] for one in alone]), base["pixel_values"]):
+        clean = [one["pixel_values"] for one in alone]
+        if {p.shape[1:] for p in clean} != {base["pixel_values"].shape[1:]} or not torch.equal(torch.cat(clean), base["pixel_values"]):
             raise InputError(f"the noised signal cannot split this model's pixel tensor {tuple(base['pixel_values'].shape)} by image")
         parts = [noised_inputs(one, [r.image_path], VCD_NOISE_STEP)["pixel_values"] for one, r in zip(alone, rows)]
         return {**base, "pixel_values": torch.cat(parts)}
