@@ -4,8 +4,9 @@
 Built from the call's :class:`~halluprobe.records.GenerateConfig` when ``decode`` or ``sample``
 is set (hf_engines.build_engine). Each batch of full prompts (left-padded, questions about one
 image together) runs through :func:`~halluprobe.backends.hf_decode.contrast_decode`: the base
-branch, and the method's contrast branch (VCD: the noised image, ICD: the request's
-``instruction`` variant, M3ID: its ``no-image`` variant) in lockstep. Sampling draws each row
+branch, and the method's contrast branch (VCD: the noised image, each image's own tiles where
+one pixel tensor holds several images' (InternVL); ICD: the request's ``instruction`` variant;
+M3ID: its ``no-image`` variant) in lockstep. Sampling draws each row
 from a generator seeded by the run's ``--seed`` and the question's key, so a resumed run (or
 another batch size) writes the same text.
 
