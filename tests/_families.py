@@ -115,6 +115,21 @@ def _seeded(seed: int, build: Callable[[], Any]) -> Any:
     return model.eval()
 
 
+def _drawn(model: Any, *names: str, std: float = 0.02) -> Any:
+    """``model`` with the named parameters (suffixes of their names) drawn from N(0, std), where
+    transformers initialises them to zeros (Gemma 3's image projection). Zeros make a random build deaf to its image (the same logits for any pixels), so a
+    test of an image contrast (VCD, PAI) would hold whatever the code did; real checkpoints
+    carry trained values."""
+    import torch
+
+    params = dict(model.named_parameters())
+    for name in names:
+        (found,) = [p for full, p in params.items() if full == name or full.endswith("." + name)]
+        with torch.no_grad():
+            found.normal_(0.0, std)
+    return model
+
+
 def _tokenizer(source: Path, *, special: Sequence[str] = (), pad: str | None = None, **kwargs: Any) -> Any:
     """A real tokenizer with the family's special tokens added after its vocabulary."""
     from tokenizers import AddedToken
@@ -304,10 +319,12 @@ def _instructblip(out: Path, seed: int) -> None:
     )
     config = InstructBlipConfig(
         vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                       "image_size": IMAGE, "patch_size": PATCH},
+                       "image_size": IMAGE, "patch_size": PATCH,
+                       "initializer_range": 0.02},  # BLIP's default, 1e-10, leaves the tower's output ~1e-5: deaf to the image
         qformer_config={"vocab_size": len(qformer_tokenizer), "hidden_size": 32, "num_hidden_layers": 2,
                         "num_attention_heads": 4, "intermediate_size": 64, "encoder_hidden_size": 32,
-                        "max_position_embeddings": 512},
+                        "max_position_embeddings": 512,
+                        "initializer_range": 0.2},  # at 0.02 two random layers pass the image on at ~1e-2 of their output
         text_config={"model_type": "llama", **_llama_text(tokenizer)},
         num_query_tokens=num_query_tokens,
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
@@ -449,7 +466,7 @@ def _gemma3(out: Path, seed: int, sliding_window: int = 512) -> None:
         eoi_token_index=ids["eoi_token"],
         image_token_index=ids["image_token"],
     )
-    model = _seeded(seed, lambda: Gemma3ForConditionalGeneration(config))
+    model = _seeded(seed, lambda: _drawn(Gemma3ForConditionalGeneration(config), "mm_input_projection_weight"))
     processor = Gemma3Processor(
         image_processor=Gemma3ImageProcessorPil(size={"height": IMAGE, "width": IMAGE}),
         tokenizer=tokenizer,

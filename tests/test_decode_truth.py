@@ -4,38 +4,28 @@ same name and settings; DoLa with repetition_penalty 1, the loop's own setting, 
 penalty applies to the prompt's tokens already at the first step) read from signals recorded by a
 yes/no run, so wherever the loop decodes
 a yes/no piece it is the offline rule's best yes/no id; neutral settings give the plain engine's
-greedy text. On the tiny LLaVA and on the demo model (which answers Yes/No)."""
+greedy text. On the tiny LLaVA and on the demo model (which answers Yes/No), on both engines
+(every other family: test_decode_truth_families.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from _decode_truth import agreement, neutral_is_greedy, record_signals, truth_requests  # noqa: E402
+
 from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_decode import parse_decode  # noqa: E402
-from halluprobe.backends.hf_decode_engine import DecodeEngine  # noqa: E402
 from halluprobe.demo import DEMO_MODEL_DIR  # noqa: E402
-from halluprobe.readouts.corrections import CORRECTIONS  # noqa: E402
-from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Sample  # noqa: E402
+from halluprobe.records import Request  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 SPECS = ["pai:gamma=1.5,alpha=0.5,start=0,end=2", "pai:gamma=1,alpha=0.5,start=0,end=2", "dola:relative_top=0.1,repetition_penalty=1", "dola:relative_top=0,repetition_penalty=1", "vcd:alpha=1,beta=0.1", "vcd:alpha=2.5,beta=0", "icd:alpha=1,beta=0.1", "icd:alpha=0.5,beta=0.3", "m3id:lambda=0.02", "m3id:lambda=1"]
 SIGNALS = ("noised", "instruction", "no-image", "layers", "attention:0.5,0,2")  # PAI's signal: the pai specs' alpha and layers
-
-
-def _requests(backend: HFBackend, items: list[tuple[str, str]]) -> list[Request]:
-    out = []
-    for i, (image, question) in enumerate(items):
-        variants = {"instruction": backend.render_prompt(f"{ICD_INSTRUCTION} {question}", "llava"),
-                    "no-image": backend.render_prompt(question, "llava", image=False)}  # fmt: skip
-        out.append(Request(split="s", question_id=i, image_path=image, prompt=backend.render_prompt(question, "llava"), variants=variants))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +36,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path) ->
     backend = HFBackend(str(path), dtype="float32", device="cpu", prefix_cache=False)
     names = sorted(p.name for p in images.iterdir())
     items = [(str(images / n), f"Is there a {obj} in the image?") for n in names[:3] for obj in ("cat", "cup")]
-    return backend, _requests(backend, items)
+    return backend, truth_requests(backend, items, "llava")
 
 
 @pytest.fixture(scope="module")
@@ -59,65 +49,30 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[HFBackend, list[Requ
     build = build_pope(read_objects(scenes.annotations), name="synthetic", n_images=4, per_image=2, seed=0)
     backend = HFBackend(str(DEMO_MODEL_DIR), dtype="float32", device="cpu", prefix_cache=False)
     items = [(str(scenes.images_dir / q.image), q.text) for q in build.splits["random"]][:8]
-    return backend, _requests(backend, items)
+    return backend, truth_requests(backend, items, "llava")
 
 
-def _images(backend: HFBackend, requests: list[Request]) -> list[Any]:
-    images, errors = backend.core.load_images(requests)
-    assert not errors
-    return images
+def _agreement(plain: HFBackend, requests: list[Request]) -> tuple[int, int]:
+    """(rows checked, rows whose decoded token is a yes/no id) over every spec on both engines
+    (the plain one's and the prefix cache's, on the one loaded model); asserts each."""
+    recorded = record_signals(plain, requests, SIGNALS)
+    counts = [agreement(backend, requests, recorded, spec) for backend in _engines(plain) for spec in SPECS]
+    return sum(c.checked for c in counts), sum(c.yes_no for c in counts)
 
 
-def _agreement(backend: HFBackend, requests: list[Request]) -> tuple[int, int]:
-    """(rows checked, rows whose decoded token is a yes/no id) over every spec; asserts each."""
-    recorded = [r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=0, signals=SIGNALS, instruction=ICD_INSTRUCTION)) for r in batch]
-    by_key = {r.key: r for r in recorded}
-    sets = backend.token_sets()
-    ids = [*sets.yes_ids, *sets.no_ids]
-    images = _images(backend, requests)
-    checked = yes_no = 0
-    for spec in SPECS:
-        name, params = parse_decode(spec)
-        engine = backend.engine(GenerateConfig(max_new_tokens=1, stop_strings=(), decode=spec))
-        assert isinstance(engine, DecodeEngine)
-        decoded = engine.decode_batch(requests, images, keep_steps=True)
-        for row, request in enumerate(requests):
-            response = by_key[request.key]
-            assert response.error is None and response.candidates is not None
-            sample = Sample(split="s", question_id=request.question_id, image="x", object=None, label="yes", prompt=request.prompt,
-                            first_token=response.first_token, candidates=response.candidates, signals=response.signals)  # fmt: skip
-            base = {i: response.candidates[str(i)] for i in ids}
-            offline = CORRECTIONS[name].rule(base, response.first_token[0].logprob, sample, {**params, "t": 0.0}, sets)  # type: ignore[misc]
-            assert offline is not None
-            loop = decoded.scores[0][row]
-            for i in ids:  # the same per-id scores (-inf where the plausibility cut-off drops an id)
-                if offline[i] == float("-inf"):
-                    assert loop[i].item() == float("-inf"), (spec, row, i)
-                else:
-                    assert abs(loop[i].item() - offline[i]) < 1e-4, (spec, row, i)
-            token = decoded.tokens[row][0]
-            checked += 1
-            if token in ids:
-                yes_no += 1
-                assert token == max(ids, key=lambda i: offline[i]), (spec, row)
-    return checked, yes_no
-
-
-def _neutral_is_greedy(backend: HFBackend, requests: list[Request]) -> None:
-    plain = GenerateConfig(max_new_tokens=4, stop_strings=())
-    want = {r.key: r.text for batch in backend.answer(requests, plain) for r in batch}
-    for spec in ("vcd:alpha=0", "icd:alpha=0,beta=0", "m3id:lambda=0"):
-        got = {r.key: r.text for batch in backend.answer(requests, plain.model_copy(update={"decode": spec})) for r in batch}
-        assert got == want, spec
+def _engines(plain: HFBackend) -> tuple[HFBackend, HFBackend]:
+    return plain, HFBackend.on_core(plain.core, prefix_cache=True)
 
 
 def test_tiny_llava_loop_is_the_offline_rule_at_the_first_token(tiny: tuple[HFBackend, list[Request]]) -> None:
     checked, _ = _agreement(*tiny)
-    assert checked == len(SPECS) * len(tiny[1])
-    _neutral_is_greedy(*tiny)
+    assert checked == 2 * len(SPECS) * len(tiny[1])
+    for backend in _engines(tiny[0]):
+        neutral_is_greedy(backend, tiny[1])
 
 
 def test_demo_model_loop_is_the_offline_rule_and_decodes_yes_no(demo: tuple[HFBackend, list[Request]]) -> None:
     checked, yes_no = _agreement(*demo)
     assert yes_no == checked > 0  # the demo model answers Yes/No: every decoded token is checked against the rule's argmax
-    _neutral_is_greedy(*demo)
+    for backend in _engines(demo[0]):
+        neutral_is_greedy(backend, demo[1])

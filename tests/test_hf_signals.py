@@ -180,8 +180,7 @@ def test_a_cache_that_cannot_be_cropped_gives_the_instruction_its_own_prefix(
     signals = ("noised", "layers:0,1", "attention:10,0,2", "instruction", "no-image")
     got = _ask(fast, photos, signals, max_new_tokens=2)
     assert [call for call in spy.calls if call[1] or call[2]] == [(1, True, True)] * (3 * len(PHOTOS))
-    # (the tiny Gemma 3 barely looks at its image: the noised pixels move nothing measurable)
-    _assert_same_signals(got, _ask(plain, photos, signals, max_new_tokens=2), moved=("instruction", "no-image"))
+    _assert_same_signals(got, _ask(plain, photos, signals, max_new_tokens=2))
 
 
 def test_instruction_variants_without_a_shared_prefix_run_in_full(

@@ -4,8 +4,9 @@
 Built from the call's :class:`~halluprobe.records.GenerateConfig` when ``decode`` or ``sample``
 is set (hf_engines.build_engine). Each batch of full prompts (left-padded, questions about one
 image together) runs through :func:`~halluprobe.backends.hf_decode.contrast_decode`: the base
-branch, and the method's contrast branch (VCD: the noised image, ICD: the request's
-``instruction`` variant, M3ID: its ``no-image`` variant) in lockstep. Sampling draws each row
+branch, and the method's contrast branch (VCD: the noised image, each image's own tiles where
+one pixel tensor holds several images' (InternVL); ICD: the request's ``instruction`` variant;
+M3ID: its ``no-image`` variant) in lockstep. Sampling draws each row
 from a generator seeded by the run's ``--seed`` and the question's key, so a resumed run (or
 another batch size) writes the same text.
 
@@ -111,13 +112,31 @@ class DecodeEngine:
         core = self.core
         branch = BRANCHES[self.method] if self.method is not None else None
         if branch == "noised":
-            return noised_inputs(base, [r.image_path for r in rows], VCD_NOISE_STEP)
+            try:
+                return noised_inputs(base, [r.image_path for r in rows], VCD_NOISE_STEP)
+            except InputError:
+                if len(rows) == 1:
+                    raise
+                return self._noised_tiles(rows, images, base)
         if branch is None:
             return None
         missing = next((r for r in rows if branch not in r.variants), None)
         if missing is not None:
             raise ValueError(f"request {missing.key} has no {branch!r} variant for {self.method}")
         return core.inputs.encode([r.variants[branch] for r in rows], images if branch != "no-image" else [])
+
+    def _noised_tiles(self, rows: Sequence[Request], images: list[Any], base: dict[str, Any]) -> dict[str, Any]:
+        """VCD's contrast inputs where one pixel tensor holds several images' tiles (InternVL):
+        each image's tiles (from its prompt alone) noised with its own seed, then stacked in row
+        order, the batch's own layout (checked), so a batch gives each row's noise alone."""
+        import torch
+
+        alone = [self.core.inputs.encode([r.prompt], [image]) for r, image in zip(rows, images)]
+        clean = [one["pixel_values"] for one in alone]
+        if {p.shape[1:] for p in clean} != {base["pixel_values"].shape[1:]} or not torch.equal(torch.cat(clean), base["pixel_values"]):
+            raise InputError(f"the noised signal cannot split this model's pixel tensor {tuple(base['pixel_values'].shape)} by image")
+        parts = [noised_inputs(one, [r.image_path], VCD_NOISE_STEP)["pixel_values"] for one, r in zip(alone, rows)]
+        return {**base, "pixel_values": torch.cat(parts)}
 
     def _decode(self, rows: Sequence[Request], images: list[Any], started: float) -> dict[tuple[str, int], Response]:
         core = self.core
