@@ -74,8 +74,10 @@ def caption_ground_truth_lines(annotations: Path) -> list[dict[str, Any]]:
     their synonyms); an image keeps its line when none is."""
     from halluprobe.benchmarks.chair.vocabulary import vocabulary
 
+    from halluprobe.jsonl import read_json_file
+
     known = vocabulary().node_of
-    data = json.loads(annotations.read_text(encoding="utf-8"))
+    data = read_json_file(annotations, "scene annotations")
     names = {c["id"]: c["name"] for c in data["categories"]}
     objects: dict[int, list[str]] = {img["id"]: [] for img in data["images"]}
     for ann in data["annotations"]:
