@@ -22,7 +22,8 @@ extra. Scene ``i`` of seed ``s`` depends on ``(s, i, size)`` only (its own gener
 hashing), so sets of different lengths agree on their common scenes and the bytes written are
 identical for identical arguments. Bump :data:`GENERATOR_VERSION` whenever that output changes.
 
-numpy and pillow only: no torch.
+The class table (classes, glyphs, themes, backgrounds) lives in
+:mod:`halluprobe.benchmarks.synthetic_classes` and is re-exported here. numpy and pillow only: no torch.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from halluprobe.benchmarks.synthetic_classes import (
+    BACKGROUNDS,
+    CLASSES,
+    SHARED,
+    THEMES,
+    ObjectClass,
+    category_ids,
+    glyph_mask,
+)
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 
@@ -60,87 +70,6 @@ __all__ = [
 
 GENERATOR_VERSION = "1"
 
-RGB = tuple[int, int, int]
-
-# Saturated glyph colours; every background stays far from all of them (see BACKGROUNDS).
-_COLOURS: dict[str, RGB] = {
-    "red": (220, 40, 40),
-    "orange": (245, 140, 20),
-    "yellow": (235, 215, 30),
-    "green": (30, 160, 60),
-    "cyan": (20, 200, 210),
-    "blue": (40, 70, 215),
-    "purple": (145, 55, 200),
-    "pink": (245, 105, 185),
-    "brown": (125, 75, 35),
-    "white": (250, 250, 250),
-    "black": (15, 15, 15),
-}
-
-
-@dataclass(frozen=True)
-class ObjectClass:
-    """One object class: its noun, its glyph (shape + colour) and its theme (None = any)."""
-
-    name: str
-    shape: str
-    colour: str
-    theme: str | None
-
-    @property
-    def rgb(self) -> RGB:
-        return _COLOURS[self.colour]
-
-
-# 29 classes; (shape, colour) is unique. Look-alikes on purpose, across themes (cup / ball /
-# frisbee: red ring / red disc / pink ring; spoon / traffic light: cyan / red bar) and within
-# one (bus / truck: orange frame / orange square): a tiny or half-hidden one needs context.
-CLASSES: tuple[ObjectClass, ...] = (
-    ObjectClass("cup", "ring", "red", "kitchen"),
-    ObjectClass("bowl", "disc", "yellow", "kitchen"),
-    ObjectClass("fork", "plus", "white", "kitchen"),
-    ObjectClass("spoon", "bar", "cyan", "kitchen"),
-    ObjectClass("bottle", "triangle", "green", "kitchen"),
-    ObjectClass("knife", "bar", "white", "kitchen"),
-    ObjectClass("car", "square", "blue", "street"),
-    ObjectClass("bus", "frame", "orange", "street"),
-    ObjectClass("bicycle", "cross", "black", "street"),
-    ObjectClass("traffic light", "bar", "red", "street"),
-    ObjectClass("truck", "square", "orange", "street"),
-    ObjectClass("tree", "star", "green", "park"),
-    ObjectClass("dog", "ell", "brown", "park"),
-    ObjectClass("bench", "tee", "brown", "park"),
-    ObjectClass("kite", "diamond", "pink", "park"),
-    ObjectClass("frisbee", "ring", "pink", "park"),
-    ObjectClass("laptop", "square", "black", "office"),
-    ObjectClass("book", "frame", "purple", "office"),
-    ObjectClass("clock", "disc", "white", "office"),
-    ObjectClass("chair", "tee", "purple", "office"),
-    ObjectClass("keyboard", "plus", "black", "office"),
-    ObjectClass("umbrella", "triangle", "pink", "beach"),
-    ObjectClass("boat", "hourglass", "white", "beach"),
-    ObjectClass("surfboard", "diamond", "cyan", "beach"),
-    ObjectClass("ball", "disc", "red", "beach"),
-    ObjectClass("shell", "star", "yellow", "beach"),
-    ObjectClass("person", "ell", "orange", None),
-    ObjectClass("bird", "cross", "yellow", None),
-    ObjectClass("bag", "ring", "blue", None),
-)
-
-THEMES: dict[str, tuple[str, ...]] = {
-    theme: tuple(c.name for c in CLASSES if c.theme == theme)
-    for theme in ("kitchen", "street", "park", "office", "beach")
-}
-# shared classes and the chance that a scene of any theme has one
-SHARED: dict[str, float] = {"person": 0.3, "bird": 0.12, "bag": 0.12}
-# per-theme background: base colour (muted, mid-range) of a vertical gradient with noise
-BACKGROUNDS: dict[str, RGB] = {
-    "kitchen": (200, 180, 150),
-    "street": (135, 135, 140),
-    "park": (150, 195, 140),
-    "office": (165, 180, 205),
-    "beach": (215, 200, 160),
-}
 _STRAY_P = 0.15  # chance of one object from another theme
 _SECOND_P = 0.1  # chance of a second instance of one object
 _TINY_P = 0.2  # chance that an object is tiny (about one vision patch or less)
@@ -151,51 +80,6 @@ MIN_VISIBLE_PIXELS = 10
 _PLACEMENT_TRIES = 20
 
 _BY_NAME = {c.name: c for c in CLASSES}
-
-
-def category_ids() -> dict[str, int]:
-    """Class name -> COCO category id (1-based, in :data:`CLASSES` order)."""
-    return {c.name: i + 1 for i, c in enumerate(CLASSES)}
-
-
-def glyph_mask(shape: str, h: int, w: int) -> np.ndarray:
-    """Boolean ``[h, w]`` mask of a glyph filling an ``h`` x ``w`` box."""
-    # pixel centres in [-1, 1]; y grows downwards
-    v = (np.arange(h) + 0.5) / h * 2 - 1
-    u = (np.arange(w) + 0.5) / w * 2 - 1
-    v, u = np.meshgrid(v, u, indexing="ij")
-    r2 = u * u + v * v
-    au, av = np.abs(u), np.abs(v)
-    if shape == "disc":
-        m = r2 <= 1.0
-    elif shape == "ring":
-        m = (r2 <= 1.0) & (r2 >= 0.3)
-    elif shape == "square":
-        m = np.ones((h, w), dtype=bool)
-    elif shape == "frame":
-        m = np.maximum(au, av) >= 0.5
-    elif shape == "triangle":
-        m = au <= (v + 1) / 2  # apex at the top
-    elif shape == "diamond":
-        m = au + av <= 1.0
-    elif shape == "plus":
-        m = (au <= 0.3) | (av <= 0.3)
-    elif shape == "cross":
-        m = np.abs(au - av) <= 0.3
-    elif shape == "bar":
-        m = au <= 0.35  # upright bar
-    elif shape == "tee":
-        m = (v <= -0.4) | (au <= 0.3)
-    elif shape == "ell":
-        m = (u <= -0.3) | (v >= 0.4)
-    elif shape == "hourglass":
-        m = au <= av
-    elif shape == "star":
-        theta = np.arctan2(v, u)
-        m = np.sqrt(r2) <= 0.5 + 0.5 * np.cos(5 * theta + np.pi / 2) ** 2
-    else:
-        raise ValueError(f"unknown glyph shape {shape!r}")
-    return m
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ the authors' rule (counting an unreadable answer as they do) and with halluprobe
 published precision or not, and by how much; the image-clustered CI; which POPE content the
 labels are (by content fingerprint); how many answers the two rules classify differently.
 An entry this build cannot audit (its import format or parser is not here) is listed with
-the reason instead of a number.
+the reason instead of a number. An entry that fails leaves nothing it created under ``OUT``
+(:mod:`halluprobe.benchmarks.created`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry, Figure
 
 if TYPE_CHECKING:
+    from halluprobe.benchmarks.created import CreatedOutputs
     from halluprobe.metrics.score import ScoreRow
     from halluprobe.records import RunHeader, Sample, ScoreReport
 
@@ -82,21 +84,49 @@ def missing_capability(entry: Entry) -> str | None:
     return None
 
 
-def fetch_entry_files(entry: Entry, dest: Path, *, cache_dir: Path | None = None, mirror: str | None = None) -> dict[str, list[Path]]:
+def fetch_entry_files(
+    entry: Entry,
+    dest: Path,
+    *,
+    cache_dir: Path | None = None,
+    mirror: str | None = None,
+    overwrite: bool = False,
+    created: CreatedOutputs | None = None,
+) -> dict[str, list[Path]]:
     """Download (or take from the cache) every file of ``entry``, sha256 checked, copied under
-    ``dest``; role -> paths. Two files of one name (one split each) keep their repository folders apart."""
+    ``dest``; role -> paths. Two files of one name (one split each) keep their repository folders apart.
+
+    Every file is fetched and every destination checked before ``dest`` is touched: a failed
+    download or a file there with other content (refused unless ``overwrite``) leaves no folder
+    and no copy. What is created is recorded in ``created`` (the caller undoes it) or, with none,
+    removed here when a copy fails (:mod:`halluprobe.benchmarks.created`)."""
+    from halluprobe.benchmarks.created import removed_on_failure
     from halluprobe.benchmarks.dataset_files import fetch_source
     from halluprobe.benchmarks.datasets import SourceFile
-    from halluprobe.benchmarks.download import copy_pinned
+    from halluprobe.benchmarks.download import already_pinned, copy_pinned
 
-    out: dict[str, list[Path]] = {"answers": [], "questions": [], "labels": []}
+    planned: list[tuple[str, Path, Path, str]] = []  # (role, cached copy, destination, sha256)
     for role, f in entry.files():
         repository, commit = entry.repository_of(f)
         cached = fetch_source(SourceFile(repository, commit, f.path, f.sha256), cache_dir=cache_dir, mirror=mirror)
         target = dest / role / f.path.replace("/", "__") if role == "answers" else dest / role / f.path.rsplit("/", 1)[-1]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        out[role].append(copy_pinned(cached, target, f.sha256, overwrite=True))
+        already_pinned(target, f.sha256, overwrite=overwrite)  # refuses another file there now, before any copy
+        planned.append((role, cached, target, f.sha256))
+    out: dict[str, list[Path]] = {"answers": [], "questions": [], "labels": []}
+    with removed_on_failure(created) as made:
+        for role, cached, target, sha256 in planned:
+            _made_folder(made, target.parent)
+            made.new_files([target])
+            out[role].append(copy_pinned(cached, target, sha256, overwrite=overwrite))
     return out
+
+
+def _made_folder(made: CreatedOutputs, folder: Path) -> Path:
+    """``folder`` created (and recorded); a file in its way is bad input naming it."""
+    try:
+        return made.folder(folder)
+    except OSError as e:
+        raise InputError(f"cannot create this folder: {e.strerror or e}", folder) from e
 
 
 def _value(metric: str, report: ScoreReport, rows: Sequence[ScoreRow], n_resamples: int, seed: int) -> ValueWithCi:
@@ -220,21 +250,40 @@ def audit_entry(
     n_resamples: int = 1000,
     seed: int = 0,
     overwrite: bool = False,
+    created: CreatedOutputs | None = None,
 ) -> EntryAudit:
-    """Fetch, import and score one entry under ``out/<name>`` (see the module docstring)."""
+    """Fetch, import and score one entry under ``out/<name>`` (see the module docstring).
+
+    A failure (a download, a pin, answers that are not the pinned questions) leaves nothing this
+    entry created: no copy, no run dir, no empty folder; what was there before is kept. The
+    record is ``created`` (the caller undoes it) or, with none, undone here."""
+    from halluprobe.benchmarks.created import removed_on_failure
     from halluprobe.imports import import_answers
+    from halluprobe.rundir import COMPLETE, HEADER, MANIFEST, SAMPLES
 
     result = new_entry_audit(entry)
-    files = fetch_entry_files(entry, out / entry.name / "files", cache_dir=cache_dir, mirror=mirror)
     missing = missing_capability(entry)
-    if missing is not None:
-        result.status = f"not audited: {missing}"
-        return result
     run = out / entry.name / "run"
-    if run.exists() and not overwrite:
+    if missing is None and run.exists() and not overwrite:
         raise InputError("exists: pass --overwrite to audit again into this folder", run)
-    rundir, _ = import_answers(entry.format, files["answers"], run, model=entry.model, overwrite=overwrite, **import_arguments(entry, files))
-    header, samples = recompute_entry(entry, rundir.path, result, n_resamples=n_resamples, seed=seed)
+    with removed_on_failure(created) as made:
+        files = fetch_entry_files(entry, out / entry.name / "files", cache_dir=cache_dir, mirror=mirror, overwrite=overwrite, created=made)
+        if missing is not None:
+            result.status = f"not audited: {missing}"
+            return result
+        _made_folder(made, run)
+        made.new_files(run / name for name in (HEADER, SAMPLES, MANIFEST, COMPLETE))  # what an imported run dir holds
+        rundir, _ = import_answers(entry.format, files["answers"], run, model=entry.model, overwrite=overwrite, **import_arguments(entry, files))
+        _check_run(entry, rundir.path, files, result, cache_dir=cache_dir, mirror=mirror, n_resamples=n_resamples, seed=seed)
+    return result
+
+
+def _check_run(
+    entry: Entry, rundir: Path, files: dict[str, list[Path]], result: EntryAudit, *, cache_dir: Path | None, mirror: str | None, n_resamples: int, seed: int
+) -> None:
+    """Score the imported run into ``result`` and check its questions are the pinned ones (an
+    InputError when they are not)."""
+    header, samples = recompute_entry(entry, rundir, result, n_resamples=n_resamples, seed=seed)
     result.questions_are = dict(header.backend_info.get("question_datasets") or {})
     _check_dataset(entry, result.questions_are, files["labels"])
     if not files["labels"]:  # labels inside the answers (DASH-B's): which of the pinned questions they are
@@ -248,7 +297,6 @@ def audit_entry(
             result.questions_are.update(_check_own_draw(entry.fingerprint, samples, files["questions"][0], files["answers"][0]))
         else:
             raise InputError(f"the questions match no fingerprint the registry pins: expected {entry.fingerprint}", files["answers"][0])
-    return result
 
 
 def dataset_coverage(entry: Entry, samples: Sequence[Sample], *, cache_dir: Path | None = None, mirror: str | None = None) -> dict[str, list[str]]:

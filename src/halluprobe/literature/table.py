@@ -41,24 +41,44 @@ def audit_literature(
     keep_going: bool = False,
 ) -> list[EntryAudit]:
     """Audit ``entries`` into ``out`` and write the table. With ``keep_going`` (``--all``) an
-    entry that fails with bad input is listed with its one-line reason and the others go on."""
+    entry that fails with bad input is listed with its one-line reason and the others go on.
+
+    An entry that fails leaves nothing of its own under ``out``; a verb that fails (an entry
+    without ``keep_going``, the table's write, Ctrl-C) leaves nothing it created at all."""
+    from halluprobe.benchmarks.created import CreatedOutputs
+
     audits: list[EntryAudit] = []
-    for entry in entries:
+    verb = CreatedOutputs()  # ``out`` and the tables; then one record per entry
+    records = [verb]
+    try:
         try:
-            audits.append(
-                audit_entry(entry, out, cache_dir=cache_dir, mirror=mirror, n_resamples=n_resamples, seed=seed, overwrite=overwrite)
-            )
-        except (InputError, RuntimeFailure) as e:
-            if not keep_going:
-                raise
-            audits.append(
-                EntryAudit(name=entry.name, model=entry.model, decoding=entry.decoding, dataset=entry.dataset,
-                           parser=f"text:{entry.parser.rule}", status=f"not audited: {e}", notes=list(entry.notes))
-            )  # fmt: skip
-    provenance = _provenance(registry, n_resamples, seed)
-    write_atomic(out / LITERATURE_MD, literature_markdown(audits, provenance))
-    data = {"provenance": provenance, "entries": [a.as_json() for a in audits]}
-    write_atomic(out / LITERATURE_JSON, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            verb.folder(out)
+        except OSError as e:
+            raise InputError(f"cannot create this folder: {e.strerror or e}", out) from e
+        for entry in entries:
+            record = CreatedOutputs()
+            records.append(record)
+            try:
+                audits.append(
+                    audit_entry(entry, out, cache_dir=cache_dir, mirror=mirror, n_resamples=n_resamples, seed=seed, overwrite=overwrite, created=record)
+                )
+            except (InputError, RuntimeFailure) as e:
+                record.undo()  # the failed entry's copies and run go now; the others' stay
+                if not keep_going:
+                    raise
+                audits.append(
+                    EntryAudit(name=entry.name, model=entry.model, decoding=entry.decoding, dataset=entry.dataset,
+                               parser=f"text:{entry.parser.rule}", status=f"not audited: {e}", notes=list(entry.notes))
+                )  # fmt: skip
+        provenance = _provenance(registry, n_resamples, seed)
+        verb.new_files([out / LITERATURE_MD, out / LITERATURE_JSON])
+        write_atomic(out / LITERATURE_MD, literature_markdown(audits, provenance))
+        data = {"provenance": provenance, "entries": [a.as_json() for a in audits]}
+        write_atomic(out / LITERATURE_JSON, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    except BaseException:
+        for made in reversed(records):  # the entries' first, then ``out`` itself if empty again
+            made.undo()
+        raise
     return audits
 
 
