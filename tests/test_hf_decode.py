@@ -124,7 +124,8 @@ def test_m3id_steps_are_its_rule_on_the_no_image_branch_inert_only_at_the_first_
             lp = torch.log_softmax(logits[0].double(), -1).tolist()
             lq = torch.log_softmax(logits[1].double(), -1).tolist()
             w = math.exp(lam * step) - 1
-            want = [p + w * (p - q) for p, q in zip(lp, lq)]
+            top = max(p - q for p, q in zip(lp, lq))  # the row's constant w * top is left out, as the offline rule does
+            want = [p - w * (top - (p - q)) for p, q in zip(lp, lq)]
             assert token == max(range(len(want)), key=want.__getitem__), (row, step)
             engine = got.scores[step][row].tolist()
             assert max(abs(a - b) for a, b in zip(engine, want)) < 1e-4

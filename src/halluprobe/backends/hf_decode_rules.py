@@ -19,7 +19,7 @@ from typing import Any
 from halluprobe.backends.families import FAMILIES
 from halluprobe.backends.hf_signals import PaiSetting
 from halluprobe.errors import InputError
-from halluprobe.readouts.corrections import parse_correction
+from halluprobe.readouts.corrections import m3id_log_weight, parse_correction
 
 __all__ = [
     "BRANCHES",
@@ -70,22 +70,25 @@ class ContrastRule:
 
 @dataclass(frozen=True)
 class M3IDRule:
-    """M3ID's next-token scores at step ``step`` from the base and no-image branches' logits."""
+    """M3ID's next-token scores at step ``step`` from the base and no-image branches' logits.
+
+    ``l + w_t (l - l_no_image)`` less its row's constant ``w_t * max(l - l_no_image)``, as the
+    offline rule computes it (corrections.py's ``m3id``): the same argmax and the same sampling
+    distribution, and no overflow where ``w_t = exp(lambda t) - 1`` outgrows a float (lambda 1
+    from about step 90 in float32; every other token then goes to -inf, not inf - inf)."""
 
     lam: float = 0.02
-
-    def weight(self, step: int) -> float:
-        decay = math.exp(-self.lam * step)
-        return (1 - decay) / decay
 
     def scores(self, base_logits: Any, contrast_logits: Any, step: int = 0) -> Any:
         import torch
 
-        base = torch.log_softmax(base_logits.float(), dim=-1)
-        w = self.weight(step)
-        if w == 0.0:  # the first token: the base pass
-            return base
-        return base + w * (base - torch.log_softmax(contrast_logits.float(), dim=-1))
+        log_w = m3id_log_weight({"lambda": self.lam, "t": float(step)})
+        if log_w == -math.inf:  # the first token: the base pass
+            return torch.log_softmax(base_logits.float(), dim=-1)
+        base = torch.log_softmax(base_logits.double(), dim=-1)
+        gain = base - torch.log_softmax(contrast_logits.double(), dim=-1)
+        below = gain.max(dim=-1, keepdim=True).values - gain  # >= 0; 0 at the row's largest gain
+        return (base - torch.exp(log_w + torch.log(below))).float()
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from halluprobe.readouts.logits import decide, logsumexp, read_dynamic
 from halluprobe.records import ReadoutResult, Sample, SignalLogprobs, TokenSets
 
 __all__ = [
+    "m3id_log_weight",
     "CORRECTIONS",
     "Correction",
     "Param",
@@ -113,7 +114,7 @@ def _icd(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float], 
     return _contrast(base, base_max, sample.signals["instruction"], p["alpha"], p["beta"])
 
 
-def _m3id_log_weight(p: Mapping[str, float]) -> float:
+def m3id_log_weight(p: Mapping[str, float]) -> float:
     """log of M3ID's guidance weight at step t, ``w_t = (1 - exp(-lambda t)) / exp(-lambda t)``
     = ``exp(lambda t) - 1``, in log space: ``lambda t + log(1 - exp(-lambda t))``. No division
     and no overflow at any ``lambda t``; -inf (w = 0) at t = 0."""
@@ -129,7 +130,7 @@ def _m3id(base: Scores, base_max: float, sample: Sample, p: Mapping[str, float],
     Computed as ``l(v) - w_t * (d_max - d)`` with ``d = l(v) - l(no image)``: the same scores less
     the constant ``w_t * d_max`` (which leaves decisions and ``p_yes`` unchanged), so a weight
     too large for a float drives the other ids to -inf instead of giving inf - inf."""
-    log_w = _m3id_log_weight(p)
+    log_w = m3id_log_weight(p)
     if log_w == -math.inf:  # inert: the base pass, whatever the signal says (none is needed)
         return dict(base)
     ids = list(base)
@@ -281,7 +282,7 @@ def inert_reason(spec: str) -> str | None:
 
 def inert_reason_of(name: str, params: Mapping[str, float]) -> str | None:
     """Why a correction cannot change a first-token yes/no answer with these settings, if so."""
-    if name == "m3id" and _m3id_log_weight(params) == -math.inf:
+    if name == "m3id" and m3id_log_weight(params) == -math.inf:
         return "M3ID's guidance weight (1 - exp(-lambda t)) / exp(-lambda t) is 0 at t = 0, the first answer token"
     return None
 
