@@ -19,7 +19,7 @@ runner = CliRunner()
 
 
 def _runs(root: Path) -> list[Path]:
-    return [decoding_run(root / "greedy", GREEDY), decoding_run(root / "vcd", METHOD), decoding_run(root / "sampled", SAMPLED)]
+    return [decoding_run(root / "greedy", GREEDY), decoding_run(root / "vcd", METHOD), decoding_run(root / "sampled", SAMPLED, sample=True, seed=0)]
 
 
 def _paper(tmp_path: Path, runs: list[Path], fmt: str, *extra: str) -> Path:

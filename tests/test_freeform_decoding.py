@@ -62,13 +62,13 @@ def test_length_bounds_and_bins_by_hand() -> None:
 
 
 def test_table_numbers_by_hand_and_recomputed(tmp_path: Path) -> None:
-    greedy, method, sampled = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD), decoding_run(tmp_path / "sampled", SAMPLED)
+    greedy, method, sampled = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD), decoding_run(tmp_path / "sampled", SAMPLED, sample=True, seed=0)
     result = _invoke(tmp_path, str(greedy), str(method), "--sampled-baseline", str(sampled), "--json", "--bootstrap", "200")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     chair = data["chair"]
     assert chair["images"] == 4 and chair["images_dropped"] == 0 and chair["length_bounds"] == [2, 5]
-    per_run = {r["name"]: r for r in chair["per_run"]}
+    per_run = {r["name"].removesuffix(" (sampled, seed=0)"): r for r in chair["per_run"]}  # the sampled run: its folder name
     assert [r["role"] for r in chair["per_run"]] == ["greedy baseline", "method", "sampled baseline"]
     by_hand = {
         "greedy": {"chair_s": 2 / 4, "chair_i": 3 / 8, "recall": 5 / 5, "length": 20 / 4, "halluc_per_100_words": 100 * 3 / 20},
@@ -86,7 +86,7 @@ def test_table_numbers_by_hand_and_recomputed(tmp_path: Path) -> None:
     assert per_run["vcd"]["chair_s_at_baseline_length"] == pytest.approx(0.25)
     assert per_run["greedy"]["chair_s_at_baseline_length"] == pytest.approx(0.5)  # its own CHAIR_s
     assert per_run["sampled"]["chair_s_at_baseline_length"] is None  # no sampled caption over 5 words: no match
-    paired = {p["name"]: p for p in chair["paired"]}
+    paired = {p["name"].removesuffix(" (sampled, seed=0)"): p for p in chair["paired"]}
     vs_greedy = paired["vcd"]["vs_greedy"]
     assert vs_greedy["chair_s"]["diff"] == pytest.approx(-0.25) and vs_greedy["chair_i"]["diff"] == pytest.approx(2 / 7 - 3 / 8)
     assert vs_greedy["length"]["diff"] == pytest.approx(17 / 4 - 5) and vs_greedy["recall"]["diff"] == pytest.approx(0)
@@ -101,7 +101,7 @@ def test_table_numbers_by_hand_and_recomputed(tmp_path: Path) -> None:
     assert paired["vcd"]["sampling_matches"] is None  # the method itself is not sampled
     # the sampled baseline against greedy: what sampling alone does
     assert paired["sampled"]["vs_greedy"]["chair_s"]["diff"] == pytest.approx(0) and paired["sampled"]["vs_greedy"]["recall"]["diff"] == pytest.approx(-0.2)
-    bins = {b["name"]: [(x["n"], x["chair_s"]) for x in b["bins"]] for b in chair["length_bins"]}
+    bins = {b["name"].removesuffix(" (sampled, seed=0)"): [(x["n"], x["chair_s"]) for x in b["bins"]] for b in chair["length_bins"]}
     assert bins["greedy"] == [(1, 0), (2, 0.5), (1, 1)]
     assert bins["vcd"] == [(2, 0), (1, 0), (1, 1)]
     assert bins["sampled"] == [(2, 0), (2, 1), (0, None)]
@@ -271,3 +271,24 @@ def test_runs_written_by_halluprobe_run(tmp_path: Path) -> None:
     per_run = data["chair"]["per_run"]
     assert per_run[0]["chair_s"] == pytest.approx(_independent(runs[0])["chair_s"]) == pytest.approx(0.5)
     assert per_run[1]["chair_i"] == pytest.approx(_independent(runs[1])["chair_i"]) == pytest.approx(2 / 7)
+
+
+def test_a_baseline_that_its_run_json_contradicts_is_refused(tmp_path: Path) -> None:
+    """The roles come from the argument order; a run.json that says otherwise is one line naming it."""
+    greedy = decoding_run(tmp_path / "greedy", GREEDY)
+    vcd = decoding_run(tmp_path / "vcd", METHOD, decode="vcd:alpha=1", sample=True, seed=0)
+    sampled = decoding_run(tmp_path / "sampled", SAMPLED, sample=True, seed=0)
+    other_greedy = decoding_run(tmp_path / "greedy2", SAMPLED)
+    for args, message, run in (
+        ([vcd, greedy, "--sampled-baseline", sampled], "the greedy baseline was decoded with vcd:alpha=1", vcd),
+        ([sampled, vcd], "the greedy baseline was decoded by sampling", sampled),
+        ([greedy, sampled, "--sampled-baseline", vcd], "the sampled baseline was decoded with vcd:alpha=1", vcd),
+        ([greedy, vcd, "--sampled-baseline", other_greedy], "the sampled baseline was decoded greedily", other_greedy),
+    ):
+        result = _invoke(tmp_path, *map(str, args))
+        assert result.exit_code == 2, result.output
+        assert message in result.output and str(run / "run.json") in result.output.replace("\n", ""), result.output
+    # an imported run records no sampling: taken as the sampled baseline it is given as
+    header = json.loads((other_greedy / "run.json").read_text())
+    (other_greedy / "run.json").write_text(json.dumps({**header, "backend": "import:opera"}))
+    assert _invoke(tmp_path, str(greedy), str(vcd), "--sampled-baseline", str(other_greedy), "--json").exit_code == 0

@@ -49,6 +49,7 @@ from halluprobe.decoding_runs import (
 )
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap, paired_bootstrap_diff
+from halluprobe.rundir import RunDir
 
 __all__ = ["EXTRA_METRICS", "binned_chair", "decoding_table", "length_bin", "length_bounds", "standardized_chair_s"]
 
@@ -142,6 +143,22 @@ def _same_sampling(a: DecodingRun, b: DecodingRun) -> bool:
     return {k: v for k, v in a.sampling.items() if k != "seed"} == {k: v for k, v in b.sampling.items() if k != "seed"}
 
 
+def _refuse_wrong_baselines(runs: Sequence[DecodingRun], paths: Sequence[Path]) -> None:
+    """One line when a baseline's run.json says it is not one: a greedy baseline decoded with a
+    method or by sampling, a sampled baseline decoded with a method, or a run halluprobe decoded
+    greedily given as the sampled baseline (an imported run, which records no sampling, is
+    taken as given)."""
+    for run, path in zip(runs, paths):
+        header = RunDir(path).header_path
+        if run.role == "greedy baseline" and (run.method is not None or run.sampled):
+            how = f"with {run.method}" if run.method is not None else "by sampling"
+            raise InputError(f"the greedy baseline was decoded {how}: give a run without --decode and --sample first", header)
+        if run.role == "sampled baseline" and run.method is not None:
+            raise InputError(f"the sampled baseline was decoded with {run.method}: give a plain --sample run", header)
+        if run.role == "sampled baseline" and not run.sampled and not RunDir(path).read_header().backend.startswith("import:"):
+            raise InputError("the sampled baseline was decoded greedily: give a run made with --sample --seed", header)
+
+
 def decoding_table(
     baseline: Path,
     methods: Sequence[Path],
@@ -164,6 +181,7 @@ def decoding_table(
     runs = [read_decoding_run(baseline, "greedy baseline"), *(read_decoding_run(p, "method") for p in methods)]
     if sampled_baseline is not None:
         runs.append(read_decoding_run(sampled_baseline, "sampled baseline"))
+    _refuse_wrong_baselines(runs, paths)
     refuse_other_questions(baseline, paths[1:])
     result: dict[str, Any] = {"runs": [r.model_dump(mode="json") for r in runs], "bootstrap": {"n_resamples": n_resamples, "seed": seed}}
     if chair:
