@@ -161,6 +161,7 @@ def test_plain_runs_keep_their_header_and_fingerprint(setup: Any, greedy: dict[i
         (("--decode", "vcd:gamma=1"), "not 'gamma=1'"),
         (("--decode", "vcd:alpha=-1"), r"alpha must lie in \[0, 100\]"),
         (("--decode", "m3id:t=3"), "t is the decoding step"),
+        (("--decode", "pai:start=3,end=2"), r"PAI's layers \[3, 2\) hold no layer"),
         (("--sample",), "--sample needs --seed"),
         (("--temperature", "0.5"), "--temperature is a sampling setting"),
         (("--sample", "--seed", "1", "--top-p", "0"), "--top-p must lie in"),
@@ -174,6 +175,23 @@ def test_bad_decoding_input_exits_2_before_any_model_loads(setup: Any, tmp_path:
     result = _run(setup, tmp_path / "bad", *extra, model=str(tmp_path / "no-such-model"))
     assert result.exit_code == 2, result.output
     assert re.search(message, result.output), result.output
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("pai", r"layers \[2, 2\) hold no layer \(this model has 2 layers\)"), ("pai:start=0,end=50", "past the model's 2 layers")],
+)
+def test_pai_layers_the_model_lacks_are_refused_from_config_json(setup: Any, tmp_path: Path, spec: str, message: str) -> None:
+    """A local folder's config.json names the text model's layers: PAI's range is checked before
+    any weight is looked for (the folder holds nothing else)."""
+    import re
+
+    folder = tmp_path / "two-layers"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llava", "text_config": {"num_hidden_layers": 2}}))
+    result = _run(setup, tmp_path / "bad", "--decode", spec, model=str(folder))
+    assert result.exit_code == 2 and re.search(message, result.output), result.output
     assert not (tmp_path / "bad").exists()
 
 

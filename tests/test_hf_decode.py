@@ -202,7 +202,7 @@ def test_dola_is_parsed_with_its_repetition_penalty() -> None:
     assert parse_decode("dola") == ("dola", {"relative_top": 0.1, "repetition_penalty": 1.2})
     assert parse_contrast("dola:repetition_penalty=1,relative_top=0.2", n_layers=8) == ("dola", DoLaRule((0, 2), 0.2, 1.0))
     for bad, message in (("dola:repetition_penalty=0.5", r"must lie in \[1, 10\]"), ("dola:repetition_penalty=1,repetition_penalty=2", "given twice"),
-                         ("dola:alpha=1", "not 'alpha=1'"), ("pai:start=1.5,end=2", "whole numbers"), ("pai:start=2,end=2", r"\[start, end\)")):  # fmt: skip
+                         ("dola:alpha=1", "not 'alpha=1'"), ("pai:start=1.5,end=2", "whole numbers"), ("pai:start=2,end=2", "hold no layer"), ("pai:end=3", "past the model's 2 layers")):  # fmt: skip
         with pytest.raises(InputError, match=message):
             parse_contrast(bad, n_layers=2)
 

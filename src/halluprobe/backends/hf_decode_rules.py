@@ -33,6 +33,7 @@ __all__ = [
     "check_decoding",
     "contrast_branch",
     "dola_layers",
+    "pai_layers",
     "parse_contrast",
     "parse_decode",
 ]
@@ -187,7 +188,7 @@ def parse_decode(spec: str) -> tuple[str, dict[str, float]]:
     runs. M3ID's ``t`` is the loop's own step, never given."""
     name, _, rest = spec.partition(":")
     if name not in BRANCHES:
-        raise InputError(f"--decode {spec}: the decoding loop runs {', '.join(BRANCHES)} (pai: not yet)")
+        raise InputError(f"--decode {spec}: the decoding loop runs {', '.join(BRANCHES)}")
     if name in _LOOP_PARAMS:  # the loop's own settings parsed here, the rest by corrections.py
         own = _LOOP_PARAMS[name]
         given: dict[str, float] = {}
@@ -231,6 +232,21 @@ def dola_layers(n_layers: int) -> tuple[int, ...]:
     return tuple(range(0, max(1, n_layers // 2), 2))
 
 
+def pai_layers(spec: str, params: dict[str, float], n_layers: int | None) -> tuple[int, int | None]:
+    """PAI's layers [start, end) (``end`` by default the model's ``n_layers``); InputError unless
+    whole numbers with start < end <= n_layers. ``n_layers`` None (not known before loading):
+    only what the spec alone can contradict."""
+    start, end = params["start"], params.get("end", float(n_layers) if n_layers is not None else None)
+    if start != int(start) or (end is not None and end != int(end)):
+        raise InputError(f"{spec}: PAI's layers [start, end) are whole numbers")
+    if end is not None and start >= end:
+        where = f"this model has {n_layers} layers" if "end" not in params else "give start < end"
+        raise InputError(f"{spec}: PAI's layers [{start:g}, {end:g}) hold no layer ({where})")
+    if n_layers is not None and end is not None and end > n_layers:
+        raise InputError(f"{spec}: PAI's end {end:g} is past the model's {n_layers} layers")
+    return int(start), int(end) if end is not None else None
+
+
 def parse_contrast(spec: str, n_layers: int = 0) -> tuple[str, StepRule]:
     """``vcd`` / ``icd:alpha=1,beta=0.1`` / ``m3id:lambda=0.02`` / ``dola:relative_top=0.1``
     -> (method, rule); InputError on anything else (:func:`parse_decode`). ``n_layers``: the
@@ -239,10 +255,9 @@ def parse_contrast(spec: str, n_layers: int = 0) -> tuple[str, StepRule]:
     if name == "dola":
         return name, DoLaRule(dola_layers(n_layers), p["relative_top"], p["repetition_penalty"])
     if name == "pai":
-        start, end = p["start"], p.get("end", float(n_layers))
-        if start != int(start) or end != int(end) or not 0 <= start < end <= n_layers:
-            raise InputError(f"{spec}: the layers [start, end) must be whole numbers in [0, {n_layers}] (this model has {n_layers})")
-        return name, PAIRule(p["gamma"], PaiSetting(p["alpha"], int(start), int(end)))
+        start, end = pai_layers(spec, p, n_layers)
+        assert end is not None  # n_layers given
+        return name, PAIRule(p["gamma"], PaiSetting(p["alpha"], start, end))
     if name == "m3id":
         return name, M3IDRule(lam=p["lambda"])
     return name, ContrastRule(alpha=p["alpha"], beta=p["beta"])
@@ -319,6 +334,24 @@ def check_decoding(
         raise InputError(f"the {backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
     if decode is not None and contrast_branch(decode) == "no-image":
         _refuse_image_first(decode, model)
+    if decode is not None and decode.partition(":")[0] == "pai":
+        pai_layers(decode, parse_decode(decode)[1], _local_text_layers(model))
+
+
+def _local_text_layers(model: str) -> int | None:
+    """The text model's layer count from a local folder's config.json (``text_config``, InternVL's
+    ``llm_config``, or the top level); None for a hub id or a config that names none."""
+    from halluprobe.jsonl import read_json_file
+
+    path = Path(model).expanduser() / "config.json"
+    if not path.is_file():
+        return None
+    config = read_json_file(path, "model config")
+    for part in (config.get("text_config"), config.get("llm_config"), config) if isinstance(config, dict) else ():
+        layers = part.get("num_hidden_layers") if isinstance(part, dict) else None
+        if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0:
+            return layers
+    return None
 
 
 def _refuse_image_first(decode: str, model: str) -> None:

@@ -89,7 +89,9 @@ def run_cmd(
         Optional[str],
         typer.Option(
             help="--open-ended, hf backend: decode every answer with a correction, METHOD:key=value,... "
-            "(vcd:alpha=1,beta=0.1, icd:alpha=1,beta=0.1, m3id:lambda=0.02; the offline rules' names and ranges)."
+            "(vcd:alpha=1,beta=0.1, icd:alpha=1,beta=0.1, m3id:lambda=0.02, dola:relative_top=0.1,repetition_penalty=1.2, "
+            "pai:gamma=1.1,alpha=0.5,start=2,end=N; the offline rules' names and ranges, plus the loop's own: DoLa's "
+            "repetition_penalty, PAI's alpha and layers [start, end))."
         ),
     ] = None,
     sample: Annotated[bool, typer.Option("--sample", help="--open-ended, hf backend: sample the answers (needs --seed).")] = False,
