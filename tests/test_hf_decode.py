@@ -102,6 +102,37 @@ def test_every_step_is_the_rule_on_the_branches_recomputed_without_a_cache(setup
     assert moved > 1e-3  # the contrast branch changed the scores: the rule is not the base pass
 
 
+def test_icd_steps_are_its_rule_on_the_instruction_branch_recomputed_without_a_cache(setup: Any) -> None:
+    """ICD: the contrast branch is the question under the disturbing instruction (same image),
+    each row's steps recomputed alone from full sequences, no cache: VCD's rule on that branch."""
+    from halluprobe.records import ICD_INSTRUCTION
+
+    backend, prompts, images, _ = setup
+    alpha, beta = 1.0, 0.1
+    disturbed = [backend.render_prompt(f"{ICD_INSTRUCTION} {q}", None) for q in QUESTIONS]
+    base = backend.core.inputs.encode(prompts, images)
+    got = _decode(backend, base, backend.core.inputs.encode(disturbed, images), ContrastRule(alpha=alpha, beta=beta), STEPS)
+    model, moved = backend.core.model, 0.0
+    for row in range(len(prompts)):
+        chosen = torch.tensor([got.tokens[row]], dtype=torch.long)
+        for step, token in enumerate(got.tokens[row]):
+            logits = []
+            for prompt in (prompts[row], disturbed[row]):
+                one = backend.core.inputs.encode([prompt], [images[row]])
+                ids = torch.cat([one["input_ids"], chosen[:, :step]], dim=-1)
+                with torch.inference_mode():
+                    logits.append(model(**{**one, "input_ids": ids, "attention_mask": torch.ones_like(ids)}).logits[0, -1])
+            want = _independent_scores(logits[0], logits[1], alpha, beta)
+            assert token == max(range(len(want)), key=want.__getitem__), (row, step)
+            engine = got.scores[step][row].tolist()
+            finite = [i for i, v in enumerate(want) if v > -math.inf]
+            assert [i for i, v in enumerate(engine) if v > -math.inf] == finite
+            assert max(abs(engine[i] - want[i]) for i in finite) < 1e-4
+            base_lp = torch.log_softmax(logits[0].double(), -1).tolist()
+            moved = max(moved, max(abs(engine[i] - base_lp[i]) for i in finite))
+    assert moved > 1e-3  # the instruction branch changed the scores
+
+
 def test_m3id_steps_are_its_rule_on_the_no_image_branch_inert_only_at_the_first_token(setup: Any) -> None:
     """M3ID against the question without the image, recomputed alone per row and step: the
     first token is the base pass's, later ones move by ``w_t`` (exp(lambda t) - 1)."""
