@@ -86,10 +86,13 @@ class M3IDRule:
         log_w = m3id_log_weight({"lambda": self.lam, "t": float(step)})
         if log_w == -math.inf:  # the first token: the base pass
             return torch.log_softmax(base_logits.float(), dim=-1)
-        base = torch.log_softmax(base_logits.double(), dim=-1)
-        gain = base - torch.log_softmax(contrast_logits.double(), dim=-1)
+        base = torch.log_softmax(base_logits.float(), dim=-1)
+        gain = base - torch.log_softmax(contrast_logits.float(), dim=-1)
         below = gain.max(dim=-1, keepdim=True).values - gain  # >= 0; 0 at the row's largest gain
-        return (base - torch.exp(log_w + torch.log(below))).float()
+        if log_w < 60.0:  # w_t < 1e26: w_t * below stays a float32 (log-probabilities differ by far less than 1e12)
+            return base - math.exp(log_w) * below
+        # in log space: exp overflows to inf past ~88 in float32, and those tokens go to -inf, as the formula drives them
+        return base - torch.exp(log_w + torch.log(below))
 
 
 @dataclass(frozen=True)
