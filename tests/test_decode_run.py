@@ -142,6 +142,11 @@ def test_sampling_is_seeded_per_question(setup: Any, greedy: dict[int, str | Non
     # a sampled method run too
     result = _run(setup, tmp_path / "c", "--decode", "vcd:alpha=1", *sampling)
     assert result.exit_code == 0 and len(_texts(tmp_path / "c")) == 3
+    header = json.loads((tmp_path / "c" / "run.json").read_text())
+    assert header["generate"]["decode"] == "vcd:alpha=1"  # the spec as typed (the fingerprint's)
+    # and every setting it decoded with, the defaults resolved (a record beside it)
+    assert header["backend_info"]["decoding"] == {"method": "vcd", "alpha": 1.0, "beta": 0.1, "noise_step": 500}
+    assert "decoding" not in json.loads((tmp_path / "a" / "run.json").read_text())["backend_info"]  # sampling alone: no method
 
 
 def test_plain_runs_keep_their_header_and_fingerprint(setup: Any, greedy: dict[int, str | None], tmp_path: Path) -> None:

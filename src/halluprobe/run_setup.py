@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.pope import read_questions, split_name
@@ -179,6 +180,17 @@ def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
     )
 
 
+def _backend_info(backend: Backend, config: RunConfig) -> dict[str, Any]:
+    """``backend.info()``, and for a ``--decode`` run every setting its method decodes with
+    (``decoding``: defaults and the model's layers resolved; a record, outside the fingerprint,
+    which holds the spec as typed)."""
+    info = backend.info()
+    describe = getattr(backend, "decoding_settings", None)
+    if config.decode is not None and callable(describe):
+        info = {**info, "decoding": describe(config.decode)}
+    return info
+
+
 def make_header(
     config: RunConfig,
     backend: Backend,
@@ -199,7 +211,7 @@ def make_header(
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         fingerprint="",
         backend=config.backend,
-        backend_info=backend.info(),
+        backend_info=_backend_info(backend, config),
         model=config.model,
         template=config.template or "chat",
         # every readout the stored outputs allow: all text rules whenever text is generated

@@ -104,6 +104,12 @@ class HFBackend:
         assert isinstance(engine, DecodeEngine)
         return engine
 
+    def decoding_settings(self, spec: str) -> dict[str, Any]:
+        """Every setting of ``spec`` as this model's loop decodes it (defaults and layers included)."""
+        from halluprobe.backends.hf_decode_rules import rule_settings
+
+        return rule_settings(spec, self.core.n_layers)
+
     def engine(self, config: GenerateConfig) -> PlainEngine | DecodeEngine:
         """The engine of one call with ``config`` (its signals checked here, before any request)."""
         return build_engine(self.core, self.batching, config, prefix_cache=self.prefix_cache)

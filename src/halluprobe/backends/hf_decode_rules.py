@@ -36,6 +36,7 @@ __all__ = [
     "pai_layers",
     "parse_contrast",
     "parse_decode",
+    "rule_settings",
 ]
 
 # each method's contrast branch, named as the request variant / signal it reads
@@ -248,6 +249,25 @@ def pai_layers(spec: str, params: dict[str, float], n_layers: int | None) -> tup
     if n_layers is not None and end is not None and end > n_layers:
         raise InputError(f"{spec}: PAI's end {end:g} is past the model's {n_layers} layers")
     return int(start), int(end) if end is not None else None
+
+
+def rule_settings(spec: str, n_layers: int) -> dict[str, Any]:
+    """Every setting the loop decodes ``spec`` with, defaults and the model's own included (what
+    ``run.json`` records beside the spec as typed): VCD's noise step, DoLa's candidate layers,
+    PAI's layers [start, end)."""
+    from halluprobe.backends.hf_signals import VCD_NOISE_STEP
+
+    name, rule = parse_contrast(spec, n_layers)
+    if isinstance(rule, ContrastRule):
+        extra = {"noise_step": VCD_NOISE_STEP} if name == "vcd" else {}
+        return {"method": name, "alpha": rule.alpha, "beta": rule.beta, **extra}
+    if isinstance(rule, M3IDRule):
+        return {"method": name, "lambda": rule.lam}
+    if isinstance(rule, DoLaRule):
+        return {"method": name, "candidate_layers": list(rule.layers), "relative_top": rule.relative_top,
+                "repetition_penalty": rule.repetition_penalty}  # fmt: skip
+    assert isinstance(rule, PAIRule)
+    return {"method": name, "gamma": rule.gamma, "alpha": rule.setting.alpha, "start": rule.setting.start, "end": rule.setting.end}
 
 
 def parse_contrast(spec: str, n_layers: int = 0) -> tuple[str, StepRule]:
