@@ -10,12 +10,12 @@ every table under it (:mod:`halluprobe.check.decoding`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from halluprobe.formatting import format_ratio, markdown_table
+from halluprobe.provenance import marked_comment
 
 __all__ = ["DECODING_PROVENANCE_MARK", "decoding_latex", "decoding_markdown", "decoding_provenance", "decoding_text"]
 
@@ -44,10 +44,7 @@ def decoding_provenance(result: Mapping[str, Any], prove_scores: Sequence[Path] 
 
 
 def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
-    payload = json.dumps(provenance, ensure_ascii=True, separators=(", ", ": "), default=str)
-    if syntax == "latex":
-        return f"% {DECODING_PROVENANCE_MARK} {payload}"
-    return f"<!-- {DECODING_PROVENANCE_MARK} {payload.replace('>', chr(92) + 'u003e')} -->"
+    return marked_comment(DECODING_PROVENANCE_MARK, provenance, syntax)
 
 
 def _value(value: float | None, ci: Any, scale: float, signed: bool = False) -> str:

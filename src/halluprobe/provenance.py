@@ -37,6 +37,7 @@ __all__ = [
     "readouts_provenance",
     "headline_provenance",
     "corrections_provenance",
+    "marked_comment",
     "provenance_comment",
     "parse_provenance",
 ]
@@ -123,11 +124,17 @@ def answers_provenance(answers: str | Path, labels: Sequence[str | Path], report
 
 def provenance_comment(provenance: Provenance, syntax: Literal["markdown", "latex"]) -> str:
     """The one-line comment: ``% halluprobe-provenance {...}`` or ``<!-- ... -->``."""
-    payload = json.dumps(provenance.model_dump(mode="json", exclude_none=True), ensure_ascii=True, separators=(", ", ": "))
+    return marked_comment(PROVENANCE_MARK, provenance.model_dump(mode="json", exclude_none=True), syntax)
+
+
+def marked_comment(mark: str, data: Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
+    """``data`` as one comment line after ``mark`` (the score tables', CHAIR's or the decoding
+    table's), the form ``check`` reads back (check.parse.marked_comments)."""
+    payload = json.dumps(data, ensure_ascii=True, separators=(", ", ": "), default=str)
     if syntax == "latex":
-        return f"% {PROVENANCE_MARK} {payload}"
+        return f"% {mark} {payload}"
     # a path holding "-->" would end the comment early: JSON lets '>' be written escaped
-    return f"<!-- {PROVENANCE_MARK} {payload.replace('>', chr(92) + 'u003e')} -->"
+    return f"<!-- {mark} {payload.replace('>', chr(92) + 'u003e')} -->"
 
 
 _LATEX_COMMENT = re.compile(r"^\s*%\s*" + PROVENANCE_MARK + r"\s+(.*?)\s*$")

@@ -9,12 +9,12 @@ above them; ``halluprobe check`` recomputes the families table from it (``check.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from halluprobe.formatting import format_ratio, markdown_table
+from halluprobe.provenance import marked_comment
 from halluprobe.tables import Cell, Grid, latex_escape
 
 __all__ = [
@@ -52,10 +52,7 @@ def chair_provenance(
 
 
 def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
-    payload = json.dumps(provenance, ensure_ascii=True, separators=(", ", ": "), default=str)
-    if syntax == "latex":
-        return f"% {CHAIR_PROVENANCE_MARK} {payload}"
-    return f"<!-- {CHAIR_PROVENANCE_MARK} {payload.replace('>', chr(92) + 'u003e')} -->"
+    return marked_comment(CHAIR_PROVENANCE_MARK, provenance, syntax)
 
 
 def _cell(summary: Mapping[str, Any], metric: str, scale: int) -> Cell:
