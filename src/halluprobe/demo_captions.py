@@ -136,15 +136,13 @@ def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: An
     from halluprobe.benchmarks.chair.groundtruth import load_ground_truth
     from halluprobe.decoding_table import decoding_table
     from halluprobe.rundir import RunDir
-    from halluprobe.runner import check_decoding_asked, make_header, run_questions
+    from halluprobe.runner import make_header, run_questions
 
     questions, fingerprints, truth_path = write_caption_inputs(out / "captions", annotations)
 
     configs = {role: caption_config(model, role) for role in ("greedy", "method", "sampled")}
     paths = {"greedy": out / "captions-greedy", "method": out / "captions-vcd", "sampled": out / "captions-sampled"}
-    for role, config in configs.items():
-        if config.decode is not None or config.sample:
-            check_decoding_asked(config)
+    for role, config in configs.items():  # run_questions checks each decoding setting before it runs
         header = make_header(config, backend, fingerprints, images_dir)
         run_questions(backend, questions, images_dir, RunDir(paths[role]), config, header)
     demo = CaptionDemo(greedy=paths["greedy"], method=paths["method"], sampled=paths["sampled"], ground_truth=truth_path,

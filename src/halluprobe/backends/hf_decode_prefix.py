@@ -154,18 +154,7 @@ class PrefixDecodeEngine(DecodeEngine):
             core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); decoding them from full prompts")
             yield from self.batching.run(group, self._answer_batch, core.empty_device_cache)
             return
-        start = 0
-        while start < len(group):
-            chunk = group[start : start + self.batching.size]
-            try:
-                yield self._answer_rows(prefixes, chunk, len(group))
-            except Exception as err:
-                if is_oom(err) and self.batching.size > 1:
-                    self.batching.halve()
-                    core.empty_device_cache()
-                    continue
-                raise
-            start += len(chunk)
+        yield from self.batching.run(group, lambda chunk: self._answer_rows(prefixes, chunk, len(group)), core.empty_device_cache)
 
     def _answer_rows(self, prefixes: ImagePrefixes, rows: Sequence[Request], questions: int) -> list[Response]:
         """Responses of one batch; a batch that fails is asked again row by row (out of memory passes)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.backends.families import FAMILIES
-from halluprobe.backends.hf_signals import PaiSetting
+from halluprobe.backends.hf_signals import VCD_NOISE_STEP, PaiSetting
 from halluprobe.errors import InputError
 from halluprobe.readouts.corrections import m3id_log_weight, parse_correction
 
@@ -255,8 +255,6 @@ def rule_settings(spec: str, n_layers: int) -> dict[str, Any]:
     """Every setting the loop decodes ``spec`` with, defaults and the model's own included (what
     ``run.json`` records beside the spec as typed): VCD's noise step, DoLa's candidate layers,
     PAI's layers [start, end)."""
-    from halluprobe.backends.hf_signals import VCD_NOISE_STEP
-
     name, rule = parse_contrast(spec, n_layers)
     if isinstance(rule, ContrastRule):
         extra = {"noise_step": VCD_NOISE_STEP} if name == "vcd" else {}
