@@ -379,3 +379,21 @@ def test_ground_truth_from_coco_is_read_with_the_runs_tokenizer(tmp_path: Path, 
     summary = json.loads(result.stdout)["chair@singularize"]["summary"]
     # image 3's COCO caption gives it a dog (the caption's words, as the family reads them): its "cat" is hallucinated
     assert summary["chair_s"] == pytest.approx(1 / 3) and summary["recall"] == pytest.approx(3 / 4)
+
+
+def test_the_three_verbs_read_family_and_tokenizer_alike() -> None:
+    """chair, decoding and report take the same --family / --tokenizer values, with one message each."""
+    from halluprobe.benchmarks.chair.families import FAMILIES
+    from halluprobe.errors import InputError
+
+    options = chair_families.counting_options
+    assert options("singularize", "line", allow_both=False) == options("chair@singularize", "line", allow_both=False) == (("chair@singularize",), "line")
+    assert options("both", "punkt", allow_both=True) == (FAMILIES, "punkt")
+    for family, tokenizer, both, message in (("both", "punkt", False, "lemmatizer or singularize, not 'both'"),
+                                             ("opera", "punkt", True, "lemmatizer, singularize or both, not 'opera'"),
+                                             ("lemmatizer", "spaces", True, "--tokenizer must be punkt or line, not 'spaces'")):  # fmt: skip
+        with pytest.raises(InputError, match=message):
+            options(family, tokenizer, allow_both=both)
+    for verb in (["decoding", "a", "b"], ["chair", "a"]):  # chair@ names are accepted by every verb
+        result = runner.invoke(app, [*verb, "--family", "chair@singularize", "--tokenizer", "spaces"])
+        assert result.exit_code == 2 and "--tokenizer must be punkt or line, not 'spaces'" in result.output, result.output

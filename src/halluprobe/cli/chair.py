@@ -155,24 +155,14 @@ def chair_cmd(
     ] = False,
 ) -> None:
     """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
-    from halluprobe.benchmarks.chair.families import FAMILIES, TOKENIZERS, family_named
+    from halluprobe.benchmarks.chair.families import counting_options, family_named
     from halluprobe.benchmarks.chair.evaluate import chair_results
     from halluprobe.benchmarks.chair.scoring import paired_differences, score_captions
     from halluprobe.files import write_atomic
     from halluprobe.formatting import format_ratio
 
     with errors():
-        names = (
-            list(FAMILIES)
-            if family == "both"
-            else [family if family.startswith("chair@") else f"chair@{family}"]
-        )
-        if any(n not in FAMILIES for n in names):
-            raise InputError(
-                f"--family must be lemmatizer, singularize or both, not {family!r}"
-            )
-        if tokenizer not in TOKENIZERS:
-            raise InputError(f"--tokenizer must be {' or '.join(TOKENIZERS)}, not {tokenizer!r}")
+        names = list(counting_options(family, tokenizer, allow_both=True)[0])
         if out is not None and not overwrite and (out / "chair_summary.json").exists():
             raise InputError(
                 "exists; pass --overwrite to replace it", out / "chair_summary.json"

@@ -63,10 +63,9 @@ def decoding_cmd(
             raise InputError("give the greedy baseline run and at least one method run")
         if no_chair and not prove_scores:
             raise InputError("--no-chair leaves nothing to compare: give --prove-scores")
-        if family not in ("lemmatizer", "singularize"):
-            raise InputError(f"--family must be lemmatizer or singularize, not {family!r}")
-        if tokenizer not in ("punkt", "line"):
-            raise InputError(f"--tokenizer must be punkt or line, not {tokenizer!r}")
+        from halluprobe.benchmarks.chair.families import counting_options
+
+        family = counting_options(family, tokenizer, allow_both=False)[0][0]
         fam: Any = None
         truth: Any = None
         if not no_chair:

@@ -70,14 +70,10 @@ class ChairCounting:
 
 def chair_counting(family: str | None = None, tokenizer: str | None = None, ground_truth: Path | None = None) -> ChairCounting:
     """The counting the options name (None: the default); an unknown family or tokenizer is bad input."""
-    from halluprobe.benchmarks.chair.families import TOKENIZERS
+    from halluprobe.benchmarks.chair.families import counting_options
 
     family = (family or "both").removeprefix("chair@")
-    if family not in ("both", "lemmatizer", "singularize"):
-        raise InputError(f"--family must be lemmatizer, singularize or both, not {family!r}")
-    tokenizer = tokenizer or "punkt"
-    if tokenizer not in TOKENIZERS:
-        raise InputError(f"--tokenizer must be {' or '.join(TOKENIZERS)}, not {tokenizer!r}")
+    tokenizer = counting_options(family, tokenizer or "punkt", allow_both=True)[1]
     if ground_truth is not None and not Path(ground_truth).is_file():
         raise InputError("ground truth file not found", ground_truth)
     return ChairCounting(family, tokenizer, None if ground_truth is None else Path(ground_truth))

@@ -30,9 +30,10 @@ from typing import Protocol
 
 from halluprobe.benchmarks.chair.singularize import singularize
 from halluprobe.benchmarks.chair.vocabulary import vocabulary
-from halluprobe.errors import RuntimeFailure
+from halluprobe.errors import InputError, RuntimeFailure
 
 __all__ = [
+    "counting_options",
     "FAMILIES",
     "FAMILY_SOURCES",
     "NLTK_DOWNLOAD",
@@ -239,6 +240,23 @@ class ChairFamily:
         return CaptionObjects(
             found, tuple(vocab.node_of[w] for w in found), positions, tuple(merged)
         )
+
+
+def counting_options(family: str, tokenizer: str, *, allow_both: bool) -> tuple[tuple[str, ...], str]:
+    """``--family`` and ``--tokenizer`` of the verbs that count CHAIR (chair, decoding, report),
+    read alike: (full family names, tokenizer); one line for anything else. ``family`` may be
+    ``lemmatizer``, ``singularize``, their ``chair@`` names, or ``both`` where ``allow_both``."""
+    short = family.removeprefix("chair@")
+    if allow_both and short == "both":
+        names: tuple[str, ...] = FAMILIES
+    elif f"chair@{short}" in FAMILIES:
+        names = (f"chair@{short}",)
+    else:
+        choices = "lemmatizer, singularize or both" if allow_both else "lemmatizer or singularize"
+        raise InputError(f"--family must be {choices}, not {family!r}")
+    if tokenizer not in TOKENIZERS:
+        raise InputError(f"--tokenizer must be {' or '.join(TOKENIZERS)}, not {tokenizer!r}")
+    return names, tokenizer
 
 
 def family_named(name: str, tools: TextTools | None = None, *, tokenizer: str = "punkt") -> ChairFamily:
