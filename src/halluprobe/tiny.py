@@ -307,7 +307,7 @@ def _write_qwen2vl_tokenizer(tokenizer_dir: str | Path, out: Path, extra_tokens:
     config_path = src / "tokenizer_config.json"
     config = read_json_file(config_path, "tokenizer config") if config_path.is_file() else {}
     if not isinstance(config, dict):
-        raise InputError("expected a JSON object", config_path)
+        raise InputError("tokenizer config: expected a JSON object", config_path)
 
     key = re.search(r'"added_tokens"\s*:\s*', text)
     if key is None:

@@ -30,6 +30,7 @@ from halluprobe.records import Decision, GenerateConfig, Label, Question, Readou
 from halluprobe.rundir import MANIFEST, OWNED_FILES, RunDir, fingerprint_of, sha256_file
 
 __all__ = [
+    "IMPORTED_RUN_FILES",
     "MANIFEST",
     "Imported",
     "ImportResult",
@@ -217,9 +218,13 @@ def refuse_duplicates(answers: Sequence[Imported]) -> None:
         seen[key] = a.source
 
 
+# the files an import writes into its run dir (``--overwrite`` removes these, nothing else)
+IMPORTED_RUN_FILES = (*OWNED_FILES, MANIFEST)
+
+
 def owned_by_import(name: str) -> bool:
-    """The files an import writes into its run dir (``--overwrite`` removes these, nothing else)."""
-    return name in (*OWNED_FILES, MANIFEST)
+    """Whether ``name`` is one of :data:`IMPORTED_RUN_FILES`."""
+    return name in IMPORTED_RUN_FILES
 
 
 def check_import_out(out: str | Path, *, overwrite: bool) -> None:

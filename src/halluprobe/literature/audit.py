@@ -259,7 +259,7 @@ def audit_entry(
     record is ``created`` (the caller undoes it) or, with none, undone here."""
     from halluprobe.benchmarks.created import removed_on_failure
     from halluprobe.imports import import_answers
-    from halluprobe.rundir import COMPLETE, HEADER, MANIFEST, SAMPLES
+    from halluprobe.imports.common import IMPORTED_RUN_FILES
 
     result = new_entry_audit(entry)
     missing = missing_capability(entry)
@@ -272,7 +272,7 @@ def audit_entry(
             result.status = f"not audited: {missing}"
             return result
         _made_folder(made, run)
-        made.new_files(run / name for name in (HEADER, SAMPLES, MANIFEST, COMPLETE))  # what an imported run dir holds
+        made.new_files(run / name for name in IMPORTED_RUN_FILES)  # what an import may write into its run dir
         rundir, _ = import_answers(entry.format, files["answers"], run, model=entry.model, overwrite=overwrite, **import_arguments(entry, files))
         _check_run(entry, rundir.path, files, result, cache_dir=cache_dir, mirror=mirror, n_resamples=n_resamples, seed=seed)
     return result
