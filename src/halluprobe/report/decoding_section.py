@@ -12,6 +12,8 @@ the CHAIR page: the page is then the CHAIR page as before.
 
 from __future__ import annotations
 
+import functools
+
 import html
 import re
 from collections.abc import Sequence
@@ -58,14 +60,19 @@ class ChairCounting:
                  ("--ground-truth", None if self.ground_truth is None else str(self.ground_truth), None)]  # fmt: skip
         return "".join(f"{flag} {value} " for flag, value, default in given if value != default)
 
+    @functools.cached_property
+    def _given_truth(self) -> Any:
+        """``ground_truth`` read once, however many runs and families count against it."""
+        from halluprobe.benchmarks.chair.groundtruth import load_ground_truth
+
+        assert self.ground_truth is not None
+        return load_ground_truth(self.ground_truth)
+
     def truth_for(self, family: str) -> Any:
         """The ground truth ``family`` (a full name) counts against."""
-        from halluprobe.benchmarks.chair.groundtruth import (
-            load_ground_truth,
-            shipped_ground_truth,
-        )
+        from halluprobe.benchmarks.chair.groundtruth import shipped_ground_truth
 
-        return shipped_ground_truth(family) if self.ground_truth is None else load_ground_truth(self.ground_truth)
+        return shipped_ground_truth(family) if self.ground_truth is None else self._given_truth
 
 
 def chair_counting(family: str | None = None, tokenizer: str | None = None, ground_truth: Path | None = None) -> ChairCounting:
