@@ -133,6 +133,11 @@ def test_bad_comments_and_missing_tables_are_bad_input(tmp_path: Path) -> None:
     garbled = paper.with_name("garbled.md")
     garbled.write_text(text.replace("halluprobe-decoding-provenance {", "halluprobe-decoding-provenance {{"))
     assert runner.invoke(app, ["check", str(garbled)]).exit_code == 2
+    for tokenizer in ('"spaces"', "7"):  # a tokenizer halluprobe has not: one line at the comment
+        other = paper.with_name("tokenizer.md")
+        other.write_text(text.replace('"truncate_incomplete"', f'"tokenizer": {tokenizer}, "truncate_incomplete"'))
+        result = runner.invoke(app, ["check", str(other)])
+        assert result.exit_code == 2 and f"tokenizer.md:{comment_line}" in result.output and "tokenizer" in result.output, result.output
 
 
 def test_report_of_a_decoding_comparison_has_the_section_and_check_verifies_it(tmp_path: Path) -> None:

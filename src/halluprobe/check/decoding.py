@@ -71,7 +71,9 @@ def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
     family = data.get("family")
     if family is not None and (not isinstance(family, str) or not isinstance(data.get("ground_truth"), dict)):
         raise InputError("decoding provenance comment: 'family' must name a CHAIR family, with its 'ground_truth'", path, line)
-    if not isinstance(data.get("tokenizer", "punkt"), str):
+    from halluprobe.benchmarks.chair.families import TOKENIZERS
+
+    if data.get("tokenizer", "punkt") not in TOKENIZERS:
         raise InputError("decoding provenance comment: 'tokenizer' must name a CHAIR tokenizer (punkt or line)", path, line)
     prove = data.get("prove_scores", [])
     if not isinstance(prove, list) or any(not isinstance(p, dict) or not isinstance(p.get("path"), str) for p in prove):
