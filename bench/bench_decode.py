@@ -124,9 +124,9 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     load_before = os.getloadavg()[0]
     cuda = args.device.startswith("cuda")
 
-    from halluprobe.backends.hf import HFBackend
-    from halluprobe.backends.hf_decode_engine import DecodeEngine
-    from halluprobe.backends.hf_decode_prefix import PrefixDecodeEngine
+    from halluprobe.backends.hf.backend import HFBackend
+    from halluprobe.backends.hf.decode_engine import DecodeEngine
+    from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
     from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request
 
     started = time.perf_counter()

@@ -153,7 +153,7 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
 
     import halluprobe
-    from halluprobe.backends.hf import HFBackend
+    from halluprobe.backends.hf.backend import HFBackend
     from halluprobe.records import GenerateConfig, Request
 
     mode = args.worker

@@ -62,7 +62,7 @@ def _timed(backend: Any, requests: list[Any], max_new_tokens: int) -> float:
 def bench_family(name: str, photos: Path, args: argparse.Namespace) -> dict[str, Any]:
     import _families
 
-    from halluprobe.backends.hf import HFBackend
+    from halluprobe.backends.hf.backend import HFBackend
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
         folder = _families.build_family(name, Path(tmp) / name)

@@ -107,7 +107,7 @@ def _images(folder: Path, n: int) -> list[Path]:
 
 
 def _one_pass(url: str, requests: list[Any], concurrency: int) -> float:
-    from halluprobe.backends.openai_compat import OpenAIBackend
+    from halluprobe.backends.openai.backend import OpenAIBackend
 
     backend = OpenAIBackend("tiny-vlm", endpoints=[url], concurrency=concurrency, no_cache=True)
     started = time.perf_counter()

@@ -53,7 +53,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
 
     from halluprobe.ask import ask
-    from halluprobe.backends.hf import HFBackend
+    from halluprobe.backends.hf.backend import HFBackend
     from halluprobe.benchmarks.objects import read_objects
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
     from halluprobe.benchmarks.synthetic import write_synthetic

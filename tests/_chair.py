@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from halluprobe.benchmarks.chair.families import ChairFamily, wordnet_lemmatize
-from halluprobe.benchmarks.chair.vocabulary import COCO_CATEGORIES
+from halluprobe.captions.chair.families import ChairFamily, wordnet_lemmatize
+from halluprobe.captions.chair.vocabulary import COCO_CATEGORIES
 
 # tags a tagger would give these words in the fixture's captions; every other word is NN
 FIXTURE_TAGS = {
@@ -43,7 +43,7 @@ def wordnet_or_skip() -> None:
     """Skip where Debian's WordNet (the lemmatizer family's) is not installed, as Auto-Probe's tests do."""
     import pytest
 
-    from halluprobe.benchmarks.chair.families import wordnet_lemmatize
+    from halluprobe.captions.chair.families import wordnet_lemmatize
     from halluprobe.errors import RuntimeFailure
 
     pytest.importorskip("nltk", reason="the probe extra (nltk) is not installed: pip install -e '.[probe]'")

@@ -14,9 +14,9 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from halluprobe.backends.hf_decode import parse_decode
-from halluprobe.backends.hf_decode_engine import DecodeEngine
-from halluprobe.backends.hf_decode_prefix import PrefixDecodeEngine
+from halluprobe.backends.hf.decode import parse_decode
+from halluprobe.backends.hf.decode_engine import DecodeEngine
+from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
 from halluprobe.readouts.corrections import CORRECTIONS
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Response, Sample
 

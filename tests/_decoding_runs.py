@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from _chair import FixtureTools, wordnet_or_skip
 
-from halluprobe.benchmarks.chair import families as chair_families
+from halluprobe.captions.chair import families as chair_families
 from halluprobe.records import GenerateConfig, RunHeader, Sample
 
 __all__ = ["GREEDY", "METHOD", "OBJECTS", "PROMPT", "SAMPLED", "TRUTH", "chair_wordnet", "decoding_run", "fixture_nltk", "write_truth"]

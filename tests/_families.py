@@ -22,7 +22,7 @@ prompt formats are the families' own (written here from their published formats)
 Processors that own a video processor (LLaVA-OneVision, Qwen2-VL/2.5-VL, SmolVLM, InternVL)
 cannot be constructed without torchvision; their folders hold the parts a real checkpoint
 holds (tokenizer, image processor, processor_config.json, chat template) and
-``halluprobe.backends.hf_inputs`` assembles the processor class from them.
+``halluprobe.backends.hf.inputs`` assembles the processor class from them.
 """
 
 from __future__ import annotations

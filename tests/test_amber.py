@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.amber.discriminative import amber_discriminative_numbers
+from halluprobe.captions.amber.discriminative import amber_discriminative_numbers
 from halluprobe.cli import app
 
 runner = CliRunner()

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.amber import generative
-from halluprobe.benchmarks.amber.generative import amber_generative
-from halluprobe.benchmarks.chair import families as chair_families
+from halluprobe.captions.amber import generative
+from halluprobe.captions.amber.generative import amber_generative
+from halluprobe.captions.chair import families as chair_families
 from halluprobe.cli import app
 
 from _chair import wordnet_or_skip, FixtureTools

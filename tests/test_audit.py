@@ -256,7 +256,7 @@ def llava_run(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Pat
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from halluprobe.backends.hf import HFBackend
+    from halluprobe.backends.hf.backend import HFBackend
     from halluprobe.tiny import build_tiny_llava, demo_photos
 
     root = tmp_path_factory.mktemp("audit_llava")

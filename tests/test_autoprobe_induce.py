@@ -156,7 +156,7 @@ def test_induce_with_the_hf_backend_on_a_tiny_llava(tmp_path: Path) -> None:
     """The real generation path: a random-weight LLaVA, descriptions not cut at the first '.'."""
     pytest.importorskip("torch")
     pytest.importorskip("skimage")
-    from halluprobe.backends.hf import HFBackend
+    from halluprobe.backends.hf.backend import HFBackend
     import _autoprobe_assets
 
     from halluprobe.tiny import demo_photos

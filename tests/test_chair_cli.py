@@ -9,7 +9,7 @@ import pytest
 from _chair import FixtureTools, wordnet_or_skip
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.chair import families as chair_families
+from halluprobe.captions.chair import families as chair_families
 from halluprobe.cli import app
 
 runner = CliRunner()
@@ -383,7 +383,7 @@ def test_ground_truth_from_coco_is_read_with_the_runs_tokenizer(tmp_path: Path, 
 
 def test_the_three_verbs_read_family_and_tokenizer_alike() -> None:
     """chair, decoding and report take the same --family / --tokenizer values, with one message each."""
-    from halluprobe.benchmarks.chair.families import FAMILIES
+    from halluprobe.captions.chair.families import FAMILIES
     from halluprobe.errors import InputError
 
     options = chair_families.counting_options

@@ -14,7 +14,7 @@ from _chair import wordnet_or_skip, families, write_coco
 def _wordnet() -> None:
     wordnet_or_skip()
 
-from halluprobe.benchmarks.chair.groundtruth import (
+from halluprobe.captions.chair.groundtruth import (
     GroundTruth,
     coco_annotation_files,
     ground_truth_from_coco,
@@ -23,7 +23,7 @@ from halluprobe.benchmarks.chair.groundtruth import (
     load_ground_truth,
     shipped_ground_truth,
 )
-from halluprobe.benchmarks.chair.lists import STANDARD_LISTS, read_image_list
+from halluprobe.captions.chair.lists import STANDARD_LISTS, read_image_list
 from halluprobe.errors import InputError
 
 
@@ -153,7 +153,7 @@ def test_shipped_sets_match_the_builder(tmp_path: Path) -> None:
     data = json.loads(
         (
             Path(__file__).parents[1]
-            / "src/halluprobe/benchmarks/chair/data/ground_truth_lemmatizer.json"
+            / "src/halluprobe/captions/chair/data/ground_truth_lemmatizer.json"
         ).read_text()
     )
     assert "CC BY 4.0" in data["attribution"] and "6cabb6fc0dea" in data["source"]

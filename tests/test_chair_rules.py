@@ -10,9 +10,9 @@ from _chair import wordnet_or_skip, FixtureTools, families
 def _wordnet() -> None:
     wordnet_or_skip()
 
-from halluprobe.benchmarks.chair.families import FAMILIES, family_named
-from halluprobe.benchmarks.chair.singularize import singularize
-from halluprobe.benchmarks.chair.vocabulary import COCO_CATEGORIES, vocabulary
+from halluprobe.captions.chair.families import FAMILIES, family_named
+from halluprobe.captions.chair.singularize import singularize
+from halluprobe.captions.chair.vocabulary import COCO_CATEGORIES, vocabulary
 
 LEM, SING = FAMILIES
 

@@ -10,8 +10,8 @@ from _chair import wordnet_or_skip, families
 def _wordnet() -> None:
     wordnet_or_skip()
 
-from halluprobe.benchmarks.chair.groundtruth import GroundTruth
-from halluprobe.benchmarks.chair.scoring import (
+from halluprobe.captions.chair.groundtruth import GroundTruth
+from halluprobe.captions.chair.scoring import (
     Caption,
     paired_differences,
     score_captions,

@@ -143,7 +143,7 @@ def test_bad_comments_and_missing_tables_are_bad_input(tmp_path: Path) -> None:
 def test_report_of_a_decoding_comparison_has_the_section_and_check_verifies_it(tmp_path: Path) -> None:
     pytest.importorskip("jinja2")
     pytest.importorskip("matplotlib")
-    from halluprobe.benchmarks.chair.groundtruth import shipped_ground_truth
+    from halluprobe.captions.chair.groundtruth import shipped_ground_truth
 
     ids = sorted(shipped_ground_truth("chair@lemmatizer").objects)[:8]
     texts = ["a dog and a cat", "a cat with a dog and a car", "a bus", "a person and a dog"]

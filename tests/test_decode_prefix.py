@@ -1,4 +1,4 @@
-"""The decoding loop on the prefix cache (hf_decode_prefix.py) against the plain engine, and one
+"""The decoding loop on the prefix cache (hf/decode_prefix.py) against the plain engine, and one
 forward pass shared by the base and contrast rows against a pass per branch, on the tiny LLaVA
 (fp32, real photos, questions of different lengths): every method's per-step base logits,
 contrast logits and scores within 1e-4; neutral settings write generate's greedy text on both
@@ -18,10 +18,10 @@ torch = pytest.importorskip("torch")
 from _engines import PrefixSpy  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_decode import Decoded  # noqa: E402
-from halluprobe.backends.hf_decode_engine import DecodeEngine  # noqa: E402
-from halluprobe.backends.hf_decode_prefix import PrefixDecodeEngine  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf.decode import Decoded  # noqa: E402
+from halluprobe.backends.hf.decode_engine import DecodeEngine  # noqa: E402
+from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
@@ -123,7 +123,7 @@ def test_one_pass_for_base_and_contrast_rows_equals_a_pass_per_branch(setup: Any
     prompts, re-left-padded; M3ID/PAI: the no-image prompts, PAI amplifying the base rows only,
     joined here whatever their padding) against separate passes, every step within 1e-4, the
     same tokens."""
-    from halluprobe.backends import hf_decode
+    from halluprobe.backends.hf.backend import decode as hf_decode
 
     monkeypatch.setattr(hf_decode, "JOIN_PADDING", math.inf)
     joins = []
@@ -145,7 +145,7 @@ def test_one_pass_for_base_and_contrast_rows_equals_a_pass_per_branch(setup: Any
 def test_joined_inputs_are_one_batch_where_shapes_allow(setup: Any) -> None:
     """VCD's prefix suffixes join (equal caches), ICD's do not (its prefix is longer); full
     prompts always join (re-left-padded)."""
-    from halluprobe.backends.hf_decode import joined_inputs
+    from halluprobe.backends.hf.decode import joined_inputs
 
     fast, _, requests, _ = setup
     rows, images = _by_image(fast, requests)[0]
@@ -153,7 +153,7 @@ def test_joined_inputs_are_one_batch_where_shapes_allow(setup: Any) -> None:
     assert isinstance(engine, PrefixDecodeEngine)
     prefixes = engine.prepare(rows, images[0])
     assert prefixes is not None and prefixes.extra.noised is not None
-    from halluprobe.backends.hf_prefix import suffix_inputs
+    from halluprobe.backends.hf.prefix import suffix_inputs
 
     core = fast.core
     suffixes = [prefixes.suffixes[prefixes.suffix_of[r.prompt]] for r in rows]
@@ -179,8 +179,8 @@ def test_joined_inputs_are_one_batch_where_shapes_allow(setup: Any) -> None:
 def test_pai_leaves_rows_without_image_columns_exactly_as_an_unamplified_pass(setup: Any) -> None:
     """amplified_attention over a joined batch whose contrast rows have no image column: those
     rows' logits are exactly eager attention's without the hook; the base rows move."""
-    from halluprobe.backends.hf_decode import joined_inputs
-    from halluprobe.backends.hf_signals import PaiSetting, amplified_attention
+    from halluprobe.backends.hf.decode import joined_inputs
+    from halluprobe.backends.hf.signals import PaiSetting, amplified_attention
 
     fast, _, requests, _ = setup
     core = fast.core
@@ -230,7 +230,7 @@ def _run(path: Path, bench: Path, images: Path, out: Path, *extra: str) -> Any:
 def test_run_writes_the_same_text_with_and_without_the_prefix_cache(
     setup: Any, tmp_path: Path, extra: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from halluprobe.backends.hf_core import ModelCore
+    from halluprobe.backends.hf.core import ModelCore
 
     prefixes = []
     real = ModelCore.run_prefix

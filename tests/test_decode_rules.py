@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from halluprobe.backends.hf_decode_rules import M3IDRule  # noqa: E402
+from halluprobe.backends.hf.decode_rules import M3IDRule  # noqa: E402
 
 pytestmark = pytest.mark.slow  # imports torch (the project's guard: torch tests are the slow tier)
 

@@ -16,11 +16,11 @@ torch = pytest.importorskip("torch")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_decode import ContrastRule, DoLaRule, M3IDRule, contrast_decode  # noqa: E402
-from halluprobe.backends.hf_signals import VCD_NOISE_STEP, noised_inputs  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf.decode import ContrastRule, DoLaRule, M3IDRule, contrast_decode  # noqa: E402
+from halluprobe.backends.hf.signals import VCD_NOISE_STEP, noised_inputs  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
-from halluprobe.decoding_runs import decoding_identity  # noqa: E402
+from halluprobe.captions.comparison.runs import decoding_identity  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
@@ -214,7 +214,7 @@ def test_decoding_table_reads_the_methods_runs(tmp_path: Path, setup: Any, monke
 
     from _chair import FixtureTools, wordnet_or_skip
 
-    from halluprobe.benchmarks.chair import families as chair_families
+    from halluprobe.captions.chair import families as chair_families
 
     wordnet_or_skip()
     monkeypatch.setattr(chair_families, "NltkTools", lambda need_tagger=True: FixtureTools())
@@ -263,7 +263,7 @@ def test_a_failing_branch_is_an_error_on_its_sample_asked_again_on_resume(setup:
     """The noised branch of question 1 fails: its sample is an error (no plain-decoded text),
     the batch's other questions keep the method's text, and --resume asks it again. The plain
     engine's full-prompt branch (the prefix engine's: tests/test_decode_prefix.py)."""
-    from halluprobe.backends import hf_decode_engine
+    from halluprobe.backends.hf.backend import decode_engine as hf_decode_engine
 
     want_out = tmp_path / "want"
     assert _run(setup, want_out, "--decode", "vcd:alpha=1").exit_code == 0

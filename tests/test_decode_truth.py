@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from _decode_truth import agreement, neutral_is_greedy, record_signals, truth_requests  # noqa: E402
 
-from halluprobe.backends.hf import HFBackend  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.demo import DEMO_MODEL_DIR  # noqa: E402
 from halluprobe.records import Request  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402

@@ -23,9 +23,9 @@ from _decode_truth import NEUTRAL, agreement, neutral_is_greedy, record_signals,
 from _families import FAMILY_NAMES, build_family  # noqa: E402
 
 from halluprobe.backends.families import FAMILIES  # noqa: E402
-from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_decode_engine import DecodeEngine  # noqa: E402
-from halluprobe.backends.hf_decode_rules import check_decoding  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf.decode_engine import DecodeEngine  # noqa: E402
+from halluprobe.backends.hf.decode_rules import check_decoding  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import GenerateConfig  # noqa: E402
 from halluprobe.tiny import demo_photos  # noqa: E402

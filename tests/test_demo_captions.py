@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.chair.families import NltkLineTools, family_named
+from halluprobe.captions.chair.families import NltkLineTools, family_named
 from halluprobe.benchmarks.synthetic import CLASSES, write_synthetic
 from halluprobe.cli import app
 from halluprobe.demo_captions import caption_ground_truth_lines

@@ -15,7 +15,7 @@ from _scored import scored_samples  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-from halluprobe.backends.hf import HFBackend  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.benchmarks.objects import read_objects  # noqa: E402
 from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope  # noqa: E402
 from halluprobe.benchmarks.synthetic import write_synthetic  # noqa: E402

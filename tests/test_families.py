@@ -33,8 +33,8 @@ from halluprobe.backends.families import (  # noqa: E402
     family_rows,
     family_table_markdown,
 )
-from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_load import load_processor  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf.load import load_processor  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
@@ -268,7 +268,7 @@ def test_encode_shared_preprocesses_the_image_once(
 def test_a_family_without_a_shareable_prefix_says_so_once(
     builds: _Builds, family: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="halluprobe.backends.hf"):
+    with caplog.at_level(logging.INFO, logger="halluprobe.backends.hf.backend"):
         backend = HFBackend(str(builds.folder(family)), dtype="float32", device="cpu", prefix_cache=True)
     said = [r.getMessage() for r in caplog.records if "no prefix cache" in r.getMessage()]
     assert len(said) == 1 and FAMILIES[family].why_plain in said[0]

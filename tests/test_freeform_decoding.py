@@ -23,8 +23,8 @@ from _decoding_runs import (  # noqa: F401 (chair_wordnet, fixture_nltk: autouse
 from typer.testing import CliRunner
 
 from halluprobe.cli import app
-from halluprobe.decoding_runs import decoding_identity
-from halluprobe.decoding_table import length_bin, length_bounds
+from halluprobe.captions.comparison.runs import decoding_identity
+from halluprobe.captions.comparison.table import length_bin, length_bounds
 
 runner = CliRunner()
 
@@ -169,7 +169,7 @@ def test_method_and_sampling_read_from_run_json() -> None:
 
 
 def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from halluprobe import decoding_runs, decoding_table
+    from halluprobe.captions.comparison import runs as decoding_runs, table as decoding_table
 
     greedy, method, sampled = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD), decoding_run(tmp_path / "sampled", SAMPLED)
     plain = decoding_runs.read_decoding_run
@@ -182,14 +182,14 @@ def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path
         sampling = {"sample": True, "temperature": temperatures[path.name], "seed": 1}
         return run.model_copy(update={"sampling": sampling, "sampled": True})
 
-    from halluprobe.benchmarks.chair.families import family_named
-    from halluprobe.benchmarks.chair.groundtruth import load_ground_truth
+    from halluprobe.captions.chair.families import family_named
+    from halluprobe.captions.chair.groundtruth import load_ground_truth
 
     monkeypatch.setattr(decoding_table, "read_decoding_run", as_sampled)
     result = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
                                            ground_truth=load_ground_truth(write_truth(tmp_path)), n_resamples=0)  # fmt: skip
     assert result["chair"]["paired"][0]["sampling_matches"] is False
-    from halluprobe.decoding_render import decoding_markdown
+    from halluprobe.captions.comparison.render import decoding_markdown
 
     assert "| vcd | sampled (other sampling) |" in decoding_markdown(result, {"table": "decoding"})
     temperatures["vcd"] = 1.0

@@ -17,7 +17,7 @@ from _scored import scored_samples  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-from halluprobe.backends.hf import HFBackend  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.benchmarks.pope import read_questions  # noqa: E402
 from halluprobe.readouts.tokensets import LEGACY_8TOK_NO, LEGACY_8TOK_YES  # noqa: E402
 from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
@@ -115,7 +115,7 @@ def _reference_logprobs(model_dir: Path, photos: Path, sample: Any) -> Any:
     """This test's own computation: the sample's prompt and image alone through the processor and model."""
     from PIL import Image
 
-    from halluprobe.backends.hf_load import load_model, load_processor
+    from halluprobe.backends.hf.load import load_model, load_processor
 
     inputs_adapter = load_processor(str(model_dir))
     model = load_model(str(model_dir), dtype="float32", device="cpu")

@@ -1,4 +1,4 @@
-"""backends/hf_inputs.py on the tiny LLaVA (processor path) and tiny Qwen2-VL (grid path).
+"""backends/hf/backend/inputs.py on the tiny LLaVA (processor path) and tiny Qwen2-VL (grid path).
 
 Real tokenizers (fixtures ``llama_tokenizer_dir`` / ``qwen2_tokenizer_dir``), real photos from
 scikit-image, random weights. The batching tests compare every row of a left-padded batch with
@@ -16,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from halluprobe.backends.hf_inputs import VLMInputs  # noqa: E402
-from halluprobe.backends.hf_load import load_model, load_processor  # noqa: E402
+from halluprobe.backends.hf.inputs import VLMInputs  # noqa: E402
+from halluprobe.backends.hf.load import load_model, load_processor  # noqa: E402
 from halluprobe.errors import InputError, RuntimeFailure  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
 
@@ -92,7 +92,7 @@ def test_grid_fallback_encodes_what_the_processor_encodes(
 ) -> None:
     """Where no processor can be built, the grid path (image processor + tokenizer) gives the
     processor's inputs exactly."""
-    import halluprobe.backends.hf_load as hf_load
+    import halluprobe.backends.hf.load as hf_load
 
     path, qv, _ = qwen
 

@@ -16,9 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_signal_passes import SignalPasses  # noqa: E402
-from halluprobe.backends.hf_signals import add_diffusion_noise  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf.signal_passes import SignalPasses  # noqa: E402
+from halluprobe.backends.hf.signals import add_diffusion_noise  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Response  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402

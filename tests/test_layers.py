@@ -31,8 +31,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data", ("rundir", "benchmarks", "readouts", "metrics")),
     ("backends", ("backends", "ask", "clip_signal", "tiny")),
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner
-    ("run", ("runner", "run_setup", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "benchmarks.chair", "benchmarks.amber")),
-    ("present", ("audit", "corrections_table", "decoding_runs", "decoding_table", "decoding_prove", "decoding_render", "provenance", "tables", "study_table", "check", "report", "dataset_scores", "rule_changes", "literature")),
+    ("run", ("runner", "run_setup", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "captions", "captions.chair", "captions.amber")),
+    ("present", ("audit", "corrections_table", "captions.comparison", "provenance", "tables", "study_table", "check", "report", "dataset_scores", "rule_changes", "literature")),
     ("entry", ("demo", "demo_captions", "cli")),
 )
 
@@ -262,7 +262,7 @@ def test_the_slow_guard_sees_model_builders_by_code_not_by_file_name() -> None:
 
     assert reaches_model("from halluprobe.tiny import demo_photos")
     assert reaches_model("import pytest\ntorch = pytest.importorskip('torch')")
-    assert reaches_model("def t():\n    from halluprobe.backends.hf import HFBackend\n    HFBackend('m')")
+    assert reaches_model("def t():\n    from halluprobe.backends.hf.backend import HFBackend\n    HFBackend('m')")
     assert reaches_model("def t(tmp_path):\n    build_tiny_qwen2vl(tmp_path, None)")
     assert reaches_model("model = transformers.AutoModelForImageTextToText.from_pretrained(path)")
     assert not reaches_model("from transformers import AutoTokenizer\nAutoTokenizer.from_pretrained(path)")

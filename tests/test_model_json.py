@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from halluprobe.backends.hf_decode_rules import check_decoding
-from halluprobe.backends.hf_load import _folder_chat_template, config_model_type, load_processor
+from halluprobe.backends.hf.decode_rules import check_decoding
+from halluprobe.backends.hf.load import _folder_chat_template, config_model_type, load_processor
 from halluprobe.benchmarks.autoprobe.detector import _model_type
 from halluprobe.errors import InputError
 from halluprobe.jsonl import read_json_file

@@ -22,7 +22,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from _openai_server import FakeChatServer, expected_answer
-from halluprobe.backends.openai_wire import chat_url, retry_after
+from halluprobe.backends.openai.wire import chat_url, retry_after
 from halluprobe.cli import app
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
@@ -487,7 +487,7 @@ def test_retry_after_and_endpoint_urls() -> None:
 
 
 def test_closing_the_answer_stream_cancels_what_is_in_flight(tmp_path: Path) -> None:
-    from halluprobe.backends.openai_compat import OpenAIBackend
+    from halluprobe.backends.openai.backend import OpenAIBackend
     from halluprobe.records import Request
 
     world = _world(tmp_path, n_images=4)
@@ -755,7 +755,7 @@ def test_a_secondary_groups_bad_flags_are_one_line_exit_2() -> None:
 
 def test_the_backend_capabilities_are_declared_not_probed(tmp_path: Path) -> None:
     from halluprobe.backends.base import Backend, CountsRequests, RecordsSignals
-    from halluprobe.backends.openai_compat import OpenAIBackend
+    from halluprobe.backends.openai.backend import OpenAIBackend
     from halluprobe.backends.scripted import ScriptedBackend
 
     script = tmp_path / "script.json"

@@ -23,8 +23,8 @@ from _resume import assert_same_as_reference, kill_then_resume, reference_sample
 
 torch = pytest.importorskip("torch")
 
-from halluprobe.backends.hf import HFBackend  # noqa: E402
-from halluprobe.backends.hf_prefix import suffix_inputs  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf.prefix import suffix_inputs  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402

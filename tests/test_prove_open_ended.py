@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from halluprobe.backends.hf import HFBackend  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.benchmarks.pope import read_questions  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402

@@ -16,8 +16,8 @@ import pytest
 from _chair import FixtureTools, wordnet_or_skip
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.chair import families as chair_families
-from halluprobe.benchmarks.chair.groundtruth import shipped_ground_truth
+from halluprobe.captions.chair import families as chair_families
+from halluprobe.captions.chair.groundtruth import shipped_ground_truth
 from halluprobe.cli import app
 
 pytest.importorskip("matplotlib")

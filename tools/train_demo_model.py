@@ -251,7 +251,7 @@ class Batcher:
         image tokens, ...) once, then each question's own tokens and answer (and, given
         ``captions``, the caption prompt and the caption's ids), each block seeing the prefix and
         itself only, with the positions it would have alone. The prefix-cache idea of
-        ``backends/hf.py`` applied to training: 2 to 3 times fewer tokens. Targets: the yes/no
+        ``backends/hf/backend.py`` applied to training: 2 to 3 times fewer tokens. Targets: the yes/no
         answers' three tokens first (``first``: the index of each answer's first token), then
         the captions' (``is_caption``)."""
         import torch

@@ -66,7 +66,7 @@ def run_demo(
     import time
 
     from halluprobe.audit import audit_run
-    from halluprobe.backends.hf import HFBackend
+    from halluprobe.backends.hf.backend import HFBackend
     from halluprobe.benchmarks.objects import read_objects
     from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
     from halluprobe.benchmarks.synthetic import write_synthetic

@@ -2,7 +2,7 @@
 sampled baseline, one decoding method with the same sampling), through ``halluprobe run
 --open-ended``'s own path (:func:`halluprobe.runner.run_questions`, the hf backend's decoding
 engine), and CHAIR of each with the method's paired differences, through the code of
-``halluprobe decoding`` (:func:`halluprobe.decoding_table.decoding_table`).
+``halluprobe decoding`` (:func:`halluprobe.captions.comparison.table.decoding_table`).
 
 CHAIR counts COCO's 80 categories. The synthetic scenes' classes are COCO names except three
 (``tree``, ``shell``, ``bag``: not COCO categories nor CHAIR synonyms of one), so the ground
@@ -72,7 +72,7 @@ def caption_ground_truth_lines(annotations: Path) -> list[dict[str, Any]]:
     """Object lines (``{"image", "objects"}``, what ``--ground-truth`` reads) of a synthetic COCO
     instances file: each image's distinct annotated classes that CHAIR knows (COCO categories and
     their synonyms); an image keeps its line when none is."""
-    from halluprobe.benchmarks.chair.vocabulary import vocabulary
+    from halluprobe.captions.chair.vocabulary import vocabulary
 
     from halluprobe.jsonl import read_json_file
 
@@ -88,7 +88,7 @@ def caption_ground_truth_lines(annotations: Path) -> list[dict[str, Any]]:
 
 
 def _caption_questions(images: list[tuple[int, str]], source: Path) -> list[Any]:
-    from halluprobe.benchmarks.chair.lists import ImageList, chair_questions
+    from halluprobe.captions.chair.lists import ImageList, chair_questions
     from halluprobe.rundir import sha256_file
 
     image_list = ImageList(
@@ -102,7 +102,7 @@ def write_caption_inputs(folder: Path, annotations: Path) -> tuple[list[Any], di
     """The caption question file (one open question per scene, ``build chair``'s format) and the
     ground truth file in ``folder``: (questions, fingerprints, ground truth path), the questions
     read back as ``halluprobe run --benchmark`` reads them."""
-    from halluprobe.benchmarks.chair.groundtruth import image_id_of
+    from halluprobe.captions.chair.groundtruth import image_id_of
     from halluprobe.benchmarks.pope import write_questions
     from halluprobe.files import write_atomic
     from halluprobe.runner import read_benchmarks
@@ -132,9 +132,9 @@ def caption_config(model: str, role: str) -> Any:
 
 def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: Any, model: str, *, n_resamples: int) -> CaptionDemo:
     """Caption the scenes of ``annotations`` three times into ``out`` and compare the runs."""
-    from halluprobe.benchmarks.chair.families import family_named
-    from halluprobe.benchmarks.chair.groundtruth import load_ground_truth
-    from halluprobe.decoding_table import decoding_table
+    from halluprobe.captions.chair.families import family_named
+    from halluprobe.captions.chair.groundtruth import load_ground_truth
+    from halluprobe.captions.comparison.table import decoding_table
     from halluprobe.rundir import RunDir
     from halluprobe.runner import make_header, run_questions
 

@@ -136,7 +136,7 @@ class GenerateConfig(FrozenRecord):
     signals: tuple[str, ...] = ()
     # the "instruction" signal's disturbing instruction (recorded; the runner renders the variant)
     instruction: str | None = None
-    # Free-form decoding (issue 24; backends/hf_decode.py): the method and its settings
+    # Free-form decoding (issue 24; backends/hf/backend/decode.py): the method and its settings
     # ("vcd:alpha=1,beta=0.1"; None: plain decoding) and the sampling settings (None: greedy).
     # Left out of run.json when None, so the headers of runs without them keep their bytes.
     decode: str | None = None

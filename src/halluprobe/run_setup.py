@@ -100,7 +100,7 @@ class RunConfig:
     @property
     def decode_branch(self) -> str | None:
         """The contrast branch the decoding method runs beside the base one (a request variant)."""
-        from halluprobe.backends.hf_decode import contrast_branch
+        from halluprobe.backends.hf.decode import contrast_branch
 
         return contrast_branch(self.decode) if self.decode is not None else None
 
@@ -257,8 +257,8 @@ def check_signals_asked(config: RunConfig, has_scorer: bool, questions: Sequence
 
 def check_decoding_asked(config: RunConfig) -> None:
     """``--decode`` / ``--sample`` settings that cannot run, refused in one line before any model
-    loads (:func:`~halluprobe.backends.hf_decode_rules.check_decoding`)."""
-    from halluprobe.backends.hf_decode_rules import check_decoding
+    loads (:func:`~halluprobe.backends.hf.decode_rules.check_decoding`)."""
+    from halluprobe.backends.hf.decode_rules import check_decoding
 
     check_decoding(
         config.decode, sample=config.sample, temperature=config.temperature, top_p=config.top_p, sample_top_k=config.sample_top_k,

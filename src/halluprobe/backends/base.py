@@ -19,8 +19,8 @@ __all__ = ["Backend", "BACKENDS", "CountsRequests", "RecordsSignals", "backend_c
 
 # One name, one place: a new backend is one module plus one line here.
 BACKENDS: dict[str, str] = {
-    "hf": "halluprobe.backends.hf:HFBackend",
-    "openai": "halluprobe.backends.openai_compat:OpenAIBackend",
+    "hf": "halluprobe.backends.hf.backend:HFBackend",
+    "openai": "halluprobe.backends.openai.backend:OpenAIBackend",
     "scripted": "halluprobe.backends.scripted:ScriptedBackend",
 }
 

@@ -3,7 +3,7 @@ report's CHAIR section) recomputed from their ``halluprobe-chair-provenance`` co
 captions (a run dir, or a caption file and its format), each family's ground truth (shipped, or
 object lines named by path and sha256), ``truncate_incomplete``, the tokenizer (punkt's when the
 comment names none) and the bootstrap, scored again
-through :func:`halluprobe.benchmarks.chair.evaluate.chair_results` and compared cell by cell.
+through :func:`halluprobe.captions.chair.evaluate.chair_results` and compared cell by cell.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _bounded(bootstrap: object, path: str, line: int) -> tuple[int, int]:
 
 def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
     """The comment's JSON, checked for the fields a recomputation reads."""
-    from halluprobe.benchmarks.chair.families import FAMILIES, TOKENIZERS
+    from halluprobe.captions.chair.families import FAMILIES, TOKENIZERS
 
     try:
         data = loads(payload)
@@ -91,7 +91,7 @@ def extract_chair_tables(path: str | Path, text: str) -> list[ChairTable]:
 
 def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> tuple[Any, dict[str, Any]] | None:
     """The captions the table names, and the settings recorded with them; None when missing."""
-    from halluprobe.benchmarks.chair.inputs import read_captions
+    from halluprobe.captions.chair.inputs import read_captions
 
     source = table.provenance["source"]
     where = (table.path, table.line)
@@ -117,7 +117,7 @@ def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> t
 def ground_truth_described(where: tuple[str, int], family: str, described: Mapping[str, Any], runs: Sequence[Path], result: CheckResult) -> Any:
     """The ground truth a family was scored against, from its description (``GroundTruth.describe``);
     None (its finding recorded) when it cannot be had. The decoding table's check reads it too."""
-    from halluprobe.benchmarks.chair.groundtruth import load_ground_truth, shipped_ground_truth
+    from halluprobe.captions.chair.groundtruth import load_ground_truth, shipped_ground_truth
 
     kind = described.get("source")
     if kind == "shipped":
@@ -138,7 +138,7 @@ def ground_truth_described(where: tuple[str, int], family: str, described: Mappi
 
 def check_chair_table(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> None:
     """Recompute one CHAIR table and add a finding for every cell that differs."""
-    from halluprobe.benchmarks.chair.evaluate import chair_results
+    from halluprobe.captions.chair.evaluate import chair_results
 
     prov = table.provenance
     read = _captions(table, runs, result)

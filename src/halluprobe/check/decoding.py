@@ -1,7 +1,7 @@
 """Decoding tables (``halluprobe decoding --markdown`` / ``--latex``) recomputed from their
 ``halluprobe-decoding-provenance`` comment: every run dir it names (fingerprint and samples
 sha256 checked), the CHAIR family and ground truth, the PROVE score folders (``scores.jsonl``
-sha256) and the bootstrap go through :func:`halluprobe.decoding_table.decoding_table` again;
+sha256) and the bootstrap go through :func:`halluprobe.captions.comparison.table.decoding_table` again;
 the recomputed result is rendered by the same writer, and every table under the comment (per
 run, paired differences, length bins, PROVE) is compared cell by cell with the written one.
 """
@@ -20,7 +20,7 @@ from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
 from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, marked_comments, markdown_table_under
 from halluprobe.check.sources import locate_run
-from halluprobe.decoding_render import DECODING_PROVENANCE_MARK, decoding_latex, decoding_markdown
+from halluprobe.captions.comparison.render import DECODING_PROVENANCE_MARK, decoding_latex, decoding_markdown
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir, sha256_file
@@ -71,7 +71,7 @@ def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
     family = data.get("family")
     if family is not None and (not isinstance(family, str) or not isinstance(data.get("ground_truth"), dict)):
         raise InputError("decoding provenance comment: 'family' must name a CHAIR family, with its 'ground_truth'", path, line)
-    from halluprobe.benchmarks.chair.families import TOKENIZERS
+    from halluprobe.captions.chair.families import TOKENIZERS
 
     if data.get("tokenizer", "punkt") not in TOKENIZERS:
         raise InputError("decoding provenance comment: 'tokenizer' must name a CHAIR tokenizer (punkt or line)", path, line)
@@ -165,8 +165,8 @@ def _prove_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult
 
 def check_decoding_table(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> None:
     """Recompute one decoding comparison and add a finding for every cell that differs."""
-    from halluprobe.benchmarks.chair.families import family_named
-    from halluprobe.decoding_table import decoding_table
+    from halluprobe.captions.chair.families import family_named
+    from halluprobe.captions.comparison.table import decoding_table
 
     prov = table.provenance
     paths, prove = _run_paths(table, runs, result), _prove_paths(table, runs, result)

@@ -31,7 +31,7 @@ def amber_questions_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace existing files.")] = False,
 ) -> None:
     """Write AMBER's discriminative queries as yes/no question files for `halluprobe run`."""
-    from halluprobe.benchmarks.amber.data import (
+    from halluprobe.captions.amber.data import (
         amber_generative_questions,
         amber_questions,
         read_amber_annotations,
@@ -71,8 +71,8 @@ def amber_score_cmd(
     """AMBER's own discriminative numbers (exact 'Yes'/'No', 'No' positive, F1 of rounded P and R).
 
     halluprobe's numbers for the same run, with every readout and CIs: `halluprobe score RUNDIR`."""
-    from halluprobe.benchmarks.amber.data import read_amber_annotations
-    from halluprobe.benchmarks.amber.discriminative import amber_discriminative_numbers
+    from halluprobe.captions.amber.data import read_amber_annotations
+    from halluprobe.captions.amber.discriminative import amber_discriminative_numbers
     from halluprobe.rundir import RunDir
 
     with errors():
@@ -109,9 +109,9 @@ def amber_generative_cmd(
     """AMBER's generative CHAIR, Cover, Hal and Cog of a run's captions (the spaCy model is recorded)."""
     from dataclasses import asdict
 
-    from halluprobe.benchmarks.amber.data import AMBER_PINS, read_amber_annotations
-    from halluprobe.benchmarks.amber.generative import SpacySimilarity, amber_generative
-    from halluprobe.benchmarks.chair.families import NltkTools
+    from halluprobe.captions.amber.data import AMBER_PINS, read_amber_annotations
+    from halluprobe.captions.amber.generative import SpacySimilarity, amber_generative
+    from halluprobe.captions.chair.families import NltkTools
     from halluprobe.files import write_atomic
     from halluprobe.rundir import RunDir, sha256_file
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from halluprobe.benchmarks.chair.inputs import (
+from halluprobe.captions.chair.inputs import (
     caption_source,
     ground_truth_for,
     read_captions,
@@ -52,7 +52,7 @@ def build_chair_cmd(
     ] = False,
 ) -> None:
     """Write one open question per image of a CHAIR list; run it with `halluprobe run --open-ended`."""
-    from halluprobe.benchmarks.chair.lists import (
+    from halluprobe.captions.chair.lists import (
         chair_questions,
         missing_images,
         read_image_list,
@@ -155,9 +155,9 @@ def chair_cmd(
     ] = False,
 ) -> None:
     """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
-    from halluprobe.benchmarks.chair.families import counting_options, family_named
-    from halluprobe.benchmarks.chair.evaluate import chair_results
-    from halluprobe.benchmarks.chair.scoring import paired_differences, score_captions
+    from halluprobe.captions.chair.families import counting_options, family_named
+    from halluprobe.captions.chair.evaluate import chair_results
+    from halluprobe.captions.chair.scoring import paired_differences, score_captions
     from halluprobe.files import write_atomic
     from halluprobe.formatting import format_ratio
 

@@ -49,13 +49,13 @@ def decoding_cmd(
 ) -> None:
     """Decoding methods on free-form runs: CHAIR (and PROVE) per run, paired differences against the greedy and the sampled
     baseline, and CHAIR at matched caption length."""
-    from halluprobe.decoding_render import (
+    from halluprobe.captions.comparison.render import (
         decoding_latex,
         decoding_markdown,
         decoding_provenance,
         decoding_text,
     )
-    from halluprobe.decoding_table import decoding_table
+    from halluprobe.captions.comparison.table import decoding_table
 
     with errors():
         refuse_over_limit("--bootstrap", bootstrap, MAX_RESAMPLES)
@@ -63,14 +63,14 @@ def decoding_cmd(
             raise InputError("give the greedy baseline run and at least one method run")
         if no_chair and not prove_scores:
             raise InputError("--no-chair leaves nothing to compare: give --prove-scores")
-        from halluprobe.benchmarks.chair.families import counting_options
+        from halluprobe.captions.chair.families import counting_options
 
         family = counting_options(family, tokenizer, allow_both=False)[0][0]
         fam: Any = None
         truth: Any = None
         if not no_chair:
-            from halluprobe.benchmarks.chair.families import family_named
-            from halluprobe.benchmarks.chair.inputs import ground_truth_for
+            from halluprobe.captions.chair.families import family_named
+            from halluprobe.captions.chair.inputs import ground_truth_for
 
             fam = family_named(family, tokenizer=tokenizer)
             truth = ground_truth_for(fam.name, ground_truth, coco, year, coco_sha256, tokenizer=tokenizer)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from halluprobe.benchmarks.chair.scoring import CaptionScore
+from halluprobe.captions.chair.scoring import CaptionScore
 from halluprobe.files import write_atomic
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects, length_bins
 from halluprobe.report.decoding_section import ChairCounting, decoding_section
@@ -56,9 +56,9 @@ class ChairRunView:
 
 def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int, counting: ChairCounting | None = None) -> ChairRunView:
     """Score one run dir as ``counting`` says (default: both families, punkt, the shipped ground truth)."""
-    from halluprobe.benchmarks.chair.evaluate import chair_results, refuse_unknown_images
-    from halluprobe.benchmarks.chair.inputs import caption_source
-    from halluprobe.benchmarks.chair.runs import run_captions
+    from halluprobe.captions.chair.evaluate import chair_results, refuse_unknown_images
+    from halluprobe.captions.chair.inputs import caption_source
+    from halluprobe.captions.chair.runs import run_captions
 
     counting = counting or ChairCounting()
     captions, settings = run_captions(path)

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from halluprobe.benchmarks.chair.singularize import singularize
-from halluprobe.benchmarks.chair.vocabulary import vocabulary
+from halluprobe.captions.chair.singularize import singularize
+from halluprobe.captions.chair.vocabulary import vocabulary
 from halluprobe.errors import InputError, RuntimeFailure
 
 __all__ = [

@@ -3,7 +3,7 @@
 An endpoint's URL (stored without credentials), the attempt outcomes and how an HTTP answer is
 judged (:func:`judge_answer`), a chat-completion JSON read into first-token alternatives by
 piece and text (:func:`parse_answer`, every log-probability checked), Retry-After, and the
-redaction of secrets from server texts. Used by openai_transport.py and openai_compat.py; see
+redaction of secrets from server texts. Used by openai/transport.py and openai/backend.py; see
 docs/design/openai-backend.md.
 """
 

@@ -54,8 +54,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from halluprobe.backends.openai_transport import CallState, Endpoint, LoopThread, RetryPolicy, Sender, ServiceDown, collect
-from halluprobe.backends.openai_wire import (
+from halluprobe.backends.openai.transport import CallState, Endpoint, LoopThread, RetryPolicy, Sender, ServiceDown, collect
+from halluprobe.backends.openai.wire import (
     MIN_SECRET,
     OUTCOMES,
     ImageRef,

@@ -1,7 +1,7 @@
-"""Loading a transformers model folder: its :class:`~halluprobe.backends.hf_inputs.VLMInputs`
+"""Loading a transformers model folder: its :class:`~halluprobe.backends.hf.inputs.VLMInputs`
 (:func:`load_processor`) and the model itself (:func:`load_model`).
 
-:func:`load_processor` picks how inputs are built (hf_inputs.py's module docstring: the
+:func:`load_processor` picks how inputs are built (hf/inputs.py's module docstring: the
 family's own processor, one assembled without its video part where the family's processor
 needs torchvision, or the ``grid`` fallback) and refuses a model type outside
 :data:`halluprobe.backends.families.FAMILIES`. torch and transformers are imported inside
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.backends.families import family_for
-from halluprobe.backends.hf_inputs import IMAGE_MARKER, DType, Device, VLMInputs
+from halluprobe.backends.hf.inputs import IMAGE_MARKER, DType, Device, VLMInputs
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.jsonl import read_json_file
 

@@ -5,7 +5,7 @@ yes/no token sets, the stop-string criteria built per stop set, the no-image sig
 prompts already seen) and the passes every engine runs: a forward pass's last-position logits,
 the first step (one forward pass, or ``generate`` when text is asked), a prefix pass, the
 responses of a batch's first-step logits, and reading images. It holds no setting of a call:
-the engines (hf_engines.py) are built per ``answer()`` call and pass theirs in.
+the engines (hf/engines.py) are built per ``answer()`` call and pass theirs in.
 
 Its public methods are the seam the tests use to watch or perturb a pass
 (``monkeypatch.setattr(backend.core, "first_step", ...)``): every engine calls the core's
@@ -22,14 +22,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from halluprobe.backends.hf_prefix import Prefix, next_position
+from halluprobe.backends.hf.prefix import Prefix, next_position
 from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
 from halluprobe.records import Request, Response, SignalLogprobs, TokenLogprob, TokenSets
 
 if TYPE_CHECKING:
-    from halluprobe.backends.hf_inputs import SharedPrefix, VLMInputs
+    from halluprobe.backends.hf.inputs import SharedPrefix, VLMInputs
 
 __all__ = ["Batching", "FirstStep", "ModelCore", "error_response", "is_oom"]
 
@@ -91,7 +91,7 @@ class ModelCore:
     def __init__(
         self, model: str, *, dtype: str, device: str, trust_remote_code: bool, load_in_4bit: bool
     ) -> None:
-        from halluprobe.backends.hf_load import load_model, load_processor
+        from halluprobe.backends.hf.load import load_model, load_processor
 
         self.model_id = model
         self.inputs: VLMInputs = load_processor(model, trust_remote_code=trust_remote_code)

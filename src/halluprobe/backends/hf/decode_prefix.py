@@ -1,7 +1,7 @@
 """The decoding loop on the prefix cache (issue 24): per image, the prompt tokens its questions
 share run once (and VCD's noised prefix once, ICD's instruction prefix once), and every batch of
 that image's questions continues from broadcast copies of those caches through the same lockstep
-loop and per-step rules as the plain :class:`~halluprobe.backends.hf_decode_engine.DecodeEngine`.
+loop and per-step rules as the plain :class:`~halluprobe.backends.hf.decode_engine.DecodeEngine`.
 
 Each method's contrast branch here:
 
@@ -35,12 +35,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from halluprobe.backends.hf_core import Batching, ModelCore, error_response, is_oom
-from halluprobe.backends.hf_decode import BRANCHES, Decoded
-from halluprobe.backends.hf_decode_engine import DecodeEngine
-from halluprobe.backends.hf_prefix import Prefix, suffix_inputs
-from halluprobe.backends.hf_signal_passes import SignalPasses, SignalPrefixes
-from halluprobe.backends.hf_signals import VCD_NOISE_STEP, SignalPlan
+from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
+from halluprobe.backends.hf.decode import BRANCHES, Decoded
+from halluprobe.backends.hf.decode_engine import DecodeEngine
+from halluprobe.backends.hf.prefix import Prefix, suffix_inputs
+from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
+from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan
 from halluprobe.records import GenerateConfig, Request, Response
 
 __all__ = ["ImagePrefixes", "PrefixDecodeEngine"]

@@ -2,7 +2,7 @@
 against a greedy and a sampled baseline on the same images, with the length confound beside.
 
 Per run: CHAIR_s, CHAIR_i, recall, length (words per caption) and hallucinated objects per 100
-words, with 95% image-bootstrap CIs (:mod:`halluprobe.benchmarks.chair.scoring`). Per method:
+words, with 95% image-bootstrap CIs (:mod:`halluprobe.captions.chair.scoring`). Per method:
 paired per-image differences against the greedy baseline and against the sampled baseline
 (method - baseline, the same resampled images on both sides).
 
@@ -33,16 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.benchmarks.chair.runs import run_captions
-from halluprobe.benchmarks.chair.scoring import (
+from halluprobe.captions.chair.runs import run_captions
+from halluprobe.captions.chair.scoring import (
     METRICS,
     CaptionScore,
     paired_differences,
     score_captions,
     summarize,
 )
-from halluprobe.decoding_prove import prove_paired, prove_per_run, read_prove_scores
-from halluprobe.decoding_runs import (
+from halluprobe.captions.comparison.prove import prove_paired, prove_per_run, read_prove_scores
+from halluprobe.captions.comparison.runs import (
     DecodingRun,
     read_decoding_run,
     refuse_other_questions,

@@ -81,7 +81,7 @@ def _parse_synonyms(text: str) -> list[list[str]]:
 @functools.cache
 def vocabulary() -> ChairVocabulary:
     text = (
-        resources.files("halluprobe.benchmarks.chair")
+        resources.files("halluprobe.captions.chair")
         .joinpath("data/synonyms.txt")
         .read_text(encoding="utf-8")
     )

@@ -1,4 +1,4 @@
-"""The decoding loop's per-step rules and their parsing (issue 24; the loop: hf_decode.py).
+"""The decoding loop's per-step rules and their parsing (issue 24; the loop: hf/decode.py).
 
 A method's spec (``run --decode vcd:alpha=1,beta=0.1``) is parsed by corrections.py's strict
 parser, with the same names, defaults and ranges as the offline first-token rule; the settings
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.backends.families import FAMILIES
-from halluprobe.backends.hf_signals import VCD_NOISE_STEP, PaiSetting
+from halluprobe.backends.hf.signals import VCD_NOISE_STEP, PaiSetting
 from halluprobe.errors import InputError
 from halluprobe.readouts.corrections import m3id_log_weight, parse_correction
 
@@ -379,7 +379,7 @@ def _refuse_image_first(decode: str, model: str) -> None:
     """A no-image method on a family whose processor cannot leave the image out, refused from a
     local model folder's config.json before loading it (a hub id is checked when the engine is
     built, after loading, before the run dir is written)."""
-    from halluprobe.backends.hf_load import config_model_type
+    from halluprobe.backends.hf.load import config_model_type
 
     path = Path(model).expanduser() / "config.json"
     model_type = config_model_type(model)  # None for a hub id; a broken config.json: one line naming its line

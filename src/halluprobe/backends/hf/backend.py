@@ -2,16 +2,16 @@
 
 Three parts (docs/design/prefix-cache.md):
 
-- :class:`~halluprobe.backends.hf_core.ModelCore` (hf_core.py): the loaded model and processor,
+- :class:`~halluprobe.backends.hf.core.ModelCore` (hf/core.py): the loaded model and processor,
   and the passes every engine runs (a forward pass, the first step, a prefix pass, the
   responses of a batch's first-step logits, reading images).
-- an engine per ``answer()`` call (hf_engines.py), built from the call's ``GenerateConfig``
+- an engine per ``answer()`` call (hf/engines.py), built from the call's ``GenerateConfig``
   and holding all of that call's state: the prefix-cache engine (default: each image's shared
   prompt prefix runs once, its KV cache reused for the questions' suffixes) or the plain engine
   (``prefix_cache=False``: full prompts, left-padded batches). Both give the same numbers
   (tests hold them within 1e-4 in fp32). A call whose config sets ``decode`` or ``sample``
-  gets the decoding loop's engine instead (hf_decode_engine.py, docs/design/decoding.md).
-- the correction signals' passes of a call (hf_signal_passes.py, hf_signals.py).
+  gets the decoding loop's engine instead (hf/decode_engine.py, docs/design/decoding.md).
+- the correction signals' passes of a call (hf/signal_passes.py, hf/signals.py).
 
 :class:`HFBackend` itself holds only what outlives a call: the core, the batch size (halved on
 out of memory for the rest of its life) and which engine it builds. Nothing of a call's
@@ -24,9 +24,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from halluprobe.backends.hf_core import Batching, ModelCore
-from halluprobe.backends.hf_decode_engine import DecodeEngine
-from halluprobe.backends.hf_engines import PlainEngine, build_engine
+from halluprobe.backends.hf.core import Batching, ModelCore
+from halluprobe.backends.hf.decode_engine import DecodeEngine
+from halluprobe.backends.hf.engines import PlainEngine, build_engine
 from halluprobe.records import GenerateConfig, Request, Response, TokenSets
 
 __all__ = ["HFBackend"]
@@ -93,7 +93,7 @@ class HFBackend:
 
     def check_signals(self, signals: Sequence[str]) -> None:
         """InputError for a correction signal this backend cannot record (before any request)."""
-        from halluprobe.backends.hf_signals import parse_signals
+        from halluprobe.backends.hf.signals import parse_signals
 
         parse_signals(signals, self.core.n_layers)
 
@@ -106,7 +106,7 @@ class HFBackend:
 
     def decoding_settings(self, spec: str) -> dict[str, Any]:
         """Every setting of ``spec`` as this model's loop decodes it (defaults and layers included)."""
-        from halluprobe.backends.hf_decode_rules import rule_settings
+        from halluprobe.backends.hf.decode_rules import rule_settings
 
         return rule_settings(spec, self.core.n_layers)
 

@@ -1,9 +1,9 @@
 """Decoding free-form text with a correction (issue 24): a loop that advances a base branch and
 a contrast branch in lockstep, each with its own KV cache, and takes every next token from the
-method's per-step rule (the rules and their parsing: hf_decode_rules.py, re-exported here).
+method's per-step rule (the rules and their parsing: hf/decode_rules.py, re-exported here).
 
 The rules: VCD (the contrast branch is the same prompt with the diffusion-noised pixels of
-hf_signals.py, the same schedule and per-image seed as the ``noised`` signal) and ICD (the
+hf/signals.py, the same schedule and per-image seed as the ``noised`` signal) and ICD (the
 contrast branch is the question under the disturbing instruction), both with the offline rule's
 step (corrections.py's ``vcd`` / ``icd``): over the tokens whose base probability is at least
 ``beta`` times the step's largest, ``(1 + alpha) log p_base - alpha log p_contrast``, the argmax
@@ -14,7 +14,7 @@ contrast branch is the question without the image): corrections.py's ``m3id`` at
 
 Sampling (:class:`Sampling`): the step's scores (the method's, or the base log-probabilities
 for plain decoding) divided by the temperature, cut to the top-k and top-p tokens, one draw per
-row from the row's own ``torch.Generator`` (seeded per question by the engine, hf_decode_engine.py),
+row from the row's own ``torch.Generator`` (seeded per question by the engine, hf/decode_engine.py),
 so a row's text does not depend on its batch.
 
 DoLa (:class:`DoLaRule`): no contrast branch; the base branch's hidden states of the candidate
@@ -25,7 +25,7 @@ guided against the no-image branch.
 
 Inputs: full prompts, left-padded, explicit positions (``cumsum(mask) - 1``, what ``generate``
 gives a left-padded batch; Qwen2-VL's family: the model's own 3-D rotary positions), or suffixes
-after an image's cached prefix (hf_decode_prefix.py: ``past_key_values`` and explicit positions).
+after an image's cached prefix (hf/decode_prefix.py: ``past_key_values`` and explicit positions).
 With ``joint`` the base and contrast rows run as one batch of 2B rows, one KV cache and one
 forward pass per step, wherever :func:`joined_inputs` can put them together (full prompts
 re-left-padded to one width; suffixes after prefixes of one length: VCD's noised prefix); else
@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from halluprobe.backends.hf_decode_rules import (
+from halluprobe.backends.hf.decode_rules import (
     BRANCHES,
     ContrastRule,
     DoLaRule,
@@ -54,7 +54,7 @@ from halluprobe.backends.hf_decode_rules import (
     parse_contrast,
     parse_decode,
 )
-from halluprobe.backends.hf_signals import amplified_attention
+from halluprobe.backends.hf.signals import amplified_attention
 
 __all__ = [
     "BRANCHES",
@@ -175,7 +175,7 @@ def joined_inputs(
     prompts whose re-padding adds more than ``max_padding`` of their tokens: ``None``."""
     import torch
 
-    from halluprobe.backends.hf_prefix import joined_cache
+    from halluprobe.backends.hf.prefix import joined_cache
 
     cached = ("past_key_values" in base, "past_key_values" in contrast)
     if cached == (True, True):

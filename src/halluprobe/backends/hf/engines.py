@@ -1,8 +1,8 @@
 """The hf backend's engines: one object per ``answer()`` call, holding all of that call's state.
 
 An engine is built from the call's :class:`~halluprobe.records.GenerateConfig` (new tokens,
-top-k, stop strings, correction signals) on the backend's :class:`~halluprobe.backends.hf_core.ModelCore`
-and its shared :class:`~halluprobe.backends.hf_core.Batching`. Two engines give the same numbers
+top-k, stop strings, correction signals) on the backend's :class:`~halluprobe.backends.hf.core.ModelCore`
+and its shared :class:`~halluprobe.backends.hf.core.Batching`. Two engines give the same numbers
 (tests hold them within 1e-4 in fp32):
 
 - :class:`PlainEngine`: each batch of full prompts, left-padded, runs from scratch.
@@ -25,12 +25,12 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from halluprobe.backends.hf_core import Batching, FirstStep, ModelCore, error_response, is_oom
-from halluprobe.backends.hf_decode_engine import DecodeEngine
-from halluprobe.backends.hf_decode_prefix import PrefixDecodeEngine
-from halluprobe.backends.hf_prefix import suffix_inputs
-from halluprobe.backends.hf_signal_passes import LayerSignals, SignalPasses
-from halluprobe.backends.hf_signals import parse_signals
+from halluprobe.backends.hf.core import Batching, FirstStep, ModelCore, error_response, is_oom
+from halluprobe.backends.hf.decode_engine import DecodeEngine
+from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
+from halluprobe.backends.hf.prefix import suffix_inputs
+from halluprobe.backends.hf.signal_passes import LayerSignals, SignalPasses
+from halluprobe.backends.hf.signals import parse_signals
 from halluprobe.records import GenerateConfig, Request, Response
 
 __all__ = ["PlainEngine", "PrefixCacheEngine", "build_engine"]

@@ -1,6 +1,6 @@
 """The correction signals' passes of one ``answer()`` call (hf backend).
 
-:class:`SignalPasses` is built per call from its :class:`~halluprobe.backends.hf_signals.SignalPlan`
+:class:`SignalPasses` is built per call from its :class:`~halluprobe.backends.hf.signals.SignalPlan`
 (``GenerateConfig.signals``) and runs the contrast passes beside an engine's base pass: on full
 prompts (the plain engine, and the prefix engine's fallback) or from an image's cached prefixes
 (the prefix-cache engine). DoLa's layers come from the base pass's hidden states either way.
@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from halluprobe.backends.hf_core import Batching, FirstStep, ModelCore
-from halluprobe.backends.hf_prefix import Prefix, cropped_cache, next_position, suffix_inputs
-from halluprobe.backends.hf_signals import SignalPlan, amplified_attention, layer_signals, noised_inputs, step_signal
+from halluprobe.backends.hf.core import Batching, FirstStep, ModelCore
+from halluprobe.backends.hf.prefix import Prefix, cropped_cache, next_position, suffix_inputs
+from halluprobe.backends.hf.signals import SignalPlan, amplified_attention, layer_signals, noised_inputs, step_signal
 from halluprobe.errors import InputError
 from halluprobe.records import Request, SignalLogprobs
 
 if TYPE_CHECKING:
-    from halluprobe.backends.hf_inputs import SharedPrefix
+    from halluprobe.backends.hf.inputs import SharedPrefix
 
 __all__ = ["LayerSignals", "SignalPasses", "SignalPrefixes"]
 

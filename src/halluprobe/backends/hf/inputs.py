@@ -1,7 +1,7 @@
 """The seam between a transformers model folder and the forward pass.
 
 :class:`VLMInputs` renders prompts and turns ``(prompts, images)`` into a left-padded batch
-for ``model(**inputs)`` and ``model.generate(**inputs)``. hf_load.py builds it for a model
+for ``model(**inputs)`` and ``model.generate(**inputs)``. hf/load.py builds it for a model
 folder (``load_processor``) and loads the model (``load_model``).
 
 Two ways to build inputs, chosen when the folder is loaded:

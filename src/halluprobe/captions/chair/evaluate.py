@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from halluprobe.benchmarks.chair.families import family_named
-from halluprobe.benchmarks.chair.groundtruth import GroundTruth
-from halluprobe.benchmarks.chair.scoring import Caption, CaptionScore, score_captions, summarize
+from halluprobe.captions.chair.families import family_named
+from halluprobe.captions.chair.groundtruth import GroundTruth
+from halluprobe.captions.chair.scoring import Caption, CaptionScore, score_captions, summarize
 from halluprobe.errors import InputError
 
 __all__ = ["chair_results", "refuse_unknown_images"]

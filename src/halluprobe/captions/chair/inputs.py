@@ -17,8 +17,8 @@ def ground_truth_for(
 ) -> Any:
     """The ground truth named by ``--ground-truth`` or ``--coco`` (built for ``family``, COCO's
     captions split into words by ``tokenizer`` as the runs' captions are), else the shipped sets."""
-    from halluprobe.benchmarks.chair.families import family_named
-    from halluprobe.benchmarks.chair.groundtruth import (
+    from halluprobe.captions.chair.families import family_named
+    from halluprobe.captions.chair.groundtruth import (
         coco_annotation_files,
         ground_truth_from_coco,
         load_ground_truth,
@@ -39,9 +39,9 @@ def ground_truth_for(
 
 def read_captions(path: Path, fmt: str | None) -> tuple[Any, dict[str, Any]]:
     """The captions of a run dir, or of a caption file in ``fmt`` (OPERA's by default), and what to record of them."""
-    from halluprobe.benchmarks.chair.groundtruth import image_id_of
-    from halluprobe.benchmarks.chair.runs import run_captions
-    from halluprobe.benchmarks.chair.scoring import Caption
+    from halluprobe.captions.chair.groundtruth import image_id_of
+    from halluprobe.captions.chair.runs import run_captions
+    from halluprobe.captions.chair.scoring import Caption
 
     if path.is_dir():
         return run_captions(path)

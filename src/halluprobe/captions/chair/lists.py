@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from halluprobe.benchmarks.chair.groundtruth import image_id_of
+from halluprobe.captions.chair.groundtruth import image_id_of
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.records import Question
@@ -55,7 +55,7 @@ class ImageList:
 @functools.cache
 def _shipped() -> dict[str, Any]:
     text = (
-        resources.files("halluprobe.benchmarks.chair")
+        resources.files("halluprobe.captions.chair")
         .joinpath("data/lists.json")
         .read_text(encoding="utf-8")
     )

@@ -23,7 +23,7 @@ final layer). Signals the hf backend captures:
   ``--signals layers:0;2;4``), stored as
   ``layer:N`` (N = 0 is the embedding output).
 
-How the hf backend's engines run them (hf.py): DoLa's layers come from the base pass itself
+How the hf backend's engines run them (hf/backend.py): DoLa's layers come from the base pass itself
 (``output_hidden_states``: the first step's hidden states at the last position), no pass of
 their own. The plain engine runs each other signal as one extra pass over the batch's full
 prompts. The prefix-cache engine reads them from cached prefixes: the noised signal from a

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from halluprobe.benchmarks.chair.groundtruth import image_id_of
-from halluprobe.benchmarks.chair.scoring import Caption
+from halluprobe.captions.chair.groundtruth import image_id_of
+from halluprobe.captions.chair.scoring import Caption
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from halluprobe.benchmarks.prove.scoring import QuestionScore, summarize
-from halluprobe.decoding_runs import DecodingRun
+from halluprobe.captions.comparison.runs import DecodingRun
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.metrics.stats import paired_bootstrap_diff

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from halluprobe.benchmarks.chair.families import ChairFamily
-from halluprobe.benchmarks.chair.groundtruth import GroundTruth
+from halluprobe.captions.chair.families import ChairFamily
+from halluprobe.captions.chair.groundtruth import GroundTruth
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap, paired_bootstrap_diff
 from halluprobe.records import FrozenRecord

@@ -4,7 +4,7 @@
 jitter, Retry-After honoured, another endpoint when there is one, the service judged down when
 nothing succeeds), counting every attempt in the call's :class:`CallState`. :class:`LoopThread`
 runs the call's asyncio work in a thread and :func:`collect` hands its responses to the
-runner's thread in batches. See openai_compat.py's module docstring and
+runner's thread in batches. See openai/backend.py's module docstring and
 docs/design/openai-backend.md.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from halluprobe.backends.openai_wire import FATAL_STOP, RETRIABLE, Attempt, ImageRef, judge_answer, redact
+from halluprobe.backends.openai.wire import FATAL_STOP, RETRIABLE, Attempt, ImageRef, judge_answer, redact
 from halluprobe.backends.response_cache import ResponseCache
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.records import Request, Response

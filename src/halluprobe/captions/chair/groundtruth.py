@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from halluprobe.benchmarks.chair.families import ChairFamily
-from halluprobe.benchmarks.chair.vocabulary import vocabulary
+from halluprobe.captions.chair.families import ChairFamily
+from halluprobe.captions.chair.vocabulary import vocabulary
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.jsonl import loads
@@ -238,7 +238,7 @@ def load_ground_truth(path: Path) -> GroundTruth:
 def shipped_ground_truth(family: str) -> GroundTruth:
     """The ground truth shipped for the standard lists' images, in ``family``."""
     name = family.removeprefix("chair@")
-    resource = resources.files("halluprobe.benchmarks.chair").joinpath(
+    resource = resources.files("halluprobe.captions.chair").joinpath(
         f"data/ground_truth_{name}.json"
     )
     if not resource.is_file():

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from halluprobe.benchmarks.chair.families import TextTools
+from halluprobe.captions.chair.families import TextTools
 from halluprobe.errors import RuntimeFailure
 
 __all__ = ["AMBER_SPACY_MODEL", "AmberCaptionResult", "Similarity", "SpacySimilarity", "amber_generative", "amber_nouns"]

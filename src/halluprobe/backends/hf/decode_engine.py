@@ -3,7 +3,7 @@
 
 Built from the call's :class:`~halluprobe.records.GenerateConfig` when ``decode`` or ``sample``
 is set (hf_engines.build_engine). Each batch of full prompts (left-padded, questions about one
-image together) runs through :func:`~halluprobe.backends.hf_decode.contrast_decode`: the base
+image together) runs through :func:`~halluprobe.backends.hf.decode.contrast_decode`: the base
 branch, and the method's contrast branch (VCD: the noised image, each image's own tiles where
 one pixel tensor holds several images' (InternVL); ICD: the request's ``instruction`` variant;
 M3ID: its ``no-image`` variant) in lockstep. Sampling draws each row
@@ -13,7 +13,7 @@ another batch size) writes the same text.
 A batch that fails is asked again row by row, so a failure is an error on its own sample (asked
 again on ``--resume``), never a fallback to plain decoding. The base and contrast rows share one
 forward pass per step where shapes allow (``joint``). This is the engine of ``--no-prefix-cache``
-and of families whose engine is plain; the prefix-cache variant: hf_decode_prefix.py.
+and of families whose engine is plain; the prefix-cache variant: hf/decode_prefix.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from halluprobe.backends.hf_core import Batching, ModelCore, error_response, is_oom
-from halluprobe.backends.hf_decode import (
+from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
+from halluprobe.backends.hf.decode import (
     BRANCHES,
     Decoded,
     GreedyRule,
@@ -34,7 +34,7 @@ from halluprobe.backends.hf_decode import (
     contrast_decode,
     parse_contrast,
 )
-from halluprobe.backends.hf_signals import VCD_NOISE_STEP, noised_inputs
+from halluprobe.backends.hf.signals import VCD_NOISE_STEP, noised_inputs
 from halluprobe.errors import InputError
 from halluprobe.records import GenerateConfig, Request, Response
 
