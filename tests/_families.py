@@ -155,10 +155,10 @@ def _qwen2_tokenizer(out: Path, pieces: list[str], **kwargs: Any) -> Any:
     """
     from transformers import AutoTokenizer
 
-    from halluprobe.tiny import _write_qwen2vl_tokenizer
+    from halluprobe.tiny_qwen2vl import write_qwen2vl_tokenizer
 
     extra = {151657 + i: piece for i, piece in enumerate(pieces)}
-    _write_qwen2vl_tokenizer(_assets.qwen2_tokenizer_dir(), out, extra)
+    write_qwen2vl_tokenizer(_assets.qwen2_tokenizer_dir(), out, extra)
     (out / "chat_template.jinja").unlink()  # Qwen2-VL's; the family writes its own
     tokenizer = AutoTokenizer.from_pretrained(str(out), local_files_only=True, **kwargs)
     tokenizer.padding_side = "left"
@@ -335,7 +335,7 @@ def _instructblip(out: Path, seed: int) -> None:
 
 
 def _qwen2_vl(out: Path, seed: int) -> None:
-    from halluprobe.tiny import build_tiny_qwen2vl
+    from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl
 
     build_tiny_qwen2vl(out, _assets.qwen2_tokenizer_dir(), seed=seed)
 
@@ -344,9 +344,9 @@ def _qwen2_5_vl(out: Path, seed: int) -> None:
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from halluprobe.tiny import _qwen2vl_language, _write_qwen2vl_tokenizer
+    from halluprobe.tiny_qwen2vl import qwen2vl_language, write_qwen2vl_tokenizer
 
-    vocab_len = _write_qwen2vl_tokenizer(_assets.qwen2_tokenizer_dir(), out)  # + Qwen2-VL's chat template
+    vocab_len = write_qwen2vl_tokenizer(_assets.qwen2_tokenizer_dir(), out)  # + Qwen2-VL's chat template
     merge = 2
     config = Qwen2_5_VLConfig(
         vision_config={
@@ -361,7 +361,7 @@ def _qwen2_5_vl(out: Path, seed: int) -> None:
             "window_size": 56,  # windows of 2x2 merged tokens: images here span several
             "fullatt_block_indexes": [1],
         },
-        **_qwen2vl_language(vocab_len),
+        **qwen2vl_language(vocab_len),
     )
     model = _seeded(seed, lambda: Qwen2_5_VLForConditionalGeneration(config))
     factor = PATCH * merge

@@ -42,7 +42,7 @@ def mistral_tokenizer_dir() -> Path:
 # uses, in a tests/_helper module it names, or through a module-level import of one. It reads
 # code, not file names, so no rename moves a model test to the fast tier. Not seen: a model
 # reached only through CLI arguments (`["demo", ...]`, `--extractor spacy`): mark those by hand.
-MODEL_MODULES = ("torch", "halluprobe.tiny", "halluprobe.backends.hf.backend", "halluprobe.demo", "spacy", "sentence_transformers", "open_clip")
+MODEL_MODULES = ("torch", "halluprobe.tiny", "halluprobe.tiny_qwen2vl", "halluprobe.backends.hf.backend", "halluprobe.demo", "spacy", "sentence_transformers", "open_clip")
 MODEL_NAMES = frozenset(
     {
         "HFBackend", "run_demo", "train_demo_model", "SpacyExtractor", "spacy_extract", "ClipScorer", "OwlDetector",

@@ -22,7 +22,8 @@ from halluprobe.benchmarks.pope import read_questions  # noqa: E402
 from halluprobe.readouts.tokensets import LEGACY_8TOK_NO, LEGACY_8TOK_YES  # noqa: E402
 from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
 from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
-from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
+from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
+from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
 

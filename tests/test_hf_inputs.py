@@ -19,7 +19,8 @@ pytest.importorskip("transformers")
 from halluprobe.backends.hf.inputs import VLMInputs  # noqa: E402
 from halluprobe.backends.hf.load import load_model, load_processor  # noqa: E402
 from halluprobe.errors import InputError, RuntimeFailure  # noqa: E402
-from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
+from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
+from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
 

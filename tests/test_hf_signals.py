@@ -21,7 +21,8 @@ from halluprobe.backends.hf.signal_passes import SignalPasses  # noqa: E402
 from halluprobe.backends.hf.signals import add_diffusion_noise  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Response  # noqa: E402
-from halluprobe.tiny import build_tiny_llava, build_tiny_qwen2vl, demo_photos  # noqa: E402
+from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
+from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
 

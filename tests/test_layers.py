@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("errors", "records", "records_audit")),
     ("leaf", ("", "formatting", "files", "jsonl", "tomlfile")),  # "": the package's __init__ (version, re-exports)
     ("data", ("rundir", "benchmarks", "readouts", "metrics")),
-    ("backends", ("backends", "ask", "clip_signal", "tiny")),
+    ("backends", ("backends", "ask", "clip_signal", "tiny", "tiny_qwen2vl")),
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner
     ("run", ("runner", "run_setup", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "captions", "captions.chair", "captions.amber")),
     ("present", ("audit", "corrections_table", "captions.comparison", "provenance", "tables", "study_table", "check", "report", "dataset_scores", "rule_changes", "literature")),
@@ -42,12 +42,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # merge, and the set ends empty.
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
-# No module over about 400 lines. tiny.py (test models built in code) is exempt; the templates
-# are not Python. OVERSIZED_ALLOWED would list a module allowed over the limit for now (the test
+# No module over about 400 lines, none exempt (tiny.py's Qwen2-VL builder is tiny_qwen2vl.py); the
+# templates are not Python. OVERSIZED_ALLOWED would list a module allowed over the limit for now (the test
 # fails once a listed module has shrunk under it, so the list only shrinks); it is empty: the
 # last entry, benchmarks/synthetic.py, was split (its class table is synthetic_classes.py).
 MAX_LINES = 400
-EXEMPT = frozenset({"tiny.py"})
+EXEMPT: frozenset[str] = frozenset()
 OVERSIZED_ALLOWED: frozenset[str] = frozenset()
 
 

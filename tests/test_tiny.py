@@ -17,13 +17,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from halluprobe import tiny  # noqa: E402
-from halluprobe.tiny import (  # noqa: E402
-    DEMO_PHOTOS,
-    QWEN2VL_SPECIAL_TOKENS,
-    build_tiny_llava,
-    build_tiny_qwen2vl,
-    demo_photos,
-)
+from halluprobe.tiny import DEMO_PHOTOS, build_tiny_llava, demo_photos  # noqa: E402
+from halluprobe.tiny_qwen2vl import QWEN2VL_SPECIAL_TOKENS, build_tiny_qwen2vl, write_qwen2vl_tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
 
@@ -266,5 +261,5 @@ def test_a_broken_tokenizer_config_is_one_line_naming_it(tmp_path: Path) -> None
     (src / "tokenizer.json").write_text('{"added_tokens": []}')
     (src / "tokenizer_config.json").write_text('{\n  "eos_token": "<|im_end|>",\n  "pad_token":\n}\n')
     with pytest.raises(InputError) as ei:
-        tiny._write_qwen2vl_tokenizer(src, tmp_path)
+        write_qwen2vl_tokenizer(src, tmp_path)
     assert str(ei.value).startswith(f"{src / 'tokenizer_config.json'}:4: tokenizer config is not valid JSON")
