@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _decoding_runs import GREEDY, METHOD, SAMPLED, chair_wordnet, decoding_run, fixture_nltk, write_truth  # noqa: F401 (autouse fixtures)
+from _decoding_runs import (  # noqa: F401 (autouse fixtures)
+    GREEDY,
+    METHOD,
+    SAMPLED,
+    chair_wordnet,
+    decoding_run,
+    fixture_nltk,
+    write_truth,
+)
 from typer.testing import CliRunner
 
 from halluprobe.cli import app

@@ -74,7 +74,6 @@ def caption_ground_truth_lines(annotations: Path) -> list[dict[str, Any]]:
     instances file: each image's distinct annotated classes that CHAIR knows (COCO categories and
     their synonyms); an image keeps its line when none is."""
     from halluprobe.captions.chair.vocabulary import vocabulary
-
     from halluprobe.jsonl import read_json_file
 
     known = vocabulary().node_of
@@ -103,8 +102,8 @@ def write_caption_inputs(folder: Path, annotations: Path) -> tuple[list[Any], di
     """The caption question file (one open question per scene, ``build chair``'s format) and the
     ground truth file in ``folder``: (questions, fingerprints, ground truth path), the questions
     read back as ``halluprobe run --benchmark`` reads them."""
-    from halluprobe.captions.chair.groundtruth import image_id_of
     from halluprobe.benchmarks.pope import write_questions
+    from halluprobe.captions.chair.groundtruth import image_id_of
     from halluprobe.files import write_atomic
     from halluprobe.runner import read_benchmarks
 

@@ -18,13 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from halluprobe.captions.comparison.render import (
+    DECODING_PROVENANCE_MARK,
+    decoding_grids,
+)
+from halluprobe.captions.comparison.runs import LoadedRun, load_comparison
+from halluprobe.captions.comparison.table import decoding_table
 from halluprobe.check.chair import ground_truth_described
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, marked_comments, markdown_table_under
+from halluprobe.check.parse import (
+    MAX_RESAMPLES,
+    MAX_SEED,
+    latex_table_under,
+    markdown_table_under,
+    marked_comments,
+)
 from halluprobe.check.sources import locate_run
-from halluprobe.captions.comparison.render import DECODING_PROVENANCE_MARK, decoding_grids
-from halluprobe.captions.comparison.runs import LoadedRun
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir, sha256_file
@@ -169,20 +179,19 @@ def check_decoding_table(table: DecodingTable, runs: Sequence[Path], result: Che
     """Recompute one decoding comparison and add a finding for every cell that differs; a comment
     that names nothing to recompute, or tables of which no cell is compared, is bad input."""
     from halluprobe.captions.chair.families import family_named
-    from halluprobe.captions.comparison.runs import load_comparison
-    from halluprobe.captions.comparison.table import decoding_table
 
     prov = table.provenance
-    if prov.get("family") is None and not prov.get("prove_scores"):
+    family_name = prov.get("family")
+    if family_name is None and not prov.get("prove_scores"):
         raise InputError("decoding provenance comment names no CHAIR family and no PROVE scores: nothing to recompute, "
                          "so the tables under it cannot be checked", table.path, table.line)  # fmt: skip
     loaded, prove = _loaded_runs(table, runs, result), _prove_paths(table, runs, result)
     if loaded is None or prove is None:
         return
     family = truth = None
-    if prov.get("family") is not None:
+    if family_name is not None:
         try:
-            family = family_named(prov["family"], tokenizer=prov.get("tokenizer", "punkt"))
+            family = family_named(family_name, tokenizer=prov.get("tokenizer", "punkt"))
         except ValueError as err:
             raise InputError(f"decoding provenance comment: {err}", table.path, table.line) from None
         truth = ground_truth_described((table.path, table.line), family.name, prov["ground_truth"], runs, result)

@@ -14,7 +14,6 @@ models) get no section on the CHAIR page: the page is then the CHAIR page as bef
 from __future__ import annotations
 
 import functools
-
 import html
 import re
 from collections.abc import Sequence
@@ -93,7 +92,11 @@ def chair_counting(family: str | None = None, tokenizer: str | None = None, grou
 def decoding_comparison(rundirs: Sequence[Path]) -> ComparisonRuns | None:
     """The runs, each read once, in their roles (read from each ``run.json``), or None when they
     are not a decoding comparison."""
-    from halluprobe.captions.comparison.runs import decoding_identity, load_comparison, load_run
+    from halluprobe.captions.comparison.runs import (
+        decoding_identity,
+        load_comparison,
+        load_run,
+    )
 
     if len(rundirs) < 2 or not all((Path(p) / "run.json").is_file() for p in rundirs):
         return None  # one run, or an imported caption file: nothing to compare
@@ -146,7 +149,10 @@ def decoding_section(
     """(Markdown, HTML) of the decoding table of ``rundirs``, CHAIR counted as ``counting`` says
     (default: the lemmatizer family, punkt, the shipped ground truth); None when they are not a comparison."""
     from halluprobe.captions.chair.families import family_named
-    from halluprobe.captions.comparison.render import decoding_markdown, decoding_provenance
+    from halluprobe.captions.comparison.render import (
+        decoding_markdown,
+        decoding_provenance,
+    )
     from halluprobe.captions.comparison.table import decoding_table
 
     runs = decoding_comparison(rundirs)

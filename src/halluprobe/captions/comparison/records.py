@@ -5,9 +5,12 @@ since issue 24; a key absent there is absent here, not null)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field, SerializerFunctionWrapHandler, field_serializer, model_serializer
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 
 from halluprobe.captions.chair.length import QuartileBin
 from halluprobe.records import FrozenRecord
@@ -111,8 +114,8 @@ class PairedRun(FrozenRecord):
     sampling_matches: bool | None = None
 
     @model_serializer(mode="wrap")
-    def _without_sampled(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
+    def _without_sampled(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        out: dict[str, object] = handler(self)
         if self.vs_sampled is None:
             out.pop("vs_sampled", None)
             out.pop("sampling_matches", None)

@@ -75,9 +75,8 @@ def decoding_identity(generate: GenerateConfig | None, folder_name: str) -> tupl
             given[key] = value
     settings = dict(sorted(given.items()))
     sampling = {k: given[k] for k in SAMPLING_KEYS if k in given}
-    temperature = sampling.get("temperature")
     # a temperature without `sample` said (hand-written headers) samples, as transformers' would
-    sampled = bool(sampling.get("sample")) or (isinstance(temperature, float) and temperature > 0 and "sample" not in sampling)
+    sampled = generate is not None and (bool(generate.sample) or (generate.sample is None and generate.temperature is not None))
     name = method if method else folder_name
     if sampled:
         name += " (sampled" + "".join(f", {k}={v}" for k, v in sampling.items() if k != "sample") + ")"

@@ -33,9 +33,23 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.captions.chair.length import chair_by_baseline_quartiles, quartile_bin, quartile_bounds
-from halluprobe.captions.chair.scoring import METRICS, CaptionScore, paired_differences, score_captions, summarize
-from halluprobe.captions.comparison.prove import prove_paired, prove_per_run, read_prove_scores
+from halluprobe.captions.chair.length import (
+    chair_by_baseline_quartiles,
+    quartile_bin,
+    quartile_bounds,
+)
+from halluprobe.captions.chair.scoring import (
+    METRICS,
+    CaptionScore,
+    paired_differences,
+    score_captions,
+    summarize,
+)
+from halluprobe.captions.comparison.prove import (
+    prove_paired,
+    prove_per_run,
+    read_prove_scores,
+)
 from halluprobe.captions.comparison.records import (
     ChairComparison,
     ChairIntervals,
