@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from halluprobe.captions.chair.families import NltkLineTools, family_named
 from halluprobe.benchmarks.synthetic import CLASSES, write_synthetic
+from halluprobe.captions.chair.families import NltkLineTools, family_named
 from halluprobe.cli import app
 from halluprobe.demo_captions import caption_ground_truth_lines
 
@@ -72,7 +72,12 @@ def test_caption_lines_of_the_stored_demo_runs_are_unchanged(tmp_path: Path) -> 
     from halluprobe.captions.chair.groundtruth import load_ground_truth
     from halluprobe.captions.comparison.runs import load_comparison
     from halluprobe.captions.comparison.table import decoding_table
-    from halluprobe.demo_captions import CAPTION_FAMILY, CAPTION_TOKENIZER, CaptionDemo, caption_lines
+    from halluprobe.demo_captions import (
+        CAPTION_FAMILY,
+        CAPTION_TOKENIZER,
+        CaptionDemo,
+        caption_lines,
+    )
 
     _frozen_outputs.lay_out(tmp_path)
     d = tmp_path / "halluprobe-demo"
