@@ -9,6 +9,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     field_serializer,
+    field_validator,
     model_serializer,
 )
 
@@ -24,6 +25,7 @@ __all__ = [
     "Difference",
     "GroundTruthNote",
     "Interval",
+    "LEVEL",
     "MetricDifferences",
     "PairedRun",
     "ProveComparison",
@@ -38,6 +40,7 @@ __all__ = [
 ]
 
 Interval = tuple[float, float]
+LEVEL = 0.95  # every CI of the comparison (metrics.stats' default level)
 SettingValue = bool | int | float | str  # a GenerateConfig decoding setting as run.json holds it
 
 
@@ -208,6 +211,14 @@ class ComparisonResult(FrozenRecord):
     bootstrap: BootstrapSettings
     chair: ChairComparison | None = Field(default=None, exclude_if=lambda value: value is None)
     prove: ProveComparison | None = Field(default=None, exclude_if=lambda value: value is None)
+
+    @field_validator("bootstrap", mode="before")
+    @classmethod
+    def _fixed_level(cls, value: object) -> object:
+        """The JSON's two keys read back with the fixed level, unit and method."""
+        if isinstance(value, dict) and set(value) == {"n_resamples", "seed"}:
+            return {**value, "level": LEVEL, "unit": "image", "method": "percentile"}
+        return value
 
     @field_serializer("bootstrap")
     def _resamples_and_seed(self, bootstrap: BootstrapSettings) -> dict[str, int]:

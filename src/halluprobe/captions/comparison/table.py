@@ -57,6 +57,7 @@ from halluprobe.captions.comparison.records import (
     DecodingRun,
     Difference,
     GroundTruthNote,
+    LEVEL,
     MetricDifferences,
     PairedRun,
     ProveComparison,
@@ -68,10 +69,9 @@ from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap, paired_bootstrap_diff
 from halluprobe.records_audit import BootstrapSettings
 
-__all__ = ["EXTRA_METRICS", "LEVEL", "decoding_table", "standardized_chair_s"]
+__all__ = ["EXTRA_METRICS", "decoding_table", "standardized_chair_s"]
 
 EXTRA_METRICS = ("halluc_per_100_words", "chair_s_at_baseline_length")
-LEVEL = 0.95  # every CI of the table (metrics.stats' default)
 Stat = Callable[[np.ndarray], "float | None"]
 
 
