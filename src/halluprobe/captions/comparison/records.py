@@ -18,6 +18,7 @@ from halluprobe.records import FrozenRecord
 from halluprobe.records_audit import BootstrapSettings
 
 __all__ = [
+    "LEVEL",
     "ChairComparison",
     "ChairIntervals",
     "ComparisonResult",
@@ -25,7 +26,6 @@ __all__ = [
     "Difference",
     "GroundTruthNote",
     "Interval",
-    "LEVEL",
     "MetricDifferences",
     "PairedRun",
     "ProveComparison",

@@ -51,13 +51,13 @@ from halluprobe.captions.comparison.prove import (
     read_prove_scores,
 )
 from halluprobe.captions.comparison.records import (
+    LEVEL,
     ChairComparison,
     ChairIntervals,
     ComparisonResult,
     DecodingRun,
     Difference,
     GroundTruthNote,
-    LEVEL,
     MetricDifferences,
     PairedRun,
     ProveComparison,
