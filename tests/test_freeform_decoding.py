@@ -189,6 +189,14 @@ def test_run_json_shapes_read_as_before(tmp_path: Path) -> None:
     runs = json.loads(result.stdout)["runs"]
     assert runs[1]["name"] == "vcd (sampled, temperature=1.0, seed=0)" and runs[1]["sampling"] == {"sample": True, "temperature": 1.0, "seed": 0}
     assert json.loads(result.stdout)["chair"]["paired"][0]["sampling_matches"] is True
+    old = decoding_run(tmp_path / "old-greedy", GREEDY)  # a run dir of halluprobe 0.1: no generate in run.json
+    header = json.loads((old / "run.json").read_text())
+    (old / "run.json").write_text(json.dumps({k: v for k, v in header.items() if k != "generate"}))
+    result = _invoke(tmp_path, str(old), str(hand), "--json", "--bootstrap", "0")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["runs"][0] | {"path": ""} == {"path": "", "role": "greedy baseline", "name": "old-greedy", "method": None,
+                                                                "settings": {}, "sampling": {}, "sampled": False, "fingerprint": "fp-old-greedy",
+                                                                "samples_sha256": json.loads(result.stdout)["runs"][0]["samples_sha256"]}  # fmt: skip
 
 
 def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path: Path) -> None:
