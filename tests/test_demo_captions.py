@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from halluprobe.captions.chair.families import NltkLineTools, family_named
 from halluprobe.benchmarks.synthetic import CLASSES, write_synthetic
+from halluprobe.captions.chair.families import NltkLineTools, family_named
 from halluprobe.cli import app
 from halluprobe.demo_captions import caption_ground_truth_lines
 
@@ -55,3 +55,35 @@ def test_ground_truth_lines_keep_the_coco_objects_of_every_scene(tmp_path: Path)
         annotated = {names[a["category_id"]] for a in data["annotations"] if a["image_id"] == img["id"]}
         assert set(line["objects"]) == annotated - not_coco and len(line["objects"]) == len(set(line["objects"]))
     assert not_coco & {names[a["category_id"]] for a in data["annotations"]}  # the set has some to leave out
+
+
+# caption_lines of the demo's stored caption runs (tests/golden/frozen/runs), 50 resamples, as
+# the dict-based table printed them before issue 31 (the records must print the same)
+STORED_CAPTION_LINES = (
+    'captions of the same 120 scenes, CHAIR (chair@singularize, words split without punkt; sampling temperature 1.0, seed 0): greedy CHAIR_s 55.8% CHAIR_i 23.7% recall 73.9% length 14.3; vcd:alpha=1,beta=0.1 sampled CHAIR_s 51.7% CHAIR_i 25.1% recall 64.9% length 12.8; sampled CHAIR_s 65.0% CHAIR_i 29.2% recall 67.9% length 14.3',
+    'vcd:alpha=1,beta=0.1 minus greedy: CHAIR_s -4.2 [-13.0, +5.6] (at its length -0.5 [-13.0, +13.6]), CHAIR_i +1.4 [-2.0, +6.4], length -1.6 [-1.9, -1.3]; minus sampled: CHAIR_s -13.3 [-22.5, -3.6] (at its length -10.1 [-19.8, +5.6]), CHAIR_i -4.2 [-8.0, +1.4], length -1.5 [-2.1, -1.2] (CHAIR in points, length in words; paired 95% CIs)',
+)
+
+
+def test_caption_lines_of_the_stored_demo_runs_are_unchanged(tmp_path: Path) -> None:
+    import _frozen_outputs
+
+    from halluprobe.captions.chair.families import family_named
+    from halluprobe.captions.chair.groundtruth import load_ground_truth
+    from halluprobe.captions.comparison.runs import load_comparison
+    from halluprobe.captions.comparison.table import decoding_table
+    from halluprobe.demo_captions import (
+        CAPTION_FAMILY,
+        CAPTION_TOKENIZER,
+        CaptionDemo,
+        caption_lines,
+    )
+
+    _frozen_outputs.lay_out(tmp_path)
+    d = tmp_path / "halluprobe-demo"
+    demo = CaptionDemo(greedy=d / "captions-greedy", method=d / "captions-vcd", sampled=d / "captions-sampled",
+                       ground_truth=d / "captions" / "ground_truth.jsonl", n_resamples=50)  # fmt: skip
+    demo.table = decoding_table(load_comparison(demo.greedy, [demo.method], demo.sampled), family=family_named(CAPTION_FAMILY, tokenizer=CAPTION_TOKENIZER),
+                                ground_truth=load_ground_truth(demo.ground_truth), n_resamples=50, seed=0)  # fmt: skip
+    lines = caption_lines(demo)
+    assert tuple(lines[:2]) == STORED_CAPTION_LINES and lines[2] == f"compare: {demo.command}"

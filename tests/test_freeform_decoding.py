@@ -22,9 +22,10 @@ from _decoding_runs import (  # noqa: F401 (chair_wordnet, fixture_nltk: autouse
 )
 from typer.testing import CliRunner
 
-from halluprobe.cli import app
+from halluprobe.captions.chair.length import quartile_bin, quartile_bounds
 from halluprobe.captions.comparison.runs import decoding_identity
-from halluprobe.captions.comparison.table import length_bin, length_bounds
+from halluprobe.cli import app
+from halluprobe.records import GenerateConfig
 
 runner = CliRunner()
 
@@ -56,9 +57,9 @@ def _independent(run: Path) -> dict[str, float]:
 
 def test_length_bounds_and_bins_by_hand() -> None:
     # greedy lengths 5, 8, 5, 2: sorted 2 5 5 8, ranks ceil(k*4/4) = 1, 2, 3 -> 2, 5, 5 -> bounds 2, 5
-    assert length_bounds([5, 8, 5, 2]) == [2, 5]
-    assert [length_bin(n, [2, 5]) for n in (1, 2, 3, 5, 6, 8)] == [0, 0, 1, 1, 2, 2]
-    assert length_bounds([]) == []
+    assert quartile_bounds([5, 8, 5, 2]) == [2, 5]
+    assert [quartile_bin(n, [2, 5]) for n in (1, 2, 3, 5, 6, 8)] == [0, 0, 1, 1, 2, 2]
+    assert quartile_bounds([]) == []
 
 
 def test_table_numbers_by_hand_and_recomputed(tmp_path: Path) -> None:
@@ -157,45 +158,63 @@ def test_a_failed_sample_drops_its_image_everywhere(tmp_path: Path) -> None:
 
 
 def test_method_and_sampling_read_from_run_json() -> None:
-    header = {"generate": {"max_new_tokens": 64, "top_k": 10, "decode": "vcd:alpha=1,beta=0.1", "sample": True, "temperature": 0.7,
-                           "top_p": 0.9, "seed": 3}}  # fmt: skip
-    name, method, settings, sampling, sampled = decoding_identity(header, "run_a")
+    generate = GenerateConfig(max_new_tokens=64, decode="vcd:alpha=1,beta=0.1", sample=True, temperature=0.7, top_p=0.9, seed=3)
+    name, method, settings, sampling, sampled = decoding_identity(generate, "run_a")
     assert method == "vcd:alpha=1,beta=0.1" and sampled and sampling == {"sample": True, "temperature": 0.7, "top_p": 0.9, "seed": 3}
     assert name == "vcd:alpha=1,beta=0.1 (sampled, temperature=0.7, top_p=0.9, seed=3)" and "max_new_tokens" not in settings
-    as_object = decoding_identity({"decode": {"method": "dola", "layers": "high"}, "generate": {"max_new_tokens": 8}}, "run_b")
-    assert as_object[:2] == ("dola:layers=high", "dola:layers=high") and not as_object[4]
-    plain = decoding_identity({"generate": {"max_new_tokens": 8, "top_k": 10}}, "greedy_run")
+    assert list(settings) == ["sample", "seed", "temperature", "top_p"]  # sorted, as the table's JSON has them
+    plain = decoding_identity(GenerateConfig(max_new_tokens=8, top_k=10), "greedy_run")
     assert plain == ("greedy_run", None, {}, {}, False)
+    assert decoding_identity(None, "old_run") == ("old_run", None, {}, {}, False)  # a run dir of halluprobe 0.1: no generate
+    assert decoding_identity(GenerateConfig(decode=""), "empty")[:2] == ("empty", None)
 
 
-def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from halluprobe.captions.comparison import runs as decoding_runs, table as decoding_table
+def test_run_json_shapes_read_as_before(tmp_path: Path) -> None:
+    """The raw second read of run.json (before issue 31) ran only after the typed header accepted
+    the file: the shapes it also knew (a top-level decode, decode as an object, do_sample) were
+    refused in one line then, and are now; numbers written otherwise read as the header's type."""
+    greedy = decoding_run(tmp_path / "greedy", GREEDY)
+    for name, change in (("top", lambda h: {**h, "decode": "vcd"}), ("object", lambda h: {**h, "generate": {**h["generate"], "decode": {"method": "dola"}}}),
+                         ("do_sample", lambda h: {**h, "generate": {**h["generate"], "do_sample": True}})):  # fmt: skip
+        run = decoding_run(tmp_path / name, METHOD)
+        (run / "run.json").write_text(json.dumps(change(json.loads((run / "run.json").read_text()))))
+        result = _invoke(tmp_path, str(greedy), str(run))
+        assert result.exit_code == 2 and f"{run / 'run.json'}:1: invalid run header" in result.output.replace("\n", ""), result.output
+    hand = decoding_run(tmp_path / "hand", METHOD)
+    header = json.loads((hand / "run.json").read_text())
+    (hand / "run.json").write_text(json.dumps({**header, "generate": {**header["generate"], "decode": "vcd", "sample": 1, "temperature": 1, "seed": 0}}))
+    sampled = decoding_run(tmp_path / "sampled", SAMPLED, sample=True, temperature=1.0, seed=0)
+    result = _invoke(tmp_path, str(greedy), str(hand), "--sampled-baseline", str(sampled), "--json", "--bootstrap", "0")
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)["runs"]
+    assert runs[1]["name"] == "vcd (sampled, temperature=1.0, seed=0)" and runs[1]["sampling"] == {"sample": True, "temperature": 1.0, "seed": 0}
+    assert json.loads(result.stdout)["chair"]["paired"][0]["sampling_matches"] is True
+    old = decoding_run(tmp_path / "old-greedy", GREEDY)  # a run dir of halluprobe 0.1: no generate in run.json
+    header = json.loads((old / "run.json").read_text())
+    (old / "run.json").write_text(json.dumps({k: v for k, v in header.items() if k != "generate"}))
+    result = _invoke(tmp_path, str(old), str(hand), "--json", "--bootstrap", "0")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["runs"][0] | {"path": ""} == {"path": "", "role": "greedy baseline", "name": "old-greedy", "method": None,
+                                                                "settings": {}, "sampling": {}, "sampled": False, "fingerprint": "fp-old-greedy",
+                                                                "samples_sha256": json.loads(result.stdout)["runs"][0]["samples_sha256"]}  # fmt: skip
 
-    greedy, method, sampled = decoding_run(tmp_path / "greedy", GREEDY), decoding_run(tmp_path / "vcd", METHOD), decoding_run(tmp_path / "sampled", SAMPLED)
-    plain = decoding_runs.read_decoding_run
-    temperatures = {"vcd": 0.7, "sampled": 1.0}
 
-    def as_sampled(path: Path, role: str) -> Any:  # the run.json keys `run --sample` writes, set here on the read run
-        run = plain(path, role)
-        if path.name not in temperatures:
-            return run
-        sampling = {"sample": True, "temperature": temperatures[path.name], "seed": 1}
-        return run.model_copy(update={"sampling": sampling, "sampled": True})
-
+def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path: Path) -> None:
     from halluprobe.captions.chair.families import family_named
     from halluprobe.captions.chair.groundtruth import load_ground_truth
-
-    monkeypatch.setattr(decoding_table, "read_decoding_run", as_sampled)
-    result = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
-                                           ground_truth=load_ground_truth(write_truth(tmp_path)), n_resamples=0)  # fmt: skip
-    assert result["chair"]["paired"][0]["sampling_matches"] is False
     from halluprobe.captions.comparison.render import decoding_markdown
+    from halluprobe.captions.comparison.runs import load_comparison
+    from halluprobe.captions.comparison.table import decoding_table
 
-    assert "| vcd | sampled (other sampling) |" in decoding_markdown(result, {"table": "decoding"})
-    temperatures["vcd"] = 1.0
-    again = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
-                                          ground_truth=load_ground_truth(write_truth(tmp_path)), n_resamples=0)  # fmt: skip
-    assert again["chair"]["paired"][0]["sampling_matches"] is True  # the seed is one draw, not a setting
+    greedy = decoding_run(tmp_path / "greedy", GREEDY)
+    sampled = decoding_run(tmp_path / "sampled", SAMPLED, sample=True, temperature=1.0, seed=1)
+    truth = load_ground_truth(write_truth(tmp_path))
+    for temperature, matches in ((0.7, False), (1.0, True)):  # the seed is one draw, not a setting
+        method = decoding_run(tmp_path / f"vcd-{temperature}", METHOD, decode="vcd:alpha=1", sample=True, temperature=temperature, seed=2)
+        result = decoding_table(load_comparison(greedy, [method], sampled), family=family_named("lemmatizer"), ground_truth=truth, n_resamples=0)
+        assert result.chair is not None and result.chair.paired[0].sampling_matches is matches
+        marked = f"| vcd:alpha=1 (sampled, temperature={temperature}, seed=2) | sampled (other sampling) |" in decoding_markdown(result, {"table": "decoding"})
+        assert marked is not matches
 
 
 def _prove_scores(folder: Path, run: Path, values: dict[str, tuple[str, float | None, float | None]]) -> Path:
@@ -264,7 +283,10 @@ def test_runs_written_by_halluprobe_run(tmp_path: Path) -> None:
                                   "--open-ended", "--max-new-tokens", "64", "--out", str(out)])  # fmt: skip
         assert run.exit_code == 0, run.output
         runs.append(out)
-    result = _invoke(tmp_path, str(runs[0]), str(runs[1]), "--json", "--bootstrap", "0")
+    # the scripted backend's model is its script, one per run here: other models, compared when asked
+    refused = _invoke(tmp_path, str(runs[0]), str(runs[1]), "--json", "--bootstrap", "0")
+    assert refused.exit_code == 2 and "is not the greedy baseline's" in refused.output
+    result = _invoke(tmp_path, str(runs[0]), str(runs[1]), "--json", "--bootstrap", "0", "--allow-other-models")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [r["name"] for r in data["runs"]] == ["run-greedy", "run-method"] and data["runs"][0]["method"] is None

@@ -17,10 +17,11 @@ are those of ``word_tokenize``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from halluprobe.captions.comparison.records import ComparisonResult, Difference
 from halluprobe.formatting import format_ratio
 
 __all__ = [
@@ -57,7 +58,7 @@ class CaptionDemo:
     sampled: Path
     ground_truth: Path
     n_resamples: int = 1000  # the bootstrap of the table's CIs (seed 0)
-    table: dict[str, Any] = field(default_factory=dict)
+    table: ComparisonResult | None = None
 
     @property
     def command(self) -> str:
@@ -73,7 +74,6 @@ def caption_ground_truth_lines(annotations: Path) -> list[dict[str, Any]]:
     instances file: each image's distinct annotated classes that CHAIR knows (COCO categories and
     their synonyms); an image keeps its line when none is."""
     from halluprobe.captions.chair.vocabulary import vocabulary
-
     from halluprobe.jsonl import read_json_file
 
     known = vocabulary().node_of
@@ -102,8 +102,8 @@ def write_caption_inputs(folder: Path, annotations: Path) -> tuple[list[Any], di
     """The caption question file (one open question per scene, ``build chair``'s format) and the
     ground truth file in ``folder``: (questions, fingerprints, ground truth path), the questions
     read back as ``halluprobe run --benchmark`` reads them."""
-    from halluprobe.captions.chair.groundtruth import image_id_of
     from halluprobe.benchmarks.pope import write_questions
+    from halluprobe.captions.chair.groundtruth import image_id_of
     from halluprobe.files import write_atomic
     from halluprobe.runner import read_benchmarks
 
@@ -134,6 +134,7 @@ def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: An
     """Caption the scenes of ``annotations`` three times into ``out`` and compare the runs."""
     from halluprobe.captions.chair.families import family_named
     from halluprobe.captions.chair.groundtruth import load_ground_truth
+    from halluprobe.captions.comparison.runs import load_comparison
     from halluprobe.captions.comparison.table import decoding_table
     from halluprobe.rundir import RunDir
     from halluprobe.runner import make_header, run_questions
@@ -148,7 +149,7 @@ def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: An
     demo = CaptionDemo(greedy=paths["greedy"], method=paths["method"], sampled=paths["sampled"], ground_truth=truth_path,
                        n_resamples=n_resamples)  # fmt: skip
     demo.table = decoding_table(
-        demo.greedy, [demo.method], sampled_baseline=demo.sampled, family=family_named(CAPTION_FAMILY, tokenizer=CAPTION_TOKENIZER),
+        load_comparison(demo.greedy, [demo.method], demo.sampled), family=family_named(CAPTION_FAMILY, tokenizer=CAPTION_TOKENIZER),
         ground_truth=load_ground_truth(truth_path), n_resamples=n_resamples, seed=0,
     )  # fmt: skip
     return demo
@@ -158,32 +159,30 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else format_ratio(value, digits=1, scale=100) + "%"
 
 
-def _signed(entry: dict[str, Any], scale: float = 100) -> str:
-    diff = entry.get("diff")
-    if diff is None:
+def _signed(entry: Difference, scale: float = 100) -> str:
+    if entry.diff is None:
         return "n/a"
-    ci = entry.get("ci")
-    bounds = f" [{scale * ci[0]:+.1f}, {scale * ci[1]:+.1f}]" if ci else ""
-    return f"{scale * diff:+.1f}{bounds}"
+    bounds = f" [{scale * entry.ci[0]:+.1f}, {scale * entry.ci[1]:+.1f}]" if entry.ci else ""
+    return f"{scale * entry.diff:+.1f}{bounds}"
 
 
 def caption_lines(demo: CaptionDemo) -> list[str]:
     """The demo's caption lines: CHAIR per run, the method's paired differences, the command."""
-    chair = demo.table["chair"]
+    assert demo.table is not None and demo.table.chair is not None  # run_caption_demo computed it, CHAIR included
+    chair = demo.table.chair
     settings = ", ".join(f"{k} {v}" for k, v in CAPTION_SAMPLING.items())
     runs = []
-    for row in chair["per_run"]:
-        label = {"greedy baseline": "greedy", "sampled baseline": "sampled"}.get(row["role"], f"{CAPTION_METHOD} sampled")
-        runs.append(f"{label} CHAIR_s {_pct(row['chair_s'])} CHAIR_i {_pct(row['chair_i'])} recall {_pct(row['recall'])} "
-                    f"length {row['length']:.1f}")  # fmt: skip
-    method = next(p for p in chair["paired"] if "vs_sampled" in p)
+    for row in chair.per_run:
+        label = {"greedy baseline": "greedy", "sampled baseline": "sampled"}.get(row.role, f"{CAPTION_METHOD} sampled")
+        runs.append(f"{label} CHAIR_s {_pct(row.chair_s)} CHAIR_i {_pct(row.chair_i)} recall {_pct(row.recall)} length {row.length:.1f}")
+    method = next(p for p in chair.paired if p.vs_sampled is not None)
     diffs = []
-    for against in ("vs_greedy", "vs_sampled"):
-        d = method[against]
-        diffs.append(f"{against.removeprefix('vs_')}: CHAIR_s {_signed(d['chair_s'])} (at its length "
-                     f"{_signed(d['chair_s_at_baseline_length'])}), CHAIR_i {_signed(d['chair_i'])}, length {_signed(d['length'], 1)}")  # fmt: skip
+    for against, d in (("greedy", method.vs_greedy), ("sampled", method.vs_sampled)):
+        assert d is not None
+        diffs.append(f"{against}: CHAIR_s {_signed(d.chair_s)} (at its length {_signed(d.chair_s_at_baseline_length)}), "
+                     f"CHAIR_i {_signed(d.chair_i)}, length {_signed(d.length, 1)}")  # fmt: skip
     return [
-        f"captions of the same {chair['images']} scenes, CHAIR ({chair['family']}, words split without punkt; sampling {settings}): "
+        f"captions of the same {chair.images} scenes, CHAIR ({chair.family}, words split without punkt; sampling {settings}): "
         + "; ".join(runs),
         f"{CAPTION_METHOD} minus " + "; minus ".join(diffs) + " (CHAIR in points, length in words; paired 95% CIs)",
         f"compare: {demo.command}",

@@ -2,8 +2,11 @@
 ``halluprobe-decoding-provenance`` comment: every run dir it names (fingerprint and samples
 sha256 checked), the CHAIR family and ground truth, the PROVE score folders (``scores.jsonl``
 sha256) and the bootstrap go through :func:`halluprobe.captions.comparison.table.decoding_table` again;
-the recomputed result is rendered by the same writer, and every table under the comment (per
-run, paired differences, length bins, PROVE) is compared cell by cell with the written one.
+every table under the comment (per run, paired differences, length bins, PROVE) is compared
+cell by cell with the grid its writer renders (:func:`halluprobe.captions.comparison.render.decoding_grids`),
+numbers at the precision they are written with. A comment that names nothing to recompute (no
+CHAIR family and no PROVE scores), or tables of which no cell is compared, is bad input: a
+check that compares nothing never passes.
 """
 
 from __future__ import annotations
@@ -15,16 +18,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from halluprobe.captions.comparison.render import (
+    DECODING_PROVENANCE_MARK,
+    decoding_grids,
+)
+from halluprobe.captions.comparison.runs import LoadedRun, load_comparison
+from halluprobe.captions.comparison.table import decoding_table
 from halluprobe.check.chair import ground_truth_described
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, marked_comments, markdown_table_under
+from halluprobe.check.parse import (
+    MAX_RESAMPLES,
+    MAX_SEED,
+    latex_table_under,
+    markdown_table_under,
+    marked_comments,
+)
 from halluprobe.check.sources import locate_run
-from halluprobe.captions.comparison.render import DECODING_PROVENANCE_MARK, decoding_latex, decoding_markdown
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir, sha256_file
-from halluprobe.tables import Cell, Grid, Style
+from halluprobe.tables import Style
 
 __all__ = ["DecodingTable", "check_decoding_table", "extract_decoding_tables"]
 
@@ -121,15 +135,11 @@ def _tables_under(lines: list[str], index: int, syntax: Style, count: int | None
     return tables
 
 
-def _grid(table: WrittenPart) -> Grid:
-    """A recomputed table as a grid of labels: cells are compared as the writer prints them."""
-    return Grid(tuple(table.header[1]), tuple(tuple(Cell(text) for text in cells) for _, cells in table.rows))
-
-
-def _run_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> list[Path] | None:
-    """Every run dir the comment names, located; None (findings recorded) when one is missing or changed."""
+def _loaded_runs(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> list[LoadedRun] | None:
+    """Every run dir the comment names, located and read once; None (findings recorded) when one
+    is missing or changed."""
     where = (table.path, table.line)
-    paths, usable = [], True
+    loaded, usable = [], True
     for source in table.provenance["runs"]:
         path = locate_run(source["path"], runs)
         run = RunDir(path)
@@ -137,14 +147,16 @@ def _run_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult) 
             result.findings.append(Finding("run-missing", *where, f"run dir {path} is missing (no run.json or samples.jsonl)"))
             usable = False
             continue
-        if source.get("fingerprint") is not None and run.read_header().fingerprint != source["fingerprint"]:
+        header, samples_sha256 = run.read_header(), sha256_file(run.samples_path)
+        if source.get("fingerprint") is not None and header.fingerprint != source["fingerprint"]:
             result.findings.append(Finding("run-changed", *where, f"run dir {path} is another run now (its fingerprint changed)"))
             usable = False
-        elif source.get("samples_sha256") is not None and sha256_file(run.samples_path) != source["samples_sha256"]:
+        elif source.get("samples_sha256") is not None and samples_sha256 != source["samples_sha256"]:
             result.findings.append(Finding("run-changed", *where, f"samples of {path} changed since this was written (samples.jsonl sha256)"))
             usable = False
-        paths.append(path)
-    return paths if usable else None
+        elif usable:  # the samples are parsed only where every run so far is the one the comment names
+            loaded.append(LoadedRun(path, header, tuple(run.read_samples()), samples_sha256))
+    return loaded if usable else None
 
 
 def _prove_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> list[Path] | None:
@@ -164,36 +176,43 @@ def _prove_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult
 
 
 def check_decoding_table(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> None:
-    """Recompute one decoding comparison and add a finding for every cell that differs."""
+    """Recompute one decoding comparison and add a finding for every cell that differs; a comment
+    that names nothing to recompute, or tables of which no cell is compared, is bad input."""
     from halluprobe.captions.chair.families import family_named
-    from halluprobe.captions.comparison.table import decoding_table
 
     prov = table.provenance
-    paths, prove = _run_paths(table, runs, result), _prove_paths(table, runs, result)
-    if paths is None or prove is None:
+    family_name = prov.get("family")
+    if family_name is None and not prov.get("prove_scores"):
+        raise InputError("decoding provenance comment names no CHAIR family and no PROVE scores: nothing to recompute, "
+                         "so the tables under it cannot be checked", table.path, table.line)  # fmt: skip
+    loaded, prove = _loaded_runs(table, runs, result), _prove_paths(table, runs, result)
+    if loaded is None or prove is None:
         return
     family = truth = None
-    if prov.get("family") is not None:
+    if family_name is not None:
         try:
-            family = family_named(prov["family"], tokenizer=prov.get("tokenizer", "punkt"))
+            family = family_named(family_name, tokenizer=prov.get("tokenizer", "punkt"))
         except ValueError as err:
             raise InputError(f"decoding provenance comment: {err}", table.path, table.line) from None
         truth = ground_truth_described((table.path, table.line), family.name, prov["ground_truth"], runs, result)
         if truth is None:
             return
     roles = [r["role"] for r in prov["runs"]]
-    sampled = paths[-1] if roles[-1] == "sampled baseline" else None
-    methods = paths[1:-1] if sampled is not None else paths[1:]
-    recomputed = decoding_table(
-        paths[0], methods, sampled_baseline=sampled, family=family, ground_truth=truth, truncate=bool(prov.get("truncate_incomplete")),
-        prove_scores=prove, chair=family is not None, n_resamples=prov["bootstrap"]["n_resamples"], seed=prov["bootstrap"]["seed"],
-    )  # fmt: skip
-    render = decoding_latex if table.syntax == "latex" else decoding_markdown
-    expected_lines = render(recomputed, prov).split("\n")
-    comment = next(i for i, line in enumerate(expected_lines) if DECODING_PROVENANCE_MARK in line)
-    expected = _tables_under(expected_lines, comment, table.syntax, None, "<recomputed>")
+    sampled = loaded[-1] if roles[-1] == "sampled baseline" else None
+    methods = loaded[1:-1] if sampled is not None else loaded[1:]
+    # the writer chose these runs (other models only with --allow-other-models, which the comment
+    # does not record): the check recomputes the numbers of the runs it names
+    compared_runs = load_comparison(loaded[0], methods, sampled, allow_other_models=True)
+    recomputed = decoding_table(compared_runs, family=family, ground_truth=truth, truncate=bool(prov.get("truncate_incomplete")),
+                                prove_scores=prove, chair=family is not None, n_resamples=prov["bootstrap"]["n_resamples"],
+                                seed=prov["bootstrap"]["seed"])  # fmt: skip
+    expected = decoding_grids(recomputed, "latex" if table.syntax == "latex" else "markdown")
     written = _tables_under(table.lines, table.line - 1, table.syntax, len(expected), table.path)
-    for found, source in zip(written, expected):
-        findings, compared = compare_table(found, _grid(source))
+    compared = 0
+    for found, grid in zip(written, expected):
+        findings, cells = compare_table(found, grid)
         result.findings.extend(findings)
-        result.cells += compared
+        compared += cells
+    if not compared:
+        raise InputError("no cell of a decoding table under this comment was compared: it cannot be checked", table.path, table.line)
+    result.cells += compared

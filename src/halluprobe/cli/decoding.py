@@ -41,6 +41,10 @@ def decoding_cmd(
         list[Path] | None, typer.Option(help="A `prove score --out` folder of one of the runs (repeatable): hscore and tscore per run, paired.")
     ] = None,
     no_chair: Annotated[bool, typer.Option("--no-chair", help="Leave CHAIR out (runs on PROVE's images, not COCO's).")] = False,
+    allow_other_models: Annotated[
+        bool, typer.Option("--allow-other-models", help="Compare runs of other models than the greedy baseline's (refused by default: "
+                                                         "a decoding table compares methods on one model).")
+    ] = False,
     bootstrap: ResamplesOption = 1000,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table's data as JSON.")] = False,
@@ -55,6 +59,7 @@ def decoding_cmd(
         decoding_provenance,
         decoding_text,
     )
+    from halluprobe.captions.comparison.runs import load_comparison
     from halluprobe.captions.comparison.table import decoding_table
 
     with errors():
@@ -74,13 +79,13 @@ def decoding_cmd(
 
             fam = family_named(family, tokenizer=tokenizer)
             truth = ground_truth_for(fam.name, ground_truth, coco, year, coco_sha256, tokenizer=tokenizer)
-        result = decoding_table(
-            runs[0], runs[1:], sampled_baseline=sampled_baseline, family=fam, ground_truth=truth, truncate=truncate_incomplete,
-            prove_scores=prove_scores or (), chair=not no_chair, n_resamples=bootstrap, seed=seed,
-        )  # fmt: skip
-        provenance = decoding_provenance(result, prove_scores or ()) if (markdown or latex) else None
+        compared = load_comparison(runs[0], runs[1:], sampled_baseline, allow_other_models=allow_other_models)
+        result = decoding_table(compared, family=fam, ground_truth=truth, truncate=truncate_incomplete, prove_scores=prove_scores or (),
+                                chair=not no_chair, n_resamples=bootstrap, seed=seed)  # fmt: skip
+        data = result.model_dump(mode="json")
+        provenance = decoding_provenance(data, prove_scores or ()) if (markdown or latex) else None
     if as_json:
-        typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
     elif markdown or latex:
         assert provenance is not None
         typer.echo(decoding_latex(result, provenance) if latex else decoding_markdown(result, provenance), nl=False)

@@ -13,13 +13,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from halluprobe.captions.chair.length import chair_by_equal_count_groups
 from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import marked_comment
 from halluprobe.tables import Cell, Grid, latex_escape
 
 __all__ = [
     "CHAIR_PROVENANCE_MARK", "chair_grid", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects",
-    "length_bins",
 ]  # fmt: skip
 
 CHAIR_PROVENANCE_MARK = "halluprobe-chair-provenance"
@@ -87,24 +87,6 @@ def hallucinated_objects(scores: Sequence[Any], top: int = 10) -> list[tuple[str
     return [(name, n, mentions[name]) for name, n in sorted(captions.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
 
 
-def length_bins(scores: Sequence[Any], bins: int = 4) -> list[dict[str, Any]]:
-    """Captions split into ``bins`` groups of caption length (equal counts, by length order):
-    each group's length range, CHAIR_s and CHAIR_i."""
-    ordered = sorted(scores, key=lambda s: s.length)
-    out = []
-    for k in range(bins):
-        part = ordered[k * len(ordered) // bins : (k + 1) * len(ordered) // bins]
-        if not part:
-            continue
-        mentions = sum(len(s.objects) for s in part)
-        out.append({
-            "lengths": (part[0].length, part[-1].length), "n": len(part),
-            "chair_s": sum(bool(s.hallucinated) for s in part) / len(part),
-            "chair_i": sum(len(s.hallucinated) for s in part) / mentions if mentions else None,
-        })  # fmt: skip
-    return out
-
-
 def chair_section(
     results: Mapping[str, Any],
     scores: Mapping[str, Sequence[Any]],
@@ -127,7 +109,7 @@ def chair_section(
     depth = max((len(v) for v in top.values()), default=0)
     lines += markdown_table(["rank", *results], [[k + 1, *(f"{v[k][0]} ({v[k][1]} captions)" if k < len(v) else "" for v in top.values())] for k in range(depth)])
     lines += ["", "### CHAIR against caption length", ""]
-    binned = {f: length_bins(s) for f, s in scores.items()}
+    binned = {f: chair_by_equal_count_groups(s) for f, s in scores.items()}
     rows = []
     for f, groups in binned.items():
         for g in groups:

@@ -20,7 +20,8 @@ from typing import Any
 
 from halluprobe.captions.chair.scoring import CaptionScore
 from halluprobe.files import write_atomic
-from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects, length_bins
+from halluprobe.captions.chair.length import chair_by_equal_count_groups
+from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects
 from halluprobe.report.decoding_section import ChairCounting, decoding_section
 from halluprobe.tables import Grid
 
@@ -72,7 +73,7 @@ def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int, count
     return ChairRunView(
         index=index, label=Path(model).name or model, path=str(path), results=results, scores=scores,
         source=caption_source(path), grid=chair_grid(results),
-        top={f: hallucinated_objects(s) for f, s in scores.items()}, bins={f: length_bins(s) for f, s in scores.items()},
+        top={f: hallucinated_objects(s) for f, s in scores.items()}, bins={f: chair_by_equal_count_groups(s) for f, s in scores.items()},
     )  # fmt: skip
 
 

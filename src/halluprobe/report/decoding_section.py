@@ -6,24 +6,27 @@ truth; the report's bootstrap): Markdown under its provenance comment (which ``h
 verifies) and the same tables as HTML. The CHAIR page shows it after its CHAIR sections, the
 yes/no page after its own sections (the demo's report: its POPE run and its caption runs).
 
-Runs that are not such a comparison (two greedy runs, runs on other questions) get no section on
-the CHAIR page: the page is then the CHAIR page as before.
+Runs that are not such a comparison (two greedy runs, runs on other questions or of other
+models) get no section on the CHAIR page: the page is then the CHAIR page as before. Each run's
+``run.json`` and ``samples.jsonl`` are read once for the roles, the checks and the table.
 """
 
 from __future__ import annotations
 
 import functools
-
 import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
 
-__all__ = ["ChairCounting", "DecodingComparison", "chair_counting", "decoding_comparison", "decoding_section", "markdown_tables_as_html"]
+if TYPE_CHECKING:
+    from halluprobe.captions.comparison.runs import ComparisonRuns
+
+__all__ = ["ChairCounting", "chair_counting", "decoding_comparison", "decoding_section", "markdown_tables_as_html"]
 
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")  # a cell's own pipe is written \| (formatting.markdown_cell)
 
@@ -86,32 +89,28 @@ def chair_counting(family: str | None = None, tokenizer: str | None = None, grou
     return ChairCounting(family, tokenizer, None if ground_truth is None else Path(ground_truth))
 
 
-@dataclass(frozen=True)
-class DecodingComparison:
-    """The roles of a report's runs in a decoding comparison."""
-
-    baseline: Path
-    methods: tuple[Path, ...]
-    sampled: Path | None
-
-
-def decoding_comparison(rundirs: Sequence[Path]) -> DecodingComparison | None:
-    """The runs' roles (read from each ``run.json``), or None when they are not a decoding comparison."""
-    from halluprobe.captions.comparison.runs import read_decoding_run, refuse_other_questions
+def decoding_comparison(rundirs: Sequence[Path]) -> ComparisonRuns | None:
+    """The runs, each read once, in their roles (read from each ``run.json``), or None when they
+    are not a decoding comparison."""
+    from halluprobe.captions.comparison.runs import (
+        decoding_identity,
+        load_comparison,
+        load_run,
+    )
 
     if len(rundirs) < 2 or not all((Path(p) / "run.json").is_file() for p in rundirs):
         return None  # one run, or an imported caption file: nothing to compare
     greedy, methods, sampled = [], [], []
     for path in rundirs:
-        run = read_decoding_run(path, "method")
-        (methods if run.method is not None else sampled if run.sampled else greedy).append(path)
+        run = load_run(Path(path))
+        _, method, _, _, is_sampled = decoding_identity(run.header.generate, run.path.resolve().name)
+        (methods if method is not None else sampled if is_sampled else greedy).append(run)
     if len(greedy) != 1 or not methods or len(sampled) > 1:
         return None
     try:
-        refuse_other_questions(greedy[0], [*methods, *sampled])
+        return load_comparison(greedy[0], methods, sampled[0] if sampled else None)
     except InputError:
-        return None  # runs on other questions: compared nowhere, so not a comparison
-    return DecodingComparison(greedy[0], tuple(methods), sampled[0] if sampled else None)
+        return None  # runs on other questions or of other models: compared nowhere, so not a comparison
 
 
 def markdown_tables_as_html(markdown: str, section_id: str | None = None) -> str:
@@ -150,15 +149,17 @@ def decoding_section(
     """(Markdown, HTML) of the decoding table of ``rundirs``, CHAIR counted as ``counting`` says
     (default: the lemmatizer family, punkt, the shipped ground truth); None when they are not a comparison."""
     from halluprobe.captions.chair.families import family_named
-    from halluprobe.captions.comparison.render import decoding_markdown, decoding_provenance
+    from halluprobe.captions.comparison.render import (
+        decoding_markdown,
+        decoding_provenance,
+    )
     from halluprobe.captions.comparison.table import decoding_table
 
-    roles = decoding_comparison(rundirs)
-    if roles is None:
+    runs = decoding_comparison(rundirs)
+    if runs is None:
         return None
     counting = counting or ChairCounting()
     family = family_named(counting.decoding_family, tokenizer=counting.tokenizer)
-    result = decoding_table(roles.baseline, roles.methods, sampled_baseline=roles.sampled, family=family,
-                            ground_truth=counting.truth_for(family.name), n_resamples=n_resamples, seed=seed)  # fmt: skip
-    markdown = decoding_markdown(result, decoding_provenance(result))
+    result = decoding_table(runs, family=family, ground_truth=counting.truth_for(family.name), n_resamples=n_resamples, seed=seed)
+    markdown = decoding_markdown(result, decoding_provenance(result.model_dump(mode="json")))
     return markdown, markdown_tables_as_html(markdown, section_id)

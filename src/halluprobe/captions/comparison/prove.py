@@ -11,13 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from halluprobe.benchmarks.prove.scoring import QuestionScore, summarize
-from halluprobe.captions.comparison.runs import DecodingRun
+from halluprobe.captions.comparison.records import (
+    DecodingRun,
+    ProveDifference,
+    ProveDifferences,
+    ProveIntervals,
+    ProvePaired,
+    ProveRun,
+)
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.metrics.stats import paired_bootstrap_diff
@@ -53,7 +59,8 @@ def read_prove_scores(folders: Sequence[Path], runs: Sequence[Path]) -> dict[int
             summary = loads(summary_path.read_text(encoding="utf-8"))
         except ValueError as err:
             raise InputError(f"not JSON ({err})", summary_path) from None
-        responses = summary.get("settings", {}).get("responses") if isinstance(summary, dict) else None
+        settings = summary.get("settings") if isinstance(summary, dict) else None
+        responses = settings.get("responses") if isinstance(settings, dict) else None
         if not isinstance(responses, str) or Path(responses).resolve() not in where:
             raise InputError(f"scores the responses {responses!r}, which is none of the runs of this table", summary_path)
         index = where[Path(responses).resolve()]
@@ -65,39 +72,41 @@ def read_prove_scores(folders: Sequence[Path], runs: Sequence[Path]) -> dict[int
     return out
 
 
-def prove_per_run(scores: dict[int, list[QuestionScore]], runs: Sequence[DecodingRun], n_resamples: int, seed: int) -> list[dict[str, Any]]:
+def prove_per_run(scores: dict[int, list[QuestionScore]], runs: Sequence[DecodingRun], n_resamples: int, seed: int) -> list[ProveRun]:
     out = []
     for k, run in enumerate(runs):
         if k not in scores:
             continue
         s = summarize(scores[k], n_resamples=n_resamples, seed=seed)
-        out.append({"name": run.name, "role": run.role, "n": s.n, "errors": s.errors, "hscore": s.hscore, "tscore": s.tscore,
-                    "n_hscore": s.n_hscore, "n_tscore": s.n_tscore, "ci": s.ci})  # fmt: skip
+        out.append(ProveRun(name=run.name, role=run.role, n=s.n, errors=s.errors, hscore=s.hscore, tscore=s.tscore, n_hscore=s.n_hscore,
+                            n_tscore=s.n_tscore, ci=ProveIntervals(hscore=s.ci["hscore"], tscore=s.ci["tscore"])))  # fmt: skip
     return out
 
 
-def _difference(a: list[QuestionScore], b: list[QuestionScore], metric: str, n_resamples: int, seed: int) -> dict[str, Any]:
+def _difference(a: list[QuestionScore], b: list[QuestionScore], metric: str, n_resamples: int, seed: int) -> ProveDifference:
     theirs = {s.question_id: s for s in b if s.error is None and getattr(s, metric) is not None}
     both = [(s, theirs[s.question_id]) for s in a if s.error is None and getattr(s, metric) is not None and s.question_id in theirs]
     if not both:
-        return {"n": 0, "a": None, "b": None, "diff": None, "ci": None}
+        return ProveDifference(n=0, a=None, b=None, diff=None, ci=None)
     va = np.array([getattr(x, metric) for x, _ in both], dtype=np.float64)
     vb = np.array([getattr(y, metric) for _, y in both], dtype=np.float64)
     images = [x.image for x, _ in both]
     ci = (paired_bootstrap_diff(images, lambda r: float(va[r].mean()), lambda r: float(vb[r].mean()), n_resamples=n_resamples, seed=seed)
           if n_resamples else None)  # fmt: skip
-    return {"n": len(both), "a": float(va.mean()), "b": float(vb.mean()), "diff": float(va.mean() - vb.mean()), "ci": ci}
+    return ProveDifference(n=len(both), a=float(va.mean()), b=float(vb.mean()), diff=float(va.mean() - vb.mean()), ci=ci)
 
 
-def prove_paired(scores: dict[int, list[QuestionScore]], runs: Sequence[DecodingRun], n_resamples: int, seed: int) -> list[dict[str, Any]]:
+def _differences(a: list[QuestionScore], b: list[QuestionScore], n_resamples: int, seed: int) -> ProveDifferences:
+    return ProveDifferences(hscore=_difference(a, b, "hscore", n_resamples, seed), tscore=_difference(a, b, "tscore", n_resamples, seed))
+
+
+def prove_paired(scores: dict[int, list[QuestionScore]], runs: Sequence[DecodingRun], n_resamples: int, seed: int) -> list[ProvePaired]:
     """Each method (and the sampled baseline) with scores: minus the greedy baseline, and minus the sampled one where scored."""
     sampled = len(runs) - 1 if runs[-1].role == "sampled baseline" and len(runs) - 1 in scores else None
     out = []
     for k, run in enumerate(runs):
         if k == 0 or k not in scores:
             continue
-        entry: dict[str, Any] = {"name": run.name, "vs_greedy": {m: _difference(scores[k], scores[0], m, n_resamples, seed) for m in PROVE_METRICS}}
-        if sampled is not None and k != sampled:
-            entry["vs_sampled"] = {m: _difference(scores[k], scores[sampled], m, n_resamples, seed) for m in PROVE_METRICS}
-        out.append(entry)
+        against_sampled = _differences(scores[k], scores[sampled], n_resamples, seed) if sampled is not None and k != sampled else None
+        out.append(ProvePaired(name=run.name, vs_greedy=_differences(scores[k], scores[0], n_resamples, seed), vs_sampled=against_sampled))
     return out

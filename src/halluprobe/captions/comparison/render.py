@@ -1,5 +1,7 @@
 """The decoding table for people: Markdown (per run, paired differences, CHAIR by length bin,
-PROVE) and booktabs LaTeX, under a provenance comment.
+PROVE), booktabs LaTeX and the terminal's lines, every table rendered from one grid of cells
+(:class:`halluprobe.tables.Grid`, :func:`decoding_grids`, which ``check`` compares against),
+under a provenance comment.
 
 The comment (``halluprobe-decoding-provenance {JSON}``) names every run (path, role, name,
 fingerprint, samples sha256), the CHAIR family and ground truth, the PROVE score files (sha256)
@@ -14,16 +16,30 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from halluprobe.captions.comparison.records import (
+    ChairComparison,
+    ComparisonResult,
+    Interval,
+    MetricDifferences,
+    ProveComparison,
+    ProveDifference,
+)
 from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import marked_comment
+from halluprobe.tables import Cell, Grid, latex_escape
 
-__all__ = ["DECODING_PROVENANCE_MARK", "decoding_latex", "decoding_markdown", "decoding_provenance", "decoding_text"]
+__all__ = ["DECODING_PROVENANCE_MARK", "decoding_grids", "decoding_latex", "decoding_markdown", "decoding_provenance", "decoding_text"]
 
 DECODING_PROVENANCE_MARK = "halluprobe-decoding-provenance"
 # (key, label, scale): rates in %, length in words, hallucinations per 100 words as they are
 COLUMNS = (("chair_s", "CHAIR_s", 100), ("chair_i", "CHAIR_i", 100), ("recall", "Recall", 100), ("length", "Len", 1),
            ("halluc_per_100_words", "Hall/100w", 1))  # fmt: skip
 PAIRED = (*COLUMNS, ("chair_s_at_baseline_length", "CHAIR_s at baseline length", 100))
+TableStyle = Literal["markdown", "latex"]
+_LATEX_RUN_HEADER = ("Run", "Role", "$n$", "CHAIR$_s$", "CHAIR$_i$", "Recall", "Len", "Hall/100w")
+_LATEX_PAIRED_HEADER = ("Method", "Against", r"$\Delta$CHAIR$_s$", r"$\Delta$CHAIR$_i$", r"$\Delta$Recall", r"$\Delta$Len",
+                        r"$\Delta$Hall/100w", r"$\Delta$CHAIR$_s$ (matched length)")  # fmt: skip
+_LATEX_PROVE_HEADER = ("Run", "Role", "$n$", "hscore", "tscore")
 
 
 def decoding_provenance(result: Mapping[str, Any], prove_scores: Sequence[Path] = ()) -> dict[str, Any]:
@@ -47,119 +63,170 @@ def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]
     return marked_comment(DECODING_PROVENANCE_MARK, provenance, syntax)
 
 
-def _value(value: float | None, ci: Any, scale: float, signed: bool = False) -> str:
+def _value(value: float | None, ci: Interval | None, scale: float, signed: bool = False) -> str:
     cell = format_ratio(value, ci, digits=1, ci_digits=1, scale=scale, missing="n/a")
     return ("+" + cell) if signed and value is not None and value >= 0 else cell
 
 
-def _run_rows(chair: Mapping[str, Any]) -> list[list[Any]]:
-    return [[r["name"], r["role"], r["n"], *(_value(r[k], r["ci"].get(k), s) for k, _, s in COLUMNS)] for r in chair["per_run"]]
+def _number(value: float | None, ci: Interval | None, scale: float, signed: bool = False) -> Cell:
+    """A metric as written (one decimal, scaled) and the scaled numbers it shows, for ``check``."""
+    text = _value(value, ci, scale, signed)
+    if value is None:
+        return Cell(text, (None,))
+    return Cell(text, (scale * value,) if not ci else (scale * value, scale * ci[0], scale * ci[1]))
 
 
-def _paired_rows(chair: Mapping[str, Any]) -> list[list[Any]]:
-    rows = []
-    for entry in chair["paired"]:
-        for against, label in (("vs_greedy", "greedy"), ("vs_sampled", "sampled")):
-            if against not in entry:
-                continue
-            d = entry[against]
-            note = " (other sampling)" if against == "vs_sampled" and entry.get("sampling_matches") is False else ""
-            rows.append([entry["name"], label + note, *(_value(d[k]["diff"], d[k]["ci"], s, signed=True) for k, _, s in PAIRED)])
+def _label(text: object, style: TableStyle) -> Cell:
+    return Cell(latex_escape(str(text)) if style == "latex" else str(text))
+
+
+def _count(n: int) -> Cell:
+    return Cell(str(n), (n,))
+
+
+def run_grid(chair: ChairComparison, style: TableStyle) -> Grid:
+    """CHAIR per run: n and each metric with its CI."""
+    header = _LATEX_RUN_HEADER if style == "latex" else ("run", "role", "n", *(label for _, label, _ in COLUMNS))
+    rows = tuple((_label(r.name, style), _label(r.role, style), _count(r.n), *(_number(getattr(r, k), getattr(r.ci, k), s) for k, _, s in COLUMNS))
+                 for r in chair.per_run)  # fmt: skip
+    return Grid(header, rows)
+
+
+def _against(entry_name: str, sampling_matches: bool | None, vs_greedy: MetricDifferences, vs_sampled: MetricDifferences | None) -> list[tuple[str, str, MetricDifferences]]:
+    rows = [(entry_name, "greedy", vs_greedy)]
+    if vs_sampled is not None:
+        rows.append((entry_name, "sampled" + (" (other sampling)" if sampling_matches is False else ""), vs_sampled))
     return rows
 
 
-def _prove_lines(prove: Mapping[str, Any]) -> list[str]:
-    lines = ["### PROVE", ""]
-    lines += markdown_table(["run", "role", "n", "hscore", "tscore"],
-                            [[r["name"], r["role"], r["n"], _value(r["hscore"], r["ci"].get("hscore"), 100),
-                              _value(r["tscore"], r["ci"].get("tscore"), 100)] for r in prove["per_run"]])  # fmt: skip
+def paired_grid(chair: ChairComparison, style: TableStyle) -> Grid:
+    """Each method minus each baseline, per image: every metric's difference with its CI."""
+    header = _LATEX_PAIRED_HEADER if style == "latex" else ("method", "against", *(f"Δ {label}" for _, label, _ in PAIRED))
     rows = []
-    for entry in prove["paired"]:
-        for against, label in (("vs_greedy", "greedy"), ("vs_sampled", "sampled")):
-            if against in entry:
-                d = entry[against]
-                rows.append([entry["name"], label, *(f"{_value(d[m]['diff'], d[m]['ci'], 100, signed=True)} (n={d[m]['n']})" for m in ("hscore", "tscore"))])
-    lines += ["", *markdown_table(["method", "against", "Δ hscore", "Δ tscore"], rows)] if rows else []
+    for entry in chair.paired:
+        for name, against, d in _against(entry.name, entry.sampling_matches, entry.vs_greedy, entry.vs_sampled):
+            diffs = [getattr(d, k) for k, _, _ in PAIRED]
+            rows.append((_label(name, style), _label(against, style), *(_number(x.diff, x.ci, s, signed=True) for x, (_, _, s) in zip(diffs, PAIRED))))
+    return Grid(header, tuple(rows))
+
+
+def bins_grid(chair: ChairComparison) -> Grid:
+    """CHAIR per bin of the greedy baseline's length quartiles, every run."""
+    rows = []
+    for run in chair.length_bins:
+        for b in run.bins:
+            low, high = b.lengths
+            span = f"<= {high}" if low is None else (f">= {low}" if high is None else f"{low}-{high}")
+            rows.append((Cell(run.name), Cell(span), _count(b.n), _number(b.chair_s, None, 100), _number(b.chair_i, None, 100)))
+    return Grid(("run", "length (words)", "captions", "CHAIR_s", "CHAIR_i"), tuple(rows))
+
+
+def prove_run_grid(prove: ProveComparison, style: TableStyle) -> Grid:
+    header = _LATEX_PROVE_HEADER if style == "latex" else ("run", "role", "n", "hscore", "tscore")
+    rows = tuple((_label(r.name, style), _label(r.role, style), _count(r.n), _number(r.hscore, r.ci.hscore, 100), _number(r.tscore, r.ci.tscore, 100))
+                 for r in prove.per_run)  # fmt: skip
+    return Grid(header, rows)
+
+
+def _prove_difference(d: ProveDifference) -> Cell:
+    # compared as text: the "(n=...)" beside the number is no form compare_cell reads
+    return Cell(f"{_value(d.diff, d.ci, 100, signed=True)} (n={d.n})")
+
+
+def prove_paired_grid(prove: ProveComparison) -> Grid:
+    rows = []
+    for entry in prove.paired:
+        for label, d in (("greedy", entry.vs_greedy), ("sampled", entry.vs_sampled)):
+            if d is not None:
+                rows.append((Cell(entry.name), Cell(label), _prove_difference(d.hscore), _prove_difference(d.tscore)))
+    return Grid(("method", "against", "Δ hscore", "Δ tscore"), tuple(rows))
+
+
+def decoding_grids(result: ComparisonResult, style: TableStyle) -> list[Grid]:
+    """Every table of the comparison in the order it is written (``check`` compares them in turn):
+    Markdown: per run, paired differences (where any), length bins, PROVE per run and paired
+    (where any); LaTeX: per run, paired differences (where any), PROVE per run."""
+    grids = []
+    if result.chair is not None:
+        grids.append(run_grid(result.chair, style))
+        paired = paired_grid(result.chair, style)
+        grids += [paired] if paired.rows else []
+        grids += [bins_grid(result.chair)] if style == "markdown" else []
+    if result.prove is not None:
+        grids.append(prove_run_grid(result.prove, style))
+        prove_paired = prove_paired_grid(result.prove)
+        grids += [prove_paired] if style == "markdown" and prove_paired.rows else []
+    return grids
+
+
+def _markdown(grid: Grid) -> list[str]:
+    return markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])
+
+
+def _tabular(grid: Grid, spec: str) -> list[str]:
+    """A booktabs tabular of ``grid`` (cells already escaped)."""
+    return [rf"\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(grid.header) + r" \\", r"\midrule",
+            *(" & ".join(c.text for c in row) + r" \\" for row in grid.rows), r"\bottomrule", r"\end{tabular}"]  # fmt: skip
+
+
+def _prove_lines(prove: ProveComparison) -> list[str]:
+    lines = ["### PROVE", "", *_markdown(prove_run_grid(prove, "markdown"))]
+    paired = prove_paired_grid(prove)
+    lines += ["", *_markdown(paired)] if paired.rows else []
     return lines + ["", "hscore, tscore in % (PROVE's scores of `prove score`); differences over the questions both runs score, resampled by image.", ""]
 
 
-def _counted_by(chair: Mapping[str, Any]) -> str:
-    """The family, and the tokenizer where it is not punkt's (older results name none)."""
-    tokenizer = chair.get("tokenizer", "punkt")
-    return chair["family"] if tokenizer == "punkt" else f"{chair['family']}, tokenizer {tokenizer}"
+def _counted_by(chair: ChairComparison) -> str:
+    """The family, and the tokenizer where it is not punkt's."""
+    return chair.family if chair.tokenizer == "punkt" else f"{chair.family}, tokenizer {chair.tokenizer}"
 
 
-def decoding_markdown(result: Mapping[str, Any], provenance: Mapping[str, Any]) -> str:
+def decoding_markdown(result: ComparisonResult, provenance: Mapping[str, Any]) -> str:
     lines = ["## Decoding methods on free-form answers", "", _comment(provenance, "markdown")]
-    chair = result.get("chair")
+    chair = result.chair
     if chair is not None:
-        lines += markdown_table(["run", "role", "n", *(label for _, label, _ in COLUMNS)], _run_rows(chair))
-        gt = chair["ground_truth"]
-        year = " " + str(gt["year"]) if gt.get("year") else ""
-        note = (f"CHAIR ({_counted_by(chair)}) on the {chair['images']} images every run captioned ({chair['images_dropped']} left out: a failed "
-                f"sample in some run); ground truth: {gt['source']}{year}. CHAIR_s, CHAIR_i, Recall in %, "
+        lines += _markdown(run_grid(chair, "markdown"))
+        gt = chair.ground_truth
+        year = " " + str(gt.year) if gt.year else ""
+        note = (f"CHAIR ({_counted_by(chair)}) on the {chair.images} images every run captioned ({chair.images_dropped} left out: a failed "
+                f"sample in some run); ground truth: {gt.source}{year}. CHAIR_s, CHAIR_i, Recall in %, "
                 "Len in words per caption, Hall/100w = hallucinated objects per 100 words; 95% image-bootstrap CIs.")  # fmt: skip
         lines += ["", note, ""]
-        rows = _paired_rows(chair)
-        if rows:
-            lines += ["### Paired differences (method - baseline, per image)", ""]
-            lines += markdown_table(["method", "against", *(f"Δ {label}" for _, label, _ in PAIRED)], rows)
+        paired = paired_grid(chair, "markdown")
+        if paired.rows:
+            lines += ["### Paired differences (method - baseline, per image)", "", *_markdown(paired)]
             matched = ("CHAIR_s at baseline length: the method's CHAIR_s per length bin, weighted as the baseline's captions "
                        "fall in those bins (matched length). A method that only shortens captions lowers CHAIR_s but not this.")  # fmt: skip
             lines += ["", matched, ""]
-        lines += ["### CHAIR by caption length (bins at the greedy baseline's length quartiles)", ""]
-        bin_rows = []
-        for run in chair["length_bins"]:
-            for b in run["bins"]:
-                low, high = b["lengths"]
-                span = f"<= {high}" if low is None else (f">= {low}" if high is None else f"{low}-{high}")
-                bin_rows.append([run["name"], span, b["n"], _value(b["chair_s"], None, 100), _value(b["chair_i"], None, 100)])
-        lines += markdown_table(["run", "length (words)", "captions", "CHAIR_s", "CHAIR_i"], bin_rows)
-        lines.append("")
-    if "prove" in result:
-        lines += _prove_lines(result["prove"])
+        lines += ["### CHAIR by caption length (bins at the greedy baseline's length quartiles)", "", *_markdown(bins_grid(chair)), ""]
+    if result.prove is not None:
+        lines += _prove_lines(result.prove)
     return "\n".join(lines) + "\n"
 
 
-def decoding_latex(result: Mapping[str, Any], provenance: Mapping[str, Any]) -> str:
+def decoding_latex(result: ComparisonResult, provenance: Mapping[str, Any]) -> str:
     """Per-run CHAIR and the paired differences, booktabs, the provenance comment above."""
-    from halluprobe.tables import latex_escape
-
     body = [_comment(provenance, "latex")]
-    chair = result.get("chair")
-    if chair is not None:
-        body += [r"\begin{tabular}{llr" + "r" * len(COLUMNS) + "}", r"\toprule",
-                 "Run & Role & $n$ & CHAIR$_s$ & CHAIR$_i$ & Recall & Len & Hall/100w \\\\", r"\midrule"]  # fmt: skip
-        body += [" & ".join(latex_escape(str(c)) for c in row) + " \\\\" for row in _run_rows(chair)]
-        body += [r"\bottomrule", r"\end{tabular}"]
-        rows = _paired_rows(chair)
-        if rows:
-            body += ["", r"\begin{tabular}{ll" + "r" * len(PAIRED) + "}", r"\toprule",
-                     r"Method & Against & $\Delta$CHAIR$_s$ & $\Delta$CHAIR$_i$ & $\Delta$Recall & $\Delta$Len & $\Delta$Hall/100w & $\Delta$CHAIR$_s$ (matched length) \\",
-                     r"\midrule"]  # fmt: skip
-            body += [" & ".join(latex_escape(str(c)) for c in row) + " \\\\" for row in rows]
-            body += [r"\bottomrule", r"\end{tabular}"]
-    if "prove" in result:
-        body += ["", r"\begin{tabular}{llrrr}", r"\toprule", r"Run & Role & $n$ & hscore & tscore \\", r"\midrule"]
-        for r in result["prove"]["per_run"]:
-            cells = [r["name"], r["role"], r["n"], _value(r["hscore"], r["ci"].get("hscore"), 100), _value(r["tscore"], r["ci"].get("tscore"), 100)]
-            body.append(" & ".join(latex_escape(str(c)) for c in cells) + " \\\\")
-        body += [r"\bottomrule", r"\end{tabular}"]
+    if result.chair is not None:
+        body += _tabular(run_grid(result.chair, "latex"), "llr" + "r" * len(COLUMNS))
+        paired = paired_grid(result.chair, "latex")
+        body += ["", *_tabular(paired, "ll" + "r" * len(PAIRED))] if paired.rows else []
+    if result.prove is not None:
+        body += ["", *_tabular(prove_run_grid(result.prove, "latex"), "llrrr")]
     return "\n".join(body) + "\n"
 
 
-def decoding_text(result: Mapping[str, Any]) -> str:
-    """The terminal view: one line per run, one per paired difference."""
+def decoding_text(result: ComparisonResult) -> str:
+    """The terminal view: one line per run, one per paired difference (the Markdown grids' cells)."""
     lines = []
-    chair = result.get("chair")
+    chair = result.chair
     if chair is not None:
-        lines.append(f"CHAIR ({_counted_by(chair)}), {chair['images']} images ({chair['images_dropped']} left out)")
-        for row in _run_rows(chair):
-            lines.append(f"  {row[0]} [{row[1]}] n={row[2]}: " + "  ".join(f"{label} {cell}" for (_, label, _), cell in zip(COLUMNS, row[3:])))
-        for row in _paired_rows(chair):
-            lines.append(f"  {row[0]} - {row[1]}: " + "  ".join(f"Δ{label} {cell}" for (_, label, _), cell in zip(PAIRED, row[2:])))
-    if "prove" in result:
-        for r in result["prove"]["per_run"]:
-            lines.append(f"PROVE {r['name']} [{r['role']}]: hscore {_value(r['hscore'], r['ci'].get('hscore'), 100)}  "
-                         f"tscore {_value(r['tscore'], r['ci'].get('tscore'), 100)}")  # fmt: skip
+        lines.append(f"CHAIR ({_counted_by(chair)}), {chair.images} images ({chair.images_dropped} left out)")
+        for row in run_grid(chair, "markdown").rows:
+            lines.append(f"  {row[0].text} [{row[1].text}] n={row[2].text}: " + "  ".join(f"{label} {cell.text}" for (_, label, _), cell in zip(COLUMNS, row[3:])))
+        for row in paired_grid(chair, "markdown").rows:
+            lines.append(f"  {row[0].text} - {row[1].text}: " + "  ".join(f"Δ{label} {cell.text}" for (_, label, _), cell in zip(PAIRED, row[2:])))
+    if result.prove is not None:
+        for r in prove_run_grid(result.prove, "markdown").rows:
+            lines.append(f"PROVE {r[0].text} [{r[1].text}]: hscore {r[3].text}  tscore {r[4].text}")
     return "\n".join(lines)
