@@ -71,29 +71,33 @@ def amber_score_cmd(
     """AMBER's own discriminative numbers (exact 'Yes'/'No', 'No' positive, F1 of rounded P and R).
 
     halluprobe's numbers for the same run, with every readout and CIs: `halluprobe score RUNDIR`."""
-    from halluprobe.captions.amber.data import read_amber_annotations
-    from halluprobe.captions.amber.discriminative import amber_discriminative_numbers
+    from halluprobe.captions.amber.data import read_amber_annotations, read_amber_queries
+    from halluprobe.captions.amber.discriminative import AmberDiscriminativeResult, amber_discriminative_numbers
+    from halluprobe.captions.amber.runs import refuse_other_questions
     from halluprobe.rundir import RunDir
 
     with errors():
         annotations = read_amber_annotations(data / "annotations.json", check_sha256=check_sha256)
+        queries = read_amber_queries(data / "query" / "query_discriminative.json", check_sha256=check_sha256)
         run = RunDir(rundir)
         header = run.read_header()
         if header.open_ended:
             raise InputError("a run of open answers: AMBER's discriminative numbers read yes/no answers", run.header_path)
+        samples = list(run.read_samples())
+        refuse_other_questions(samples, queries, run.samples_path)
         rows = []
-        for sample in run.read_samples():
+        for sample in samples:
             if not 1 <= sample.question_id <= len(annotations):
                 raise InputError(f"sample question_id {sample.question_id} is not an AMBER id", run.samples_path)
             ann = annotations[sample.question_id - 1]
-            rows.append((ann["type"], ann["truth"], "" if sample.error else (sample.text or "")))
+            rows.append((ann.type, str(ann.truth), "" if sample.error else (sample.text or "")))
         numbers = amber_discriminative_numbers(rows)
     if as_json:
-        typer.echo(json.dumps({"compat": "amber", "commit": "5e1fd52f8ea6", "numbers": numbers}, indent=2))
+        typer.echo(json.dumps(AmberDiscriminativeResult(numbers=numbers).model_dump(mode="json"), indent=2))
         return
     typer.echo("AMBER's own numbers (compat amber: exact 'Yes'/'No', 'No' the positive class)")
-    for dimension, v in numbers.items():
-        typer.echo(f"  {dimension:<10} n={v['n']:<6} Accuracy {v['Accuracy']:5.1f}  Precision {v['Precision']:5.1f}  Recall {v['Recall']:5.1f}  F1 {v['F1']:5.1f}")
+    for dimension, v in numbers.dimensions().items():
+        typer.echo(f"  {dimension:<10} n={v.n:<6} Accuracy {v.accuracy:5.1f}  Precision {v.precision:5.1f}  Recall {v.recall:5.1f}  F1 {v.f1:5.1f}")
 
 
 @amber_app.command("generative")
@@ -107,10 +111,8 @@ def amber_generative_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False,
 ) -> None:
     """AMBER's generative CHAIR, Cover, Hal and Cog of a run's captions (the spaCy model is recorded)."""
-    from dataclasses import asdict
-
     from halluprobe.captions.amber.data import AMBER_PINS, read_amber_annotations
-    from halluprobe.captions.amber.generative import SpacySimilarity, amber_generative
+    from halluprobe.captions.amber.generative import AmberGenerative, AmberGenerativeSettings, SpacySimilarity, amber_generative
     from halluprobe.captions.chair.families import NltkTools
     from halluprobe.files import write_atomic
     from halluprobe.rundir import RunDir, sha256_file
@@ -134,18 +136,20 @@ def amber_generative_cmd(
             raise InputError("a run of yes/no answers: AMBER's generative metrics read captions (run amber_generative.jsonl --open-ended)", run.header_path)
         captions = []
         for sample in run.read_samples():
-            if not 1 <= sample.question_id <= len(annotations) or annotations[sample.question_id - 1]["type"] != "generative":
+            if not 1 <= sample.question_id <= len(annotations) or annotations[sample.question_id - 1].type != "generative":
                 raise InputError(f"sample question_id {sample.question_id} is not a generative AMBER id", run.samples_path)
             captions.append((sample.question_id, "" if sample.error else (sample.text or "")))
         tools = NltkTools()
         sim = SpacySimilarity(spacy_model, similarity)
         numbers, per_caption = amber_generative(captions, annotations, association, safe_words, tools, sim)
-        result = {"numbers": numbers, "settings": {"commit": "5e1fd52f8ea6", "similarity": sim.identity, "tools": tools.identity,
-                                                   "run": str(rundir), "max_new_tokens": header.max_new_tokens}}  # fmt: skip
+        settings = AmberGenerativeSettings(commit="5e1fd52f8ea6", similarity=sim.identity, tools=tools.identity, run=str(rundir),
+                                           max_new_tokens=header.max_new_tokens)  # fmt: skip
+        result = AmberGenerative(numbers=numbers, settings=settings, captions=tuple(per_caption))
         if out is not None:
-            write_atomic(out / "amber_generative.json", json.dumps({**result, "captions": [asdict(r) for r in per_caption]}, indent=1) + "\n")
+            write_atomic(out / "amber_generative.json", json.dumps(result.model_dump(mode="json"), indent=1) + "\n")
     if as_json:
-        typer.echo(json.dumps(result, indent=2))
+        typer.echo(json.dumps(result.model_dump(mode="json", exclude={"captions"}), indent=2))
         return
-    typer.echo("AMBER generative: " + "  ".join(f"{k} {numbers[k]:.1f}" for k in ("CHAIR", "Cover", "Hal", "Cog")) + f"  (n={numbers['n']})")
+    shown = {"CHAIR": numbers.chair, "Cover": numbers.cover, "Hal": numbers.hal, "Cog": numbers.cog}
+    typer.echo("AMBER generative: " + "  ".join(f"{k} {v:.1f}" for k, v in shown.items()) + f"  (n={numbers.n})")
     typer.echo(f"similarity: {sim.identity}" + ("" if spacy_model == "en_core_web_lg" else " -- AMBER used en_core_web_lg: not comparable"))
