@@ -77,10 +77,8 @@ def chair_results(
         family = family_named(name, tokenizer=tokenizer)
         truth = truth_for(name)
         scores = score_captions(captions, truth, family, truncate=truncate)
-        counting: dict[str, Any] = {**family.identity, "ground_truth": truth.description(), "truncate_incomplete": truncate}
-        if family.tokenizer != "punkt":  # punkt's results (and every older one) name none: their bytes stay
-            counting["tokenizer"] = family.tokenizer
-        summary = summarize(scores, name, settings=settings.with_counting(**counting), n_resamples=n_resamples, seed=seed)
+        recorded = settings.with_counting(family, truth.description(), truncate)
+        summary = summarize(scores, name, settings=recorded, n_resamples=n_resamples, seed=seed)
         results[name] = ChairFamilyResult(summary=summary)
         per_caption[name] = scores
     return ChairResults(families=results), per_caption

@@ -122,10 +122,15 @@ class ChairSettings(FrozenRecord):
         data: dict[str, Any] = handler(self)
         return {key: value for key, value in data.items() if key in self.model_fields_set}
 
-    def with_counting(self, **counting: Any) -> ChairSettings:
-        """These settings and ``counting``'s (family identity, ground truth, options) after them."""
+    def with_counting(
+        self, identity: ChairFamily, ground_truth: GroundTruthDescription, truncate: bool
+    ) -> ChairSettings:
+        """These settings, then how a family counted: its identity, its ground truth, the
+        truncation and, where it is not punkt's, the tokenizer (punkt's results name none)."""
         given = {key: getattr(self, key) for key in type(self).model_fields if key in self.model_fields_set}
-        return ChairSettings(**{**given, **counting})
+        tokenizer = {} if identity.tokenizer == "punkt" else {"tokenizer": identity.tokenizer}
+        counted = {**identity.identity, "ground_truth": ground_truth, "truncate_incomplete": truncate, **tokenizer}
+        return ChairSettings(**{**given, **counted})
 
 
 class ChairSummary(FrozenRecord):
