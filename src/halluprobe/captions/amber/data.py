@@ -115,12 +115,13 @@ def read_amber_annotations(path: Path, *, check_sha256: bool = True) -> list[Amb
 def read_amber_queries(path: Path, *, check_sha256: bool = True) -> list[AmberQuery]:
     pin = next((sha for name, sha in AMBER_PINS.items() if name.endswith("/" + path.name)), None)
     data = _pinned_json(path, pin, check_sha256)
+    shape = 'expected AMBER queries: a JSON array of {"id", "image", "query"}'
+    if not isinstance(data, list):
+        raise InputError(shape, path)
     try:
-        if not isinstance(data, list):
-            raise ValueError("not an array")
         return [AmberQuery.model_validate(q) for q in data]
-    except (ValueError, ValidationError):
-        raise InputError('expected AMBER queries: a JSON array of {"id", "image", "query"}', path) from None
+    except ValidationError:
+        raise InputError(shape, path) from None
 
 
 def amber_questions(annotations: list[AmberAnnotation], queries: list[AmberQuery], source: Path | None = None) -> dict[str, list[Question]]:

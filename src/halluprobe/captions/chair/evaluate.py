@@ -7,11 +7,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from halluprobe.captions.chair.families import family_named
 from halluprobe.captions.chair.groundtruth import GroundTruth
-from halluprobe.captions.chair.scoring import Caption, CaptionScore, ChairPaired, ChairSettings, ChairSummary, score_captions, summarize
+from halluprobe.captions.chair.scoring import (
+    Caption,
+    CaptionScore,
+    ChairPaired,
+    ChairSettings,
+    ChairSummary,
+    score_captions,
+    summarize,
+)
 from halluprobe.errors import InputError
 from halluprobe.records import FrozenRecord
 

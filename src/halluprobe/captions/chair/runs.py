@@ -4,6 +4,7 @@ and the generation settings that move CHAIR, recorded with every result."""
 from __future__ import annotations
 
 from pathlib import Path
+
 from halluprobe.captions.chair.groundtruth import image_key
 from halluprobe.captions.chair.scoring import Caption, ChairSettings
 from halluprobe.errors import InputError

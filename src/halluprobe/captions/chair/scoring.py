@@ -21,7 +21,13 @@ import numpy as np
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from halluprobe.captions.chair.families import ChairFamily
-from halluprobe.captions.chair.groundtruth import GroundTruth, GroundTruthDescription, ImageKey, caption_objects, key_order
+from halluprobe.captions.chair.groundtruth import (
+    GroundTruth,
+    GroundTruthDescription,
+    ImageKey,
+    caption_objects,
+    key_order,
+)
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap, paired_bootstrap_diff
 from halluprobe.records import FrozenRecord
