@@ -43,14 +43,6 @@ class ImageList:
     ids: tuple[ImageKey, ...]  # what identifies each image (groundtruth.image_key)
     images: tuple[str, ...]  # file names, in list order
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "source": self.source,
-            "sha256": self.sha256,
-            "images": len(self.ids),
-        }
-
 
 @functools.cache
 def _shipped() -> dict[str, Any]:
