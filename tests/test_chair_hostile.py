@@ -12,6 +12,7 @@ from _chair import FixtureTools, write_coco
 from typer.testing import CliRunner
 
 from halluprobe.captions.chair import families as chair_families
+from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.cli import app
 
 runner = CliRunner()
@@ -44,6 +45,11 @@ def test_images_that_end_in_the_same_number_are_two_images(tmp_path: Path) -> No
     assert summary["chair_s"] == 0.5 and summary["settings"]["ground_truth"]["images"] == 2  # the car in the kitchen is invented
     shown = [json.loads(x)["image_id"] for x in (tmp_path / "o" / "chair_singularize.jsonl").read_text().splitlines()]
     assert shown == ["kitchen_1.png", "street_1.png"]  # a number two images share names neither
+    # chair_summary.json reads back as the record it was written from, and writes the same bytes
+    written = (tmp_path / "o" / "chair_summary.json").read_text()
+    again = ChairResults.model_validate(json.loads(written))
+    assert json.dumps(again.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n" == written
+    assert again.families["chair@singularize"].summary.settings.captions == str(captions)
 
 
 def test_coco_names_and_ids_are_one_image_and_numbered_names_keep_their_number(tmp_path: Path) -> None:
