@@ -32,21 +32,21 @@ def _amber(folder: Path) -> Path:
 
 def test_all_no_by_hand() -> None:
     rows = [(EXISTENCE, "yes", "No"), (EXISTENCE, "yes", "No"), (EXISTENCE, "no", "No"), (EXISTENCE, "no", "No")]
-    n = amber_discriminative_numbers(rows)["existence"]
+    n = amber_discriminative_numbers(rows).existence
     # accuracy 2/4.001; precision 2/4.001; recall 2/2.001 -> 100.0; F1 from the rounded 50.0 and 100.0
-    assert n == {"Accuracy": 50.0, "Precision": 50.0, "Recall": 100.0, "F1": round(2 * 0.5 * 1.0 / (1.5 + 0.001) * 100, 1), "n": 4}
-    assert n["F1"] == 66.6
+    assert n.model_dump() == {"Accuracy": 50.0, "Precision": 50.0, "Recall": 100.0, "F1": round(2 * 0.5 * 1.0 / (1.5 + 0.001) * 100, 1), "n": 4}
+    assert n.f1 == 66.6
 
 
 def test_exact_strings_and_pooled_attribute() -> None:
     rows = [(STATE, "no", "no"), (STATE, "no", "No."), (STATE, "yes", "Yes"), ("discriminative-attribute-number", "no", "No")]
     numbers = amber_discriminative_numbers(rows)
     # "no" and "No." are neither Yes nor No: wrong, and not answered "No"
-    assert numbers["state"]["Accuracy"] == round(1 / 3.001 * 100, 1) and numbers["state"]["Recall"] == 0.0
+    assert numbers.state.accuracy == round(1 / 3.001 * 100, 1) and numbers.state.recall == 0.0
     # the pooled attribute counters start at 3 x 0.001
-    assert numbers["attribute"]["Accuracy"] == round(2 / 4.003 * 100, 1) == 50.0
-    assert numbers["attribute"]["Recall"] == round(1 / 3.003 * 100, 1)
-    assert numbers["existence"]["n"] == 0 and numbers["existence"]["Accuracy"] == 0.0
+    assert numbers.attribute.accuracy == round(2 / 4.003 * 100, 1) == 50.0
+    assert numbers.attribute.recall == round(1 / 3.003 * 100, 1)
+    assert numbers.existence.n == 0 and numbers.existence.accuracy == 0.0
 
 
 def test_questions_run_and_both_numbers(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_questions_run_and_both_numbers(tmp_path: Path) -> None:
     numbers = json.loads(compat.stdout)["numbers"]
     texts = [json.loads(x)["text"] for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     expected = amber_discriminative_numbers([(EXISTENCE, label, t) for label, t in zip(["yes", "yes", "no", "no"], texts)])
-    assert numbers["existence"] == expected["existence"]
+    assert numbers["existence"] == expected.existence.model_dump()
     # the scripted model says "No." -- not AMBER's exact "No": every answer counts wrong there
     assert texts == ["No."] * 4 and numbers["existence"]["Accuracy"] == 0.0 and numbers["existence"]["Recall"] == 0.0
     assert json.loads(score.stdout)["splits"]["amber_existence"]["n"] == 4  # the split is the file stem

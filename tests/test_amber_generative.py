@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from halluprobe.captions.amber import generative
+from halluprobe.captions.amber.data import AmberAnnotation
 from halluprobe.captions.amber.generative import amber_generative
 from halluprobe.captions.chair import families as chair_families
 from halluprobe.cli import app
@@ -39,12 +40,13 @@ class FixtureSimilarity:
 
 def test_by_hand() -> None:
     captions = [(1, "a puppy on the lawn near a car and a sign and a frisbee"), (2, "a cat")]
-    numbers, per = amber_generative(captions, ANNOTATIONS, ASSOCIATION, ["sign"], FixtureTools(TAGS), FixtureSimilarity())
+    annotations = [AmberAnnotation.model_validate(a) for a in ANNOTATIONS]
+    numbers, per = amber_generative(captions, annotations, ASSOCIATION, ["sign"], FixtureTools(TAGS), FixtureSimilarity())
     assert per[0].nouns == ("puppy", "lawn", "car", "sign", "frisbee") and per[0].hallucinated == ("car", "frisbee")
     assert per[0].truth_covered == (1, 1) and per[0].hallu_covered == (1, 1)
     assert per[1].hallucinated == () and per[1].truth_covered == (1,)
     # CHAIR 2/(6+0.001); Cover 3/(3+0.001); Hal 100 - 1/(2+0.001); Cog 2/(2+0.001)
-    assert numbers == {"CHAIR": 33.3, "Cover": 100.0, "Hal": 50.0, "Cog": 100.0, "n": 2}
+    assert numbers.model_dump() == {"CHAIR": 33.3, "Cover": 100.0, "Hal": 50.0, "Cog": 100.0, "n": 2}
 
 
 def test_cli_records_the_similarity_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

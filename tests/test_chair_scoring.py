@@ -13,6 +13,7 @@ def _wordnet() -> None:
 from halluprobe.captions.chair.groundtruth import GroundTruth
 from halluprobe.captions.chair.scoring import (
     Caption,
+    paired_comparison,
     paired_differences,
     score_captions,
     summarize,
@@ -50,7 +51,8 @@ def test_scores_match_a_hand_computation() -> None:
     # CHAIR_s 2/3; CHAIR_i 3 hallucinated of 3+1+3 mentions; recall (2+1+1)/(2+1+2); length (8+2+8)/3
     assert s.chair_s == pytest.approx(2 / 3) and s.chair_i == pytest.approx(3 / 7)
     assert s.recall == pytest.approx(4 / 5) and s.length == pytest.approx(6.0)
-    lo, hi = s.ci["chair_s"]  # type: ignore[misc]
+    assert s.ci.chair_s is not None
+    lo, hi = s.ci.chair_s
     assert 0 <= lo <= s.chair_s <= hi <= 1
 
 
@@ -83,10 +85,9 @@ def test_paired_differences() -> None:
     fam = families()["chair@singularize"]
     a = score_captions(_caps("a truck", "a cat", "a car"), GT, fam)
     b = score_captions(_caps("a dog", "a cat", "a car"), GT, fam)
-    diff = paired_differences(a, b, n_resamples=200)
-    assert (
-        diff["chair_s"]["diff"] == pytest.approx(1 / 3)
-        and diff["chair_s"]["ci"] is not None
-    )
+    paired = paired_comparison(a, b, "b", n_resamples=200)
+    assert paired.chair_s.diff == pytest.approx(1 / 3) and paired.chair_s.ci is not None
+    # the decoding comparison's plain view holds the same numbers
+    assert paired_differences(a, b, n_resamples=200)["chair_s"] == paired.chair_s.model_dump()
     with pytest.raises(InputError, match="different images"):
-        paired_differences(a, b[:2], n_resamples=10)
+        paired_comparison(a, b[:2], "b", n_resamples=10)

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
@@ -24,6 +24,10 @@ from halluprobe.provenance import FileSource
 from halluprobe.report.chair import CHAIR_PROVENANCE_MARK, chair_grid
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style
+
+if TYPE_CHECKING:
+    from halluprobe.captions.chair.groundtruth import GroundTruth
+    from halluprobe.captions.chair.scoring import Caption, ChairSettings
 
 __all__ = ["ChairTable", "check_chair_table", "extract_chair_tables", "ground_truth_described"]
 
@@ -89,7 +93,7 @@ def extract_chair_tables(path: str | Path, text: str) -> list[ChairTable]:
     return found
 
 
-def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> tuple[Any, dict[str, Any]] | None:
+def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> tuple[list[Caption], ChairSettings] | None:
     """The captions the table names, and the settings recorded with them; None when missing."""
     from halluprobe.captions.chair.inputs import read_captions
 
@@ -114,7 +118,9 @@ def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> t
     return read_captions(file, fmt if isinstance(fmt, str) else None)
 
 
-def ground_truth_described(where: tuple[str, int], family: str, described: Mapping[str, Any], runs: Sequence[Path], result: CheckResult) -> Any:
+def ground_truth_described(
+    where: tuple[str, int], family: str, described: Mapping[str, Any], runs: Sequence[Path], result: CheckResult
+) -> GroundTruth | None:
     """The ground truth a family was scored against, from its description (``GroundTruth.describe``);
     None (its finding recorded) when it cannot be had. The decoding table's check reads it too."""
     from halluprobe.captions.chair.groundtruth import load_ground_truth, shipped_ground_truth

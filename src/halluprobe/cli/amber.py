@@ -19,6 +19,7 @@ amber_app = typer.Typer(help="AMBER: discriminative questions through the POPE m
 app.add_typer(amber_app, name="amber")
 
 DataOption = Annotated[Path, typer.Option(help="AMBER's data folder (annotations.json, query/...), commit 5e1fd52f8ea6.")]
+GENERATIVE_FILE = "amber_generative.json"  # what `amber generative --out` writes
 CheckOption = Annotated[bool, typer.Option("--check-sha256/--no-check-sha256", help="Refuse files whose sha256 differs from the pinned commit's.")]
 
 
@@ -38,6 +39,7 @@ def amber_questions_cmd(
         read_amber_queries,
     )
     from halluprobe.benchmarks.pope import write_questions
+    from halluprobe.files import refuse_existing, refuse_non_folder
 
     with errors():
         annotations = read_amber_annotations(data / "annotations.json", check_sha256=check_sha256)
@@ -51,9 +53,9 @@ def amber_questions_cmd(
             if missing:
                 raise InputError(f"{len(missing)} AMBER images are not in the folder, e.g. {missing[0]}", images / missing[0])
         paths = {split: out / f"amber_{split}.jsonl" for split in by_split}
-        existing = [p for p in paths.values() if p.exists()]
-        if existing and not overwrite:
-            raise InputError("exists; pass --overwrite to replace it", existing[0])
+        refuse_non_folder(out)
+        for path in paths.values():  # every file this writes, checked before any is written
+            refuse_existing(path, overwrite=overwrite)
         for split, questions in by_split.items():
             write_questions(paths[split], questions)
     for split, questions in by_split.items():
@@ -71,29 +73,33 @@ def amber_score_cmd(
     """AMBER's own discriminative numbers (exact 'Yes'/'No', 'No' positive, F1 of rounded P and R).
 
     halluprobe's numbers for the same run, with every readout and CIs: `halluprobe score RUNDIR`."""
-    from halluprobe.captions.amber.data import read_amber_annotations
-    from halluprobe.captions.amber.discriminative import amber_discriminative_numbers
+    from halluprobe.captions.amber.data import read_amber_annotations, read_amber_queries
+    from halluprobe.captions.amber.discriminative import AmberDiscriminativeResult, amber_discriminative_numbers
+    from halluprobe.captions.amber.runs import refuse_other_questions
     from halluprobe.rundir import RunDir
 
     with errors():
         annotations = read_amber_annotations(data / "annotations.json", check_sha256=check_sha256)
+        queries = read_amber_queries(data / "query" / "query_discriminative.json", check_sha256=check_sha256)
         run = RunDir(rundir)
         header = run.read_header()
         if header.open_ended:
             raise InputError("a run of open answers: AMBER's discriminative numbers read yes/no answers", run.header_path)
+        samples = list(run.read_samples())
+        refuse_other_questions(samples, queries, run.samples_path)
         rows = []
-        for sample in run.read_samples():
+        for sample in samples:
             if not 1 <= sample.question_id <= len(annotations):
                 raise InputError(f"sample question_id {sample.question_id} is not an AMBER id", run.samples_path)
             ann = annotations[sample.question_id - 1]
-            rows.append((ann["type"], ann["truth"], "" if sample.error else (sample.text or "")))
+            rows.append((ann.type, str(ann.truth), "" if sample.error else (sample.text or "")))
         numbers = amber_discriminative_numbers(rows)
     if as_json:
-        typer.echo(json.dumps({"compat": "amber", "commit": "5e1fd52f8ea6", "numbers": numbers}, indent=2))
+        typer.echo(json.dumps(AmberDiscriminativeResult(numbers=numbers).model_dump(mode="json"), indent=2))
         return
     typer.echo("AMBER's own numbers (compat amber: exact 'Yes'/'No', 'No' the positive class)")
-    for dimension, v in numbers.items():
-        typer.echo(f"  {dimension:<10} n={v['n']:<6} Accuracy {v['Accuracy']:5.1f}  Precision {v['Precision']:5.1f}  Recall {v['Recall']:5.1f}  F1 {v['F1']:5.1f}")
+    for dimension, v in numbers.dimensions().items():
+        typer.echo(f"  {dimension:<10} n={v.n:<6} Accuracy {v.accuracy:5.1f}  Precision {v.precision:5.1f}  Recall {v.recall:5.1f}  F1 {v.f1:5.1f}")
 
 
 @amber_app.command("generative")
@@ -104,18 +110,20 @@ def amber_generative_cmd(
     similarity: Annotated[float, typer.Option(help="spaCy similarity above which two words are one (AMBER: 0.8).")] = 0.8,
     check_sha256: CheckOption = True,
     out: Annotated[Optional[Path], typer.Option(help="Folder for amber_generative.json (numbers, settings, per caption).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing amber_generative.json in --out.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False,
 ) -> None:
     """AMBER's generative CHAIR, Cover, Hal and Cog of a run's captions (the spaCy model is recorded)."""
-    from dataclasses import asdict
-
     from halluprobe.captions.amber.data import AMBER_PINS, read_amber_annotations
-    from halluprobe.captions.amber.generative import SpacySimilarity, amber_generative
+    from halluprobe.captions.amber.generative import AmberGenerative, AmberGenerativeSettings, SpacySimilarity, amber_generative
     from halluprobe.captions.chair.families import NltkTools
-    from halluprobe.files import write_atomic
+    from halluprobe.captions.chair.scoring import MAX_CAPTION_CHARS
+    from halluprobe.files import refuse_existing, refuse_non_folder, write_atomic
     from halluprobe.rundir import RunDir, sha256_file
 
     with errors():
+        if out is not None:  # checked before any input is read
+            refuse_existing(refuse_non_folder(out) / GENERATIVE_FILE, overwrite=overwrite)
         annotations = read_amber_annotations(data / "annotations.json", check_sha256=check_sha256)
         files = {"relation.json": data / "relation.json", "safe_words.txt": data / "safe_words.txt"}
         for name, path in files.items():
@@ -133,19 +141,27 @@ def amber_generative_cmd(
         if not header.open_ended:
             raise InputError("a run of yes/no answers: AMBER's generative metrics read captions (run amber_generative.jsonl --open-ended)", run.header_path)
         captions = []
-        for sample in run.read_samples():
-            if not 1 <= sample.question_id <= len(annotations) or annotations[sample.question_id - 1]["type"] != "generative":
+        for line, sample in enumerate(run.read_samples(), start=1):
+            if not 1 <= sample.question_id <= len(annotations) or annotations[sample.question_id - 1].type != "generative":
                 raise InputError(f"sample question_id {sample.question_id} is not a generative AMBER id", run.samples_path)
-            captions.append((sample.question_id, "" if sample.error else (sample.text or "")))
+            text = "" if sample.error else (sample.text or "")
+            if len(text) > MAX_CAPTION_CHARS:
+                raise InputError(f"a caption of {len(text):,} characters is over the limit of {MAX_CAPTION_CHARS:,}", run.samples_path, line)
+            captions.append((sample.question_id, text))
         tools = NltkTools()
         sim = SpacySimilarity(spacy_model, similarity)
-        numbers, per_caption = amber_generative(captions, annotations, association, safe_words, tools, sim)
-        result = {"numbers": numbers, "settings": {"commit": "5e1fd52f8ea6", "similarity": sim.identity, "tools": tools.identity,
-                                                   "run": str(rundir), "max_new_tokens": header.max_new_tokens}}  # fmt: skip
+        try:
+            numbers, per_caption = amber_generative(captions, annotations, association, safe_words, tools, sim)
+        except TimeoutError:
+            raise InputError("a caption could not be split into words in time (NLTK's regex time guard)", run.samples_path) from None
+        settings = AmberGenerativeSettings(commit="5e1fd52f8ea6", similarity=sim.identity, tools=tools.identity, run=str(rundir),
+                                           max_new_tokens=header.max_new_tokens)  # fmt: skip
+        result = AmberGenerative(numbers=numbers, settings=settings, captions=tuple(per_caption))
         if out is not None:
-            write_atomic(out / "amber_generative.json", json.dumps({**result, "captions": [asdict(r) for r in per_caption]}, indent=1) + "\n")
+            write_atomic(out / GENERATIVE_FILE, json.dumps(result.model_dump(mode="json"), indent=1) + "\n")
     if as_json:
-        typer.echo(json.dumps(result, indent=2))
+        typer.echo(json.dumps(result.model_dump(mode="json", exclude={"captions"}), indent=2))
         return
-    typer.echo("AMBER generative: " + "  ".join(f"{k} {numbers[k]:.1f}" for k in ("CHAIR", "Cover", "Hal", "Cog")) + f"  (n={numbers['n']})")
+    shown = {"CHAIR": numbers.chair, "Cover": numbers.cover, "Hal": numbers.hal, "Cog": numbers.cog}
+    typer.echo("AMBER generative: " + "  ".join(f"{k} {v:.1f}" for k, v in shown.items()) + f"  (n={numbers.n})")
     typer.echo(f"similarity: {sim.identity}" + ("" if spacy_model == "en_core_web_lg" else " -- AMBER used en_core_web_lg: not comparable"))

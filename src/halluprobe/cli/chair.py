@@ -14,10 +14,11 @@ from halluprobe.captions.chair.inputs import (
     ground_truth_for,
     read_captions,
 )
-from halluprobe.cli._app import ResamplesOption, SeedOption, app, build_app, errors
+from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, build_app, errors, refuse_over_limit
 from halluprobe.errors import InputError
+from halluprobe.files import refuse_existing, refuse_non_folder
 
-__all__ = ["build_chair_cmd", "chair_cmd"]
+__all__ = ["build_chair_cmd", "chair_cmd", "chair_outputs"]
 
 DEFAULT_PROMPT = "Please describe this image in detail."
 
@@ -68,8 +69,7 @@ def build_chair_cmd(
                     f"{len(missing)} images of {chosen.name} are not in the folder, e.g. {missing[0]}",
                     images / missing[0],
                 )
-        if out.exists() and not overwrite:
-            raise InputError("exists; pass --overwrite to replace it", out)
+        refuse_existing(out, overwrite=overwrite)
         write_questions(out, chair_questions(chosen, prompt))
     typer.echo(
         f"{out}: {len(chosen.ids)} open questions on {chosen.name} ({chosen.source})"
@@ -155,66 +155,74 @@ def chair_cmd(
     ] = False,
 ) -> None:
     """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
-    from halluprobe.captions.chair.families import counting_options, family_named
+    from halluprobe.audit.table import bootstrap_settings
     from halluprobe.captions.chair.evaluate import chair_results
-    from halluprobe.captions.chair.scoring import paired_differences, score_captions
+    from halluprobe.captions.chair.families import counting_options, family_named
+    from halluprobe.captions.chair.scoring import caption_lines, paired_comparison, score_captions
     from halluprobe.files import write_atomic
     from halluprobe.formatting import format_ratio
 
     with errors():
+        refuse_over_limit("--bootstrap", bootstrap, MAX_RESAMPLES)
         names = list(counting_options(family, tokenizer, allow_both=True)[0])
-        if out is not None and not overwrite and (out / "chair_summary.json").exists():
-            raise InputError(
-                "exists; pass --overwrite to replace it", out / "chair_summary.json"
-            )
+        outputs = chair_outputs(names, with_ground_truth=coco is not None)
+        if out is not None:  # every file the verb writes is checked before any input is read
+            refuse_non_folder(out)
+            for name in outputs.values():
+                refuse_existing(out / name, overwrite=overwrite)
         caps, settings = read_captions(captions, fmt)
         other = read_captions(against, fmt)[0] if against is not None else None
         truths = {name: ground_truth_for(name, ground_truth, coco, year, coco_sha256, tokenizer=tokenizer) for name in names}
         results, per_caption = chair_results(caps, settings, names, truths.__getitem__, truncate=truncate_incomplete,
                                              n_resamples=bootstrap, seed=seed, tokenizer=tokenizer)  # fmt: skip
-        for name, truth in truths.items():
-            if other is not None:
-                other_scores = score_captions(other, truth, family_named(name, tokenizer=tokenizer), truncate=truncate_incomplete)
-                results[name]["paired"] = {
-                    "against": str(against),
-                    **paired_differences(per_caption[name], other_scores, n_resamples=bootstrap, seed=seed),
-                }
-            if coco is not None and out is not None:  # built from the annotations: cached as small JSON for --ground-truth
-                truth.save(out / f"ground_truth_{name.removeprefix('chair@')}.json")
+        if other is not None:
+            results = results.with_paired({
+                name: paired_comparison(per_caption[name], score_captions(other, truth, family_named(name, tokenizer=tokenizer),
+                                                                          truncate=truncate_incomplete),
+                                        str(against), n_resamples=bootstrap, seed=seed)
+                for name, truth in truths.items()
+            })  # fmt: skip
+        summary_json = json.dumps(results.model_dump(mode="json"), indent=2, ensure_ascii=False)
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            for name, scores in per_caption.items():
-                lines = "".join(s.model_dump_json() + "\n" for s in scores)
-                write_atomic(out / f"chair_{name.removeprefix('chair@')}.jsonl", lines)
-            write_atomic(
-                out / "chair_summary.json",
-                json.dumps(results, indent=2, ensure_ascii=False) + "\n",
-            )
             from halluprobe.report.chair import chair_latex_table, chair_section
 
+            if coco is not None:  # built from the annotations: cached as small JSON for --ground-truth
+                for name, truth in truths.items():
+                    truth.save(out / outputs[f"ground_truth:{name}"])
+            for name, scores in per_caption.items():
+                write_atomic(out / outputs[f"captions:{name}"], caption_lines(scores))
+            write_atomic(out / outputs["summary"], summary_json + "\n")
             source = caption_source(captions)
-            bootstrap_settings = {"resamples": bootstrap, "seed": seed}
-            write_atomic(out / "chair_report.md", chair_section(results, per_caption, source, bootstrap=bootstrap_settings))
-            write_atomic(out / "chair_table.tex", chair_latex_table(results, source, bootstrap=bootstrap_settings))
+            used = bootstrap_settings(bootstrap, seed)
+            write_atomic(out / outputs["report"], chair_section(results, per_caption, source, bootstrap=used))
+            write_atomic(out / outputs["table"], chair_latex_table(results, source, bootstrap=used))
     if as_json:
-        typer.echo(json.dumps(results, indent=2, ensure_ascii=False))
+        typer.echo(summary_json)
         return
-    for name, entry in results.items():
-        s = entry["summary"]
-        cells = [f"{m} {format_ratio(s[m], s['ci'].get(m), digits=1, ci_digits=1, scale=100 if m != 'length' else 1, missing='n/a')}"
+    for name, entry in results.families.items():
+        s = entry.summary
+        cells = [f"{m} {format_ratio(s.value(m), getattr(s.ci, m), digits=1, ci_digits=1, scale=100 if m != 'length' else 1, missing='n/a')}"
                  for m in ("chair_s", "chair_i", "recall", "length")]  # fmt: skip
-        typer.echo(f"{name}: n={s['n']} " + "  ".join(cells))
-        for metric, d in entry.get("paired", {}).items():
-            if isinstance(d, dict) and d.get("diff") is not None:
+        typer.echo(f"{name}: n={s.n} " + "  ".join(cells))
+        for metric, d in entry.paired.metrics().items() if entry.paired is not None else ():
+            if d.diff is not None:
                 scale = 1 if metric == "length" else 100
-                typer.echo(
-                    f"  {metric} - against: {format_ratio(d['diff'], d['ci'], digits=1, ci_digits=1, scale=scale)}"
-                )
-    gt = results[names[0]]["summary"]["settings"]["ground_truth"]
-    typer.echo(f"ground truth: {gt['source']}{' ' + gt['year'] if gt.get('year') else ''}; prompt: {settings.get('prompt')}; "
-               f"max_new_tokens: {settings.get('max_new_tokens')}; truncate_incomplete: {truncate_incomplete}")  # fmt: skip
+                typer.echo(f"  {metric} - against: {format_ratio(d.diff, d.ci, digits=1, ci_digits=1, scale=scale)}")
+    gt = results.families[names[0]].summary.settings.ground_truth
+    typer.echo(f"ground truth: {gt.source if gt else None}{' ' + gt.year if gt and gt.year else ''}; prompt: {settings.prompt}; "
+               f"max_new_tokens: {settings.max_new_tokens}; truncate_incomplete: {truncate_incomplete}")  # fmt: skip
     if out is not None:
         typer.echo(
             f"{out}: chair_summary.json, chair_report.md, chair_table.tex, "
             + ", ".join(f"chair_{n.removeprefix('chair@')}.jsonl" for n in names)
         )
+
+
+def chair_outputs(families: list[str], *, with_ground_truth: bool) -> dict[str, str]:
+    """Every file ``chair --out`` writes, by role: checked all together before any is written."""
+    short = [name.removeprefix("chair@") for name in families]
+    return {
+        "summary": "chair_summary.json", "report": "chair_report.md", "table": "chair_table.tex",
+        **{f"captions:{name}": f"chair_{s}.jsonl" for name, s in zip(families, short)},
+        **({f"ground_truth:{name}": f"ground_truth_{s}.json" for name, s in zip(families, short)} if with_ground_truth else {}),
+    }  # fmt: skip

@@ -13,9 +13,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.length import chair_by_equal_count_groups
+from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings, ChairSummary
 from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import marked_comment
+from halluprobe.records_audit import BootstrapSettings
 from halluprobe.tables import Cell, Grid, latex_escape
 
 __all__ = [
@@ -55,9 +58,16 @@ def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]
     return marked_comment(CHAIR_PROVENANCE_MARK, provenance, syntax)
 
 
-def _cell(summary: Mapping[str, Any], metric: str, scale: int) -> Cell:
+def _provenance(results: ChairResults, source: Mapping[str, Any], bootstrap: BootstrapSettings | None) -> dict[str, Any]:
+    """:func:`chair_provenance` of typed results: it reads the results' JSON and the bootstrap's
+    (resamples, seed), the comment's own shape."""
+    shape = None if bootstrap is None else {"resamples": bootstrap.n_resamples, "seed": bootstrap.seed}
+    return chair_provenance(results.model_dump(mode="json"), source, shape)
+
+
+def _cell(summary: ChairSummary, metric: str, scale: int) -> Cell:
     """A metric as written (one decimal, scaled) and the scaled numbers it shows, for ``check``."""
-    value, ci = summary[metric], summary["ci"].get(metric)
+    value, ci = summary.value(metric), getattr(summary.ci, metric)
     text = format_ratio(value, ci, digits=1, ci_digits=1, scale=scale, missing="n/a")
     if value is None:
         return Cell(text, (None,))
@@ -67,17 +77,17 @@ def _cell(summary: Mapping[str, Any], metric: str, scale: int) -> Cell:
 _LATEX_HEADER = ("Family", "$n$", "CHAIR$_s$", "CHAIR$_i$", "Recall", "Len")
 
 
-def chair_grid(results: Mapping[str, Any], style: Literal["markdown", "latex"] = "markdown") -> Grid:
+def chair_grid(results: ChairResults, style: Literal["markdown", "latex"] = "markdown") -> Grid:
     """The families-side-by-side table: one row per family, n and each metric with its CI."""
     header = _LATEX_HEADER if style == "latex" else ("family", "n", *(label for _, label, _ in _METRICS))
     rows = tuple(
-        (Cell(f), Cell(str(r["summary"]["n"]), (r["summary"]["n"],)), *(_cell(r["summary"], m, s) for m, _, s in _METRICS))
-        for f, r in results.items()
+        (Cell(f), Cell(str(r.summary.n), (r.summary.n,)), *(_cell(r.summary, m, s) for m, _, s in _METRICS))
+        for f, r in results.families.items()
     )
     return Grid(header, rows)
 
 
-def hallucinated_objects(scores: Sequence[Any], top: int = 10) -> list[tuple[str, int, int]]:
+def hallucinated_objects(scores: Sequence[CaptionScore], top: int = 10) -> list[tuple[str, int, int]]:
     """(category, captions hallucinating it, mentions) for the most often hallucinated."""
     captions: Counter[str] = Counter()
     mentions: Counter[str] = Counter()
@@ -88,26 +98,27 @@ def hallucinated_objects(scores: Sequence[Any], top: int = 10) -> list[tuple[str
 
 
 def chair_section(
-    results: Mapping[str, Any],
-    scores: Mapping[str, Sequence[Any]],
+    results: ChairResults,
+    scores: Mapping[str, Sequence[CaptionScore]],
     source: Mapping[str, Any],
     *,
-    bootstrap: Mapping[str, int] | None = None,
+    bootstrap: BootstrapSettings | None = None,
     title: str = "CHAIR",
 ) -> str:
     """The Markdown section: families side by side, top hallucinated objects, CHAIR by length."""
-    lines = [f"## {title}", "", _comment(chair_provenance(results, source, bootstrap), "markdown")]
+    lines = [f"## {title}", "", _comment(_provenance(results, source, bootstrap), "markdown")]
     grid = chair_grid(results)
     lines += markdown_table(list(grid.header), [[c.text for c in row] for row in grid.rows])
-    first = next(iter(results.values()))["summary"]["settings"]
-    gt = first["ground_truth"]
-    lines += ["", f"Ground truth: {gt['source']}{' ' + str(gt['year']) if gt.get('year') else ''}; prompt: {first.get('prompt')!s}; "
-              f"max_new_tokens: {first.get('max_new_tokens')}; truncate_incomplete: {first.get('truncate_incomplete')}"
+    first = results.first.settings
+    gt = first.ground_truth
+    year = f" {gt.year}" if gt is not None and gt.year else ""
+    lines += ["", f"Ground truth: {gt.source if gt is not None else None}{year}; prompt: {first.prompt!s}; "
+              f"max_new_tokens: {first.max_new_tokens}; truncate_incomplete: {first.truncate_incomplete}"
               f"{_tokenizer_note(first)}. CHAIR_s, CHAIR_i, Recall in %, Len in words per caption; 95% image-bootstrap CIs.", ""]  # fmt: skip
     lines += ["### Objects most often hallucinated", ""]
     top = {f: hallucinated_objects(s) for f, s in scores.items()}
     depth = max((len(v) for v in top.values()), default=0)
-    lines += markdown_table(["rank", *results], [[k + 1, *(f"{v[k][0]} ({v[k][1]} captions)" if k < len(v) else "" for v in top.values())] for k in range(depth)])
+    lines += markdown_table(["rank", *results.families], [[k + 1, *(f"{v[k][0]} ({v[k][1]} captions)" if k < len(v) else "" for v in top.values())] for k in range(depth)])
     lines += ["", "### CHAIR against caption length", ""]
     binned = {f: chair_by_equal_count_groups(s) for f, s in scores.items()}
     rows = []
@@ -119,16 +130,16 @@ def chair_section(
     return "\n".join(lines) + "\n"
 
 
-def _tokenizer_note(settings: Mapping[str, Any]) -> str:
+def _tokenizer_note(settings: ChairSettings) -> str:
     """``; tokenizer: line`` where the captions were not split by punkt (punkt's text is unchanged)."""
-    tokenizer = settings.get("tokenizer", "punkt")
+    tokenizer = settings.tokenizer or "punkt"
     return "" if tokenizer == "punkt" else f"; tokenizer: {tokenizer} (words split without punkt's sentence split)"
 
 
-def chair_latex_table(results: Mapping[str, Any], source: Mapping[str, Any], *, bootstrap: Mapping[str, int] | None = None) -> str:
+def chair_latex_table(results: ChairResults, source: Mapping[str, Any], *, bootstrap: BootstrapSettings | None = None) -> str:
     """The families-side-by-side table in booktabs LaTeX, its provenance comment above it."""
     body = [
-        _comment(chair_provenance(results, source, bootstrap), "latex"),
+        _comment(_provenance(results, source, bootstrap), "latex"),
         r"\begin{tabular}{lrrrrr}", r"\toprule",
         " & ".join(_LATEX_HEADER) + " \\\\", r"\midrule",
     ]  # fmt: skip

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from halluprobe.captions.chair.scoring import CaptionScore
+from halluprobe.audit.table import bootstrap_settings
+from halluprobe.captions.chair.evaluate import ChairResults
+from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings
 from halluprobe.files import write_atomic
 from halluprobe.captions.chair.length import chair_by_equal_count_groups
+from halluprobe.records_audit import BootstrapSettings
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects
 from halluprobe.report.decoding_section import ChairCounting, decoding_section
 from halluprobe.tables import Grid
@@ -42,7 +45,7 @@ class ChairRunView:
     index: int
     label: str
     path: str
-    results: dict[str, Any]
+    results: ChairResults
     scores: dict[str, list[CaptionScore]]
     source: dict[str, Any]
     grid: Grid
@@ -51,8 +54,8 @@ class ChairRunView:
     figure: str | None = None
 
     @property
-    def settings(self) -> dict[str, Any]:
-        return dict(next(iter(self.results.values()))["summary"]["settings"])
+    def settings(self) -> ChairSettings:
+        return self.results.first.settings
 
 
 def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int, counting: ChairCounting | None = None) -> ChairRunView:
@@ -68,7 +71,7 @@ def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int, count
         refuse_unknown_images(captions, truth, OPEN_ENDED_HINT if counting.ground_truth is None else _GIVEN_TRUTH_HINT)
     results, scores = chair_results(captions, settings, list(truths), truths.__getitem__, n_resamples=n_resamples, seed=seed,
                                     tokenizer=counting.tokenizer)  # fmt: skip
-    model = settings.get("model")
+    model = settings.model
     model = str(model) if model and model != "unknown" else Path(path).resolve().name  # an imported caption file names no model
     return ChairRunView(
         index=index, label=Path(model).name or model, path=str(path), results=results, scores=scores,
@@ -100,7 +103,7 @@ def chair_length_plot(bins: Mapping[str, Sequence[Mapping[str, Any]]], *, width:
         return svg(fig, "CHAIR against caption length")
 
 
-def _markdown(runs: Sequence[ChairRunView], html_name: str, bootstrap: Mapping[str, int]) -> str:
+def _markdown(runs: Sequence[ChairRunView], html_name: str, bootstrap: BootstrapSettings) -> str:
     multi = len(runs) > 1
     title = f"{len(runs)} runs on CHAIR" if multi else f"CHAIR of {runs[0].label}"
     lines = [f"# halluprobe report: {title}", "", f"The figures are in [{html_name}]({html_name}).", ""]
@@ -126,7 +129,7 @@ def render_chair_report(
     from halluprobe.report import stylesheet
 
     out_html = Path(out_html)
-    bootstrap = {"resamples": n_resamples, "seed": seed}
+    bootstrap = bootstrap_settings(n_resamples, seed)
     counting = counting or ChairCounting()
     runs = [chair_run_view(k, Path(p), n_resamples=n_resamples, seed=seed, counting=counting) for k, p in enumerate(rundirs)]
     runs = [ChairRunView(**{**run.__dict__, "figure": chair_length_plot(run.bins)}) for run in runs]

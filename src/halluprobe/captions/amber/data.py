@@ -12,15 +12,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, Field, StrictInt, ValidationError
+
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
-from halluprobe.records import Question
+from halluprobe.records import FrozenRecord, Question
 from halluprobe.rundir import sha256_file
 
 __all__ = [
     "AMBER_COMMIT",
     "AMBER_PINS",
     "DIMENSIONS",
+    "AmberAnnotation",
+    "AmberQuery",
     "amber_generative_questions",
     "amber_questions",
     "dimension_of",
@@ -51,6 +55,29 @@ DIMENSIONS: dict[str, str] = {
 }
 
 
+class AmberAnnotation(FrozenRecord):
+    """One record of AMBER's ``annotations.json``: its type and truth (``yes``/``no`` for a
+    discriminative query; for a generative one the objects there, and ``hallu`` those a caption
+    may invent). Keys AMBER adds beyond these are not read."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: StrictInt
+    type: str
+    truth: str | list[str]
+    hallu: list[str] = Field(default_factory=list)
+
+
+class AmberQuery(FrozenRecord):
+    """One query of AMBER's ``query_*.json``: the annotation id, the image file and the question."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: Any  # checked against the annotations where it is used (an id out of range names the query)
+    image: str
+    query: str
+
+
 def dimension_of(amber_type: str) -> str:
     return DIMENSIONS[amber_type]
 
@@ -68,52 +95,62 @@ def _pinned_json(path: Path, pin: str | None, check: bool) -> Any:
         raise InputError(f"not a JSON file: {err}", path) from None
 
 
-def read_amber_annotations(path: Path, *, check_sha256: bool = True) -> list[dict[str, Any]]:
+def read_amber_annotations(path: Path, *, check_sha256: bool = True) -> list[AmberAnnotation]:
     """AMBER's annotations; record ``k`` must have ``id`` ``k + 1`` (AMBER indexes ``id - 1``)."""
     data = _pinned_json(path, AMBER_PINS["data/annotations.json"], check_sha256)
     if not isinstance(data, list):
         raise InputError("expected AMBER's annotations: a JSON array", path)
+    records: list[AmberAnnotation] = []
     for k, rec in enumerate(data):
-        if not isinstance(rec, dict) or rec.get("id") != k + 1 or "type" not in rec or "truth" not in rec:
+        try:
+            record = AmberAnnotation.model_validate(rec)
+        except ValidationError:
+            record = None
+        if record is None or record.id != k + 1:
             raise InputError(f"record {k}: expected {{'id': {k + 1}, 'type', 'truth', ...}}", path)
-    return data
+        records.append(record)
+    return records
 
 
-def read_amber_queries(path: Path, *, check_sha256: bool = True) -> list[dict[str, Any]]:
+def read_amber_queries(path: Path, *, check_sha256: bool = True) -> list[AmberQuery]:
     pin = next((sha for name, sha in AMBER_PINS.items() if name.endswith("/" + path.name)), None)
     data = _pinned_json(path, pin, check_sha256)
-    if not isinstance(data, list) or not all(isinstance(q, dict) and {"id", "image", "query"} <= set(q) for q in data):
-        raise InputError('expected AMBER queries: a JSON array of {"id", "image", "query"}', path)
-    return data
+    shape = 'expected AMBER queries: a JSON array of {"id", "image", "query"}'
+    if not isinstance(data, list):
+        raise InputError(shape, path)
+    try:
+        return [AmberQuery.model_validate(q) for q in data]
+    except ValidationError:
+        raise InputError(shape, path) from None
 
 
-def amber_questions(annotations: list[dict[str, Any]], queries: list[dict[str, Any]], source: Path | None = None) -> dict[str, list[Question]]:
+def amber_questions(annotations: list[AmberAnnotation], queries: list[AmberQuery], source: Path | None = None) -> dict[str, list[Question]]:
     """The discriminative queries as yes/no questions, by split (existence, attribute-state,
     attribute-number, attribute-action, relation); question_id = AMBER's id."""
     out: dict[str, list[Question]] = {}
     for q in queries:
-        qid = q["id"]
-        if not isinstance(qid, int) or not 1 <= qid <= len(annotations):
+        qid = q.id
+        if isinstance(qid, bool) or not isinstance(qid, int) or not 1 <= qid <= len(annotations):
             raise InputError(f"query id {qid!r} is not an AMBER annotation id", source)
         ann = annotations[qid - 1]
-        if ann["type"] not in DIMENSIONS:
+        if ann.type not in DIMENSIONS:
             continue  # a generative query: captioned, not asked yes/no
-        if ann["truth"] not in ("yes", "no"):
-            raise InputError(f"query {qid}: truth {ann['truth']!r} is not yes/no", source)
-        split = DIMENSIONS[ann["type"]]
+        if ann.truth not in ("yes", "no"):
+            raise InputError(f"query {qid}: truth {ann.truth!r} is not yes/no", source)
+        split = DIMENSIONS[ann.type]
         out.setdefault(split, []).append(
-            Question(split=split, question_id=qid, image=q["image"], text=q["query"], label=ann["truth"], metadata={"amber_type": ann["type"]})
+            Question(split=split, question_id=qid, image=q.image, text=q.query, label=ann.truth, metadata={"amber_type": ann.type})
         )
     return out
 
 
-def amber_generative_questions(annotations: list[dict[str, Any]], queries: list[dict[str, Any]], source: Path | None = None) -> list[Question]:
+def amber_generative_questions(annotations: list[AmberAnnotation], queries: list[AmberQuery], source: Path | None = None) -> list[Question]:
     """The generative queries as open questions (split ``generative``; question_id = AMBER's id)
     for ``run --open-ended``."""
     out = []
     for q in queries:
-        qid = q["id"]
-        if not isinstance(qid, int) or not 1 <= qid <= len(annotations) or annotations[qid - 1]["type"] != "generative":
+        qid = q.id
+        if isinstance(qid, bool) or not isinstance(qid, int) or not 1 <= qid <= len(annotations) or annotations[qid - 1].type != "generative":
             raise InputError(f"query id {qid!r} is not a generative AMBER annotation", source)
-        out.append(Question(split="generative", question_id=qid, image=q["image"], text=q["query"], label="yes", kind="open"))
+        out.append(Question(split="generative", question_id=qid, image=q.image, text=q.query, label="yes", kind="open"))
     return out

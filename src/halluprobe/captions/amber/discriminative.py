@@ -17,7 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["AMBER_GROUPS", "amber_discriminative_numbers"]
+from pydantic import ConfigDict, Field
+
+from halluprobe.records import FrozenRecord
+
+__all__ = ["AMBER_GROUPS", "AmberDimension", "AmberDiscriminative", "AmberDiscriminativeResult", "amber_discriminative_numbers"]
 
 # dimension -> the AMBER types it pools
 AMBER_GROUPS: dict[str, tuple[str, ...]] = {
@@ -33,10 +37,45 @@ AMBER_GROUPS: dict[str, tuple[str, ...]] = {
 _START = 0.001  # every *_num of data/metrics.txt
 
 
-def amber_discriminative_numbers(rows: Iterable[tuple[str, str, str]]) -> dict[str, dict[str, float]]:
+class AmberDimension(FrozenRecord):
+    """AMBER's numbers of one dimension, written under AMBER's own names (``Accuracy``, ...)."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    accuracy: float = Field(alias="Accuracy")
+    precision: float = Field(alias="Precision")
+    recall: float = Field(alias="Recall")
+    f1: float = Field(alias="F1")
+    n: int
+
+
+class AmberDiscriminative(FrozenRecord):
+    """AMBER's discriminative numbers per dimension, in ``inference.py``'s order."""
+
+    overall: AmberDimension
+    existence: AmberDimension
+    attribute: AmberDimension
+    state: AmberDimension
+    number: AmberDimension
+    action: AmberDimension
+    relation: AmberDimension
+
+    def dimensions(self) -> dict[str, AmberDimension]:
+        return {name: getattr(self, name) for name in AMBER_GROUPS}
+
+
+class AmberDiscriminativeResult(FrozenRecord):
+    """What ``amber score --json`` prints: the compatibility mode, AMBER's commit and the numbers."""
+
+    compat: str = "amber"
+    commit: str = "5e1fd52f8ea6"
+    numbers: AmberDiscriminative
+
+
+def amber_discriminative_numbers(rows: Iterable[tuple[str, str, str]]) -> AmberDiscriminative:
     """(AMBER type, truth, response) rows -> AMBER's Accuracy/Precision/Recall/F1 per dimension."""
     rows = list(rows)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, AmberDimension] = {}
     for dimension, types in AMBER_GROUPS.items():
         picked = [(truth, response) for t, truth, response in rows if t in types]
         correct = sum((truth == "yes" and r == "Yes") or (truth == "no" and r == "No") for truth, r in picked)
@@ -49,5 +88,5 @@ def amber_discriminative_numbers(rows: Iterable[tuple[str, str, str]]) -> dict[s
         recall = round(correct_no / (truth_no + start) * 100, 1)
         eps = 0.001 if dimension == "existence" else 0.0001
         f1 = round(2 * (precision / 100) * (recall / 100) / ((precision / 100) + (recall / 100) + eps) * 100, 1)
-        out[dimension] = {"Accuracy": accuracy, "Precision": precision, "Recall": recall, "F1": f1, "n": len(picked)}
-    return out
+        out[dimension] = AmberDimension(accuracy=accuracy, precision=precision, recall=recall, f1=f1, n=len(picked))
+    return AmberDiscriminative(**out)

@@ -19,13 +19,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from pydantic import ConfigDict, Field
+
+from halluprobe.captions.amber.data import AmberAnnotation
 from halluprobe.captions.chair.families import TextTools
 from halluprobe.errors import RuntimeFailure
+from halluprobe.records import FrozenRecord
 
-__all__ = ["AMBER_SPACY_MODEL", "AmberCaptionResult", "Similarity", "SpacySimilarity", "amber_generative", "amber_nouns"]
+__all__ = [
+    "AMBER_SPACY_MODEL", "AmberCaptionResult", "AmberGenerative", "AmberGenerativeNumbers", "AmberGenerativeSettings", "Similarity",
+    "SpacySimilarity", "amber_generative", "amber_nouns",
+]  # fmt: skip
 
 AMBER_SPACY_MODEL = "en_core_web_lg"
 _START = 0.001
@@ -58,13 +64,45 @@ class SpacySimilarity:
         return bool(self._similar(a, b))
 
 
-@dataclass(frozen=True)
-class AmberCaptionResult:
+class AmberCaptionResult(FrozenRecord):
+    """One caption as AMBER reads it."""
+
     question_id: int
     nouns: tuple[str, ...]  # the association-table nouns read
     hallucinated: tuple[str, ...]
     truth_covered: tuple[int, ...]  # the mark list AMBER sums for Cover
     hallu_covered: tuple[int, ...]  # the mark list AMBER sums for Cog
+
+
+class AmberGenerativeNumbers(FrozenRecord):
+    """AMBER's generative numbers, written under AMBER's names (``CHAIR``, ``Cover``, ...)."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    chair: float = Field(alias="CHAIR")
+    cover: float = Field(alias="Cover")
+    hal: float = Field(alias="Hal")
+    cog: float = Field(alias="Cog")
+    n: int
+
+
+class AmberGenerativeSettings(FrozenRecord):
+    """What the numbers were computed with: AMBER's commit, the similarity model, the NLTK tools, the run."""
+
+    commit: str
+    similarity: str
+    tools: str
+    run: str
+    max_new_tokens: int
+
+
+class AmberGenerative(FrozenRecord):
+    """``amber generative``'s result: the numbers, the settings and (in ``amber_generative.json``,
+    not ``--json``) each caption's reading."""
+
+    numbers: AmberGenerativeNumbers
+    settings: AmberGenerativeSettings
+    captions: tuple[AmberCaptionResult, ...] = ()
 
 
 def amber_nouns(text: str, tools: TextTools) -> list[str]:
@@ -90,12 +128,13 @@ def _expand(objects: Sequence[str], association: dict[str, list[str]]) -> tuple[
     return words + list(objects), marks + [0] * len(objects)
 
 
-def score_caption(question_id: int, text: str, record: dict[str, Any], association: dict[str, list[str]],
+def score_caption(question_id: int, text: str, record: AmberAnnotation, association: dict[str, list[str]],
                   vocabulary: set[str], safe: set[str], tools: TextTools, similarity: Similarity) -> AmberCaptionResult:  # fmt: skip
+    truth = list(record.truth) if isinstance(record.truth, list) else [record.truth]
     nouns = [n for n in amber_nouns(text, tools) if n in vocabulary]
-    safe_words, safe_marks = _expand(record["truth"], association)
-    ha_words, ha_marks = _expand(record["hallu"], association)
-    safe_len, ha_len = len(record["truth"]), len(record["hallu"])
+    safe_words, safe_marks = _expand(truth, association)
+    ha_words, ha_marks = _expand(record.hallu, association)
+    safe_len, ha_len = len(truth), len(record.hallu)
     flags = [0] * len(nouns)
     for idx, noun in enumerate(nouns):
         if noun in safe:
@@ -125,12 +164,12 @@ def score_caption(question_id: int, text: str, record: dict[str, Any], associati
 
 def amber_generative(
     captions: Sequence[tuple[int, str]],
-    annotations: list[dict[str, Any]],
+    annotations: Sequence[AmberAnnotation],
     association: dict[str, list[str]],
     safe_words: Sequence[str],
     tools: TextTools,
     similarity: Similarity,
-) -> tuple[dict[str, float], list[AmberCaptionResult]]:
+) -> tuple[AmberGenerativeNumbers, list[AmberCaptionResult]]:
     """(AMBER's CHAIR/Cover/Hal/Cog, per caption) of (AMBER id, caption) pairs."""
     vocabulary = set(association) | {w for words in association.values() for w in words}
     safe = set(safe_words)
@@ -142,11 +181,11 @@ def amber_generative(
     cog = sum(sum(r.hallu_covered) for r in results)
     cog_n = sum(len(r.hallu_covered) for r in results)
     clean = sum(not r.hallucinated for r in results)
-    numbers = {
-        "CHAIR": round(hallucinated / (nouns + _START) * 100, 1),
-        "Cover": round(covered / (cover_n + _START) * 100, 1),
-        "Hal": round(100 - clean / (len(results) + _START) * 100, 1),
-        "Cog": round(cog / (cog_n + _START) * 100, 1),
-        "n": len(results),
-    }
+    numbers = AmberGenerativeNumbers(
+        chair=round(hallucinated / (nouns + _START) * 100, 1),
+        cover=round(covered / (cover_n + _START) * 100, 1),
+        hal=round(100 - clean / (len(results) + _START) * 100, 1),
+        cog=round(cog / (cog_n + _START) * 100, 1),
+        n=len(results),
+    )
     return numbers, results

@@ -4,20 +4,74 @@ three cannot drift apart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from halluprobe.captions.chair.families import family_named
 from halluprobe.captions.chair.groundtruth import GroundTruth
-from halluprobe.captions.chair.scoring import Caption, CaptionScore, score_captions, summarize
+from halluprobe.captions.chair.scoring import (
+    Caption,
+    CaptionScore,
+    ChairPaired,
+    ChairSettings,
+    ChairSummary,
+    score_captions,
+    summarize,
+)
 from halluprobe.errors import InputError
+from halluprobe.records import FrozenRecord
 
-__all__ = ["chair_results", "refuse_unknown_images"]
+__all__ = ["ChairFamilyResult", "ChairResults", "chair_results", "refuse_unknown_images"]
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+class ChairFamilyResult(FrozenRecord):
+    """One family's result: the summary, and with ``--against`` the paired comparison."""
+
+    summary: ChairSummary
+    paired: ChairPaired | None = Field(default=None, exclude_if=_is_none)  # absent from the JSON without --against
+
+
+class ChairResults(FrozenRecord):
+    """Family name -> its result, in the order the families were asked. Written as that mapping
+    (``chair_summary.json``, ``chair --json``), as every earlier version wrote it."""
+
+    families: dict[str, ChairFamilyResult]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_mapping(cls, value: Any) -> Any:
+        # chair_summary.json holds the mapping itself
+        return value if isinstance(value, Mapping) and set(value) == {"families"} else {"families": value}
+
+    @model_serializer(mode="wrap")
+    def _as_mapping(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return handler(self)["families"]
+
+    @property
+    def first(self) -> ChairSummary:
+        """The first family's summary (the settings every family shares but its own identity)."""
+        return next(iter(self.families.values())).summary
+
+    def with_paired(self, paired: Mapping[str, ChairPaired]) -> ChairResults:
+        """These results with ``paired[family]`` added to each family named there."""
+        return ChairResults(families={name: ChairFamilyResult(summary=r.summary, paired=paired.get(name, r.paired))
+                                      for name, r in self.families.items()})  # fmt: skip
 
 
 def chair_results(
     captions: Sequence[Caption],
-    settings: dict[str, Any],
+    settings: ChairSettings,
     families: Sequence[str],
     truth_for: Callable[[str], GroundTruth],
     *,
@@ -25,24 +79,22 @@ def chair_results(
     n_resamples: int = 1000,
     seed: int = 0,
     tokenizer: str = "punkt",
-) -> tuple[dict[str, Any], dict[str, list[CaptionScore]]]:
-    """(family -> ``{"summary": ...}``, family -> per-caption scores). ``truth_for(family)`` is
-    the ground truth each family scores against; the settings recorded with every result are
+) -> tuple[ChairResults, dict[str, list[CaptionScore]]]:
+    """(the results per family, family -> per-caption scores). ``truth_for(family)`` is the
+    ground truth each family scores against; the settings recorded with every result are
     ``settings``, the family's identity, the ground truth's description, ``truncate`` and, when
     it is not punkt's, the ``tokenizer`` (families.TOKENIZERS) that split the captions."""
-    results: dict[str, Any] = {}
+    results: dict[str, ChairFamilyResult] = {}
     per_caption: dict[str, list[CaptionScore]] = {}
     for name in families:
         family = family_named(name, tokenizer=tokenizer)
         truth = truth_for(name)
         scores = score_captions(captions, truth, family, truncate=truncate)
-        recorded = {**settings, **family.identity, "ground_truth": truth.describe(), "truncate_incomplete": truncate}
-        if family.tokenizer != "punkt":  # punkt's results (and every older one) name none: their bytes stay
-            recorded["tokenizer"] = family.tokenizer
+        recorded = settings.with_counting(family, truth.description(), truncate)
         summary = summarize(scores, name, settings=recorded, n_resamples=n_resamples, seed=seed)
-        results[name] = {"summary": summary.model_dump(mode="json")}
+        results[name] = ChairFamilyResult(summary=summary)
         per_caption[name] = scores
-    return results, per_caption
+    return ChairResults(families=results), per_caption
 
 
 def refuse_unknown_images(captions: Sequence[Caption], truth: GroundTruth, hint: str) -> None:

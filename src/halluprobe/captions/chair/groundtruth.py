@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from halluprobe.captions.chair.families import ChairFamily
 from halluprobe.captions.chair.vocabulary import vocabulary
@@ -38,7 +38,12 @@ __all__ = [
     "coco_annotation_files",
     "ground_truth_from_coco",
     "ground_truth_from_objects",
+    "ImageKey",
+    "GroundTruthDescription",
+    "caption_objects",
     "image_id_of",
+    "image_key",
+    "key_order",
     "load_ground_truth",
     "shipped_ground_truth",
 ]
@@ -48,21 +53,53 @@ COCO_ATTRIBUTION = (
     "licensed CC BY 4.0 by the COCO Consortium."
 )
 GroundTruthSource = Literal["coco", "objects", "shipped"]
+# what identifies an image: a COCO id (an integer, or a COCO file name), else its name as written
+ImageKey = int | str
+# a COCO file name: COCO_val2014_000000002239.jpg (2014) or 000000002239.jpg (2017)
+_COCO_NAME = re.compile(r"(?:COCO_[A-Za-z]+\d{4}_)?(\d{12})(?:\.[A-Za-z]+)?")
+
+
+def key_order(key: ImageKey) -> tuple[int, int, str]:
+    """Sort key for image keys: COCO ids by number, then names (the two never compare)."""
+    return (0, key, "") if isinstance(key, int) else (1, 0, key)
+
+
+class GroundTruthDescription(FrozenRecord):
+    """What a ground truth is, as every CHAIR result records it (``images``: how many)."""
+
+    source: GroundTruthSource
+    year: str | None
+    family: str
+    files: dict[str, str]
+    note: str
+    images: int
 
 
 class GroundTruth(FrozenRecord):
-    """Image id -> sorted COCO categories, and where they came from."""
+    """Image key (:data:`ImageKey`) -> sorted COCO categories, and where they came from."""
 
     family: str  # the family that read the ground-truth captions ("" for object lines)
     source: GroundTruthSource
     year: str | None = None  # COCO annotation year ("2014"/"2017") where known
     files: dict[str, str] = Field(default_factory=dict)  # input file -> sha256
     note: str = ""
-    objects: dict[int, list[str]]
+    objects: dict[ImageKey, list[str]]
+
+    @field_validator("objects", mode="before")
+    @classmethod
+    def _integer_keys(cls, value: Any) -> Any:
+        # JSON keys are strings: a saved COCO id ("2239") reads back as the integer it was
+        if isinstance(value, dict):
+            return {int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k: v for k, v in value.items()}
+        return value
+
+    def description(self) -> GroundTruthDescription:
+        return GroundTruthDescription(source=self.source, year=self.year, family=self.family, files=self.files, note=self.note,
+                                      images=len(self.objects))  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
-        return {"source": self.source, "year": self.year, "family": self.family, "files": self.files, "note": self.note,
-                "images": len(self.objects)}  # fmt: skip
+        """:meth:`description` as JSON data (what the decoding comparison records)."""
+        return self.description().model_dump(mode="json")
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
@@ -87,6 +124,23 @@ def image_id_of(
         path,
         line,
     )
+
+
+def image_key(value: object, path: str | Path | None = None, line: int | None = None) -> ImageKey:
+    """What identifies an image: a COCO id for an integer, a digit string or a COCO file name
+    (``COCO_val2014_000000002239.jpg``, ``000000002239.jpg``, in any folder); any other image by
+    its name as written (``kitchen_1.png`` and ``street_1.png`` are two images, not image 1)."""
+    if isinstance(value, bool):
+        raise InputError(f"expected an image id or file name, got {value!r}", path, line)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip():
+        text = value.strip()
+        if text.isascii() and text.isdigit():
+            return int(text)
+        coco = _COCO_NAME.fullmatch(text.replace("\\", "/").rsplit("/", 1)[-1])
+        return int(coco.group(1)) if coco else text
+    raise InputError(f"expected an image id or file name, got {value!r}", path, line)
 
 
 @dataclass(frozen=True)
@@ -151,39 +205,62 @@ def _coco(source: Path | CocoFile) -> CocoFile:
     return source if isinstance(source, CocoFile) else CocoFile(source)
 
 
+def _coco_id(ann: Any, source: CocoFile) -> int:
+    """An annotation's ``image_id``: COCO's are integers (a digit string is read as one)."""
+    value = ann["image_id"]
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"not a COCO annotation file ({source.member or source.path.name}): image_id {value!r} is not an integer",
+                         source.path)  # fmt: skip
+    return value
+
+
+def caption_objects(family: ChairFamily, text: str, path: str | Path | None, line: int | None = None) -> Any:
+    """The family's reading of one caption; NLTK's regex time guard (a caption too long or too
+    odd to tokenize) is bad input naming where the caption is."""
+    try:
+        return family.caption_objects(text)
+    except TimeoutError:
+        raise InputError(f"a caption of {len(text):,} characters could not be split into words in time (NLTK's regex time guard)",
+                         path, line) from None  # fmt: skip
+
+
 def ground_truth_from_coco(
     instances: Iterable[Path | CocoFile], captions: Iterable[Path | CocoFile], family: ChairFamily, *, year: str | None = None
 ) -> GroundTruth:
     """CHAIR's ground truth from COCO instance and caption files, as ``get_annotations`` builds it."""
     vocab = vocabulary()
-    found: dict[int, set[str]] = {}
+    found: dict[ImageKey, set[str]] = {}
     files: dict[str, str] = {}
     for source in map(_coco, instances):
         data, files[source.label] = _load_json(source)
         try:
             names = {cat["id"]: cat["name"] for cat in data["categories"]}
             for ann in data["annotations"]:
-                found.setdefault(int(ann["image_id"]), set()).add(vocab.node_of[names[ann["category_id"]]])
+                found.setdefault(_coco_id(ann, source), set()).add(vocab.node_of[names[ann["category_id"]]])
         except (KeyError, TypeError) as err:
             raise InputError(f"not a COCO instances file ({source.member or source.path.name}: missing or unknown {err})", source.path) from None
     for source in map(_coco, captions):
         data, files[source.label] = _load_json(source)
         try:
             for ann in data["annotations"]:
-                found.setdefault(int(ann["image_id"]), set()).update(family.caption_objects(ann["caption"]).objects)
+                found.setdefault(_coco_id(ann, source), set()).update(caption_objects(family, ann["caption"], source.label).objects)
         except (KeyError, TypeError) as err:
             raise InputError(f"not a COCO captions file ({source.member or source.path.name}: missing {err})", source.path) from None
     return GroundTruth(family=family.name, source="coco", year=year, files=files,
-                       objects={k: sorted(v) for k, v in sorted(found.items())})  # fmt: skip
+                       objects={k: sorted(v) for k, v in sorted(found.items(), key=lambda kv: key_order(kv[0]))})  # fmt: skip
 
 
 def ground_truth_from_objects(path: Path) -> GroundTruth:
     """Object lines ``{"image_id" or "image", "objects": [...]}``; each object a COCO category or a
-    synonym of one (read as its category)."""
+    synonym of one (read as its category). Images are keyed as :func:`image_key` says; a second
+    line for one image is refused unless it names the same objects."""
     from halluprobe.jsonl import read_records
 
     vocab = vocabulary()
-    found: dict[int, set[str]] = {}
+    found: dict[ImageKey, set[str]] = {}
+    first_line: dict[ImageKey, int] = {}
     for rec in read_records(path, "object"):
         obj, line = rec.value, rec.line
         key = "image_id" if "image_id" in obj else "image"
@@ -191,8 +268,8 @@ def ground_truth_from_objects(path: Path) -> GroundTruth:
             raise InputError(
                 'expected {"image_id" or "image", "objects": [names]}', path, line
             )
-        image_id = image_id_of(obj[key], path, line)
-        nodes = found.setdefault(image_id, set())
+        image = image_key(obj[key], path, line)
+        nodes: set[str] = set()
         for name in obj["objects"]:
             if (
                 not isinstance(name, str)
@@ -200,13 +277,18 @@ def ground_truth_from_objects(path: Path) -> GroundTruth:
                 or not name.strip()
             ):
                 raise InputError(
-                    f"image {image_id}: object {name!r} is not a COCO category or a CHAIR synonym of one",
+                    f"image {image}: object {name!r} is not a COCO category or a CHAIR synonym of one",
                     path,
                     line,
                 )
             nodes.add(vocab.node_of[name.strip().lower()])
+        if image in found and found[image] != nodes:
+            raise InputError(f"image {image} has a line already (line {first_line[image]}) with other objects: give one line per image",
+                             path, line)  # fmt: skip
+        found[image] = nodes
+        first_line.setdefault(image, line)
     return GroundTruth(family="", source="objects", files={str(path): sha256_file(path)},
-                       objects={k: sorted(v) for k, v in sorted(found.items())})  # fmt: skip
+                       objects={k: sorted(v) for k, v in sorted(found.items(), key=lambda kv: key_order(kv[0]))})  # fmt: skip
 
 
 def load_ground_truth(path: Path) -> GroundTruth:

@@ -5,16 +5,20 @@ CHAIR table names. Kept out of the CLI so the verb only parses, calls and prints
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
+
+if TYPE_CHECKING:
+    from halluprobe.captions.chair.groundtruth import GroundTruth
+    from halluprobe.captions.chair.scoring import Caption, ChairSettings
 
 __all__ = ["caption_source", "ground_truth_for", "read_captions"]
 
 
 def ground_truth_for(
     family: str, ground_truth: Path | None, coco: Path | None, year: str, coco_sha256: str | None = None, *, tokenizer: str = "punkt"
-) -> Any:
+) -> GroundTruth:
     """The ground truth named by ``--ground-truth`` or ``--coco`` (built for ``family``, COCO's
     captions split into words by ``tokenizer`` as the runs' captions are), else the shipped sets."""
     from halluprobe.captions.chair.families import family_named
@@ -37,11 +41,11 @@ def ground_truth_for(
     return shipped_ground_truth(family)
 
 
-def read_captions(path: Path, fmt: str | None) -> tuple[Any, dict[str, Any]]:
+def read_captions(path: Path, fmt: str | None) -> tuple[list[Caption], ChairSettings]:
     """The captions of a run dir, or of a caption file in ``fmt`` (OPERA's by default), and what to record of them."""
-    from halluprobe.captions.chair.groundtruth import image_id_of
+    from halluprobe.captions.chair.groundtruth import image_key
     from halluprobe.captions.chair.runs import run_captions
-    from halluprobe.captions.chair.scoring import Caption
+    from halluprobe.captions.chair.scoring import Caption, ChairSettings
 
     if path.is_dir():
         return run_captions(path)
@@ -58,17 +62,14 @@ def read_captions(path: Path, fmt: str | None) -> tuple[Any, dict[str, Any]]:
         file, _, line = c.source.rpartition(":")
         caps.append(
             Caption(
-                image_id=image_id_of(c.image, file, int(line)),
+                image_id=image_key(c.image, file, int(line)),
                 text=c.text,
                 source=c.source,
             )
         )
-    return caps, {
-        "captions": str(path),
-        "format": fmt or "opera",
-        "prompt": "unknown (caption file)",
-        "max_new_tokens": "unknown (caption file)",
-    }
+    return caps, ChairSettings(
+        captions=str(path), format=fmt or "opera", prompt="unknown (caption file)", max_new_tokens="unknown (caption file)"
+    )
 
 
 def caption_source(path: Path) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from halluprobe.captions.chair.groundtruth import image_id_of
+from halluprobe.captions.chair.groundtruth import ImageKey, image_key
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.records import Question
@@ -40,16 +40,8 @@ class ImageList:
     name: str
     source: str  # repository@commit:path, or the user's file
     sha256: str
-    ids: tuple[int, ...]
+    ids: tuple[ImageKey, ...]  # what identifies each image (groundtruth.image_key)
     images: tuple[str, ...]  # file names, in list order
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "source": self.source,
-            "sha256": self.sha256,
-            "images": len(self.ids),
-        }
 
 
 @functools.cache
@@ -84,15 +76,17 @@ def read_image_list(name_or_path: str) -> ImageList:
     from halluprobe.jsonl import read_records
     from halluprobe.rundir import sha256_file
 
-    ids: list[int] = []
+    ids: list[ImageKey] = []
     images: list[str] = []
     for rec in read_records(path, "image"):
         obj = rec.value
         if "image" in obj and isinstance(obj["image"], str):
             images.append(obj["image"])
-            ids.append(image_id_of(obj["image"], path, rec.line))
+            ids.append(image_key(obj["image"], path, rec.line))
         elif "image_id" in obj:
-            ids.append(image_id_of(obj["image_id"], path, rec.line))
+            ids.append(image_key(obj["image_id"], path, rec.line))
+            if not isinstance(ids[-1], int):
+                raise InputError(f"image_id {obj['image_id']!r} is not a COCO id: give the file name as \"image\"", path, rec.line)
             images.append(f"COCO_val2014_{ids[-1]:012d}.jpg")
         else:
             raise InputError('expected {"image_id"} or {"image"}', path, rec.line)

@@ -4,10 +4,9 @@ and the generation settings that move CHAIR, recorded with every result."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from halluprobe.captions.chair.groundtruth import image_id_of
-from halluprobe.captions.chair.scoring import Caption
+from halluprobe.captions.chair.groundtruth import image_key
+from halluprobe.captions.chair.scoring import Caption, ChairSettings
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir
@@ -33,9 +32,9 @@ def _question_file(benchmark_path: str) -> tuple[str | None, str | None]:
     return name, (text if isinstance(text, str) else None)
 
 
-def run_captions(path: Path) -> tuple[list[Caption], dict[str, Any]]:
+def run_captions(path: Path) -> tuple[list[Caption], ChairSettings]:
     """(captions, settings) of a run dir. A run of yes/no answers is refused: CHAIR reads captions.
-    Errored samples are left out and counted in ``settings["errors"]``."""
+    Errored samples are left out and counted in ``settings.errors``."""
     rundir = RunDir(path)
     header = rundir.read_header()
     if not header.open_ended:
@@ -52,27 +51,22 @@ def run_captions(path: Path) -> tuple[list[Caption], dict[str, Any]]:
             errors += 1
             continue
         prompts.add(sample.prompt)
-        captions.append(Caption(image_id=image_id_of(sample.image, rundir.samples_path, line), text=sample.text,
+        captions.append(Caption(image_id=image_key(sample.image, rundir.samples_path, line), text=sample.text,
                                 source=f"{rundir.samples_path}:{line}"))  # fmt: skip
     imported = header.backend.startswith("import:")
     files = {split: _question_file(p) for split, p in header.benchmark_paths.items()}
     questions = sorted({text for _, text in files.values() if text is not None})
-    settings = {
-        "run": str(path),
-        "model": header.model,
-        "backend": header.backend,
-        "image_list": {
-            split: files[split][0] or Path(p).name
-            for split, p in header.benchmark_paths.items()
-        },
-        "questions_sha256": dict(header.benchmarks),
+    settings = ChairSettings(
+        run=str(path),
+        model=header.model,
+        backend=header.backend,
+        image_list={split: files[split][0] or Path(p).name for split, p in header.benchmark_paths.items()},
+        questions_sha256=dict(header.benchmarks),
         # the question asked (from the question file), and the prompt the model saw
-        "prompt": (questions[0] if len(questions) == 1 else questions)
-        if questions
-        else "unknown",
-        "rendered_prompt": sorted(prompts)[0] if len(prompts) == 1 else sorted(prompts),
-        "template": header.template,
-        "max_new_tokens": "unknown (imported)" if imported else header.max_new_tokens,
-        "errors": errors,
-    }
+        prompt=(questions[0] if len(questions) == 1 else questions) if questions else "unknown",
+        rendered_prompt=sorted(prompts)[0] if len(prompts) == 1 else sorted(prompts),
+        template=header.template,
+        max_new_tokens="unknown (imported)" if imported else header.max_new_tokens,
+        errors=errors,
+    )
     return captions, settings
