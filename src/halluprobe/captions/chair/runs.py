@@ -3,12 +3,14 @@ and the generation settings that move CHAIR, recorded with every result."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from halluprobe.captions.chair.groundtruth import image_key
 from halluprobe.captions.chair.scoring import Caption, ChairSettings
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
+from halluprobe.records import Sample
 from halluprobe.rundir import RunDir
 
 __all__ = ["run_captions"]
@@ -32,6 +34,14 @@ def _question_file(benchmark_path: str) -> tuple[str | None, str | None]:
     return name, (text if isinstance(text, str) else None)
 
 
+def sample_captions(samples: Sequence[Sample], where: Path) -> list[Caption]:
+    """The captions of a run's samples (read from ``where``), each image keyed as CHAIR keys it;
+    errored samples left out. The one reading of captions from samples: `chair` and the decoding
+    comparison both go through it."""
+    return [Caption(image_id=image_key(s.image, where, line), text=s.text, source=f"{where}:{line}")
+            for line, s in enumerate(samples, start=1) if not s.error and s.text is not None]  # fmt: skip
+
+
 def run_captions(path: Path) -> tuple[list[Caption], ChairSettings]:
     """(captions, settings) of a run dir. A run of yes/no answers is refused: CHAIR reads captions.
     Errored samples are left out and counted in ``settings.errors``."""
@@ -43,16 +53,10 @@ def run_captions(path: Path) -> tuple[list[Caption], ChairSettings]:
             "run them with `halluprobe run --open-ended`, or import a caption file)",
             rundir.header_path,
         )
-    captions: list[Caption] = []
-    errors = 0
-    prompts: set[str] = set()
-    for line, sample in enumerate(rundir.read_samples(), start=1):
-        if sample.error or sample.text is None:
-            errors += 1
-            continue
-        prompts.add(sample.prompt)
-        captions.append(Caption(image_id=image_key(sample.image, rundir.samples_path, line), text=sample.text,
-                                source=f"{rundir.samples_path}:{line}"))  # fmt: skip
+    samples = rundir.read_samples()
+    captions = sample_captions(samples, rundir.samples_path)
+    errors = len(samples) - len(captions)
+    prompts = {s.prompt for s in samples if not (s.error or s.text is None)}
     imported = header.backend.startswith("import:")
     files = {split: _question_file(p) for split, p in header.benchmark_paths.items()}
     questions = sorted({text for _, text in files.values() if text is not None})

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from halluprobe.captions.chair.groundtruth import image_id_of
+from halluprobe.captions.chair.runs import sample_captions
 from halluprobe.captions.chair.scoring import Caption
 from halluprobe.captions.comparison.records import DecodingRun, SettingValue
 from halluprobe.errors import InputError
@@ -96,9 +96,7 @@ def run_captions_of(run: LoadedRun) -> list[Caption]:
     if not run.header.open_ended:
         raise InputError("a run of yes/no answers: CHAIR scores captions (build the questions with `halluprobe build chair`, "
                          "run them with `halluprobe run --open-ended`, or import a caption file)", run.rundir.header_path)  # fmt: skip
-    where = run.rundir.samples_path
-    return [Caption(image_id=image_id_of(s.image, where, line), text=s.text, source=f"{where}:{line}")
-            for line, s in enumerate(run.samples, start=1) if not s.error and s.text is not None]  # fmt: skip
+    return sample_captions(run.samples, run.rundir.samples_path)
 
 
 def refuse_other_questions(baseline: LoadedRun, others: Sequence[LoadedRun]) -> None:

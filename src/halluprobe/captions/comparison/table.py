@@ -162,7 +162,7 @@ def _run_chair(run: DecodingRun, scores: Sequence[CaptionScore], base: Sequence[
     extra_ci = {name: cluster_bootstrap(order, stat, n_resamples=n_resamples, seed=seed) if n_resamples else None
                 for name, stat in _extras(scores, base, bounds).items()}  # fmt: skip
     return RunChair(name=run.name, role=run.role, family=summary.family, n=summary.n, chair_s=summary.chair_s, chair_i=summary.chair_i,
-                    recall=summary.recall, length=summary.length, ci=ChairIntervals(**summary.ci, **extra_ci), **extras)  # fmt: skip
+                    recall=summary.recall, length=summary.length, ci=ChairIntervals(**summary.ci.model_dump(), **extra_ci), **extras)  # fmt: skip
 
 
 def _chair_part(runs: ComparisonRuns, family: Any, truth: Any, truncate: bool, n_resamples: int, seed: int) -> ChairComparison:
