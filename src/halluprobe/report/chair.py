@@ -14,21 +14,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from halluprobe.formatting import format_ratio, markdown_table
-from halluprobe.provenance import marked_comment
+from halluprobe.provenance import ChairProvenance, marked_comment
 from halluprobe.tables import Cell, Grid, latex_escape
 
 __all__ = [
-    "CHAIR_PROVENANCE_MARK", "chair_grid", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects",
+    "chair_grid", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects",
     "length_bins",
 ]  # fmt: skip
 
-CHAIR_PROVENANCE_MARK = "halluprobe-chair-provenance"
 _METRICS = (("chair_s", "CHAIR_s", 100), ("chair_i", "CHAIR_i", 100), ("recall", "Recall", 100), ("length", "Len", 1))
 
 
 def chair_provenance(
     results: Mapping[str, Any], source: Mapping[str, Any], bootstrap: Mapping[str, int] | None = None
-) -> dict[str, Any]:
+) -> ChairProvenance:
     """What the table was computed from: ``source`` (the run: path, fingerprint, samples sha256;
     or a caption file: path, sha256, format), per family the ground truth and the options
     recorded with the result, and the ``bootstrap`` (resamples, seed) of its CIs."""
@@ -38,21 +37,21 @@ def chair_provenance(
     described = dict(source)
     if "captions" in described and first.get("format"):
         described["format"] = first["format"]
-    provenance = {
+    optional: dict[str, Any] = {}  # keys an older table never had stay out of the comment
+    if bootstrap is not None:
+        optional["bootstrap"] = {"resamples": bootstrap["resamples"], "seed": bootstrap["seed"]}
+    if first.get("tokenizer", "punkt") != "punkt":  # punkt's tables (and every older one) name none
+        optional["tokenizer"] = first["tokenizer"]
+    return ChairProvenance.model_validate({
         "table": "chair", "source": described, "families": list(results),
         "ground_truth": {f: r["summary"]["settings"]["ground_truth"] for f, r in results.items()},
         "truncate_incomplete": first.get("truncate_incomplete"), "prompt": first.get("prompt"),
-        "max_new_tokens": first.get("max_new_tokens"), "halluprobe": __version__,
-    }  # fmt: skip
-    if bootstrap is not None:
-        provenance["bootstrap"] = {"resamples": bootstrap["resamples"], "seed": bootstrap["seed"]}
-    if first.get("tokenizer", "punkt") != "punkt":  # punkt's tables (and every older one) name none
-        provenance["tokenizer"] = first["tokenizer"]
-    return provenance
+        "max_new_tokens": first.get("max_new_tokens"), "halluprobe": __version__, **optional,
+    })  # fmt: skip
 
 
-def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
-    return marked_comment(CHAIR_PROVENANCE_MARK, provenance, syntax)
+def _comment(provenance: ChairProvenance, syntax: Literal["markdown", "latex"]) -> str:
+    return marked_comment(provenance, syntax)
 
 
 def _cell(summary: Mapping[str, Any], metric: str, scale: int) -> Cell:
