@@ -189,9 +189,9 @@ def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path
     result = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
                                            ground_truth=load_ground_truth(write_truth(tmp_path)), n_resamples=0)  # fmt: skip
     assert result["chair"]["paired"][0]["sampling_matches"] is False
-    from halluprobe.captions.comparison.render import decoding_markdown
+    from halluprobe.captions.comparison.render import decoding_markdown, decoding_provenance
 
-    assert "| vcd | sampled (other sampling) |" in decoding_markdown(result, {"table": "decoding"})
+    assert "| vcd | sampled (other sampling) |" in decoding_markdown(result, decoding_provenance(result))
     temperatures["vcd"] = 1.0
     again = decoding_table.decoding_table(greedy, [method], sampled_baseline=sampled, family=family_named("lemmatizer"),
                                           ground_truth=load_ground_truth(write_truth(tmp_path)), n_resamples=0)  # fmt: skip

@@ -150,7 +150,7 @@ class ChairProvenance(_AsWritten):
     ground_truth: dict[str, dict[str, Any]]  # family -> GroundTruth.describe()
     truncate_incomplete: bool | None = None
     prompt: str | None = None
-    max_new_tokens: int | None = None
+    max_new_tokens: int | str | None = None  # an imported run: "unknown (imported)"
     halluprobe: str | None = None
     bootstrap: BootstrapSettings | None = None  # absent in tables written before it was recorded
     tokenizer: str | None = None  # absent: punkt's
@@ -309,16 +309,16 @@ def read_marked(line: str, path: str | Path, number: int, marks: Collection[str]
 def read_payload(mark: str, payload: str, path: str | Path, number: int) -> AnyProvenance:
     """The record of a comment's payload under ``mark`` (JSON; ``key=value`` pairs for the
     literature mark). Without a ``table`` key, the mark decides the kind."""
-    bad = f"malformed {_LABELS[mark]}provenance comment"
+    label = f"{_LABELS[mark]}provenance comment"
+    bad = f"malformed {label}"
     if mark == LITERATURE_PROVENANCE_MARK and not payload.lstrip().startswith("{"):
         data: Any = dict(pair.partition("=")[::2] for pair in payload.split(", ") if pair)
     else:
         try:
             data = loads(payload)
-        except json.JSONDecodeError as err:
-            raise InputError(f"{bad}: {err.msg} at column {err.colno}", path, number) from None
-        except (ValueError, RecursionError) as err:  # an integer past Python's digit limit; nesting too deep
-            raise InputError(f"{bad}: {str(err) or type(err).__name__}", path, number) from None
+        except (json.JSONDecodeError, ValueError, RecursionError) as err:  # ValueError: past the digit limit; nesting too deep
+            why = f"{err.msg} at column {err.colno}" if isinstance(err, json.JSONDecodeError) else str(err) or type(err).__name__
+            raise InputError(f"{bad if mark == PROVENANCE_MARK else label + ' is not JSON'}: {why}", path, number) from None
     if not isinstance(data, dict):
         raise InputError(f"{bad}: expected a JSON object", path, number)
     kinds = _KINDS[mark]
