@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _literature import literature_cache, llava_entry, toy_coco, write_registry  # noqa: F401 - fixtures
 from typer.testing import CliRunner
 
 from halluprobe.check.verify import check_files
@@ -90,3 +91,17 @@ def test_a_malformed_literature_comment_is_one_line(tmp_path: Path) -> None:
     md.write_text(md.read_text(encoding="utf-8").replace("resamples=200", "resamples=-5"), encoding="utf-8")
     result = runner.invoke(app, ["check", str(md)])
     assert result.exit_code == 2 and "literature provenance comment: bootstrap resamples -5 is out of bounds" in result.output
+
+
+@pytest.mark.usefixtures("literature_cache")  # its own cache, no mirror
+def test_an_audits_literature_md_checks_end_to_end(tmp_path: Path, toy_coco: Path) -> None:  # noqa: F811
+    """``literature audit`` on the offline toy mirror, then ``check`` on what it wrote."""
+    entry, mean_f1 = llava_entry(toy_coco)
+    published = round(100 * mean_f1, 1)
+    entry["published"] = [{"metric": "f1_macro", "value": published, "scale": 100, "decimals": 1, "where": "row | POPE", "path": "README.md"}]
+    reg = write_registry(tmp_path, [entry])
+    out = tmp_path / "audit"
+    audited = runner.invoke(app, ["literature", "audit", "--all", "--out", str(out), "--registry", str(reg), "--resamples", "50"])
+    assert audited.exit_code == 0, audited.output
+    checked = runner.invoke(app, ["check", str(out / LITERATURE_MD)])
+    assert checked.exit_code == 0 and "1 table" in checked.output, checked.output
