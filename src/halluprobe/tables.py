@@ -31,7 +31,6 @@ __all__ = [
     "latex_escape",
     "corrections_grid",
     "render_corrections",
-    "grid_markdown",
 ]
 
 # markdown: a pipe table; latex: a booktabs tabular; terminal: the rich table `score` prints

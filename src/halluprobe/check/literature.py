@@ -9,6 +9,7 @@ the ``key=value`` form is the form still written.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ def stored_audits(path: Path) -> tuple[dict[str, Any], list[EntryAudit]]:
     return data["provenance"], [_entry(e, path) for e in data["entries"]]
 
 
-def check_literature_table(table: LiteratureTable, runs: object, cache: RunCache, result: CheckResult) -> None:
+def check_literature_table(table: LiteratureTable, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> None:
     """Compare every cell of a literature.md table with its ``literature.json``, rendered again."""
     where = (table.path, table.line)
     stored = Path(table.path).parent / LITERATURE_JSON

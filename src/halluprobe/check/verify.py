@@ -20,7 +20,7 @@ from typing import Any
 
 from halluprobe.check.claims import check_claims, read_claims
 from halluprobe.check.findings import CheckResult
-from halluprobe.check.registry import TABLE_KINDS, Extractor
+from halluprobe.check.registry import TABLE_KINDS, Checker, Extractor
 from halluprobe.check.sources import RunCache
 from halluprobe.errors import InputError
 from halluprobe.jsonl import read_text
@@ -28,10 +28,10 @@ from halluprobe.jsonl import read_text
 __all__ = ["check_files", "table_kind"]
 
 
-def table_kind(table: object) -> str:
+def table_kind(table: Any) -> str:
     """The kind of a table as an extractor found it: its provenance record's ``table`` (the
     CHAIR and decoding checks keep theirs as the comment's JSON)."""
-    provenance = getattr(table, "provenance")
+    provenance = table.provenance
     return str(provenance["table"] if isinstance(provenance, dict) else provenance.table)
 
 
@@ -67,7 +67,7 @@ def check_files(files: Sequence[str | Path], *, runs: Sequence[str | Path] = (),
     return result
 
 
-def _check_one(table: Any, kind: str, check: Any, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> None:
+def _check_one(table: Any, kind: str, check: Checker, runs: Sequence[Path], cache: RunCache, result: CheckResult) -> None:
     """One table through its checker. A recomputation that compared no cell is bad input, never
     a match; one whose sources are missing or changed has said so in a failing finding."""
     cells, findings = result.cells, len(result.findings)
