@@ -131,3 +131,10 @@ def test_the_writers_build_typed_records(tmp_path: Path) -> None:
     assert isinstance(record, ChairProvenance) and record.tokenizer == "line" and record.source.captions == "c.jsonl"
     line = marked_comment(record, "latex")
     assert '"source": {"captions": "c.jsonl", "sha256": "ab"}' in line and line.endswith('"bootstrap": {"resamples": 3, "seed": 4}, "tokenizer": "line"}')
+
+
+def test_a_chair_comment_of_several_questions_reads_back() -> None:
+    line = OLD_CHAIR.replace('"prompt": null', '"prompt": ["Describe.", "Caption it."]')
+    parsed = read_marked(line, "p.md", 1)
+    assert parsed is not None and isinstance(parsed[0], ChairProvenance) and parsed[0].prompt == ["Describe.", "Caption it."]
+    assert marked_comment(parsed[0], "markdown") == line

@@ -149,7 +149,7 @@ class ChairProvenance(_AsWritten):
     families: tuple[str, ...]
     ground_truth: dict[str, dict[str, Any]]  # family -> GroundTruth.describe()
     truncate_incomplete: bool | None = None
-    prompt: str | None = None
+    prompt: str | list[str] | None = None  # several questions: each
     max_new_tokens: int | str | None = None  # an imported run: "unknown (imported)"
     halluprobe: str | None = None
     bootstrap: BootstrapSettings | None = None  # absent in tables written before it was recorded
