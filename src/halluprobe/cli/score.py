@@ -95,7 +95,6 @@ def score_cmd(
     elif markdown or latex:
         from halluprobe.provenance import answers_provenance, score_provenance
         from halluprobe.tables import render_latex, render_score_markdown
-
         with errors():  # the table names its source: the run dir, or the answers and labels files
             provenance = score_provenance(rundir, report) if rundir is not None else answers_provenance(answers, labels or (), report)  # type: ignore[arg-type]
         typer.echo(render_latex(report, title, provenance) if latex else render_score_markdown(report, title, provenance))
@@ -189,7 +188,6 @@ def _print_readouts_table(rundir: Path, headline: str, unknown: str, resamples: 
     from halluprobe.scoring import readouts_reports
     from halluprobe.provenance import readouts_provenance
     from halluprobe.tables import render_readouts
-
     with errors():
         reports, forced = readouts_reports(rundir, policy=unknown, n_resamples=resamples, seed=seed)
         provenance = readouts_provenance(rundir, reports, forced, headline)
