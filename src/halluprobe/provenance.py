@@ -1,13 +1,10 @@
 """Where a table for people came from: one typed provenance record per table kind, one writer,
 one reader.
 
-A provenance comment is one line just above the table: ``% MARK {JSON}`` in LaTeX or
-``<!-- MARK {JSON} -->`` in Markdown. The record (:data:`AnyProvenance`, a union on ``table``)
-names what ``halluprobe check`` needs to recompute every cell: the run dirs or files (with
-their fingerprints and sha256s), the readout or CHAIR family, the unknown policy, the bootstrap
-and the halluprobe version. Each kind keeps the mark and the JSON shape it has always been
-written with, so tables written by earlier versions read back into the same records
-(``docs/design/provenance.md``):
+A comment is one line just above the table, ``% MARK {JSON}`` (LaTeX) or ``<!-- MARK {JSON}
+-->`` (Markdown); its record (:data:`AnyProvenance`, a union on ``table``) names what ``check``
+needs to recompute every cell. Each kind keeps the mark and shape it was always written with,
+so tables of earlier versions read back into the same records (docs/design/provenance.md):
 
 - ``halluprobe-provenance``: score, readouts (the audit's table), corrections, headline
   (``report.md``), study (:class:`Provenance`);
@@ -38,32 +35,12 @@ from halluprobe.records import BootstrapSettings, FrozenRecord, ScoreReport, Unk
 from halluprobe.rundir import RunDir, sha256_file
 
 __all__ = [
-    "PROVENANCE_MARK",
-    "CHAIR_PROVENANCE_MARK",
-    "DECODING_PROVENANCE_MARK",
-    "LITERATURE_PROVENANCE_MARK",
-    "PROVENANCE_SCHEMA",
-    "RunSource",
-    "FileSource",
-    "Provenance",
-    "ChairSource",
-    "ChairProvenance",
-    "DecodingRun",
-    "ProveScores",
-    "DecodingProvenance",
-    "LiteratureProvenance",
-    "AnyProvenance",
-    "Syntax",
-    "run_source",
-    "score_provenance",
-    "answers_provenance",
-    "readouts_provenance",
-    "headline_provenance",
-    "corrections_provenance",
-    "marked_comment",
-    "read_marked",
-    "read_payload",
-]
+    "PROVENANCE_MARK", "CHAIR_PROVENANCE_MARK", "DECODING_PROVENANCE_MARK", "LITERATURE_PROVENANCE_MARK", "PROVENANCE_SCHEMA",
+    "RunSource", "FileSource", "Provenance", "ChairSource", "ChairProvenance", "DecodingRun", "ProveScores",
+    "DecodingProvenance", "LiteratureProvenance", "AnyProvenance", "Syntax", "run_source", "score_provenance",
+    "answers_provenance", "readouts_provenance", "headline_provenance", "corrections_provenance", "marked_comment",
+    "comment_payload", "read_marked", "read_payload"
+]  # fmt: skip
 
 PROVENANCE_MARK = "halluprobe-provenance"
 CHAIR_PROVENANCE_MARK = "halluprobe-chair-provenance"
@@ -289,6 +266,15 @@ def _comment_patterns(mark: str) -> tuple[tuple[Syntax, re.Pattern[str]], ...]:
 _PATTERNS = {mark: _comment_patterns(mark) for mark in _KINDS}
 
 
+def comment_payload(line: str, mark: str) -> tuple[Syntax, str] | None:
+    """The syntax and payload of a comment line under ``mark``; None for a line that is not one."""
+    for syntax, pattern in _PATTERNS[mark]:
+        match = pattern.match(line)
+        if match:
+            return syntax, match.group(1)
+    return None
+
+
 def read_marked(line: str, path: str | Path, number: int, marks: Collection[str] = tuple(_KINDS)) -> tuple[AnyProvenance, Syntax] | None:
     """The record a comment line carries (any of ``marks``) and its syntax; None for a line
     without a mark, or (but for the score tables' mark, whose every line is a comment) with
@@ -296,10 +282,9 @@ def read_marked(line: str, path: str | Path, number: int, marks: Collection[str]
     for mark in marks:
         if mark not in line:
             continue
-        for syntax, pattern in _PATTERNS[mark]:
-            match = pattern.match(line)
-            if match:
-                return read_payload(mark, match.group(1), path, number), syntax
+        found = comment_payload(line, mark)
+        if found is not None:
+            return read_payload(mark, found[1], path, number), found[0]
         if mark == PROVENANCE_MARK:
             forms = f"'% {PROVENANCE_MARK} {{...}}' or '<!-- {PROVENANCE_MARK} {{...}} -->'"
             raise InputError(f"malformed provenance comment: expected {forms}", path, number)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halluprobe.errors import InputError
-from halluprobe.provenance import PROVENANCE_MARK, Provenance, read_marked
+from halluprobe.provenance import PROVENANCE_MARK, Provenance, comment_payload, read_marked
 from halluprobe.tables import Style
 
 __all__ = ["MAX_RESAMPLES", "MAX_SEED", "FoundTable", "check_bounds", "extract_tables", "latex_table_under", "marked_comments", "markdown_table_under"]
@@ -171,17 +171,11 @@ def _terminal_table(lines: list[str], fence: int, path: str) -> tuple[Style, tup
 
 
 def marked_comments(text: str, mark: str) -> Iterator[tuple[int, str, Style, list[str]]]:
-    """(0-based line index, JSON payload, style, the text's lines) of every Markdown
-    (``<!-- MARK {...} -->``) or LaTeX (``% MARK {...}``) comment carrying ``mark``; the mark in
-    prose is not a comment. The CHAIR and decoding tables' checks read their comments here."""
-    markdown_re = re.compile(rf"^\s*<!--\s*{re.escape(mark)}\s+(.*?)\s*-->\s*$")
-    latex_re = re.compile(rf"^\s*%\s*{re.escape(mark)}\s+(.*?)\s*$")
+    """(0-based line index, payload, style, the text's lines) of every comment carrying ``mark``
+    (:func:`halluprobe.provenance.comment_payload`); the mark in prose is not a comment. The
+    CHAIR and decoding tables' checks read their comments here."""
     lines = text.split("\n")
     for index, line in enumerate(lines):
-        if mark not in line:
-            continue
-        markdown, latex = markdown_re.match(line), latex_re.match(line)
-        if markdown is not None:
-            yield index, markdown.group(1), "markdown", lines
-        elif latex is not None:
-            yield index, latex.group(1), "latex", lines
+        found = comment_payload(line, mark) if mark in line else None
+        if found is not None:
+            yield index, found[1], found[0], lines
