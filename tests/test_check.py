@@ -275,7 +275,8 @@ def test_readme_quotes_what_the_demo_prints(tmp_path: Path) -> None:
 def test_readouts_table_side_by_side_checks(run_dir: Path, tmp_path: Path) -> None:
     """The audit's table (every readout side by side), written by the library, checked by `check`."""
     from halluprobe.scoring import readouts_reports
-    from halluprobe.tables import readouts_provenance, render_readouts
+    from halluprobe.provenance import readouts_provenance
+    from halluprobe.tables import render_readouts
 
     reports, forced = readouts_reports(run_dir, n_resamples=30)
     assert {"dynamic", "text:pope", "text:strict"} <= set(reports)

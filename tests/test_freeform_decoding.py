@@ -202,7 +202,7 @@ def test_run_json_shapes_read_as_before(tmp_path: Path) -> None:
 def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path: Path) -> None:
     from halluprobe.captions.chair.families import family_named
     from halluprobe.captions.chair.groundtruth import load_ground_truth
-    from halluprobe.captions.comparison.render import decoding_markdown
+    from halluprobe.captions.comparison.render import decoding_markdown, decoding_provenance
     from halluprobe.captions.comparison.runs import load_comparison
     from halluprobe.captions.comparison.table import decoding_table
 
@@ -213,7 +213,7 @@ def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path
         method = decoding_run(tmp_path / f"vcd-{temperature}", METHOD, decode="vcd:alpha=1", sample=True, temperature=temperature, seed=2)
         result = decoding_table(load_comparison(greedy, [method], sampled), family=family_named("lemmatizer"), ground_truth=truth, n_resamples=0)
         assert result.chair is not None and result.chair.paired[0].sampling_matches is matches
-        marked = f"| vcd:alpha=1 (sampled, temperature={temperature}, seed=2) | sampled (other sampling) |" in decoding_markdown(result, {"table": "decoding"})
+        marked = f"| vcd:alpha=1 (sampled, temperature={temperature}, seed=2) | sampled (other sampling) |" in decoding_markdown(result, decoding_provenance(result.model_dump(mode="json")))
         assert marked is not matches
 
 

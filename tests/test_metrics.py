@@ -277,9 +277,9 @@ def test_bootstrap_is_seeded_and_recorded() -> None:
     c = score_rows(rows, readout="dynamic", n_resamples=300, seed=8)
     assert a == b
     assert a.pooled.ci != c.pooled.ci
-    assert a.bootstrap["seed"] == 7 and a.bootstrap["n_resamples"] == 300
-    assert a.bootstrap["level"] == 0.95 and a.bootstrap["cluster"] == "image"
-    assert a.bootstrap["n_clusters"] == 60
+    assert a.bootstrap is not None and a.bootstrap.seed == 7 and a.bootstrap.n_resamples == 300
+    assert a.bootstrap.level == 0.95 and a.bootstrap.cluster == "image"
+    assert a.bootstrap.n_clusters == 60
     for metrics in (a.pooled, a.macro, *a.splits.values()):
         assert set(metrics.ci) == set(CI_METRICS)
 

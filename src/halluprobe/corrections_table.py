@@ -32,7 +32,7 @@ from halluprobe.metrics.paired import ImageBootstrap, SampleTable, paired_test
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import check_readout
 from halluprobe.readouts.text import TEXT_RULES
-from halluprobe.records import RunHeader, Sample
+from halluprobe.records import BootstrapSettings, RunHeader, Sample
 from halluprobe.scoring import read_scored_run, readout_rows
 
 __all__ = ["MAX_GRID_SETTINGS", "CorrectionRow", "CorrectionsReport", "corrections_table", "default_corrections", "drawn_f1", "read_grid", "expected_f1"]
@@ -71,11 +71,11 @@ class CorrectionsReport:
     policy: str
     n: int
     rows: list[CorrectionRow] = field(default_factory=list)
-    bootstrap: dict[str, Any] = field(default_factory=dict)
+    bootstrap: BootstrapSettings = field(default_factory=lambda: BootstrapSettings(n_resamples=0, seed=0))
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "run": self.run, "policy": self.policy, "n": self.n, "bootstrap": self.bootstrap,
+            "run": self.run, "policy": self.policy, "n": self.n, "bootstrap": self.bootstrap.model_dump(mode="json"),
             "rows": [_row_json(row) for row in self.rows],
         }  # fmt: skip
 
@@ -252,7 +252,7 @@ def corrections_table(
     images = [r.image for r in base_rows]
     base_sampled = expected_f1(base_rows)
     report = CorrectionsReport(
-        run=str(path), policy=policy, n=len(samples), bootstrap={"n_resamples": n_resamples, "seed": seed, "draws": draws}
+        run=str(path), policy=policy, n=len(samples), bootstrap=BootstrapSettings(n_resamples=n_resamples, seed=seed, draws=draws)
     )
 
     def row(name: str, kind: str, rows: list[ScoreRow], chosen_on: str | None = None) -> CorrectionRow:

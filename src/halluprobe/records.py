@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, StrictInt
+from pydantic import field_serializer, field_validator, model_serializer, model_validator
 
 __all__ = [
     "DECODING_KEYS",
@@ -38,6 +39,7 @@ __all__ = [
     "TokenSets",
     "RunHeader",
     "Metrics",
+    "BootstrapSettings",
     "ScoreReport",
 ]
 
@@ -351,6 +353,28 @@ class Metrics(FrozenRecord):
     ci: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
 
 
+class BootstrapSettings(FrozenRecord):
+    """How CIs were drawn, the one shape of metrics.json, audit.json, corrections and provenance
+    comments: a key a writer never had stays out of its JSON; ``resamples`` (older) reads too."""
+
+    n_resamples: StrictInt  # strict: a comment's ``true`` is not 1 resample
+    seed: StrictInt
+    level: float | None = _absent_when_none()
+    unit: str | None = _absent_when_none()  # the audit's: what is resampled ("image")
+    method: str | None = _absent_when_none()
+    cluster: str | None = _absent_when_none()  # metrics.json's name for the unit
+    n_clusters: int | None = _absent_when_none()
+    macro: str | None = _absent_when_none()
+    draws: int | None = _absent_when_none()  # the corrections table's sampled draws
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resamples_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "resamples" in data and "n_resamples" not in data:
+            data = {("n_resamples" if k == "resamples" else k): v for k, v in data.items()}
+        return data
+
+
 class ScoreReport(FrozenRecord):
     """``metrics.json`` and the ``--json`` score object."""
 
@@ -360,4 +384,14 @@ class ScoreReport(FrozenRecord):
     splits: dict[str, Metrics]
     pooled: Metrics
     macro: Metrics
-    bootstrap: dict[str, Any] = Field(default_factory=dict)
+    bootstrap: BootstrapSettings | None = None  # None: written as {} (a report scored without the settings)
+
+    @field_validator("bootstrap", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == {} else value
+
+    @field_serializer("bootstrap")
+    def _score_order(self, value: BootstrapSettings | None) -> dict[str, Any]:
+        data = {} if value is None else value.model_dump(mode="json")  # metrics.json's key order: method first
+        return {k: data[k] for k in ("method", "cluster", "n_clusters", "n_resamples", "seed", "level", "macro", *data) if k in data}

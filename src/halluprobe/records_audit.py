@@ -13,11 +13,10 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
 
-from halluprobe.records import FrozenRecord, Metrics, TokenSets
+from halluprobe.records import BootstrapSettings, FrozenRecord, Metrics, TokenSets
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
-    "BootstrapSettings",
     "ImportedFile",
     "ImportedFrom",
     "RunInfo",
@@ -63,14 +62,6 @@ _Interval = tuple[float, float]
 def _json_text(data: Any) -> str:
     """The audit files' format: Python's json (its float repr), two-space indent, UTF-8 as is."""
     return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-class BootstrapSettings(FrozenRecord):
-    n_resamples: int
-    seed: int
-    level: float
-    unit: str  # what is resampled: "image"
-    method: str  # "percentile"
 
 
 class ImportedFile(FrozenRecord):

@@ -10,7 +10,7 @@ from typing import Literal
 
 from halluprobe import __version__
 from halluprobe.formatting import format_ratio, markdown_table
-from halluprobe.provenance import Provenance, provenance_comment, run_source
+from halluprobe.provenance import Provenance, marked_comment, run_source
 from halluprobe.records import UnknownPolicy
 from halluprobe.tables import Cell, Grid, latex_escape
 
@@ -78,11 +78,11 @@ def study_table(
     )
     texts = [[c.text for c in row] for row in grid.rows]
     if syntax == "latex":
-        lines = [provenance_comment(provenance, "latex")] if provenance is not None else []
+        lines = [marked_comment(provenance, "latex")] if provenance is not None else []
         body = [" & ".join(grid.header) + r" \\", r"\midrule", *(" & ".join(row) + r" \\" for row in texts)]
         spec = "ll" + "r" * len(STUDY_READOUTS)
         return "\n".join([*lines, rf"\begin{{tabular}}{{{spec}}}", r"\toprule", *body, r"\bottomrule", r"\end{tabular}", f"% {note}"])
-    lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
+    lines = [marked_comment(provenance, "markdown")] if provenance is not None else []
     return "\n".join([*lines, *markdown_table(grid.header, texts), "", note])
 
 

@@ -1,7 +1,7 @@
 """Tables that know their source: every table for people (score, readouts side by side,
 corrections, the report's headline, the multi-model study table; Markdown, booktabs LaTeX, the
 terminal's rich table) built from one grid of cells, under the provenance comment of
-:mod:`halluprobe.provenance` (whose names are re-exported here). Renderers only render:
+:mod:`halluprobe.provenance`. Renderers only render:
 numbers are written by :mod:`halluprobe.formatting`, reports scored by the scoring layer.
 """
 
@@ -13,48 +13,23 @@ from typing import Any, Literal
 
 from halluprobe.errors import InputError
 from halluprobe.formatting import MARKDOWN_COLUMNS, fmt_ci, fmt_count, fmt_pct, fmt_score, format_ratio, markdown_table, score_rows_named
-from halluprobe.provenance import (
-    PROVENANCE_MARK,
-    FileSource,
-    Provenance,
-    RunSource,
-    answers_provenance,
-    corrections_provenance,
-    headline_provenance,
-    parse_provenance,
-    provenance_comment,
-    readouts_provenance,
-    run_source,
-    score_provenance,
-)
+from halluprobe.provenance import Provenance, marked_comment
 from halluprobe.records import Metrics, ScoreReport
 
 __all__ = [
-    "PROVENANCE_MARK",
     "Style",
-    "RunSource",
-    "FileSource",
-    "Provenance",
     "Cell",
     "Grid",
-    "run_source",
-    "score_provenance",
-    "answers_provenance",
     "headline_grid",
-    "headline_provenance",
     "percent_cell",
-    "provenance_comment",
-    "parse_provenance",
     "score_grid",
-    "render_markdown",
+    "render_score_markdown",
     "render_latex",
     "score_table",
     "readouts_grid",
-    "readouts_provenance",
     "render_readouts",
     "latex_escape",
     "corrections_grid",
-    "corrections_provenance",
     "render_corrections",
 ]
 
@@ -121,13 +96,13 @@ def score_grid(report: ScoreReport, style: Style) -> Grid:
 
 def _bootstrap_note(report: ScoreReport) -> str | None:
     boot = report.bootstrap
-    if not boot or not boot.get("n_resamples"):
+    if boot is None or not boot.n_resamples:
         return None
-    return f"95% CIs: bootstrap over images, {boot.get('n_resamples')} resamples, seed {boot.get('seed')}."
+    return f"95% CIs: bootstrap over images, {boot.n_resamples} resamples, seed {boot.seed}."
 
 
-def render_markdown(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
-    """A pipe table to paste into a paper or an issue, under its provenance comment."""
+def render_score_markdown(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
+    """A score table as a pipe table to paste into a paper or an issue, under its provenance comment."""
     return _markdown(score_grid(report, "markdown"), title, _bootstrap_note(report), provenance)
 
 
@@ -152,7 +127,7 @@ def score_table(report: ScoreReport, title: str) -> Any:
 
 
 def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance | None) -> str:
-    lines = [provenance_comment(provenance, "markdown")] if provenance is not None else []
+    lines = [marked_comment(provenance, "markdown")] if provenance is not None else []
     lines += [f"**{title}**", "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])]
     if note:
         lines += ["", note]
@@ -160,7 +135,7 @@ def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance |
 
 
 def _latex(grid: Grid, title: str, note: str | None, provenance: Provenance | None, rule_before: int | None = None) -> str:
-    lines = [provenance_comment(provenance, "latex")] if provenance is not None else []
+    lines = [marked_comment(provenance, "latex")] if provenance is not None else []
     lines += [
         r"\begin{table}[t]",
         r"\centering",
@@ -316,8 +291,8 @@ def corrections_grid(report: Any, style: Style) -> Grid:
 def render_corrections(report: Any, title: str, syntax: Literal["markdown", "latex"], provenance: Provenance | None) -> str:
     grid = corrections_grid(report, syntax)
     note = (
-        f"Macro over splits. 95% CIs: bootstrap over images, {report.bootstrap.get('n_resamples')} resamples, "
-        f"seed {report.bootstrap.get('seed')}; ΔF1 paired. F1 sampled: the expected counts at temperature 1."
+        f"Macro over splits. 95% CIs: bootstrap over images, {report.bootstrap.n_resamples} resamples, "
+        f"seed {report.bootstrap.seed}; ΔF1 paired. F1 sampled: the expected counts at temperature 1."
     )
     if report.any_unknown:
         note += f" unknown: answers read as neither yes nor no, counted as {report.policy}; a row whose answers are all unknown reads nothing."

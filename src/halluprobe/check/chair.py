@@ -8,7 +8,6 @@ through :func:`halluprobe.captions.chair.evaluate.chair_results` and compared ce
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, latex_table_under, marked_comments, markdown_table_under
+from halluprobe.check.parse import check_bounds, latex_table_under, marked_comments, markdown_table_under
 from halluprobe.check.sources import file_findings, locate_run
 from halluprobe.errors import InputError
-from halluprobe.jsonl import loads
-from halluprobe.provenance import FileSource
-from halluprobe.report.chair import CHAIR_PROVENANCE_MARK, chair_grid
+from halluprobe.provenance import CHAIR_PROVENANCE_MARK, ChairProvenance, FileSource, read_payload
+from halluprobe.report.chair import chair_grid
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style
 
@@ -45,41 +43,24 @@ class ChairTable:
     rows: list[tuple[int, list[str]]]
 
 
-def _bounded(bootstrap: object, path: str, line: int) -> tuple[int, int]:
-    if not isinstance(bootstrap, dict):
-        raise InputError("CHAIR provenance comment: no 'bootstrap' {resamples, seed} (written before halluprobe recorded it?)", path, line)
-    values = []
-    for key, top in (("resamples", MAX_RESAMPLES), ("seed", MAX_SEED)):
-        value = bootstrap.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
-            raise InputError(f"CHAIR provenance comment: bootstrap {key} {value!r} is out of bounds (expected an integer from 0 to {top})", path, line)
-        values.append(value)
-    return values[0], values[1]
-
-
 def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
-    """The comment's JSON, checked for the fields a recomputation reads."""
+    """The comment's record (:func:`~halluprobe.provenance.read_payload`), checked for what a
+    recomputation reads, as the JSON this module reads (``_bootstrap``: resamples, seed)."""
     from halluprobe.captions.chair.families import FAMILIES, TOKENIZERS
 
-    try:
-        data = loads(payload)
-    except (json.JSONDecodeError, ValueError, RecursionError) as err:
-        raise InputError(f"CHAIR provenance comment is not JSON: {str(err).splitlines()[0][:120]}", path, line) from None
-    if not isinstance(data, dict) or data.get("table") != "chair":
-        raise InputError("CHAIR provenance comment: expected a JSON object with \"table\": \"chair\"", path, line)
-    families, source, truths = data.get("families"), data.get("source"), data.get("ground_truth")
-    if not isinstance(families, list) or not families or any(f not in FAMILIES for f in families):
+    prov = read_payload(CHAIR_PROVENANCE_MARK, payload, path, line)
+    assert isinstance(prov, ChairProvenance)  # the mark decides the kind
+    if not prov.families or any(f not in FAMILIES for f in prov.families):
         raise InputError(f"CHAIR provenance comment: 'families' must list some of {', '.join(FAMILIES)}", path, line)
-    if not isinstance(source, dict) or not (isinstance(source.get("run"), str) or isinstance(source.get("captions"), str)):
+    if prov.source.run is None and prov.source.captions is None:
         raise InputError("CHAIR provenance comment: 'source' must name a run dir ('run') or a caption file ('captions')", path, line)
-    if not isinstance(truths, dict) or any(not isinstance(truths.get(f), dict) for f in families):
+    if any(f not in prov.ground_truth for f in prov.families):
         raise InputError("CHAIR provenance comment: 'ground_truth' must describe every family's", path, line)
-    if data.get("tokenizer", "punkt") not in TOKENIZERS:  # absent: punkt's (every table written before it was recorded)
+    if (prov.tokenizer or "punkt") not in TOKENIZERS:  # absent: punkt's (every table written before it was recorded)
         raise InputError(f"CHAIR provenance comment: 'tokenizer' must be one of {', '.join(TOKENIZERS)}", path, line)
-    if not isinstance(data.get("truncate_incomplete", False), bool):
-        raise InputError("CHAIR provenance comment: 'truncate_incomplete' must be true or false", path, line)
-    data["_bootstrap"] = _bounded(data.get("bootstrap"), path, line)
-    return data
+    check_bounds(prov, path, line, "CHAIR")
+    assert prov.bootstrap is not None  # check_bounds refuses a comment without
+    return {**prov.model_dump(mode="json"), "_bootstrap": (prov.bootstrap.n_resamples, prov.bootstrap.seed)}
 
 
 def extract_chair_tables(path: str | Path, text: str) -> list[ChairTable]:

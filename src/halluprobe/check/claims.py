@@ -26,7 +26,7 @@ from halluprobe.check.findings import Finding
 from halluprobe.check.sources import RunCache, locate_run, run_findings
 from halluprobe.errors import InputError
 from halluprobe.records import UNKNOWN_POLICIES, UnknownPolicy
-from halluprobe.tables import RunSource
+from halluprobe.provenance import RunSource
 from halluprobe.tomlfile import loads_toml
 
 __all__ = ["CLAIM_METRICS", "Claim", "Written", "read_claims", "parse_written", "check_claims"]

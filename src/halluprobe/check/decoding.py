@@ -11,39 +11,28 @@ check that compares nothing never passes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from halluprobe.captions.comparison.render import (
-    DECODING_PROVENANCE_MARK,
-    decoding_grids,
-)
+from halluprobe.captions.comparison.render import decoding_grids
 from halluprobe.captions.comparison.runs import LoadedRun, load_comparison
 from halluprobe.captions.comparison.table import decoding_table
 from halluprobe.check.chair import ground_truth_described
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import (
-    MAX_RESAMPLES,
-    MAX_SEED,
-    latex_table_under,
-    markdown_table_under,
-    marked_comments,
-)
+from halluprobe.check.parse import check_bounds, latex_table_under, markdown_table_under, marked_comments
 from halluprobe.check.sources import locate_run
 from halluprobe.errors import InputError
-from halluprobe.jsonl import loads
+from halluprobe.provenance import DECODING_PROVENANCE_MARK, DecodingProvenance, read_payload
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style
 
 __all__ = ["DecodingTable", "check_decoding_table", "extract_decoding_tables"]
 
 _ANY_COMMENT = re.compile(r"halluprobe-(?:[a-z]+-)?provenance")  # the next table's comment ends this one's tables
-_ROLES = ("greedy baseline", "method", "sampled baseline")
 
 
 @dataclass(frozen=True)
@@ -68,38 +57,23 @@ class DecodingTable:
 
 
 def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
-    """The comment's JSON, checked for the fields a recomputation reads."""
-    try:
-        data = loads(payload)
-    except (json.JSONDecodeError, ValueError, RecursionError) as err:
-        raise InputError(f"decoding provenance comment is not JSON: {str(err).splitlines()[0][:120]}", path, line) from None
-    if not isinstance(data, dict) or data.get("table") != "decoding":
-        raise InputError('decoding provenance comment: expected a JSON object with "table": "decoding"', path, line)
-    runs = data.get("runs")
-    if (not isinstance(runs, list) or len(runs) < 2 or any(not isinstance(r, dict) or not isinstance(r.get("path"), str)
-                                                           or r.get("role") not in _ROLES for r in runs)):  # fmt: skip
-        raise InputError("decoding provenance comment: 'runs' must list the baseline and the method runs ({path, role, ...})", path, line)
-    roles = [r["role"] for r in runs]
-    if roles[0] != "greedy baseline" or "method" not in roles or roles.count("sampled baseline") > (roles[-1] == "sampled baseline"):
-        raise InputError("decoding provenance comment: 'runs' must be the greedy baseline, the methods, then the sampled baseline if any", path, line)
-    family = data.get("family")
-    if family is not None and (not isinstance(family, str) or not isinstance(data.get("ground_truth"), dict)):
-        raise InputError("decoding provenance comment: 'family' must name a CHAIR family, with its 'ground_truth'", path, line)
+    """The comment's record (:func:`~halluprobe.provenance.read_payload`), checked for what a
+    recomputation reads, as the JSON this module reads."""
     from halluprobe.captions.chair.families import TOKENIZERS
 
-    if data.get("tokenizer", "punkt") not in TOKENIZERS:
+    prov = read_payload(DECODING_PROVENANCE_MARK, payload, path, line)
+    assert isinstance(prov, DecodingProvenance)  # the mark decides the kind
+    roles = [r.role for r in prov.runs]
+    if len(roles) < 2:
+        raise InputError("decoding provenance comment: 'runs' must list the baseline and the method runs ({path, role, ...})", path, line)
+    if roles[0] != "greedy baseline" or "method" not in roles or roles.count("sampled baseline") > (roles[-1] == "sampled baseline"):
+        raise InputError("decoding provenance comment: 'runs' must be the greedy baseline, the methods, then the sampled baseline if any", path, line)
+    if prov.family is not None and prov.ground_truth is None:
+        raise InputError("decoding provenance comment: 'family' must name a CHAIR family, with its 'ground_truth'", path, line)
+    if (prov.tokenizer or "punkt") not in TOKENIZERS:
         raise InputError("decoding provenance comment: 'tokenizer' must name a CHAIR tokenizer (punkt or line)", path, line)
-    prove = data.get("prove_scores", [])
-    if not isinstance(prove, list) or any(not isinstance(p, dict) or not isinstance(p.get("path"), str) for p in prove):
-        raise InputError("decoding provenance comment: 'prove_scores' must list {path, scores_sha256}", path, line)
-    bootstrap = data.get("bootstrap")
-    if not isinstance(bootstrap, dict):
-        raise InputError("decoding provenance comment: no 'bootstrap' {n_resamples, seed}", path, line)
-    for key, top in (("n_resamples", MAX_RESAMPLES), ("seed", MAX_SEED)):
-        value = bootstrap.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
-            raise InputError(f"decoding provenance comment: bootstrap {key} {value!r} is out of bounds (expected an integer from 0 to {top})", path, line)
-    return data
+    check_bounds(prov, path, line, "decoding")
+    return prov.model_dump(mode="json")
 
 
 def extract_decoding_tables(path: str | Path, text: str) -> list[DecodingTable]:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halluprobe.errors import InputError
-from halluprobe.tables import Provenance, Style, parse_provenance
+from halluprobe.provenance import PROVENANCE_MARK, Provenance, comment_payload, read_marked
+from halluprobe.tables import Style
 
 __all__ = ["MAX_RESAMPLES", "MAX_SEED", "FoundTable", "check_bounds", "extract_tables", "latex_table_under", "marked_comments", "markdown_table_under"]
 
@@ -37,12 +38,18 @@ class FoundTable:
     rows: list[tuple[int, list[str]]]
 
 
-def check_bounds(provenance: Provenance, path: str | Path, line: int) -> None:
-    """Refuse a comment whose resamples or seed are out of bounds (bad input, file:line)."""
-    for key, value, top in (("resamples", provenance.resamples, MAX_RESAMPLES), ("seed", provenance.seed, MAX_SEED)):
+def check_bounds(provenance: object, path: str | Path, line: int, label: str = "") -> None:
+    """Refuse a comment whose resamples or seed are out of bounds (bad input, file:line):
+    ``provenance`` is any record with a ``bootstrap`` (None: a CHAIR table written before it
+    was recorded, refused too). ``label`` names the comment (``CHAIR``, ``decoding``)."""
+    boot = getattr(provenance, "bootstrap", None)
+    if boot is None:
+        raise InputError(f"{label} provenance comment: no 'bootstrap' {{resamples, seed}} (written before halluprobe recorded it?)", path, line)
+    for key, value, top in (("resamples", boot.n_resamples, MAX_RESAMPLES), ("seed", boot.seed, MAX_SEED)):
         finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
         if not finite or not 0 <= value <= top:
-            raise InputError(f"provenance comment: {key} {value!r} is out of bounds (expected an integer from 0 to {top})", path, line)
+            what = f"{label} provenance comment: bootstrap {key}" if label else f"provenance comment: {key}"
+            raise InputError(f"{what} {value!r} is out of bounds (expected an integer from 0 to {top})", path, line)
 
 
 _LATEX_RULE = re.compile(r"^\\(toprule|midrule|bottomrule|hline|cmidrule|cline|addlinespace)\b")
@@ -59,10 +66,11 @@ def extract_tables(path: str | Path, text: str) -> list[FoundTable]:
     lines = text.split("\n")
     tables = []
     for index, line in enumerate(lines):
-        parsed = parse_provenance(line, path, index + 1)
+        parsed = read_marked(line, path, index + 1, (PROVENANCE_MARK,))
         if parsed is None:
             continue
         provenance, syntax = parsed
+        assert isinstance(provenance, Provenance)  # the score tables' mark holds their kinds only
         check_bounds(provenance, path, index + 1)
         reader = _latex_table if syntax == "latex" else _markdown_table
         style, header, rows = reader(lines, index, str(path))
@@ -163,17 +171,11 @@ def _terminal_table(lines: list[str], fence: int, path: str) -> tuple[Style, tup
 
 
 def marked_comments(text: str, mark: str) -> Iterator[tuple[int, str, Style, list[str]]]:
-    """(0-based line index, JSON payload, style, the text's lines) of every Markdown
-    (``<!-- MARK {...} -->``) or LaTeX (``% MARK {...}``) comment carrying ``mark``; the mark in
-    prose is not a comment. The CHAIR and decoding tables' checks read their comments here."""
-    markdown_re = re.compile(rf"^\s*<!--\s*{re.escape(mark)}\s+(.*?)\s*-->\s*$")
-    latex_re = re.compile(rf"^\s*%\s*{re.escape(mark)}\s+(.*?)\s*$")
+    """(0-based line index, payload, style, the text's lines) of every comment carrying ``mark``
+    (:func:`halluprobe.provenance.comment_payload`); the mark in prose is not a comment. The
+    CHAIR and decoding tables' checks read their comments here."""
     lines = text.split("\n")
     for index, line in enumerate(lines):
-        if mark not in line:
-            continue
-        markdown, latex = markdown_re.match(line), latex_re.match(line)
-        if markdown is not None:
-            yield index, markdown.group(1), "markdown", lines
-        elif latex is not None:
-            yield index, latex.group(1), "latex", lines
+        found = comment_payload(line, mark) if mark in line else None
+        if found is not None:
+            yield index, found[1], found[0], lines

@@ -14,7 +14,7 @@ from halluprobe.jsonl import loads, read_text
 from halluprobe.records import ScoreReport, UnknownPolicy
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.scoring import score_rundir
-from halluprobe.tables import FileSource, RunSource
+from halluprobe.provenance import FileSource, RunSource
 
 __all__ = ["RunCache", "file_findings", "locate_run", "run_findings"]
 

@@ -76,7 +76,8 @@ def corrections_cmd(
         return
     title = f"{rundir}: corrections, macro over splits, unknown={unknown}, {report.n} questions"
     if markdown or latex:
-        from halluprobe.tables import corrections_provenance, render_corrections
+        from halluprobe.provenance import corrections_provenance
+        from halluprobe.tables import render_corrections
 
         # a grid's rows are chosen on folds: only a table of named corrections can be recomputed
         with errors():

@@ -93,11 +93,11 @@ def score_cmd(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif markdown or latex:
-        from halluprobe.tables import answers_provenance, render_latex, render_markdown, score_provenance
-
+        from halluprobe.provenance import answers_provenance, score_provenance
+        from halluprobe.tables import render_latex, render_score_markdown
         with errors():  # the table names its source: the run dir, or the answers and labels files
             provenance = score_provenance(rundir, report) if rundir is not None else answers_provenance(answers, labels or (), report)  # type: ignore[arg-type]
-        typer.echo(render_latex(report, title, provenance) if latex else render_markdown(report, title, provenance))
+        typer.echo(render_latex(report, title, provenance) if latex else render_score_markdown(report, title, provenance))
     else:
         console().print(score_table(report, title))
         if rundir is not None:  # DASH-B's and POPEv2's own metrics, for runs on those datasets
@@ -186,8 +186,8 @@ def audit_cmd(
 def _print_readouts_table(rundir: Path, headline: str, unknown: str, resamples: int, seed: int, syntax: str) -> None:
     """The run's readouts side by side, under a provenance comment that `halluprobe check` reads."""
     from halluprobe.scoring import readouts_reports
-    from halluprobe.tables import readouts_provenance, render_readouts
-
+    from halluprobe.provenance import readouts_provenance
+    from halluprobe.tables import render_readouts
     with errors():
         reports, forced = readouts_reports(rundir, policy=unknown, n_resamples=resamples, seed=seed)
         provenance = readouts_provenance(rundir, reports, forced, headline)

@@ -1,9 +1,12 @@
 """Run a literature audit over registry entries and write its table.
 
 ``OUT/literature.md``: one row per published figure (an entry with none: its recomputed
-headline), a provenance comment first (halluprobe version, registry digest, seed, resamples),
-then each entry's notes: the POPE content its labels are, the parser confound, and what the
-registry records of it. ``OUT/literature.json``: the same, as data.
+headline), rendered from :func:`literature_grid` under its provenance comment
+(:class:`~halluprobe.provenance.LiteratureProvenance`: halluprobe version, registry digest,
+resamples, seed), then each entry's notes: the POPE content its labels are, the parser
+confound, and what the registry records of it. ``OUT/literature.json``: the same, as data;
+``halluprobe check literature.md`` renders its entries again and compares every cell
+(:mod:`halluprobe.check.literature`).
 """
 
 from __future__ import annotations
@@ -15,10 +18,16 @@ from pathlib import Path
 
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.files import write_atomic
+from halluprobe.formatting import markdown_table
 from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, audit_entry
 from halluprobe.literature.registry import Entry, Registry
+from halluprobe.provenance import LiteratureProvenance, marked_comment
+from halluprobe.tables import Cell, Grid
 
-__all__ = ["LITERATURE_MD", "LITERATURE_JSON", "audit_literature", "literature_markdown", "list_markdown", "registry_digest"]
+__all__ = [
+    "LITERATURE_MD", "LITERATURE_JSON", "audit_literature", "literature_grid", "literature_markdown", "literature_provenance",
+    "list_markdown", "registry_digest",
+]  # fmt: skip
 
 LITERATURE_MD = "literature.md"
 LITERATURE_JSON = "literature.json"
@@ -70,10 +79,10 @@ def audit_literature(
                     EntryAudit(name=entry.name, model=entry.model, decoding=entry.decoding, dataset=entry.dataset,
                                parser=f"text:{entry.parser.rule}", status=f"not audited: {e}", notes=list(entry.notes))
                 )  # fmt: skip
-        provenance = _provenance(registry, n_resamples, seed)
+        provenance = literature_provenance(registry, n_resamples, seed)
         verb.new_files([out / LITERATURE_MD, out / LITERATURE_JSON])
         write_atomic(out / LITERATURE_MD, literature_markdown(audits, provenance))
-        data = {"provenance": provenance, "entries": [a.as_json() for a in audits]}
+        data = {"provenance": provenance.model_dump(mode="json", exclude={"table"}), "entries": [a.as_json() for a in audits]}
         write_atomic(out / LITERATURE_JSON, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     except BaseException:
         for made in reversed(records):  # the entries' first, then ``out`` itself if empty again
@@ -82,10 +91,10 @@ def audit_literature(
     return audits
 
 
-def _provenance(registry: Registry, n_resamples: int, seed: int) -> dict[str, object]:
+def literature_provenance(registry: Registry, n_resamples: int, seed: int) -> LiteratureProvenance:
     from halluprobe import __version__
 
-    return {"halluprobe": __version__, "registry_sha256": registry_digest(registry), "resamples": n_resamples, "seed": seed}
+    return LiteratureProvenance(table="literature", halluprobe=__version__, registry_sha256=registry_digest(registry), resamples=n_resamples, seed=seed)
 
 
 def _cell(text: str) -> str:
@@ -109,28 +118,32 @@ def _headline(values: dict[str, float | None]) -> str:
     return ", ".join(f"{k} {_num(None if v is None else 100 * v, 2)}" for k, v in values.items())
 
 
-def literature_markdown(audits: Sequence[EntryAudit], provenance: dict[str, object]) -> str:
-    """The audit's Markdown: a provenance comment, the table, then each entry's confounds and notes."""
-    lines = [
-        "<!-- halluprobe literature audit: " + ", ".join(f"{k}={v}" for k, v in provenance.items()) + " -->",
-        "",
-        f"| entry | figure | published | authors' rule | reproduced | text:{STRICT_RULE} | 95% CI (images) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+LITERATURE_HEADER = ("entry", "figure", "published", "authors' rule", "reproduced", f"text:{STRICT_RULE}", "95% CI (images)")
+
+
+def literature_grid(audits: Sequence[EntryAudit]) -> Grid:
+    """literature.md's table: a row per published figure (an entry with none: its recomputed
+    headline; one not audited: why), cells as written (check compares them as text)."""
+    rows: list[tuple[str, ...]] = []
     for a in audits:
         if not a.status.startswith("audited"):
-            lines.append(f"| {a.name} | - | - | {_cell(a.status)} | - | - | - |")
+            rows.append((a.name, "-", "-", a.status, "-", "-", "-"))
             continue
         for f in a.figures:
             ci = "-" if f.ci is None else f"[{_num(f.ci[0], f.decimals + 1)}, {_num(f.ci[1], f.decimals + 1)}]"
-            lines.append(
-                f"| {a.name} | {f.metric}: {_cell(f.where)} | {_num(f.published, f.decimals)} | {_num(f.authors, f.decimals + 1)} "
-                f"| {_verdict(f.equal, f.difference, f.decimals + 1)} | {_num(f.strict, f.decimals + 1)} | {ci} |"
-            )
+            rows.append((a.name, f"{f.metric}: {f.where}", _num(f.published, f.decimals), _num(f.authors, f.decimals + 1),
+                         _verdict(f.equal, f.difference, f.decimals + 1), _num(f.strict, f.decimals + 1), ci))  # fmt: skip
         if not a.figures:
             shown, strict = _headline(a.recomputed), _headline(a.recomputed_strict) or "-"
             ci = "-" if a.recomputed_ci is None else f"{HEADLINE[0]} [{100 * a.recomputed_ci[0]:.2f}, {100 * a.recomputed_ci[1]:.2f}]"
-            lines.append(f"| {a.name} | none published | - | {shown} | - | {strict} | {ci} |")
+            rows.append((a.name, "none published", "-", shown, "-", strict, ci))
+    return Grid(LITERATURE_HEADER, tuple(tuple(Cell(text) for text in row) for row in rows))
+
+
+def literature_markdown(audits: Sequence[EntryAudit], provenance: LiteratureProvenance) -> str:
+    """The audit's Markdown: a provenance comment, the table, then each entry's confounds and notes."""
+    grid = literature_grid(audits)
+    lines = [marked_comment(provenance, "markdown"), "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])]
     lines.append("")
     for a in audits:
         lines.append(f"- **{a.name}** ({a.model}; {a.decoding}; {a.dataset}; parser {a.parser}): {a.status}")

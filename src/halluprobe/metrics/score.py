@@ -41,7 +41,7 @@ from halluprobe.metrics.stats import (
     expected_calibration_error,
     percentile_ci,
 )
-from halluprobe.records import Decision, Label, Metrics, ScoreReport
+from halluprobe.records import BootstrapSettings, Decision, Label, Metrics, ScoreReport
 
 __all__ = ["CI_METRICS", "ScoreRow", "score_rows"]
 
@@ -176,15 +176,15 @@ def score_rows(
         splits=split_metrics,
         pooled=pooled,
         macro=macro,
-        bootstrap={
-            "method": "percentile",
-            "cluster": "image",
-            "n_clusters": n_images,
-            "n_resamples": n_resamples,
-            "seed": seed,
-            "level": level,
-            "macro": "images resampled jointly across splits; macro mean recomputed per replicate",
-        },
+        bootstrap=BootstrapSettings(
+            method="percentile",
+            cluster="image",
+            n_clusters=n_images,
+            n_resamples=n_resamples,
+            seed=seed,
+            level=level,
+            macro="images resampled jointly across splits; macro mean recomputed per replicate",
+        ),
     )
 
 

@@ -21,9 +21,9 @@ from halluprobe.report.view import SECTIONS, ReportView, RunView, add_section
 
 if TYPE_CHECKING:
     from halluprobe.report.decoding_section import ChairCounting
-    from halluprobe.tables import Provenance
+    from halluprobe.provenance import Provenance
 
-__all__ = ["SECTIONS", "build_figures", "render_html", "render_markdown", "render_report"]
+__all__ = ["SECTIONS", "build_figures", "render_html", "render_report", "render_report_markdown"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def render_report(
     out_md = out_html.with_suffix(".md")
     page = render_html(view, recompute=_captions_options(captions, chair))
     provenance = _headline_provenance(paths, [as_audit(a) for a in audits], [run.label for run in view.runs])
-    markdown = render_markdown(view, html_name=out_html.name, provenance=provenance)
+    markdown = render_report_markdown(view, html_name=out_html.name, provenance=provenance)
     if decoding is not None:
         page, markdown = add_section(page, markdown, decoding, DECODING_SECTION)
     if paths:  # a run that is a registered published answers file: its figures, recomputed (report/literature.py)
@@ -96,7 +96,7 @@ def render_report(
 def _headline_provenance(paths: Sequence[Path], audits: Sequence[AuditReport], names: Sequence[str]) -> Provenance | None:
     """The headline table's provenance, where ``check`` can recompute it: run dirs given, one
     per audit, and every audit with the same headline, policy and bootstrap (one comment)."""
-    from halluprobe.tables import headline_provenance
+    from halluprobe.provenance import headline_provenance
 
     settings = {(a.headline, a.policy, a.bootstrap.n_resamples, a.bootstrap.seed) for a in audits}
     if not paths or len(paths) != len(audits) or len(settings) != 1:
@@ -314,7 +314,7 @@ def stylesheet() -> str:
     return files("halluprobe.report").joinpath("templates", "report.css").read_text(encoding="utf-8")
 
 
-def render_markdown(view: ReportView, *, html_name: str = "report.html", provenance: Provenance | None = None) -> str:
+def render_report_markdown(view: ReportView, *, html_name: str = "report.html", provenance: Provenance | None = None) -> str:
     from halluprobe.report.markdown import markdown_report
 
     return markdown_report(view, html_name=html_name, provenance=provenance)

@@ -17,21 +17,20 @@ from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.length import chair_by_equal_count_groups
 from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings, ChairSummary
 from halluprobe.formatting import format_ratio, markdown_table
-from halluprobe.provenance import marked_comment
-from halluprobe.records_audit import BootstrapSettings
+from halluprobe.provenance import ChairProvenance, marked_comment
+from halluprobe.records import BootstrapSettings
 from halluprobe.tables import Cell, Grid, latex_escape
 
 __all__ = [
-    "CHAIR_PROVENANCE_MARK", "chair_grid", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects",
+    "chair_grid", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects",
 ]  # fmt: skip
 
-CHAIR_PROVENANCE_MARK = "halluprobe-chair-provenance"
 _METRICS = (("chair_s", "CHAIR_s", 100), ("chair_i", "CHAIR_i", 100), ("recall", "Recall", 100), ("length", "Len", 1))
 
 
 def chair_provenance(
     results: Mapping[str, Any], source: Mapping[str, Any], bootstrap: Mapping[str, int] | None = None
-) -> dict[str, Any]:
+) -> ChairProvenance:
     """What the table was computed from: ``source`` (the run: path, fingerprint, samples sha256;
     or a caption file: path, sha256, format), per family the ground truth and the options
     recorded with the result, and the ``bootstrap`` (resamples, seed) of its CIs."""
@@ -41,24 +40,24 @@ def chair_provenance(
     described = dict(source)
     if "captions" in described and first.get("format"):
         described["format"] = first["format"]
-    provenance = {
+    optional: dict[str, Any] = {}  # keys an older table never had stay out of the comment
+    if bootstrap is not None:
+        optional["bootstrap"] = {"resamples": bootstrap["resamples"], "seed": bootstrap["seed"]}
+    if first.get("tokenizer", "punkt") != "punkt":  # punkt's tables (and every older one) name none
+        optional["tokenizer"] = first["tokenizer"]
+    return ChairProvenance.model_validate({
         "table": "chair", "source": described, "families": list(results),
         "ground_truth": {f: r["summary"]["settings"]["ground_truth"] for f, r in results.items()},
         "truncate_incomplete": first.get("truncate_incomplete"), "prompt": first.get("prompt"),
-        "max_new_tokens": first.get("max_new_tokens"), "halluprobe": __version__,
-    }  # fmt: skip
-    if bootstrap is not None:
-        provenance["bootstrap"] = {"resamples": bootstrap["resamples"], "seed": bootstrap["seed"]}
-    if first.get("tokenizer", "punkt") != "punkt":  # punkt's tables (and every older one) name none
-        provenance["tokenizer"] = first["tokenizer"]
-    return provenance
+        "max_new_tokens": first.get("max_new_tokens"), "halluprobe": __version__, **optional,
+    })  # fmt: skip
 
 
-def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
-    return marked_comment(CHAIR_PROVENANCE_MARK, provenance, syntax)
+def _comment(provenance: ChairProvenance, syntax: Literal["markdown", "latex"]) -> str:
+    return marked_comment(provenance, syntax)
 
 
-def _provenance(results: ChairResults, source: Mapping[str, Any], bootstrap: BootstrapSettings | None) -> dict[str, Any]:
+def _provenance(results: ChairResults, source: Mapping[str, Any], bootstrap: BootstrapSettings | None) -> ChairProvenance:
     """:func:`chair_provenance` of typed results: it reads the results' JSON and the bootstrap's
     (resamples, seed), the comment's own shape."""
     shape = None if bootstrap is None else {"resamples": bootstrap.n_resamples, "seed": bootstrap.seed}

@@ -26,7 +26,7 @@ from halluprobe.report.markdown_sections import (
 from halluprobe.report.view import ReportView, fmt_count, fmt_pct, fmt_score, piece
 
 if TYPE_CHECKING:
-    from halluprobe.tables import Provenance
+    from halluprobe.provenance import Provenance
 
 __all__ = ["markdown_report"]
 
@@ -37,7 +37,8 @@ _PER_SAMPLE = "derived per sample from the pieces the server returned (no ids)"
 def markdown_report(view: ReportView, *, html_name: str = "report.html", provenance: Provenance | None = None) -> str:
     """The twin; ``provenance`` (the run dirs, see ``tables.headline_provenance``) goes above
     the headline table, so ``halluprobe check`` can recompute it."""
-    from halluprobe.tables import headline_grid, provenance_comment
+    from halluprobe.provenance import marked_comment
+    from halluprobe.tables import headline_grid
 
     runs = view.runs
     multi = len(runs) > 1
@@ -119,7 +120,7 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
     lines.append("")
     grid = headline_grid([[(row.name, row.m) for row in run.headline_rows] for run in runs], [run.label for run in runs] if multi else ())
     if provenance is not None:
-        lines.append(provenance_comment(provenance, "markdown"))
+        lines.append(marked_comment(provenance, "markdown"))
     labels = 1 + multi  # the run and split columns are left-aligned
     lines += md_table(grid.header, [[c.text for c in row] for row in grid.rows], align=["l"] * labels + ["r"] * (len(grid.header) - labels))
 

@@ -25,12 +25,11 @@ from halluprobe.captions.comparison.records import (
     ProveDifference,
 )
 from halluprobe.formatting import format_ratio, markdown_table
-from halluprobe.provenance import marked_comment
+from halluprobe.provenance import DecodingProvenance, marked_comment
 from halluprobe.tables import Cell, Grid, latex_escape
 
-__all__ = ["DECODING_PROVENANCE_MARK", "decoding_grids", "decoding_latex", "decoding_markdown", "decoding_provenance", "decoding_text"]
+__all__ = ["decoding_grids", "decoding_latex", "decoding_markdown", "decoding_provenance", "decoding_text"]
 
-DECODING_PROVENANCE_MARK = "halluprobe-decoding-provenance"
 # (key, label, scale): rates in %, length in words, hallucinations per 100 words as they are
 COLUMNS = (("chair_s", "CHAIR_s", 100), ("chair_i", "CHAIR_i", 100), ("recall", "Recall", 100), ("length", "Len", 1),
            ("halluc_per_100_words", "Hall/100w", 1))  # fmt: skip
@@ -42,25 +41,25 @@ _LATEX_PAIRED_HEADER = ("Method", "Against", r"$\Delta$CHAIR$_s$", r"$\Delta$CHA
 _LATEX_PROVE_HEADER = ("Run", "Role", "$n$", "hscore", "tscore")
 
 
-def decoding_provenance(result: Mapping[str, Any], prove_scores: Sequence[Path] = ()) -> dict[str, Any]:
+def decoding_provenance(result: Mapping[str, Any], prove_scores: Sequence[Path] = ()) -> DecodingProvenance:
     from halluprobe import __version__
     from halluprobe.rundir import sha256_file
 
     chair = result.get("chair", {})
-    provenance = {
+    optional = {"tokenizer": chair["tokenizer"]} if chair.get("tokenizer", "punkt") != "punkt" else {}  # punkt's (and older) name none
+    return DecodingProvenance.model_validate({
         "table": "decoding",
         "runs": [{k: r[k] for k in ("path", "role", "name", "fingerprint", "samples_sha256")} for r in result["runs"]],
         "family": chair.get("family"), "ground_truth": chair.get("ground_truth"), "truncate_incomplete": chair.get("truncate_incomplete"),
         "prove_scores": [{"path": str(p), "scores_sha256": sha256_file(p / "scores.jsonl")} for p in prove_scores],
-        "bootstrap": result["bootstrap"], "halluprobe": __version__,
-    }  # fmt: skip
-    if chair.get("tokenizer", "punkt") != "punkt":  # punkt's tables (and every older one) name none
-        provenance["tokenizer"] = chair["tokenizer"]
-    return provenance
+        "bootstrap": result["bootstrap"], "halluprobe": __version__, **optional,
+    })  # fmt: skip
 
 
-def _comment(provenance: Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
-    return marked_comment(DECODING_PROVENANCE_MARK, provenance, syntax)
+def _comment(provenance: DecodingProvenance | Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
+    # check passes the comment it read as a dict (check/decoding.py's DecodingTable)
+    record = provenance if isinstance(provenance, DecodingProvenance) else DecodingProvenance.model_validate(provenance)
+    return marked_comment(record, syntax)
 
 
 def _value(value: float | None, ci: Interval | None, scale: float, signed: bool = False) -> str:
@@ -181,7 +180,7 @@ def _counted_by(chair: ChairComparison) -> str:
     return chair.family if chair.tokenizer == "punkt" else f"{chair.family}, tokenizer {chair.tokenizer}"
 
 
-def decoding_markdown(result: ComparisonResult, provenance: Mapping[str, Any]) -> str:
+def decoding_markdown(result: ComparisonResult, provenance: DecodingProvenance | Mapping[str, Any]) -> str:
     lines = ["## Decoding methods on free-form answers", "", _comment(provenance, "markdown")]
     chair = result.chair
     if chair is not None:
@@ -204,7 +203,7 @@ def decoding_markdown(result: ComparisonResult, provenance: Mapping[str, Any]) -
     return "\n".join(lines) + "\n"
 
 
-def decoding_latex(result: ComparisonResult, provenance: Mapping[str, Any]) -> str:
+def decoding_latex(result: ComparisonResult, provenance: DecodingProvenance | Mapping[str, Any]) -> str:
     """Per-run CHAIR and the paired differences, booktabs, the provenance comment above."""
     body = [_comment(provenance, "latex")]
     if result.chair is not None:
