@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 __all__ = [
     "DECODING_KEYS",
+    "DecodeSpec",
     "SCHEMA_VERSION",
     "UNKNOWN_POLICIES",
     "UnknownPolicy",
@@ -119,6 +120,34 @@ class Request(FrozenRecord):
 ICD_INSTRUCTION = "You are a confused objects detector to provide a fuzzy overview or impression of the image."
 
 
+class DecodeSpec(FrozenRecord):
+    """A decoding method (``run --decode vcd:alpha=1,beta=0.1``), parsed once where it enters
+    (:func:`~halluprobe.backends.hf_decode_rules.parse_decode_spec`): ``method`` and ``params``,
+    every setting it decodes with from the spec alone (defaults included; the model's layers are
+    added when its rule is built). Written as ``text``, the spec as typed, so run.json and the
+    fingerprint keep the bytes of the string this replaced. A bare string (run.json of any
+    version) reads back as the method with ``params`` None: a record of what was asked, resolved
+    by the decoding rules only if decoded with again."""
+
+    text: str
+    method: str
+    params: dict[str, float] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"text": value, "method": value.partition(":")[0]}
+        return value
+
+    @model_serializer(mode="plain")
+    def _as_text(self) -> str:
+        return self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class GenerateConfig(FrozenRecord):
     """How a backend answers: passed with each call, never set in a backend's constructor.
 
@@ -137,9 +166,9 @@ class GenerateConfig(FrozenRecord):
     # the "instruction" signal's disturbing instruction (recorded; the runner renders the variant)
     instruction: str | None = None
     # Free-form decoding (issue 24; backends/hf_decode.py): the method and its settings
-    # ("vcd:alpha=1,beta=0.1"; None: plain decoding) and the sampling settings (None: greedy).
-    # Left out of run.json when None, so the headers of runs without them keep their bytes.
-    decode: str | None = None
+    # (written as typed, "vcd:alpha=1,beta=0.1"; None: plain decoding) and the sampling settings
+    # (None: greedy). Left out of run.json when None, so the headers of runs without them keep their bytes.
+    decode: DecodeSpec | None = None
     sample: bool | None = None
     temperature: float | None = Field(default=None, gt=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
