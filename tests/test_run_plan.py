@@ -144,3 +144,21 @@ def test_capabilities_are_asked_through_protocols(old_run: tuple[Path, Path]) ->
     with pytest.raises(InputError, match="^the hf backend cannot apply --decode or --sample: they need the hf backend's decoding loop$"):
         check_backend(plan, ScriptedBackend(str(folder / "script.json")))  # a backend without the loop, whatever its name
     assert not (folder / "fresh").exists()
+
+
+def test_a_spec_read_back_from_a_string_is_parsed_once_by_the_plan(old_run: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, images = old_run
+    stored = RunDir(folder / "run").read_header().generate
+    assert stored is not None and stored.decode is not None and stored.decode.params is None
+    calls: list[str] = []
+    real = hf_decode_rules.parse_decode
+
+    def counting(spec: str) -> Any:
+        calls.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(hf_decode_rules, "parse_decode", counting)
+    config = _config(decode=stored.decode, resume=True)
+    calls.clear()
+    plan = plan_run(config, [folder / "open.jsonl"], images, folder / "run")
+    assert calls == [SPEC] and plan.config.decode == plan.generate.decode == parse_decode_spec(SPEC)

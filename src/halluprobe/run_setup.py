@@ -11,13 +11,13 @@ import datetime as _dt
 import logging
 import platform
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from halluprobe.backends.base import Backend, DecodesText, RecordsSignals
-from halluprobe.backends.hf_decode_rules import BRANCHES, check_decoding
+from halluprobe.backends.hf_decode_rules import BRANCHES, check_decoding, resolved
 from halluprobe.benchmarks.pope import read_questions, split_name
 from halluprobe.clip_signal import CLIP_SIGNAL, ClipScorer
 from halluprobe.errors import InputError
@@ -276,6 +276,8 @@ def plan_questions(
     """The plan of questions already chosen (:func:`plan_run`'s, or a caller's that holds a
     model already: the demo, :func:`~halluprobe.runner.run_questions`)."""
     sources = {split: str(path) for split, (path, _) in benchmarks.items()}
+    if config.decode is not None and config.decode.params is None:  # a spec read back from a string: parsed here, once
+        config = replace(config, decode=resolved(config.decode))
     if config.asks_decoding:
         check_decoding(
             config.decode, sample=config.sample, temperature=config.temperature, top_p=config.top_p, sample_top_k=config.sample_top_k,
