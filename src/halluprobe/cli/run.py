@@ -162,7 +162,7 @@ def run_cmd(
         plan = plan_run(cfg, benchmark, images, out, shard=part, clip=clip_model is not None)  # every check before any model loads
         scorer = ClipScorer(clip_model, device=clip_device) if clip_model is not None else None
         engine = spec.load()
-        header = make_header(cfg, engine, plan.benchmarks, images, clip=scorer)
+        header = make_header(plan.config, engine, plan.benchmarks, images, clip=scorer)
         with progress("questions") as bar:
             summary = execute_plan(plan, engine, header, progress=bar, clip=scorer)
     typer.echo(
