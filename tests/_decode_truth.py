@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from halluprobe.backends.hf.decode import parse_decode
+from halluprobe.backends.hf.decode_rules import parse_decode_spec
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
 from halluprobe.readouts.corrections import CORRECTIONS
@@ -123,5 +124,5 @@ def neutral_is_greedy(backend: Any, requests: Sequence[Request], specs: Sequence
     want = {r.key: r.text for batch in backend.answer(requests, plain) for r in batch}
     assert None not in want.values()
     for spec in specs:
-        got = {r.key: r.text for batch in backend.answer(requests, plain.model_copy(update={"decode": spec})) for r in batch}
+        got = {r.key: r.text for batch in backend.answer(requests, plain.model_copy(update={"decode": parse_decode_spec(spec)})) for r in batch}
         assert got == want, spec

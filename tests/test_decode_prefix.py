@@ -22,6 +22,7 @@ from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.backends.hf.decode import Decoded  # noqa: E402
 from halluprobe.backends.hf.decode_engine import DecodeEngine  # noqa: E402
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine  # noqa: E402
+from halluprobe.backends.hf.decode_rules import parse_decode_spec  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
@@ -212,7 +213,7 @@ def test_neutral_settings_write_generates_greedy_text_on_both_engines(setup: Any
     texts = {}
     for name, backend in (("fast", fast), ("plain", plain)):
         texts[f"generate {name}"] = {r.key: r.text for batch in backend.answer(requests, config) for r in batch}
-        texts[f"{spec} {name}"] = {r.key: r.text for batch in backend.answer(requests, config.model_copy(update={"decode": spec})) for r in batch}
+        texts[f"{spec} {name}"] = {r.key: r.text for batch in backend.answer(requests, config.model_copy(update={"decode": parse_decode_spec(spec)})) for r in batch}
     want = texts["generate plain"]
     assert all(t is not None for t in want.values()) and len(set(want.values())) > 1
     for label, got in texts.items():
@@ -353,4 +354,4 @@ def test_instructblip_decodes_through_its_language_model_after_the_first_step(tm
             assert float((want - decoded.base_logits[step][row]).abs().max()) < TOLERANCE, (row, step)
     config = GenerateConfig(max_new_tokens=6, stop_strings=())
     generated = {r.key: r.text for batch in backend.answer(rows, config) for r in batch}
-    assert generated == {r.key: r.text for batch in backend.answer(rows, config.model_copy(update={"decode": "vcd:alpha=0"})) for r in batch}
+    assert generated == {r.key: r.text for batch in backend.answer(rows, config.model_copy(update={"decode": parse_decode_spec("vcd:alpha=0")})) for r in batch}

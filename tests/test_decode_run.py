@@ -109,7 +109,7 @@ def test_a_method_run_writes_the_loops_text_and_records_its_settings(
     assert _texts(out) == _independent(setup, method, rule)
     assert _texts(out) != greedy  # the contrast branch changed some text
     header = RunDir(out).read_header()
-    assert header.generate is not None and header.generate.decode == spec and header.generate.sample is None
+    assert header.generate is not None and header.generate.decode is not None and header.generate.decode.text == spec and header.generate.sample is None
     raw = json.loads((out / "run.json").read_text())
     assert decoding_identity(raw, "x")[:2] == (spec, spec)
     # --resume with another method is refused (the fingerprint holds the method)

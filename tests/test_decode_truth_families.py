@@ -25,7 +25,7 @@ from _families import FAMILY_NAMES, build_family  # noqa: E402
 from halluprobe.backends.families import FAMILIES  # noqa: E402
 from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.backends.hf.decode_engine import DecodeEngine  # noqa: E402
-from halluprobe.backends.hf.decode_rules import check_decoding  # noqa: E402
+from halluprobe.backends.hf.decode_rules import check_decoding, parse_decode_spec  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import GenerateConfig  # noqa: E402
 from halluprobe.tiny import demo_photos  # noqa: E402
@@ -116,7 +116,7 @@ def test_no_image_methods_are_refused_before_the_run_in_one_line(
     for method in NO_IMAGE_METHODS:
         spec = _specs(backend.core.n_layers)[method]
         with pytest.raises(InputError) as before_loading:  # `run` checks the folder's config.json first
-            check_decoding(spec, sample=False, temperature=None, top_p=None, sample_top_k=None, seed=None,
+            check_decoding(parse_decode_spec(spec), sample=False, temperature=None, top_p=None, sample_top_k=None, seed=None,
                            open_ended=True, backend="hf", model=str(folder))  # fmt: skip
         with pytest.raises(InputError) as engine:  # a hub id: when the engine is built, before any request
             backend.engine(GenerateConfig(max_new_tokens=1, stop_strings=(), decode=spec))

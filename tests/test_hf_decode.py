@@ -228,13 +228,16 @@ def test_dola_steps_are_its_rule_recomputed_without_a_cache(setup: Any) -> None:
 
 
 def test_every_setting_a_spec_decodes_with_is_resolved_for_the_record() -> None:
-    from halluprobe.backends.hf.decode_rules import rule_settings
+    from halluprobe.backends.hf.decode_rules import parse_decode_spec, rule_settings
 
-    assert rule_settings("dola", 8) == {"method": "dola", "candidate_layers": [0, 2], "relative_top": 0.1, "repetition_penalty": 1.2}
-    assert rule_settings("pai", 8) == {"method": "pai", "gamma": 1.1, "alpha": 0.5, "start": 2, "end": 8}
-    assert rule_settings("m3id", 8) == {"method": "m3id", "lambda": 0.02}
-    assert rule_settings("icd:beta=0.3", 8) == {"method": "icd", "alpha": 1.0, "beta": 0.3}
-    assert rule_settings("vcd", 8) == rule_settings("vcd:alpha=1,beta=0.1", 8) == {"method": "vcd", "alpha": 1.0, "beta": 0.1, "noise_step": 500}
+    def rule_settings_of(spec: str, n_layers: int) -> dict[str, Any]:
+        return rule_settings(parse_decode_spec(spec), n_layers)
+
+    assert rule_settings_of("dola", 8) == {"method": "dola", "candidate_layers": [0, 2], "relative_top": 0.1, "repetition_penalty": 1.2}
+    assert rule_settings_of("pai", 8) == {"method": "pai", "gamma": 1.1, "alpha": 0.5, "start": 2, "end": 8}
+    assert rule_settings_of("m3id", 8) == {"method": "m3id", "lambda": 0.02}
+    assert rule_settings_of("icd:beta=0.3", 8) == {"method": "icd", "alpha": 1.0, "beta": 0.3}
+    assert rule_settings_of("vcd", 8) == rule_settings_of("vcd:alpha=1,beta=0.1", 8) == {"method": "vcd", "alpha": 1.0, "beta": 0.1, "noise_step": 500}
 
 
 def test_dola_is_parsed_with_its_repetition_penalty() -> None:

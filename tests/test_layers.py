@@ -26,7 +26,7 @@ PACKAGE = "halluprobe"
 # Bottom to top. A unit names a module or a package (all below it); the longest matching unit
 # decides a module's layer. A module may import its own layer or any layer below, never above.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "records", "records_audit")),
+    ("base", ("errors", "records", "records_scores", "records_audit")),
     ("leaf", ("", "formatting", "files", "jsonl", "tomlfile")),  # "": the package's __init__ (version, re-exports)
     ("data", ("rundir", "benchmarks", "readouts", "metrics")),
     ("backends", ("backends", "ask", "clip_signal", "tiny", "tiny_qwen2vl")),

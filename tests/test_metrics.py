@@ -9,7 +9,7 @@ import pytest
 from halluprobe.metrics.binary import Counts, count, metrics_from_counts
 from halluprobe.metrics.score import CI_METRICS, ScoreRow, score_rows
 from halluprobe.metrics.stats import auroc, cluster_bootstrap, expected_calibration_error
-from halluprobe.records import ScoreReport
+from halluprobe.records_scores import ScoreReport
 
 # --------------------------------------------------------------------------------------------
 # A 10-row table counted by hand.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from halluprobe.backends.hf.decode_rules import check_decoding
+from halluprobe.backends.hf.decode_rules import check_decoding, parse_decode_spec
 from halluprobe.backends.hf.load import _folder_chat_template, config_model_type, load_processor
 from halluprobe.benchmarks.autoprobe.detector import _model_type
 from halluprobe.errors import InputError
@@ -72,9 +72,9 @@ def test_a_no_image_decoding_method_reads_config_json_through_the_one_reader(tmp
     (tmp_path / "config.json").write_text(BROKEN)
     settings = dict(sample=False, temperature=None, top_p=None, sample_top_k=None, seed=None, open_ended=True, backend="hf")
     with pytest.raises(InputError) as ei:
-        check_decoding("m3id", model=str(tmp_path), **settings)
+        check_decoding(parse_decode_spec("m3id"), model=str(tmp_path), **settings)
     assert str(ei.value).startswith(f"{tmp_path / 'config.json'}:3: model config is not valid JSON")
-    check_decoding("m3id", model="llava-hf/llava-1.5-7b-hf", **settings)  # a hub id: checked after loading
+    check_decoding(parse_decode_spec("m3id"), model="llava-hf/llava-1.5-7b-hf", **settings)  # a hub id: checked after loading
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "paligemma"}))
     with pytest.raises(InputError, match="without the image"):
-        check_decoding("m3id", model=str(tmp_path), **settings)
+        check_decoding(parse_decode_spec("m3id"), model=str(tmp_path), **settings)

@@ -21,7 +21,7 @@ from halluprobe.provenance import (
     marked_comment,
     read_marked,
 )
-from halluprobe.records import BootstrapSettings, Metrics, ScoreReport
+from halluprobe.records_scores import BootstrapSettings, Metrics, ScoreReport
 
 # comments as earlier versions wrote them (the CHAIR and decoding ones by hand-built dicts)
 OLD_CHAIR = (

@@ -3,18 +3,8 @@
 from __future__ import annotations
 
 from halluprobe.errors import InputError, RuntimeFailure
-from halluprobe.records import (
-    Metrics,
-    Question,
-    ReadoutResult,
-    Request,
-    Response,
-    RunHeader,
-    Sample,
-    ScoreReport,
-    TokenLogprob,
-    TokenSets,
-)
+from halluprobe.records_scores import Metrics, ScoreReport
+from halluprobe.records import Question, ReadoutResult, Request, Response, RunHeader, Sample, TokenLogprob, TokenSets
 
 __version__ = "0.1.0"
 

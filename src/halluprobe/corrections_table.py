@@ -32,7 +32,8 @@ from halluprobe.metrics.paired import ImageBootstrap, SampleTable, paired_test
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import check_readout
 from halluprobe.readouts.text import TEXT_RULES
-from halluprobe.records import BootstrapSettings, RunHeader, Sample
+from halluprobe.records_scores import BootstrapSettings
+from halluprobe.records import RunHeader, Sample
 from halluprobe.scoring import read_scored_run, readout_rows
 
 __all__ = ["MAX_GRID_SETTINGS", "CorrectionRow", "CorrectionsReport", "corrections_table", "default_corrections", "drawn_f1", "read_grid", "expected_f1"]

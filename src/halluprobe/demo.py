@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.formatting import fmt_pct, format_ci, format_ratio, format_signed
-from halluprobe.records import ScoreReport
+from halluprobe.records_scores import ScoreReport
 from halluprobe.records_audit import AuditReport
 from halluprobe.rundir import RunDir
 

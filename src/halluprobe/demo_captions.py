@@ -120,13 +120,14 @@ def write_caption_inputs(folder: Path, annotations: Path) -> tuple[list[Any], di
 
 def caption_config(model: str, role: str) -> Any:
     """The run config of a caption run: ``greedy``, ``method`` (VCD, sampled) or ``sampled``."""
+    from halluprobe.backends.hf.decode_rules import parse_decode_spec
     from halluprobe.runner import RunConfig
 
     base: dict[str, Any] = {"model": model, "backend": "hf", "template": "llava", "overwrite": True, "open_ended": True,
                             "max_new_tokens": CAPTION_TOKENS}  # fmt: skip
     if role == "greedy":
         return RunConfig(**base)
-    extra: dict[str, Any] = {"sample": True, **CAPTION_SAMPLING, **({"decode": CAPTION_METHOD} if role == "method" else {})}
+    extra: dict[str, Any] = {"sample": True, **CAPTION_SAMPLING, **({"decode": parse_decode_spec(CAPTION_METHOD)} if role == "method" else {})}
     return RunConfig(**base, **extra)
 
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from halluprobe.records import Metrics, ScoreReport
+from halluprobe.records_scores import Metrics, ScoreReport
 
 __all__ = [
     "MARKDOWN_COLUMNS",

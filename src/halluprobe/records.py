@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, StrictInt
-from pydantic import field_serializer, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler
+from pydantic import field_validator, model_serializer, model_validator
 
 __all__ = [
     "DECODING_KEYS",
+    "DecodeSpec",
     "SCHEMA_VERSION",
     "UNKNOWN_POLICIES",
     "UnknownPolicy",
@@ -38,9 +39,6 @@ __all__ = [
     "Sample",
     "TokenSets",
     "RunHeader",
-    "Metrics",
-    "BootstrapSettings",
-    "ScoreReport",
 ]
 
 # How an unknown answer (neither yes nor no) is counted: as wrong, as a no, as a yes, or
@@ -60,7 +58,7 @@ def _is_none(value: Any) -> bool:
     return value is None
 
 
-def _absent_when_none() -> Any:
+def absent_when_none() -> Any:
     """A field whose key is left out of the JSON when it is None (as the dict never had it)."""
     return Field(default=None, exclude_if=_is_none)
 
@@ -121,6 +119,34 @@ class Request(FrozenRecord):
 ICD_INSTRUCTION = "You are a confused objects detector to provide a fuzzy overview or impression of the image."
 
 
+class DecodeSpec(FrozenRecord):
+    """A decoding method (``run --decode vcd:alpha=1,beta=0.1``), parsed once where it enters
+    (:func:`~halluprobe.backends.hf.decode_rules.parse_decode_spec`): ``method`` and ``params``,
+    every setting it decodes with from the spec alone (defaults included; the model's layers are
+    added when its rule is built). Written as ``text``, the spec as typed, so run.json and the
+    fingerprint keep the bytes of the string this replaced. A bare string (run.json of any
+    version) reads back as the method with ``params`` None: a record of what was asked, resolved
+    by the decoding rules only if decoded with again."""
+
+    text: str
+    method: str
+    params: dict[str, float] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"text": value, "method": value.partition(":")[0]}
+        return value
+
+    @model_serializer(mode="plain")
+    def _as_text(self) -> str:
+        return self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class GenerateConfig(FrozenRecord):
     """How a backend answers: passed with each call, never set in a backend's constructor.
 
@@ -138,10 +164,10 @@ class GenerateConfig(FrozenRecord):
     signals: tuple[str, ...] = ()
     # the "instruction" signal's disturbing instruction (recorded; the runner renders the variant)
     instruction: str | None = None
-    # Free-form decoding (issue 24; backends/hf/backend/decode.py): the method and its settings
-    # ("vcd:alpha=1,beta=0.1"; None: plain decoding) and the sampling settings (None: greedy).
-    # Left out of run.json when None, so the headers of runs without them keep their bytes.
-    decode: str | None = None
+    # Free-form decoding (issue 24; backends/hf_decode.py): the method and its settings
+    # (written as typed, "vcd:alpha=1,beta=0.1"; None: plain decoding) and the sampling settings
+    # (None: greedy). Left out of run.json when None, so the headers of runs without them keep their bytes.
+    decode: DecodeSpec | None = None
     sample: bool | None = None
     temperature: float | None = Field(default=None, gt=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
@@ -267,7 +293,7 @@ class Sample(FrozenRecord):
     latency_s: float = 0.0
     error: str | None = None
     # the clip signal (recorded by the runner, not the backend); absent from runs without it
-    clip: ClipSimilarity | None = _absent_when_none()
+    clip: ClipSimilarity | None = absent_when_none()
 
     @property
     def key(self) -> QuestionKey:
@@ -324,74 +350,10 @@ class RunHeader(FrozenRecord):
     # an empty list: not a published file. Absent in run dirs written before versions were pinned.
     pope_versions: dict[str, list[str]] = Field(default_factory=dict)
     # the clip signal's model and captions, when the run recorded it (absent otherwise)
-    clip: ClipSetting | None = _absent_when_none()
+    clip: ClipSetting | None = absent_when_none()
     # split -> content fingerprint of its benchmark file (benchmarks/fingerprint.py): which
     # published questions these are, whatever their bytes. Absent in older run dirs; not part
     # of the run's fingerprint, so their resume is unchanged.
-    question_fingerprints: dict[str, str] | None = _absent_when_none()
+    question_fingerprints: dict[str, str] | None = absent_when_none()
 
 
-class Metrics(FrozenRecord):
-    """Metrics of one split (or pooled / macro). Counts beside every ratio; CIs beside them."""
-
-    n: int
-    tp: int
-    fp: int
-    tn: int
-    fn: int
-    unknown: int
-    errors: int = 0
-    accuracy: float | None
-    precision: float | None
-    recall: float | None
-    f1: float | None
-    yes_ratio: float | None
-    unknown_rate: float | None
-    htr: float | None
-    auroc: float | None = None
-    ece: float | None = None
-    ci: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
-
-
-class BootstrapSettings(FrozenRecord):
-    """How CIs were drawn, the one shape of metrics.json, audit.json, corrections and provenance
-    comments: a key a writer never had stays out of its JSON; ``resamples`` (older) reads too."""
-
-    n_resamples: StrictInt  # strict: a comment's ``true`` is not 1 resample
-    seed: StrictInt
-    level: float | None = _absent_when_none()
-    unit: str | None = _absent_when_none()  # the audit's: what is resampled ("image")
-    method: str | None = _absent_when_none()
-    cluster: str | None = _absent_when_none()  # metrics.json's name for the unit
-    n_clusters: int | None = _absent_when_none()
-    macro: str | None = _absent_when_none()
-    draws: int | None = _absent_when_none()  # the corrections table's sampled draws
-
-    @model_validator(mode="before")
-    @classmethod
-    def _resamples_key(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "resamples" in data and "n_resamples" not in data:
-            data = {("n_resamples" if k == "resamples" else k): v for k, v in data.items()}
-        return data
-
-
-class ScoreReport(FrozenRecord):
-    """``metrics.json`` and the ``--json`` score object."""
-
-    schema_version: int = SCHEMA_VERSION
-    readout: str
-    unknown_policy: UnknownPolicy
-    splits: dict[str, Metrics]
-    pooled: Metrics
-    macro: Metrics
-    bootstrap: BootstrapSettings | None = None  # None: written as {} (a report scored without the settings)
-
-    @field_validator("bootstrap", mode="before")
-    @classmethod
-    def _empty_is_none(cls, value: Any) -> Any:
-        return None if value == {} else value
-
-    @field_serializer("bootstrap")
-    def _score_order(self, value: BootstrapSettings | None) -> dict[str, Any]:
-        data = {} if value is None else value.model_dump(mode="json")  # metrics.json's key order: method first
-        return {k: data[k] for k in ("method", "cluster", "n_clusters", "n_resamples", "seed", "level", "macro", *data) if k in data}

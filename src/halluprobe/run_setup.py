@@ -1,6 +1,8 @@
-"""What a run is before any question is asked: its settings (:class:`RunConfig`), the
-benchmark files read, the header written first (:func:`make_header`) with its fingerprint, and
-the checks made before any model loads. :mod:`halluprobe.runner` asks the questions.
+"""What a run is before any question is asked: its settings (:class:`RunConfig`), its plan
+(:func:`plan_run`: the benchmark files read, the questions chosen and every check that needs no
+model, made once before any model loads; :func:`check_backend`: what only the loaded model can
+answer, asked once before the run dir is written), and the header written first
+(:func:`make_header`) with its fingerprint. :mod:`halluprobe.runner` executes the plan.
 """
 
 from __future__ import annotations
@@ -9,27 +11,30 @@ import datetime as _dt
 import logging
 import platform
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from halluprobe.backends.base import Backend
+from halluprobe.backends.base import Backend, DecodesText, RecordsSignals
+from halluprobe.backends.hf.decode_rules import BRANCHES, check_decoding, resolved
 from halluprobe.benchmarks.pope import read_questions, split_name
 from halluprobe.clip_signal import CLIP_SIGNAL, ClipScorer
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.readouts.value import TEXT_PREFIX
-from halluprobe.records import DECODING_KEYS, ICD_INSTRUCTION, GenerateConfig, Question, RunHeader
-from halluprobe.rundir import fingerprint_of, sha256_file
+from halluprobe.records import DECODING_KEYS, ICD_INSTRUCTION, DecodeSpec, GenerateConfig, Question, RunHeader
+from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
+from halluprobe.shards import Shard, limit_questions, select_shard
 
 __all__ = [
     "RunConfig",
-    "check_decoding_asked",
-    "check_signals_asked",
-    "limit_questions",
+    "RunPlan",
+    "check_backend",
     "make_header",
+    "plan_questions",
+    "plan_run",
     "read_benchmarks",
     "run_fingerprint",
 ]
@@ -64,8 +69,9 @@ class RunConfig:
     signals: tuple[str, ...] = ()
     # the disturbing instruction put in front of each question for the "instruction" signal (ICD)
     instruction: str = ICD_INSTRUCTION
-    # free-form decoding (open-ended runs, hf backend): the method ("vcd:alpha=1"), and sampling
-    decode: str | None = None
+    # free-form decoding (open-ended runs, hf backend): the method, parsed where it entered
+    # (hf_decode_rules.parse_decode_spec: "vcd:alpha=1"), and sampling
+    decode: DecodeSpec | None = None
     sample: bool = False
     temperature: float | None = None
     top_p: float | None = None
@@ -100,9 +106,13 @@ class RunConfig:
     @property
     def decode_branch(self) -> str | None:
         """The contrast branch the decoding method runs beside the base one (a request variant)."""
-        from halluprobe.backends.hf.decode import contrast_branch
+        return BRANCHES[self.decode.method] if self.decode is not None else None
 
-        return contrast_branch(self.decode) if self.decode is not None else None
+    @property
+    def asks_decoding(self) -> bool:
+        """Whether any decoding setting is given (each is checked, even one that needs another)."""
+        sampling = (self.temperature, self.top_p, self.sample_top_k, self.seed)
+        return self.decode is not None or self.sample or any(v is not None for v in sampling)
 
 
 def read_benchmarks(files: Sequence[Path]) -> tuple[list[Question], dict[str, tuple[Path, str]]]:
@@ -119,19 +129,6 @@ def read_benchmarks(files: Sequence[Path]) -> tuple[list[Question], dict[str, tu
         questions.extend(read_questions(path, split=split))
         fingerprints[split] = (path.resolve(), sha256_file(path))
     return questions, fingerprints
-
-
-def limit_questions(questions: Sequence[Question], limit: int | None) -> list[Question]:
-    """The first ``limit`` questions of each split, in file order (all of them when None)."""
-    if limit is None:
-        return list(questions)
-    kept: list[Question] = []
-    per_split: dict[str, int] = {}
-    for q in questions:
-        if per_split.get(q.split, 0) < limit:
-            per_split[q.split] = per_split.get(q.split, 0) + 1
-            kept.append(q)
-    return kept
 
 
 def _package_versions() -> dict[str, str]:
@@ -174,10 +171,15 @@ def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
             **({"instruction": header.generate.instruction} if header.generate is not None and header.generate.instruction else {}),
             **({"clip": header.clip.model_dump(mode="json")} if header.clip is not None else {}),
             # only when set: a resume with another method or other sampling settings is refused
-            **({"decoding": {k: getattr(header.generate, k) for k in DECODING_KEYS if getattr(header.generate, k) is not None}}
-               if header.generate is not None and header.generate.decodes else {}),
+            **({"decoding": _decoding_fields(header.generate)} if header.generate is not None and header.generate.decodes else {}),
         }
     )
+
+
+def _decoding_fields(generate: GenerateConfig) -> dict[str, Any]:
+    """The decoding settings as run.json writes them (the spec as typed), those set only."""
+    written = generate.model_dump(mode="json")
+    return {k: written[k] for k in DECODING_KEYS if written.get(k) is not None}
 
 
 def _backend_info(backend: Backend, config: RunConfig) -> dict[str, Any]:
@@ -185,16 +187,15 @@ def _backend_info(backend: Backend, config: RunConfig) -> dict[str, Any]:
     (``decoding``: defaults and the model's layers resolved; a record, outside the fingerprint,
     which holds the spec as typed)."""
     info = backend.info()
-    describe = getattr(backend, "decoding_settings", None)
-    if config.decode is not None and callable(describe):
-        info = {**info, "decoding": describe(config.decode)}
+    if config.decode is not None and isinstance(backend, DecodesText):
+        info = {**info, "decoding": backend.decoding_settings(config.decode)}
     return info
 
 
 def make_header(
     config: RunConfig,
     backend: Backend,
-    benchmarks: dict[str, tuple[Path, str]],
+    benchmarks: Mapping[str, tuple[Path, str]],
     images_root: Path,
     clip: ClipScorer | None = None,
 ) -> RunHeader:
@@ -235,16 +236,90 @@ def make_header(
     return header.model_copy(update={"fingerprint": run_fingerprint(header)})
 
 
-def check_signals_asked(config: RunConfig, has_scorer: bool, questions: Sequence[Question], sources: Mapping[str, str]) -> None:
+@dataclass(frozen=True)
+class RunPlan:
+    """A run decided before any model loads (:func:`plan_run`): what :func:`~halluprobe.runner.execute_plan`
+    does, with every check that needs no model already made."""
+
+    config: RunConfig
+    questions: tuple[Question, ...]  # to answer (limited, then sharded), in file order
+    benchmarks: Mapping[str, tuple[Path, str]]  # split -> (benchmark file, sha256)
+    images_root: Path
+    rundir: RunDir
+    generate: GenerateConfig  # what each backend call is given (the decode spec typed)
+    variants: tuple[str, ...]  # the renderings asked beside each prompt: "instruction", "no-image"
+    clip: bool  # the clip signal is recorded (its scorer is built by the caller, outside the plan)
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """split -> the benchmark file an error about one of its questions names."""
+        return {split: str(path) for split, (path, _) in self.benchmarks.items()}
+
+
+def plan_run(config: RunConfig, benchmark: Sequence[Path], images_root: Path, out: Path, *, shard: Shard | None = None, clip: bool = False) -> RunPlan:
+    """``halluprobe run``'s plan: the files read and every check that needs no model, once, in
+    this order, before any model loads. ``shard``: the part of the questions to answer (parsed
+    at the edge, as ``config.decode``); ``clip``: a CLIP model is given."""
+    if not images_root.is_dir():
+        raise InputError("images root is not a directory", images_root)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out must be a run directory, not a file", out)
+    if config.generates_text and config.max_new_tokens == 0:
+        raise InputError("--max-new-tokens 0 stores no text: give --no-text for a logits-only run")
+    questions, benchmarks = read_benchmarks(benchmark)
+    return plan_questions(config, select_shard(limit_questions(questions, config.limit), shard), benchmarks, images_root, RunDir(out), clip=clip)
+
+
+def plan_questions(
+    config: RunConfig, questions: Sequence[Question], benchmarks: Mapping[str, tuple[Path, str]], images_root: Path, rundir: RunDir, *, clip: bool
+) -> RunPlan:
+    """The plan of questions already chosen (:func:`plan_run`'s, or a caller's that holds a
+    model already: the demo, :func:`~halluprobe.runner.run_questions`)."""
+    sources = {split: str(path) for split, (path, _) in benchmarks.items()}
+    if config.decode is not None and config.decode.params is None:  # a spec read back from a string: parsed here, once
+        config = replace(config, decode=resolved(config.decode))
+    if config.asks_decoding:
+        check_decoding(
+            config.decode, sample=config.sample, temperature=config.temperature, top_p=config.top_p, sample_top_k=config.sample_top_k,
+            seed=config.seed, open_ended=config.open_ended, backend=config.backend, model=config.model,
+        )  # fmt: skip
+    _check_signals(config, clip, questions, sources)
+    if rundir.exists() and not (config.resume or config.overwrite):
+        raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)
+    for rule in config.text_rules:
+        if rule not in TEXT_RULES:
+            raise InputError(f"unknown text rule {rule!r}; known: {', '.join(TEXT_RULES)}")
+    if not config.open_ended:
+        # an open question's label is a placeholder: a yes/no run over it would score nonsense
+        q_open = next((q for q in questions if q.is_open), None)
+        if q_open is not None:
+            raise InputError(
+                f"question {q_open.question_id} (split {q_open.split!r}) is an open question (kind 'open'): "
+                "answer open questions with `halluprobe run --open-ended`",
+                sources.get(q_open.split),
+            )
+    if config.resume and rundir.exists() and not config.force:
+        old_shard = rundir.read_header().shard
+        if old_shard != config.shard:
+            raise InputError(
+                f"refusing to resume: the run dir holds shard {old_shard or 'none (all questions)'}, "
+                f"not {config.shard or 'none (all questions)'}",
+                rundir.header_path,
+            )
+    asked = set(config.signals) | {config.decode_branch}
+    variants = tuple(v for v in ("instruction", "no-image") if v in asked)
+    return RunPlan(config, tuple(questions), dict(benchmarks), images_root, rundir, config.generate_config(), variants, clip)
+
+
+def _check_signals(config: RunConfig, clip: bool, questions: Sequence[Question], sources: Mapping[str, str]) -> None:
     """Signals need a yes/no run; the clip signal needs its scorer (and the scorer the signal) and
-    an object per question. ``sources``: split -> benchmark file (named in the error). Checked
-    before any model loads."""
+    an object per question. ``sources``: split -> benchmark file (named in the error)."""
     if config.open_ended and config.signals:
         raise InputError("--signals records what yes/no corrections read: an open-ended run has no yes/no answer to correct")
     wanted = CLIP_SIGNAL in config.signals
-    if wanted and not has_scorer:
+    if wanted and not clip:
         raise InputError("the clip signal needs a CLIP model: give --clip-model PATH")
-    if has_scorer and not wanted:
+    if clip and not wanted:
         raise InputError("--clip-model is given but the clip signal is not asked: add clip to --signals")
     if wanted:
         missing = next((q for q in questions if not q.object), None)
@@ -255,12 +330,22 @@ def check_signals_asked(config: RunConfig, has_scorer: bool, questions: Sequence
             )
 
 
-def check_decoding_asked(config: RunConfig) -> None:
-    """``--decode`` / ``--sample`` settings that cannot run, refused in one line before any model
-    loads (:func:`~halluprobe.backends.hf.decode_rules.check_decoding`)."""
-    from halluprobe.backends.hf.decode_rules import check_decoding
-
-    check_decoding(
-        config.decode, sample=config.sample, temperature=config.temperature, top_p=config.top_p, sample_top_k=config.sample_top_k,
-        seed=config.seed, open_ended=config.open_ended, backend=config.backend, model=config.model,
-    )  # fmt: skip
+def check_backend(plan: RunPlan, backend: Backend) -> None:
+    """What only the loaded model can answer, asked once through its capabilities (protocols),
+    before the run dir is written: the signals it records (layers it has), the decoding method
+    on its family and layers (no engine is built), a prompt without the image."""
+    config = plan.config
+    if config.backend_signals:
+        if not isinstance(backend, RecordsSignals):
+            raise InputError(
+                f"the {config.backend} backend records none of the signals {', '.join(config.backend_signals)}: "
+                "they need the hf backend (clip is recorded beside any backend)"
+            )
+        backend.check_signals(config.backend_signals)
+    if plan.generate.decodes:
+        if not isinstance(backend, DecodesText):
+            raise InputError(f"the {config.backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
+        backend.check_decoding(plan.generate)
+    if "no-image" in plan.variants and plan.questions:
+        # a template that cannot render a prompt without the image is refused here, not mid-run
+        backend.render_prompt(plan.questions[0].text, config.template, image=False)

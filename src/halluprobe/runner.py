@@ -1,4 +1,5 @@
-"""Questions -> requests -> backend (through :func:`halluprobe.ask.ask`) -> samples.jsonl.
+"""Questions -> requests -> backend (through :func:`halluprobe.ask.ask`) -> samples.jsonl: a run's
+plan (:mod:`halluprobe.run_setup`, every check made before any model loads) executed.
 
 A sample stores what the backend gave: the first token's log-probabilities over every candidate
 id (or piece), the top-k first tokens and the greedy text. Readouts are applied when scoring
@@ -15,11 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from halluprobe.ask import ask
-from halluprobe.backends.base import Backend, CountsRequests, RecordsSignals
+from halluprobe.backends.base import Backend, CountsRequests
 from halluprobe.clip_signal import ClipScorer
-from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
-from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.readouts.tokensets import greedy_answer
 from halluprobe.records import (
     ClipSimilarity,
@@ -32,28 +31,17 @@ from halluprobe.records import (
     TokenSets,
 )
 from halluprobe.rundir import RunDir
-from halluprobe.run_setup import (
-    _TEXT_FINGERPRINT,
-    RunConfig,
-    check_decoding_asked,
-    check_signals_asked,
-    limit_questions,
-    make_header,
-    read_benchmarks,
-    run_fingerprint,
-)
+from halluprobe.run_setup import _TEXT_FINGERPRINT, RunConfig, RunPlan, check_backend, make_header, plan_questions, read_benchmarks, run_fingerprint
 
 __all__ = [
-    "check_decoding_asked",
     "RunConfig",
     "RunSummary",
+    "execute_plan",
     "run_questions",
     "make_sample",
     "make_header",
     "run_fingerprint",
-    "limit_questions",
     "read_benchmarks",
-    "check_signals_asked",
 ]  # the run's set-up lives in run_setup.py, re-exported here where callers have always found it
 
 log = logging.getLogger(__name__)
@@ -123,47 +111,24 @@ def run_questions(
     progress: ProgressFn | None = None,
     clip: ClipScorer | None = None,
 ) -> RunSummary:
-    """Answer every question not yet in the run dir, appending samples batch by batch.
-    ``clip``: the scorer of the ``clip`` signal (needed when ``config.signals`` has it)."""
-    for rule in config.text_rules:
-        if rule not in TEXT_RULES:
-            raise InputError(f"unknown text rule {rule!r}; known: {', '.join(TEXT_RULES)}")
-    if not config.open_ended:
-        # an open question's label is a placeholder: a yes/no run over it would score nonsense
-        q_open = next((q for q in questions if q.is_open), None)
-        if q_open is not None:
-            raise InputError(
-                f"question {q_open.question_id} (split {q_open.split!r}) is an open question (kind 'open'): "
-                "answer open questions with `halluprobe run --open-ended`",
-                header.benchmark_paths.get(q_open.split),
-            )
-    if config.resume and rundir.exists() and not config.force:
-        old_shard = rundir.read_header().shard
-        if old_shard != header.shard:
-            raise InputError(
-                f"refusing to resume: the run dir holds shard {old_shard or 'none (all questions)'}, "
-                f"not {header.shard or 'none (all questions)'}",
-                rundir.header_path,
-            )
-    if config.backend_signals:  # a signal the backend cannot record is refused before the run dir is written
-        if not isinstance(backend, RecordsSignals):
-            raise InputError(
-                f"the {config.backend} backend records none of the signals {', '.join(config.backend_signals)}: "
-                "they need the hf backend (clip is recorded beside any backend)"
-            )
-        backend.check_signals(config.backend_signals)
-    if (clip is None) != (header.clip is None):
-        raise ValueError("run_questions: give the clip scorer to make_header and run_questions alike")
-    check_signals_asked(config, clip is not None, questions, header.benchmark_paths)
-    if config.decode is not None or config.sample or any(v is not None for v in (config.temperature, config.top_p, config.sample_top_k, config.seed)):
-        check_decoding_asked(config)
-        decoding_engine = getattr(backend, "decoding_engine", None)
-        if not callable(decoding_engine):
-            raise InputError(f"the {config.backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
-        decoding_engine(config.generate_config())  # a method the model's family cannot run: refused here
-    if ("no-image" in config.signals or config.decode_branch == "no-image") and questions:
-        # a template that cannot render a prompt without the image is refused here, not mid-run
-        backend.render_prompt(questions[0].text, config.template, image=False)
+    """Answer every question not yet in the run dir, for a caller that holds a loaded model
+    already (the demo, tests): planned here (:func:`~halluprobe.run_setup.plan_questions`, over
+    the header's benchmark files), then executed. ``clip``: the scorer of the ``clip`` signal."""
+    benchmarks = {split: (Path(path), header.benchmarks.get(split, "")) for split, path in header.benchmark_paths.items()}
+    plan = plan_questions(config, questions, benchmarks, images_root, rundir, clip=clip is not None)
+    return execute_plan(plan, backend, header, progress=progress, clip=clip)
+
+
+def execute_plan(
+    plan: RunPlan, backend: Backend, header: RunHeader, *, progress: ProgressFn | None = None, clip: ClipScorer | None = None
+) -> RunSummary:
+    """Answer every question of ``plan`` not yet in its run dir, appending samples batch by batch.
+    The loaded model is asked what only it can say once (:func:`~halluprobe.run_setup.check_backend`)
+    before the run dir is written. ``clip``: the scorer of the ``clip`` signal (``plan.clip``)."""
+    if (clip is None) != (header.clip is None) or (clip is None) == plan.clip:
+        raise ValueError("execute_plan: give the clip scorer to make_header and execute_plan alike, as planned")
+    check_backend(plan, backend)
+    config, questions, rundir, images_root = plan.config, plan.questions, plan.rundir, plan.images_root
     # run dirs of halluprobe 0.1: their fingerprint held the rule list as given, which for an
     # open-ended run was the default list although its header stored none
     old_fingerprints = {
@@ -196,15 +161,15 @@ def run_questions(
     requests: list[Request] = []
     for q in todo:
         variants: dict[str, str] = {}
-        if "instruction" in config.signals or config.decode_branch == "instruction":
+        if "instruction" in plan.variants:
             variants["instruction"] = render(f"{config.instruction} {q.text}")
-        if "no-image" in config.signals or config.decode_branch == "no-image":
+        if "no-image" in plan.variants:
             variants["no-image"] = render(q.text, image=False)
         requests.append(
             Request(
                 split=q.split,
                 question_id=q.question_id,
-                image_path=str(resolve_image(q.image, images_root, source=header.benchmark_paths.get(q.split))),
+                image_path=str(resolve_image(q.image, images_root, source=plan.sources.get(q.split))),
                 prompt=render(q.text),
                 variants=variants,
             )
@@ -218,7 +183,7 @@ def run_questions(
     if progress:
         progress(summary.skipped, summary.total)
     try:
-        for batch in ask(backend, requests, config.generate_config()):
+        for batch in ask(backend, requests, plan.generate):
             samples = [make_sample(by_key[r.key], prompt_of[r.key], r, sets) for r in batch]
             if clip is not None:
                 samples = _with_clip(clip, samples, [request_of[r.key].image_path for r in batch])

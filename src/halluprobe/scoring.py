@@ -20,7 +20,8 @@ from halluprobe.files import write_atomic
 from halluprobe.readouts.apply import apply_run, available_readouts, check_readout
 from halluprobe.readouts.text import ALL_TEXT_RULES, parse_text
 from halluprobe.readouts.value import Readout
-from halluprobe.records import RunHeader, Sample, ScoreReport
+from halluprobe.records import RunHeader, Sample
+from halluprobe.records_scores import ScoreReport
 from halluprobe.rundir import RunDir
 
 __all__ = [

@@ -26,13 +26,25 @@ from typing import TypeVar
 from halluprobe.errors import InputError
 from halluprobe.records import Question, QuestionKey, Sample
 from halluprobe.rundir import RunDir, differ_phrase, sha256_file
-from halluprobe.runner import limit_questions
 
-__all__ = ["Shard", "parse_shard", "shard_of", "select_shard", "MergeSummary", "merge_rundirs"]
+__all__ = ["Shard", "limit_questions", "parse_shard", "shard_of", "select_shard", "MergeSummary", "merge_rundirs"]
 
 log = logging.getLogger(__name__)
 
 Q = TypeVar("Q", bound=Question)
+
+
+def limit_questions(questions: Sequence[Q], limit: int | None) -> list[Q]:
+    """The first ``limit`` questions of each split, in file order (all of them when None)."""
+    if limit is None:
+        return list(questions)
+    kept: list[Q] = []
+    per_split: dict[str, int] = {}
+    for q in questions:
+        if per_split.get(q.split, 0) < limit:
+            per_split[q.split] = per_split.get(q.split, 0) + 1
+            kept.append(q)
+    return kept
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from halluprobe.errors import InputError
 from halluprobe.formatting import MARKDOWN_COLUMNS, fmt_ci, fmt_count, fmt_pct, fmt_score, format_ratio, markdown_table, score_rows_named
 from halluprobe.provenance import Provenance, marked_comment
-from halluprobe.records import Metrics, ScoreReport
+from halluprobe.records_scores import Metrics, ScoreReport
 
 __all__ = [
     "Style",

@@ -21,7 +21,8 @@ from halluprobe.metrics.binary import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import apply_run
 from halluprobe.readouts.logits import LEGACY_READOUTS
-from halluprobe.records import BootstrapSettings, RunHeader, Sample, ScoreReport
+from halluprobe.records_scores import BootstrapSettings, ScoreReport
+from halluprobe.records import RunHeader, Sample
 from halluprobe.records_audit import ScoreTables
 from halluprobe.readouts.value import Readout
 from halluprobe.scoring import read_run_samples

@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from halluprobe.errors import InputError
-from halluprobe.records import GenerateConfig, Request, Response, TokenSets
+from halluprobe.records import DecodeSpec, GenerateConfig, Request, Response, TokenSets
 
-__all__ = ["Backend", "BACKENDS", "CountsRequests", "RecordsSignals", "backend_class", "backend_options", "load_backend"]
+__all__ = ["Backend", "BACKENDS", "CountsRequests", "DecodesText", "RecordsSignals", "backend_class", "backend_options", "load_backend"]
 
 # One name, one place: a new backend is one module plus one line here.
 BACKENDS: dict[str, str] = {
@@ -58,6 +58,20 @@ class RecordsSignals(Protocol):
 
     def check_signals(self, signals: Sequence[str]) -> None:
         """InputError for a signal it cannot record (checked before any request runs)."""
+        ...
+
+
+@runtime_checkable
+class DecodesText(Protocol):
+    """A backend with a decoding loop: answers decoded with a method or sampled
+    (``GenerateConfig.decode`` / ``sample``)."""
+
+    def check_decoding(self, config: GenerateConfig) -> None:
+        """InputError for a method or setting this model cannot run (checked before any request)."""
+        ...
+
+    def decoding_settings(self, spec: DecodeSpec) -> dict[str, Any]:
+        """Every setting ``spec`` decodes with on this model (defaults and layers resolved): run.json's record."""
         ...
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from halluprobe.check.findings import Finding
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads, read_text
-from halluprobe.records import ScoreReport, UnknownPolicy
+from halluprobe.records_scores import ScoreReport
+from halluprobe.records import UnknownPolicy
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.scoring import score_rundir
 from halluprobe.provenance import FileSource, RunSource

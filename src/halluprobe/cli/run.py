@@ -125,22 +125,16 @@ def run_cmd(
     config: ConfigOption = None,
 ) -> None:
     """Run a model on benchmark files; every readout from one pass per question."""
+    from halluprobe.backends.hf.decode_rules import parse_decode_spec
     from halluprobe.clip_signal import ClipScorer
-    from halluprobe.rundir import RunDir
-    from halluprobe.runner import RunConfig, check_decoding_asked, check_signals_asked, limit_questions, make_header, read_benchmarks, run_questions
-    from halluprobe.shards import parse_shard, select_shard
+    from halluprobe.run_setup import RunConfig, make_header, plan_run
+    from halluprobe.runner import execute_plan
+    from halluprobe.shards import parse_shard
 
     with errors():
+        # the edge: each option's text parsed once into what the plan carries
         stores_text = _stores_text(text, text_rules)
         part = parse_shard(shard) if shard is not None else None
-        if not images.is_dir():
-            raise InputError("images root is not a directory", images)
-        if out.exists() and not out.is_dir():
-            raise InputError("--out must be a run directory, not a file", out)
-        if (stores_text or open_ended) and max_new_tokens == 0:
-            raise InputError("--max-new-tokens 0 stores no text: give --no-text for a logits-only run")
-        questions, fingerprints = read_benchmarks(benchmark)
-        questions = select_shard(limit_questions(questions, limit), part)
         cfg = RunConfig(
             model=spec.model,
             backend=spec.backend,
@@ -158,24 +152,19 @@ def run_cmd(
             accept_errors=accept_errors,
             signals=_split_signals(signals),
             instruction=instruction,
-            decode=decode,
+            decode=parse_decode_spec(decode) if decode is not None else None,
             sample=sample,
             temperature=temperature,
             top_p=top_p,
             sample_top_k=sample_top_k,
             seed=seed,
         )
-        if decode is not None or sample or any(v is not None for v in (temperature, top_p, sample_top_k, seed)):
-            check_decoding_asked(cfg)
-        check_signals_asked(cfg, clip_model is not None, questions, {split: str(path) for split, (path, _) in fingerprints.items()})
-        rundir = RunDir(out)
-        if rundir.exists() and not (resume or overwrite):
-            raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)
+        plan = plan_run(cfg, benchmark, images, out, shard=part, clip=clip_model is not None)  # every check before any model loads
         scorer = ClipScorer(clip_model, device=clip_device) if clip_model is not None else None
         engine = spec.load()
-        header = make_header(cfg, engine, fingerprints, images, clip=scorer)
+        header = make_header(plan.config, engine, plan.benchmarks, images, clip=scorer)
         with progress("questions") as bar:
-            summary = run_questions(engine, questions, images, rundir, cfg, header, progress=bar, clip=scorer)
+            summary = execute_plan(plan, engine, header, progress=bar, clip=scorer)
     typer.echo(
         f"{out}: {summary.answered} answered, {summary.skipped} already done, {summary.errors} errors "
         f"(of {summary.total})"
@@ -212,7 +201,7 @@ def diagnose_cmd(
 ) -> None:
     """Check a model and template before trusting a logit readout: token sets and off-set argmax rate."""
     from halluprobe.diagnose import diagnose, sample_questions
-    from halluprobe.runner import read_benchmarks
+    from halluprobe.run_setup import read_benchmarks
 
     with errors():
         if not images.is_dir():

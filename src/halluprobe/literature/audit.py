@@ -24,7 +24,8 @@ from halluprobe.literature.registry import Entry, Figure
 if TYPE_CHECKING:
     from halluprobe.benchmarks.created import CreatedOutputs
     from halluprobe.metrics.score import ScoreRow
-    from halluprobe.records import RunHeader, Sample, ScoreReport
+    from halluprobe.records import RunHeader, Sample
+    from halluprobe.records_scores import ScoreReport
 
 # a recomputed figure (a ratio in [0, 1]) and its image-clustered CI
 ValueWithCi = tuple["float | None", "tuple[float, float] | None"]

@@ -41,7 +41,8 @@ from halluprobe.metrics.stats import (
     expected_calibration_error,
     percentile_ci,
 )
-from halluprobe.records import BootstrapSettings, Decision, Label, Metrics, ScoreReport
+from halluprobe.records_scores import BootstrapSettings, Metrics, ScoreReport
+from halluprobe.records import Decision, Label
 
 __all__ = ["CI_METRICS", "ScoreRow", "score_rows"]
 

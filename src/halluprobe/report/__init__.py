@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
-from halluprobe.records import Metrics
+from halluprobe.records_scores import Metrics
 from halluprobe.records_audit import AuditReport, PYesByLabel, RunComparison
 from halluprobe.report.build import as_audit, build_view
 from halluprobe.report.view import SECTIONS, ReportView, RunView, add_section

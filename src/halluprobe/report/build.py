@@ -14,7 +14,7 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.records import RunHeader
-from halluprobe.records import BootstrapSettings
+from halluprobe.records_scores import BootstrapSettings
 from halluprobe.records_audit import AuditReport, Relabel, RunComparison
 from halluprobe.report.view import (
     LEADERBOARD,

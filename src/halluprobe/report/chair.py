@@ -18,7 +18,7 @@ from halluprobe.captions.chair.length import chair_by_equal_count_groups
 from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings, ChairSummary
 from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import ChairProvenance, marked_comment
-from halluprobe.records import BootstrapSettings
+from halluprobe.records_scores import BootstrapSettings
 from halluprobe.tables import Cell, Grid, latex_escape
 
 __all__ = [

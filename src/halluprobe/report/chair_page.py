@@ -23,7 +23,7 @@ from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings
 from halluprobe.files import write_atomic
 from halluprobe.captions.chair.length import chair_by_equal_count_groups
-from halluprobe.records import BootstrapSettings
+from halluprobe.records_scores import BootstrapSettings
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects
 from halluprobe.report.decoding_section import ChairCounting, decoding_section
 from halluprobe.tables import Grid

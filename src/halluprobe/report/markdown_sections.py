@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from halluprobe.formatting import markdown_table
-from halluprobe.records import Metrics
+from halluprobe.records_scores import Metrics
 from halluprobe.records_audit import PairedTest
 from halluprobe.report.view import (
     ReportView,

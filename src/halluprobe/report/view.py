@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from halluprobe.formatting import fmt_ci, fmt_count, fmt_delta, fmt_p, fmt_pct, fmt_score
-from halluprobe.records import BootstrapSettings, Metrics
+from halluprobe.records_scores import BootstrapSettings, Metrics
 from halluprobe.records_audit import (
     Calibration,
     ImportedFrom,

@@ -25,9 +25,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from halluprobe.backends.hf.core import Batching, ModelCore
-from halluprobe.backends.hf.decode_engine import DecodeEngine
+from halluprobe.backends.hf.decode_engine import DecodeEngine, check_decode_config
+from halluprobe.backends.hf.decode_rules import rule_settings
 from halluprobe.backends.hf.engines import PlainEngine, build_engine
-from halluprobe.records import GenerateConfig, Request, Response, TokenSets
+from halluprobe.records import DecodeSpec, GenerateConfig, Request, Response, TokenSets
 
 __all__ = ["HFBackend"]
 
@@ -35,8 +36,8 @@ log = logging.getLogger(__name__)
 
 
 class HFBackend:
-    """A local transformers model; implements :class:`~halluprobe.backends.base.Backend` and
-    :class:`~halluprobe.backends.base.RecordsSignals`."""
+    """A local transformers model; implements :class:`~halluprobe.backends.base.Backend`,
+    :class:`~halluprobe.backends.base.RecordsSignals` and :class:`~halluprobe.backends.base.DecodesText`."""
 
     def __init__(
         self,
@@ -97,17 +98,14 @@ class HFBackend:
 
         parse_signals(signals, self.core.n_layers)
 
-    def decoding_engine(self, config: GenerateConfig) -> DecodeEngine:
-        """The decoding loop's engine for ``config`` (``decode`` or ``sample`` set): its method
-        checked here (InputError), before any request."""
-        engine = self.engine(config)
-        assert isinstance(engine, DecodeEngine)
-        return engine
+    # -- DecodesText protocol (the run plan asks before the run dir is written) -------------
 
-    def decoding_settings(self, spec: str) -> dict[str, Any]:
+    def check_decoding(self, config: GenerateConfig) -> None:
+        """InputError for a ``decode`` / ``sample`` setting this model cannot run; no engine is built."""
+        check_decode_config(self.core, config)
+
+    def decoding_settings(self, spec: DecodeSpec) -> dict[str, Any]:
         """Every setting of ``spec`` as this model's loop decodes it (defaults and layers included)."""
-        from halluprobe.backends.hf.decode_rules import rule_settings
-
         return rule_settings(spec, self.core.n_layers)
 
     def engine(self, config: GenerateConfig) -> PlainEngine | DecodeEngine:

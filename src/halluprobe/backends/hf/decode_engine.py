@@ -25,20 +25,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
-from halluprobe.backends.hf.decode import (
-    BRANCHES,
-    Decoded,
-    GreedyRule,
-    Sampling,
-    StepRule,
-    contrast_decode,
-    parse_contrast,
-)
+from halluprobe.backends.hf.decode import BRANCHES, Decoded, GreedyRule, Sampling, StepRule, contrast_decode
+from halluprobe.backends.hf.decode_rules import decode_rule
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, noised_inputs
 from halluprobe.errors import InputError
 from halluprobe.records import GenerateConfig, Request, Response
 
-__all__ = ["DecodeEngine", "question_seed"]
+__all__ = ["DecodeEngine", "check_decode_config", "question_seed"]
 
 log = logging.getLogger(__name__)
 
@@ -49,23 +42,31 @@ def question_seed(seed: int, request: Request) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+def check_decode_config(core: ModelCore, config: GenerateConfig) -> StepRule:
+    """The step rule ``config`` decodes with on this model; InputError for what it cannot run
+    (signals beside the loop, sampling without a seed, PAI layers the model lacks, a no-image
+    method on a family that cannot leave the image out). Builds nothing of an engine."""
+    if config.signals:
+        raise InputError("--signals records first-token contrasts of yes/no runs: not with --decode or --sample")
+    if config.sample and config.seed is None:
+        raise InputError("--sample needs --seed: a sampled run must write the same text when resumed")
+    if config.decode is None:
+        return GreedyRule()
+    rule = decode_rule(config.decode, core.n_layers)  # the spec's fields: parsed where it entered
+    if BRANCHES[config.decode.method] == "no-image":
+        core.inputs.render_prompt("?", None, image=False)  # InputError for a family that cannot
+    return rule
+
+
 class DecodeEngine:
     """Free-form answers from the decoding loop; see the module docstring."""
 
     def __init__(self, core: ModelCore, batching: Batching, config: GenerateConfig, *, joint: bool = True) -> None:
-        if config.signals:
-            raise InputError("--signals records first-token contrasts of yes/no runs: not with --decode or --sample")
-        if config.sample and config.seed is None:
-            raise InputError("--sample needs --seed: a sampled run must write the same text when resumed")
+        self.rule = check_decode_config(core, config)
+        self.method = config.decode.method if config.decode is not None else None
         self.core = core
         self.batching = batching
         self.config = config
-        self.method: str | None = None
-        self.rule: StepRule = GreedyRule()
-        if config.decode is not None:
-            self.method, self.rule = parse_contrast(config.decode, core.n_layers)
-            if BRANCHES[self.method] == "no-image":
-                core.inputs.render_prompt("?", None, image=False)  # InputError for a family that cannot
         self.sampling = (
             Sampling(temperature=config.temperature or 1.0, top_p=config.top_p, top_k=config.sample_top_k) if config.sample else None
         )

@@ -1,6 +1,7 @@
 """The decoding loop's per-step rules and their parsing (issue 24; the loop: hf/decode.py).
 
-A method's spec (``run --decode vcd:alpha=1,beta=0.1``) is parsed by corrections.py's strict
+A method's spec (``run --decode vcd:alpha=1,beta=0.1``) is parsed once, into a
+:class:`~halluprobe.records.DecodeSpec` (:func:`parse_decode_spec`), by corrections.py's strict
 parser, with the same names, defaults and ranges as the offline first-token rule; the settings
 only the loop has (DoLa's repetition penalty, PAI's attention amplification and layers) are
 parsed here. Each rule turns one step's last-position logits of the base branch (and the
@@ -20,6 +21,7 @@ from halluprobe.backends.families import FAMILIES
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, PaiSetting
 from halluprobe.errors import InputError
 from halluprobe.readouts.corrections import m3id_log_weight, parse_correction
+from halluprobe.records import DecodeSpec
 
 __all__ = [
     "BRANCHES",
@@ -31,11 +33,13 @@ __all__ = [
     "Sampling",
     "StepRule",
     "check_decoding",
-    "contrast_branch",
+    "decode_rule",
     "dola_layers",
     "pai_layers",
     "parse_contrast",
     "parse_decode",
+    "parse_decode_spec",
+    "resolved",
     "rule_settings",
 ]
 
@@ -225,9 +229,15 @@ def parse_decode(spec: str) -> tuple[str, dict[str, float]]:
     return name, params
 
 
-def contrast_branch(spec: str) -> str | None:
-    """The contrast branch (request variant) a method decodes against; InputError on a bad spec."""
-    return BRANCHES[parse_decode(spec)[0]]
+def parse_decode_spec(spec: str) -> DecodeSpec:
+    """``--decode``'s text as the typed spec a run carries: a run's one parse (:func:`parse_decode`)."""
+    method, params = parse_decode(spec)
+    return DecodeSpec(text=spec, method=method, params=params)
+
+
+def resolved(spec: DecodeSpec) -> DecodeSpec:
+    """``spec`` with every setting resolved (one read back from a bare string is parsed here)."""
+    return spec if spec.params is not None else parse_decode_spec(spec.text)
 
 
 def dola_layers(n_layers: int) -> tuple[int, ...]:
@@ -251,11 +261,11 @@ def pai_layers(spec: str, params: dict[str, float], n_layers: int | None) -> tup
     return int(start), int(end) if end is not None else None
 
 
-def rule_settings(spec: str, n_layers: int) -> dict[str, Any]:
+def rule_settings(spec: DecodeSpec, n_layers: int) -> dict[str, Any]:
     """Every setting the loop decodes ``spec`` with, defaults and the model's own included (what
     ``run.json`` records beside the spec as typed): VCD's noise step, DoLa's candidate layers,
     PAI's layers [start, end)."""
-    name, rule = parse_contrast(spec, n_layers)
+    name, rule = spec.method, decode_rule(spec, n_layers)
     if isinstance(rule, ContrastRule):
         extra = {"noise_step": VCD_NOISE_STEP} if name == "vcd" else {}
         return {"method": name, "alpha": rule.alpha, "beta": rule.beta, **extra}
@@ -268,20 +278,25 @@ def rule_settings(spec: str, n_layers: int) -> dict[str, Any]:
     return {"method": name, "gamma": rule.gamma, "alpha": rule.setting.alpha, "start": rule.setting.start, "end": rule.setting.end}
 
 
-def parse_contrast(spec: str, n_layers: int = 0) -> tuple[str, StepRule]:
-    """``vcd`` / ``icd:alpha=1,beta=0.1`` / ``m3id:lambda=0.02`` / ``dola:relative_top=0.1``
-    -> (method, rule); InputError on anything else (:func:`parse_decode`). ``n_layers``: the
-    text model's layers (DoLa's candidates)."""
-    name, p = parse_decode(spec)
+def decode_rule(spec: DecodeSpec, n_layers: int = 0) -> StepRule:
+    """The step rule of ``spec`` on ``n_layers`` text layers; InputError for PAI layers it lacks."""
+    name, p = spec.method, resolved(spec).params
+    assert p is not None  # resolved
     if name == "dola":
-        return name, DoLaRule(dola_layers(n_layers), p["relative_top"], p["repetition_penalty"])
+        return DoLaRule(dola_layers(n_layers), p["relative_top"], p["repetition_penalty"])
     if name == "pai":
-        start, end = pai_layers(spec, p, n_layers)
+        start, end = pai_layers(spec.text, p, n_layers)
         assert end is not None  # n_layers given
-        return name, PAIRule(p["gamma"], PaiSetting(p["alpha"], start, end))
+        return PAIRule(p["gamma"], PaiSetting(p["alpha"], start, end))
     if name == "m3id":
-        return name, M3IDRule(lam=p["lambda"])
-    return name, ContrastRule(alpha=p["alpha"], beta=p["beta"])
+        return M3IDRule(lam=p["lambda"])
+    return ContrastRule(alpha=p["alpha"], beta=p["beta"])
+
+
+def parse_contrast(spec: str, n_layers: int = 0) -> tuple[str, StepRule]:
+    """``vcd`` / ``icd:alpha=1,beta=0.1`` / ``dola`` -> (method, rule) on ``n_layers`` text layers."""
+    typed = parse_decode_spec(spec)
+    return typed.method, decode_rule(typed, n_layers)
 
 
 @dataclass(frozen=True)
@@ -317,23 +332,15 @@ class Sampling:
 
 
 def check_decoding(
-    decode: str | None,
-    *,
-    sample: bool,
-    temperature: float | None,
-    top_p: float | None,
-    sample_top_k: int | None,
-    seed: int | None,
-    open_ended: bool,
-    backend: str,
-    model: str,
+    decode: DecodeSpec | None, *, sample: bool, temperature: float | None, top_p: float | None,
+    sample_top_k: int | None, seed: int | None, open_ended: bool, backend: str, model: str,
 ) -> None:
     """``run --decode`` / ``--sample`` settings that cannot run, refused in one line before any
-    model loads: an unknown method or parameter, a method on a yes/no run, a sampled run without
+    model loads (the run plan): an unknown method or parameter, a method on a yes/no run, a sampled run without
     a seed, sampling settings without ``--sample``, a backend other than hf, a no-image method on
     a family that cannot leave the image out (read from a local folder's config.json)."""
     if decode is not None:
-        parse_decode(decode)
+        decode = resolved(decode)  # parsed at the edge already; a spec from a bare string is parsed here
         if not open_ended:
             raise InputError("--decode decodes free-form answers: give --open-ended (yes/no runs correct the first token at score time)")
     if sample:
@@ -353,10 +360,11 @@ def check_decoding(
             raise InputError(f"{given[0]} is a sampling setting: give --sample too")
     if backend != "hf":
         raise InputError(f"the {backend} backend cannot apply --decode or --sample: they need the hf backend's decoding loop")
-    if decode is not None and contrast_branch(decode) == "no-image":
-        _refuse_image_first(decode, model)
-    if decode is not None and decode.partition(":")[0] == "pai":
-        pai_layers(decode, parse_decode(decode)[1], _local_text_layers(model))
+    if decode is not None and BRANCHES[decode.method] == "no-image":
+        _refuse_image_first(decode.method, model)
+    if decode is not None and decode.method == "pai":
+        assert decode.params is not None  # resolved above
+        pai_layers(decode.text, decode.params, _local_text_layers(model))
 
 
 def _local_text_layers(model: str) -> int | None:
@@ -375,7 +383,7 @@ def _local_text_layers(model: str) -> int | None:
     return None
 
 
-def _refuse_image_first(decode: str, model: str) -> None:
+def _refuse_image_first(method: str, model: str) -> None:
     """A no-image method on a family whose processor cannot leave the image out, refused from a
     local model folder's config.json before loading it (a hub id is checked when the engine is
     built, after loading, before the run dir is written)."""
@@ -385,5 +393,4 @@ def _refuse_image_first(decode: str, model: str) -> None:
     model_type = config_model_type(model)  # None for a hub id; a broken config.json: one line naming its line
     family = FAMILIES.get(model_type or "")
     if family is not None and family.no_image_reason is not None:
-        method = decode.partition(":")[0]
         raise InputError(f"--decode {method} decodes against the question without the image: {model_type}: {family.no_image_reason}", path)

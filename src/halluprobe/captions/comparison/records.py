@@ -15,7 +15,7 @@ from pydantic import (
 
 from halluprobe.captions.chair.length import QuartileBin
 from halluprobe.records import FrozenRecord
-from halluprobe.records import BootstrapSettings
+from halluprobe.records_scores import BootstrapSettings
 
 __all__ = [
     "LEVEL",

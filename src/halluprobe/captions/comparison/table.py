@@ -67,7 +67,7 @@ from halluprobe.captions.comparison.records import (
 from halluprobe.captions.comparison.runs import ComparisonRuns, run_captions_of
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap, paired_bootstrap_diff
-from halluprobe.records import BootstrapSettings
+from halluprobe.records_scores import BootstrapSettings
 
 __all__ = ["EXTRA_METRICS", "decoding_table", "standardized_chair_s"]
 
