@@ -124,7 +124,7 @@ def test_one_pass_for_base_and_contrast_rows_equals_a_pass_per_branch(setup: Any
     prompts, re-left-padded; M3ID/PAI: the no-image prompts, PAI amplifying the base rows only,
     joined here whatever their padding) against separate passes, every step within 1e-4, the
     same tokens."""
-    from halluprobe.backends.hf.backend import decode as hf_decode
+    from halluprobe.backends.hf import decode as hf_decode
 
     monkeypatch.setattr(hf_decode, "JOIN_PADDING", math.inf)
     joins = []

@@ -110,8 +110,7 @@ def test_a_method_run_writes_the_loops_text_and_records_its_settings(
     assert _texts(out) != greedy  # the contrast branch changed some text
     header = RunDir(out).read_header()
     assert header.generate is not None and header.generate.decode is not None and header.generate.decode.text == spec and header.generate.sample is None
-    raw = json.loads((out / "run.json").read_text())
-    assert decoding_identity(raw, "x")[:2] == (spec, spec)
+    assert decoding_identity(header.generate, "x")[:2] == (spec, spec)
     # --resume with another method is refused (the fingerprint holds the method)
     other = _run(setup, out, "--decode", "vcd:alpha=3", "--resume")
     assert other.exit_code == 2 and "refusing to resume" in other.output
@@ -138,7 +137,7 @@ def test_sampling_is_seeded_per_question(setup: Any, greedy: dict[int, str | Non
     generate = json.loads((tmp_path / "a" / "run.json").read_text())["generate"]
     assert {k: generate[k] for k in ("sample", "seed", "temperature", "top_p", "sample_top_k")} == {
         "sample": True, "seed": 7, "temperature": 1.5, "top_p": 0.95, "sample_top_k": 50}  # fmt: skip
-    assert decoding_identity(json.loads((tmp_path / "a" / "run.json").read_text()), "a")[4] is True
+    assert decoding_identity(RunDir(tmp_path / "a").read_header().generate, "a")[4] is True
     # a sampled method run too
     result = _run(setup, tmp_path / "c", "--decode", "vcd:alpha=1", *sampling)
     assert result.exit_code == 0 and len(_texts(tmp_path / "c")) == 3
@@ -263,7 +262,7 @@ def test_a_failing_branch_is_an_error_on_its_sample_asked_again_on_resume(setup:
     """The noised branch of question 1 fails: its sample is an error (no plain-decoded text),
     the batch's other questions keep the method's text, and --resume asks it again. The plain
     engine's full-prompt branch (the prefix engine's: tests/test_decode_prefix.py)."""
-    from halluprobe.backends.hf.backend import decode_engine as hf_decode_engine
+    from halluprobe.backends.hf import decode_engine as hf_decode_engine
 
     want_out = tmp_path / "want"
     assert _run(setup, want_out, "--decode", "vcd:alpha=1").exit_code == 0

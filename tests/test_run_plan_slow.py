@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from halluprobe.backends import hf, hf_decode_rules  # noqa: E402
+from halluprobe.backends.hf import backend as hf, decode_rules as hf_decode_rules  # noqa: E402
 from halluprobe.backends.base import DecodesText  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402

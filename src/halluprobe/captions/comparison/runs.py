@@ -67,7 +67,7 @@ def load_run(path: Path) -> LoadedRun:
 
 def decoding_identity(generate: GenerateConfig | None, folder_name: str) -> tuple[str, str | None, dict[str, SettingValue], dict[str, SettingValue], bool]:
     """(name, method, decoding settings, sampling settings, sampled?) of a run's ``generate``."""
-    method = None if generate is None or not generate.decode else generate.decode
+    method = None if generate is None or generate.decode is None or not generate.decode.text else generate.decode.text
     given: dict[str, SettingValue] = {}
     for key in DECODING_KEYS:
         value = None if generate is None or key == "decode" else getattr(generate, key)
