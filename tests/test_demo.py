@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from halluprobe.cli import app
+from halluprobe.captions.comparison.records import ComparisonResult
 
 pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
 
@@ -77,12 +78,12 @@ def _captions_are_what_decoding_prints(out: Path, output: str) -> None:
     args = demo.command.split()[2:] + ["--json"]
     verb = CliRunner().invoke(app, ["decoding", *args])
     assert verb.exit_code == 0, verb.output
-    demo.table = json.loads(verb.output)
+    demo.table = ComparisonResult.model_validate_json(verb.output)  # the --json output reads back as the record
     lines = caption_lines(demo)
     assert all(line in output for line in lines), (lines, output)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert all(line.replace(str(out), "halluprobe-demo") in readme for line in lines), lines  # README quotes them
-    assert "no punkt" in demo.table["chair"]["identity"]["tools"]
+    assert demo.table.chair is not None and "no punkt" in demo.table.chair.identity["tools"]
     # a Markdown table of the printed command names its tokenizer, and check recomputes it with that one
     table = CliRunner().invoke(app, ["decoding", *demo.command.split()[2:], "--markdown"])
     assert table.exit_code == 0 and '"tokenizer": "line"' in table.output, table.output
@@ -107,11 +108,12 @@ def _captions_are_what_decoding_prints(out: Path, output: str) -> None:
         with_wrong += bool(set(said) - there)
         named, wrong = named + sum(said.values()), wrong + sum(k for n, k in said.items() if n not in there)
         present, hit = present + len(there), hit + len(set(said) & there)
-    greedy = demo.table["chair"]["per_run"][0]
-    assert greedy["chair_s"] == pytest.approx(with_wrong / 120) and greedy["recall"] == pytest.approx(hit / present)
-    assert greedy["chair_i"] == pytest.approx(wrong / named)
+    assert demo.table is not None and demo.table.chair is not None
+    greedy = demo.table.chair.per_run[0]
+    assert greedy.chair_s == pytest.approx(with_wrong / 120) and greedy.recall == pytest.approx(hit / present)
+    assert greedy.chair_i == pytest.approx(wrong / named)
     # the model names objects that are not there, and most of those that are
-    assert 0 < greedy["chair_s"] and greedy["recall"] > 0.5
+    assert greedy.chair_s is not None and 0 < greedy.chair_s and greedy.recall is not None and greedy.recall > 0.5
 
 
 @pytest.mark.slow
