@@ -153,7 +153,10 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
 
     import halluprobe
-    from halluprobe.backends.hf.backend import HFBackend
+    try:
+        from halluprobe.backends.hf.backend import HFBackend
+    except ImportError:  # a --src tree from before backends/hf/ was a package
+        from halluprobe.backends.hf import HFBackend  # type: ignore[attr-defined,no-redef]
     from halluprobe.records import GenerateConfig, Request
 
     mode = args.worker
