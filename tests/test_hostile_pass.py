@@ -51,3 +51,13 @@ def test_chair_refuses_a_caption_line_with_a_duplicated_key(tmp_path: Path) -> N
     truth.write_text(json.dumps({"image": "a.png", "objects": ["cup"]}) + "\n")
     result = runner.invoke(app, ["chair", str(captions), "--ground-truth", str(truth), *SINGULARIZE])
     assert result.exit_code == 2 and f"{captions}:1" in result.output, result.output
+
+
+@pytest.mark.xfail(strict=True, reason="chair reads a ground-truth line with a duplicated \"objects\" key silently (the last one wins)")
+def test_chair_refuses_a_ground_truth_line_with_a_duplicated_key(tmp_path: Path) -> None:
+    captions = tmp_path / "caps.jsonl"
+    captions.write_text(json.dumps({"image_id": "a.png", "caption": "a car"}) + "\n")
+    truth = tmp_path / "gt.jsonl"
+    truth.write_text('{"image": "a.png", "objects": ["cup"], "objects": ["car"]}\n')
+    result = runner.invoke(app, ["chair", str(captions), "--ground-truth", str(truth), *SINGULARIZE])
+    assert result.exit_code == 2 and f"{truth}:1" in result.output, result.output
