@@ -43,7 +43,6 @@ def test_llava_captions_import_refuses_two_prompts(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "samples.jsonl").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="chair reads a caption line with a duplicated \"caption\" key silently (the last one wins)")
 def test_chair_refuses_a_caption_line_with_a_duplicated_key(tmp_path: Path) -> None:
     captions = tmp_path / "caps.jsonl"
     captions.write_text('{"image_id": "a.png", "caption": "a car", "caption": "a cup"}\n')
@@ -53,7 +52,6 @@ def test_chair_refuses_a_caption_line_with_a_duplicated_key(tmp_path: Path) -> N
     assert result.exit_code == 2 and f"{captions}:1" in result.output, result.output
 
 
-@pytest.mark.xfail(strict=True, reason="chair reads a ground-truth line with a duplicated \"objects\" key silently (the last one wins)")
 def test_chair_refuses_a_ground_truth_line_with_a_duplicated_key(tmp_path: Path) -> None:
     captions = tmp_path / "caps.jsonl"
     captions.write_text(json.dumps({"image_id": "a.png", "caption": "a car"}) + "\n")

@@ -22,15 +22,34 @@ def type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object naming one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of two equal keys without a word: {"caption": "a car", "caption": "a cup"}
+    # would be scored as "a cup". An object that says two things is refused instead.
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(key)
+        found[key] = value
+    return found
+
+
 def loads(text: str | bytes) -> Any:
     """``json.loads``, where every failure is a :class:`json.JSONDecodeError` like any other
     malformed JSON: nesting deeper than the parser's recursion allows (200,000 ``[``), never a
     ``RecursionError``; an integer longer than Python's 4,300-digit limit, never the bare
-    ``ValueError`` ``json.loads`` raises for it. Every JSON text halluprobe reads goes through here."""
+    ``ValueError`` ``json.loads`` raises for it; an object that names a key twice (``json`` would
+    keep the last silently). Every JSON text halluprobe reads goes through here."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError:
         raise
+    except _DuplicateKey as err:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError(f"the key {str(err.args[0])[:60]!r} is given twice in one object", doc[:1], 0) from None
     except RecursionError:
         doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
         raise json.JSONDecodeError("nested too deeply", doc[:1], 0) from None
