@@ -40,7 +40,7 @@ PHOTOS = ("astronaut.jpg", "coffee.jpg", "chelsea.jpg", "motorcycle.jpg", "camer
 
 
 def _requests(backend: Any, photos: Path, n_images: int) -> list[Any]:
-    from halluprobe.records import GenerateConfig, Request
+    from halluprobe.records import Request
 
     out = []
     for i, image in enumerate(PHOTOS[:n_images]):

@@ -132,7 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     sys.path.insert(0, str(ROOT / "src"))
-    from halluprobe.records import GenerateConfig, Request
+    from halluprobe.records import Request
 
     ctx = mp.get_context("spawn")
     port_out, stop = ctx.Queue(), ctx.Event()

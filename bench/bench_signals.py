@@ -55,7 +55,8 @@ def main() -> None:
     from halluprobe.ask import ask
     from halluprobe.backends.hf.backend import HFBackend
     from halluprobe.benchmarks.objects import read_objects
-    from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
+    from halluprobe.benchmarks.pope import build_pope, write_pope
+    from halluprobe.benchmarks.question_file import read_questions, split_name
     from halluprobe.benchmarks.synthetic import write_synthetic
     from halluprobe.demo import DEMO_MODEL_DIR
     from halluprobe.files import resolve_image

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from halluprobe.backends.hf.decode import parse_decode
+from halluprobe.backends.hf.decode_rules import parse_decode
 from halluprobe.backends.hf.decode_rules import parse_decode_spec
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine

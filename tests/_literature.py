@@ -90,7 +90,7 @@ def toy_coco(literature_cache: None, monkeypatch: pytest.MonkeyPatch, tmp_path: 
     """A file:// mirror holding the LLaVA-shaped fixture, its labels pinned as dataset coco-toy@toy."""
     from halluprobe.benchmarks.datasets import DatasetVersion, SourceFile
     from halluprobe.benchmarks.fingerprint import content_fingerprint
-    from halluprobe.benchmarks.pope import read_questions
+    from halluprobe.benchmarks.question_file import read_questions
 
     mirror = tmp_path / "mirror"
     entry, _ = llava_entry(mirror)
@@ -187,7 +187,7 @@ def marine_entries(root: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str
     'id' (no text), its own adversarial draw as a POPE file, scores shipped in pope_eval.jsonl.
     Two guidance strengths share the draw and the labels; one answer is blank (left out)."""
     from halluprobe.benchmarks.fingerprint import content_fingerprint
-    from halluprobe.benchmarks.pope import read_questions
+    from halluprobe.benchmarks.question_file import read_questions
 
     recs = pope_records(10, 7, misspell=4)
     draw_bytes = "".join(json.dumps(r) + "\n" for r in recs).encode()

@@ -12,7 +12,8 @@ from _scored import with_readouts
 
 from halluprobe.records import Question, QuestionKey, RunHeader, Sample
 from halluprobe.rundir import RunDir
-from halluprobe.runner import RunConfig, run_questions
+from halluprobe.run_setup import RunConfig
+from halluprobe.runner import run_questions
 
 
 class Killed(Exception):

@@ -31,12 +31,13 @@ from halluprobe.audit import (
     summarise_audit,
 )
 from halluprobe.backends.scripted import ScriptedBackend
-from halluprobe.benchmarks.pope import read_questions, split_name
+from halluprobe.benchmarks.question_file import read_questions, split_name
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import paired_bootstrap_diff
 from halluprobe.records_audit import AuditReport, RunComparison
 from halluprobe.rundir import RunDir, sha256_file
-from halluprobe.runner import RunConfig, make_header, run_questions
+from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.runner import run_questions
 
 RESAMPLES = 200
 SCRIPTED_OBJECTS = ["cat", "dog", "umbrella", "cup", "car", "person", "bus", "apple", "chair", "kite", "oven", "bird"]

@@ -108,7 +108,7 @@ def test_probe_build_end_to_end(setup: tuple[Path, Path, Path], tmp_path: Path) 
     assert counts["present"] > 0 and counts["hallucinated"] > 0 and counts["dropped_uncertain"] > 0
 
     # existence questions: POPE line format, yes for present, no for hallucinated
-    from halluprobe.benchmarks.pope import read_questions
+    from halluprobe.benchmarks.question_file import read_questions
 
     questions = read_questions(out / "autoprobe_pope_existence.jsonl")
     assert {q.split for q in questions} == {"existence"}

@@ -16,7 +16,7 @@ from halluprobe.benchmarks.autoprobe.questions import (
     read_choice_questions,
     write_choice_questions,
 )
-from halluprobe.benchmarks.pope import read_questions, write_questions
+from halluprobe.benchmarks.question_file import read_questions, write_questions
 from halluprobe.errors import InputError
 
 

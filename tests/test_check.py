@@ -323,7 +323,7 @@ def test_the_reports_markdown_twin_carries_provenance_and_checks(run_dir: Path, 
     """report.md's headline table (one run, and a leaderboard of two) recomputed by `check`."""
     pytest.importorskip("matplotlib")
     pytest.importorskip("jinja2")
-    from halluprobe.report import render_report
+    from halluprobe.report.page import render_report
 
     other = tmp_path / "runs" / "again"
     shutil.copytree(run_dir, other)

@@ -282,7 +282,7 @@ def test_render_report_refuses_caption_runs_that_are_no_comparison(tmp_path: Pat
     pytest.importorskip("jinja2")
     pytest.importorskip("matplotlib")
     from halluprobe.errors import InputError
-    from halluprobe.report import render_report
+    from halluprobe.report.page import render_report
     from halluprobe.report.decoding_section import ChairCounting
 
     pope = _yes_no_run(tmp_path)

@@ -355,7 +355,7 @@ def test_a_row_whose_answers_are_all_unknown_shows_how_many(signal_run: Path, tm
     marked = [line for line in (tmp_path / "report.md").read_text().splitlines() if "answers unknown" in line]
     assert all("(confound)" in line for line in marked), marked
     from halluprobe.corrections_table import corrections_table
-    from halluprobe.report import render_report
+    from halluprobe.report.page import render_report
 
     table = corrections_table(run, ["vcd:alpha=1,beta=1"], n_resamples=0)
     html, md = render_report([run], tmp_path / "marked.html", corrections=[table], n_resamples=0)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from halluprobe.benchmarks.dataset_files import DASHB_QUERY, dashb_questions, fetch_dataset, popev2_questions
 from halluprobe.benchmarks.datasets import DATASETS, DatasetVersion, SourceFile, dataset_version, identify_fingerprint
 from halluprobe.benchmarks.fingerprint import content_fingerprint
-from halluprobe.benchmarks.pope import read_questions
+from halluprobe.benchmarks.question_file import read_questions
 from halluprobe.cli import app
 from halluprobe.errors import InputError
 from halluprobe.metrics.datasets import dashb_scores, popev2_paired_drop
@@ -324,7 +324,7 @@ def test_dashb_fetched_imported_and_scored_with_its_own_metric(tmp_path: Path, m
 
 def test_popev2_images_originals_fetched_edits_named(tmp_path: Path) -> None:
     from halluprobe.benchmarks.dataset_files import fetch_dataset_images
-    from halluprobe.benchmarks.pope import write_questions
+    from halluprobe.benchmarks.question_file import write_questions
 
     coco = tmp_path / "coco"  # a local stand-in for images.cocodataset.org, served as file://
     (coco / "train2017").mkdir(parents=True)
@@ -340,7 +340,7 @@ def test_popev2_images_originals_fetched_edits_named(tmp_path: Path) -> None:
 
 
 def test_score_prints_popev2s_paired_drop(tmp_path: Path) -> None:
-    from halluprobe.benchmarks.pope import write_questions
+    from halluprobe.benchmarks.question_file import write_questions
 
     annotations = [{"image_id": i, "image_name": f"{folder}/{i:012d}.jpg", "target_object": "cup", "query": "Is there a cup in the image?", "label": lab}
                    for i in (1, 2) for folder, lab in (("/images", "No"), ("/coco/train2017", "Yes"))]  # fmt: skip

@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
 from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
-from halluprobe.backends.hf.decode import ContrastRule, DoLaRule, M3IDRule, contrast_decode  # noqa: E402
+from halluprobe.backends.hf.decode_rules import ContrastRule, DoLaRule, M3IDRule
+from halluprobe.backends.hf.decode import contrast_decode  # noqa: E402
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, noised_inputs  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
 from halluprobe.captions.comparison.runs import decoding_identity  # noqa: E402

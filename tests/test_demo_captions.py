@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from halluprobe.benchmarks.synthetic import CLASSES, write_synthetic
+from halluprobe.benchmarks.synthetic_classes import CLASSES
+from halluprobe.benchmarks.synthetic import write_synthetic
 from halluprobe.captions.chair.families import NltkLineTools, family_named
 from halluprobe.cli import app
 from halluprobe.demo_captions import caption_ground_truth_lines

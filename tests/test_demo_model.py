@@ -17,11 +17,13 @@ torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.benchmarks.objects import read_objects  # noqa: E402
-from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope  # noqa: E402
+from halluprobe.benchmarks.pope import build_pope, write_pope
+from halluprobe.benchmarks.question_file import read_questions, split_name  # noqa: E402
 from halluprobe.benchmarks.synthetic import write_synthetic  # noqa: E402
 from halluprobe.demo import DEMO_MODEL_DIR  # noqa: E402
 from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
-from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
+from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.runner import run_questions  # noqa: E402
 from halluprobe.scoring import score_rundir  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier
@@ -147,7 +149,7 @@ def held_out_captions(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[An
 def test_captions_name_most_objects_and_some_that_go_with_the_scene_but_are_absent(held_out_captions: list[tuple[Any, str]]) -> None:
     import re
 
-    from halluprobe.benchmarks.synthetic import CLASSES, THEMES
+    from halluprobe.benchmarks.synthetic_classes import CLASSES, THEMES
 
     names = [c.name for c in CLASSES]
     with_absent = present = recalled = absent = absent_in_theme = right_theme = 0

@@ -38,7 +38,7 @@ from halluprobe.backends.hf.load import load_processor  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
-from halluprobe.runner import RunConfig, make_header  # noqa: E402
+from halluprobe.run_setup import RunConfig, make_header  # noqa: E402
 from halluprobe.tiny import demo_photos  # noqa: E402
 
 PHOTOS = ["coffee.jpg", "chelsea.jpg"]  # 400x300 and 451x300: tiles, crops and grids differ

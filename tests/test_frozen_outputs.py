@@ -4,7 +4,6 @@ stored by an earlier version is byte-identical (tests/_frozen_outputs.py froze t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -18,10 +18,11 @@ from _scored import scored_samples  # noqa: E402
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
-from halluprobe.benchmarks.pope import read_questions  # noqa: E402
+from halluprobe.benchmarks.question_file import read_questions  # noqa: E402
 from halluprobe.readouts.tokensets import LEGACY_8TOK_NO, LEGACY_8TOK_YES  # noqa: E402
 from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
-from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
+from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.runner import run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
 

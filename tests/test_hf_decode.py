@@ -13,7 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
-from halluprobe.backends.hf.decode import ContrastRule, M3IDRule, contrast_decode, parse_contrast  # noqa: E402
+from halluprobe.backends.hf.decode_rules import ContrastRule, M3IDRule, parse_contrast
+from halluprobe.backends.hf.decode import contrast_decode  # noqa: E402
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, noised_inputs  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
@@ -180,7 +181,7 @@ def test_dola_steps_are_its_rule_recomputed_without_a_cache(setup: Any) -> None:
     without a cache: each layer's logits through the norm and head, the JSD written out in plain
     Python, the premature layer the furthest one, the relative-top cut-off and transformers'
     repetition penalty over the prompt and the tokens so far."""
-    from halluprobe.backends.hf.decode import DoLaRule
+    from halluprobe.backends.hf.decode_rules import DoLaRule
 
     backend, prompts, images, paths = setup
     rule = DoLaRule(layers=(0, 1), relative_top=0.1, repetition_penalty=1.5)
@@ -241,7 +242,7 @@ def test_every_setting_a_spec_decodes_with_is_resolved_for_the_record() -> None:
 
 
 def test_dola_is_parsed_with_its_repetition_penalty() -> None:
-    from halluprobe.backends.hf.decode import DoLaRule, parse_decode
+    from halluprobe.backends.hf.decode_rules import DoLaRule, parse_decode
 
     assert parse_decode("dola") == ("dola", {"relative_top": 0.1, "repetition_penalty": 1.2})
     assert parse_contrast("dola:repetition_penalty=1,relative_top=0.2", n_layers=8) == ("dola", DoLaRule((0, 2), 0.2, 1.0))
@@ -255,7 +256,7 @@ def test_pai_steps_are_its_rule_recomputed_without_a_cache(setup: Any) -> None:
     """PAI, recomputed per row and step from full sequences without a cache: the amplified pass
     (hf_signals' attention hook over every image key of the full sequence) and the no-image pass,
     ``gamma * lp_amplified - (gamma - 1) * lp_no_image``; the amplification moves later steps too."""
-    from halluprobe.backends.hf.decode import PAIRule
+    from halluprobe.backends.hf.decode_rules import PAIRule
     from halluprobe.backends.hf.signals import PaiSetting, amplified_attention
 
     backend, prompts, images, _ = setup

@@ -17,7 +17,7 @@ from test_imports_tools import vlmeval_rows
 
 
 def test_a_vlmevalkit_sheet_as_json_lines_is_not_read_as_generic_answers(tmp_path: Path) -> None:
-    from halluprobe.imports import detect_format
+    from halluprobe.imports.formats import detect_format
 
     splits = make_labels(tmp_path / "labels")
     rows = vlmeval_rows(splits, extracted=False)

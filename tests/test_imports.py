@@ -181,7 +181,7 @@ def test_duplicate_answer_is_refused(tmp_path: Path) -> None:
 
 def test_detect_format_and_undetectable(tmp_path: Path) -> None:
     from halluprobe.errors import InputError
-    from halluprobe.imports import detect_format
+    from halluprobe.imports.formats import detect_format
 
     splits = make_labels(tmp_path / "labels")
     answers, _ = make_llava(tmp_path, splits)

@@ -218,7 +218,7 @@ def test_dashb_refusals(tmp_path: Path) -> None:
 
 
 def test_published_formats_are_detected(tmp_path: Path) -> None:
-    from halluprobe.imports import detect_format
+    from halluprobe.imports.formats import detect_format
 
     splits = make_labels(tmp_path / "labels")
     vcd = write_lines(tmp_path / "vcd.jsonl", vcd_lines(splits["random"], "random"))

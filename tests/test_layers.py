@@ -50,6 +50,15 @@ MAX_LINES = 400
 EXEMPT: frozenset[str] = frozenset()
 OVERSIZED_ALLOWED: frozenset[str] = frozenset()
 
+# An import inside a function hides an edge from a reader of the module's top; outside cli/
+# (whose verbs import their library modules late to keep `halluprobe --help` fast) one is allowed
+# only where it defers something heavy or optional. Every halluprobe module imports its heavy
+# third-party packages (torch, transformers, matplotlib, jinja2, nltk, spacy, scipy.stats, httpx)
+# inside the functions that use them, so importing a halluprobe module is always cheap, and the
+# list below, (importing module, imported module) -> why, is the whole of what is left.
+LOCAL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}
+MAX_LOCAL_IMPORTS = 40
+
 
 def _modules() -> dict[str, Path]:
     """Dotted name relative to the package ('' for its __init__) -> file."""
@@ -267,3 +276,110 @@ def test_the_slow_guard_sees_model_builders_by_code_not_by_file_name() -> None:
     assert reaches_model("model = transformers.AutoModelForImageTextToText.from_pretrained(path)")
     assert not reaches_model("from transformers import AutoTokenizer\nAutoTokenizer.from_pretrained(path)")
     assert not reaches_model("from halluprobe.backends.scripted import ScriptedBackend\nimport torchvision_free")
+
+
+def _top_names(path: Path) -> tuple[set[str], set[str]]:
+    """Names a module defines at its top level, and names it only imports there."""
+    defined: set[str] = set()
+    imported: set[str] = set()
+
+    def scan(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported.update(a.asname or a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                scan(node.body)
+                scan(node.orelse)
+            elif isinstance(node, ast.Try):
+                scan(node.body)
+                for handler in node.handlers:
+                    scan(handler.body)
+
+    scan(ast.parse(path.read_text(encoding="utf-8")).body)
+    return defined, imported - defined
+
+
+def _reexports(files: list[Path], modules: Mapping[str, Path]) -> list[str]:
+    """Every `from halluprobe.X import N` (and, in the package, `x.N` on a module imported as x) where X is a
+    module that does not define N but imports it itself. A package's __init__ may gather names."""
+    tops = {m: _top_names(p) for m, p in modules.items()}
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        module_aliases: dict[str, str] = {}
+        uses: list[tuple[str, str, int]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
+                source = node.module.removeprefix(PACKAGE).lstrip(".")
+                for alias in node.names:
+                    submodule = f"{source}.{alias.name}".lstrip(".")
+                    if submodule in modules:
+                        module_aliases[alias.asname or alias.name] = submodule
+                    else:
+                        uses.append((source, alias.name, node.lineno))
+        for node in ast.walk(tree) if path.is_relative_to(SRC) else ():  # tests patch names where they are used
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in module_aliases:
+                uses.append((module_aliases[node.value.id], node.attr, node.lineno))
+        for source, name, line in uses:
+            if source not in modules or modules[source].name == "__init__.py":
+                continue
+            defined, imported = tops[source]
+            if name not in defined and name in imported:
+                found.append(f"{path.relative_to(SRC.parent.parent)}:{line} takes {name} from {_dotted(source)}, which only imports it")
+    return found
+
+
+def test_every_import_names_the_module_that_defines_the_name() -> None:
+    modules = _modules()
+    tests = SRC.parent.parent / "tests"
+    found = _reexports([*SRC.rglob("*.py"), *tests.glob("*.py")], modules)
+    assert not found, "imports through a re-export (import from the defining module):\n" + "\n".join(found)
+
+
+def _function_local_imports() -> dict[tuple[str, str], int]:
+    """(module, imported module) -> line, for imports of the package inside functions, outside cli/."""
+    modules = _modules()
+    found: dict[tuple[str, str], int] = {}
+    for module, path in modules.items():
+        if module == "cli" or module.startswith("cli."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and node is not function:
+                    names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                    for name in names:
+                        if name == PACKAGE or name.startswith(PACKAGE + "."):
+                            found.setdefault((_dotted(module), name), node.lineno)
+    return found
+
+
+def test_function_local_imports_outside_the_cli_defer_something() -> None:
+    found = _function_local_imports()
+    unlisted = sorted(f"{m}:{line} imports {t}" for (m, t), line in found.items() if (m, t) not in LOCAL_IMPORTS_ALLOWED)
+    assert not unlisted, "imports inside functions outside cli/ (move them to the top, or list why in LOCAL_IMPORTS_ALLOWED):\n" + "\n".join(unlisted)
+    assert len(LOCAL_IMPORTS_ALLOWED) <= MAX_LOCAL_IMPORTS
+    stale = sorted(key for key in LOCAL_IMPORTS_ALLOWED if key not in found)
+    assert not stale, f"LOCAL_IMPORTS_ALLOWED lists imports that are gone, remove them: {stale}"
+
+
+def test_importing_any_module_is_cheap() -> None:
+    """No module imports a heavy or optional third-party package at its top (the reason the rule
+    above can be strict): torch, transformers and the rest are imported where they are used."""
+    heavy = ("torch", "transformers", "matplotlib", "jinja2", "nltk", "spacy", "sentence_transformers", "httpx", "accelerate", "skimage", "inflect", "lemminflect", "open_clip")
+    found = []
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                if name.split(".")[0] in heavy or name.startswith("scipy.stats") or (isinstance(node, ast.ImportFrom) and name == "scipy" and any(a.name == "stats" for a in node.names)):
+                    found.append(f"{_dotted(module)}:{node.lineno} imports {name}")
+    assert not found, "heavy imports at a module's top: " + "; ".join(found)

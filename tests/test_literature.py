@@ -112,7 +112,7 @@ def test_audit_bad_input_is_exit_2_one_line(tmp_path: Path, toy_coco: Path) -> N
     drift = runner.invoke(app, ["literature", "audit", "llava-toy", "--out", str(tmp_path / "d"), "--registry", str(own)])
     assert drift.exit_code == 2 and drift.output.count("\n") == 1 and "match no fingerprint the registry pins" in drift.output
     from halluprobe.benchmarks.fingerprint import content_fingerprint
-    from halluprobe.benchmarks.pope import read_questions
+    from halluprobe.benchmarks.question_file import read_questions
 
     fp = content_fingerprint(read_questions(toy_coco / POPE_REPO / POPE_COMMIT / "output/coco/coco_pope_random.json"))
     pinned = write_registry(tmp_path, [{**entry, "dataset": "coco", "version": None, "fingerprint": fp}])

@@ -17,7 +17,6 @@ must handle.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys

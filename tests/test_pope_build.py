@@ -13,16 +13,8 @@ import pytest
 
 from halluprobe.benchmarks.coco import COCO_CATEGORY_NAMES
 from halluprobe.benchmarks.objects import ObjectIndex
-from halluprobe.benchmarks.pope import (
-    DEFAULT_TEMPLATE,
-    SAMPLER_VERSION,
-    SPLITS,
-    PopeBuild,
-    build_pope,
-    question_text,
-    read_questions,
-    write_pope,
-)
+from halluprobe.benchmarks.pope import DEFAULT_TEMPLATE, SAMPLER_VERSION, SPLITS, PopeBuild, build_pope, question_text, write_pope
+from halluprobe.benchmarks.question_file import read_questions
 from halluprobe.errors import InputError
 from halluprobe.records import Question
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from halluprobe.benchmarks.pope import object_from_text, read_questions, split_name, write_questions
+from halluprobe.benchmarks.question_file import object_from_text, read_questions, split_name, write_questions
 from halluprobe.errors import InputError
 from halluprobe.records import Question
 

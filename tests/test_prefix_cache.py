@@ -27,7 +27,8 @@ from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.backends.hf.prefix import suffix_inputs  # noqa: E402
 from halluprobe.records import GenerateConfig, Question, Request, Response  # noqa: E402
 from halluprobe.rundir import RunDir  # noqa: E402
-from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
+from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.runner import run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
 

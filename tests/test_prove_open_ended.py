@@ -14,11 +14,12 @@ torch = pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
 from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
-from halluprobe.benchmarks.pope import read_questions  # noqa: E402
+from halluprobe.benchmarks.question_file import read_questions  # noqa: E402
 from halluprobe.cli import app  # noqa: E402
 from halluprobe.errors import InputError  # noqa: E402
 from halluprobe.rundir import RunDir, sha256_file  # noqa: E402
-from halluprobe.runner import RunConfig, make_header, run_questions  # noqa: E402
+from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.runner import run_questions  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds, loads or runs models: the slow tier

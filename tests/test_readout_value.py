@@ -174,7 +174,7 @@ def test_a_huge_m3id_weight_scores_through_the_cli(plain_run: Path) -> None:
 def test_read_benchmarks_is_a_library_function(tmp_path: Path) -> None:
     import hashlib
 
-    from halluprobe.runner import read_benchmarks
+    from halluprobe.run_setup import read_benchmarks
 
     world = _make_world(tmp_path)
     questions, fingerprints = read_benchmarks([world["random"], world["adversarial"]])

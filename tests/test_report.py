@@ -28,8 +28,9 @@ from halluprobe.audit import audit_run, compare_runs
 from halluprobe.records_audit import AuditReport
 from halluprobe.rundir import RunDir
 from halluprobe.cli import app
-from halluprobe.report import SECTIONS, render_report
-from halluprobe.report.view import fmt_count, fmt_pct
+from halluprobe.report.page import render_report
+from halluprobe.report.view import SECTIONS
+from halluprobe.formatting import fmt_count, fmt_pct
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("jinja2")

@@ -18,7 +18,7 @@ from halluprobe.cli import app
 from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.text import TEXT_RULES, parse_text
 from halluprobe.rundir import RunDir
-from halluprobe.runner import run_fingerprint
+from halluprobe.run_setup import run_fingerprint
 
 runner = CliRunner()
 SRC = Path(__file__).resolve().parent.parent / "src" / "halluprobe"
@@ -322,7 +322,7 @@ def test_the_multi_model_table_marks_invalid_legacy_readouts(tmp_path: Path) -> 
 
 def test_an_open_ended_run_dir_of_an_earlier_halluprobe_resumes(tmp_path: Path) -> None:
     """halluprobe 0.1 fingerprinted an open-ended run with the default rule list its header did not store."""
-    from halluprobe.runner import _TEXT_FINGERPRINT
+    from halluprobe.run_setup import _TEXT_FINGERPRINT
 
     world = _make_world(tmp_path)
     out = tmp_path / "run"

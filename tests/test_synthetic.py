@@ -11,17 +11,8 @@ from PIL import Image
 
 from halluprobe.benchmarks.objects import read_objects
 from halluprobe.benchmarks.pope import build_pope
-from halluprobe.benchmarks.synthetic import (
-    BACKGROUNDS,
-    CLASSES,
-    MIN_VISIBLE_FRACTION,
-    MIN_VISIBLE_PIXELS,
-    SHARED,
-    THEMES,
-    generate_scene,
-    glyph_mask,
-    write_synthetic,
-)
+from halluprobe.benchmarks.synthetic_classes import BACKGROUNDS, CLASSES, SHARED, THEMES, glyph_mask
+from halluprobe.benchmarks.synthetic import MIN_VISIBLE_FRACTION, MIN_VISIBLE_PIXELS, generate_scene, write_synthetic
 from halluprobe.errors import InputError
 
 COLOUR_OF = {c.name: c.rgb for c in CLASSES}

@@ -349,7 +349,7 @@ def caption_text(scene: Any) -> str:
     ``CLASSES`` ("A kitchen with a cup, a bowl and a person."). A fixed order makes each next
     object one decision the model must read from the image; where it cannot, it names what the
     theme makes likely: CHAIR's hallucinations."""
-    from halluprobe.benchmarks.synthetic import CLASSES
+    from halluprobe.benchmarks.synthetic_classes import CLASSES
 
     present = set(scene.names)
     names = [c.name for c in CLASSES if c.name in present]
@@ -374,7 +374,8 @@ def evaluate_captions(model: Any, processor: Any, cfg: TrainConfig, classes: lis
     import torch
     from PIL import Image
 
-    from halluprobe.benchmarks.synthetic import THEMES, generate_scene
+    from halluprobe.benchmarks.synthetic_classes import THEMES
+    from halluprobe.benchmarks.synthetic import generate_scene
 
     scenes = [generate_scene(cfg.eval_seed, i, size=cfg.image_size) for i in range(cfg.eval_images)]
     prompt = PROMPT.format(question=CAPTION_QUESTION)
@@ -413,7 +414,7 @@ def evaluate_captions(model: Any, processor: Any, cfg: TrainConfig, classes: lis
 
 def sample_questions(rng: np.random.Generator, scene: Any, n: int, hard_fraction: float, classes: list[str]) -> list[tuple[str, bool]]:
     """``n`` questions about one scene: half present objects, half absent ones (mostly random)."""
-    from halluprobe.benchmarks.synthetic import THEMES
+    from halluprobe.benchmarks.synthetic_classes import THEMES
 
     present = list(scene.names)
     absent = [c for c in classes if c not in present]
@@ -534,7 +535,8 @@ def pretrain_vision(model: Any, batcher: Batcher, cfg: TrainConfig, classes: lis
 def train(cfg: TrainConfig, out: Path, *, log_every: int = 50) -> dict[str, Any]:
     import torch
 
-    from halluprobe.benchmarks.synthetic import CLASSES, generate_scene
+    from halluprobe.benchmarks.synthetic_classes import CLASSES
+    from halluprobe.benchmarks.synthetic import generate_scene
     from halluprobe.tiny import mistral_tokenizer_dir
 
     torch.set_num_threads(cfg.threads)

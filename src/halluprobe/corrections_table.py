@@ -27,7 +27,7 @@ import numpy as np
 from halluprobe.readouts.corrections import CORRECTIONS, parse_correction
 from halluprobe.readouts.value import Readout
 from halluprobe.errors import InputError
-from halluprobe.metrics.binary import UnknownPolicy
+from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.paired import ImageBootstrap, SampleTable, paired_test
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import check_readout
@@ -35,6 +35,7 @@ from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.records import RunHeader, Sample
 from halluprobe.scoring import read_scored_run, readout_rows
+from halluprobe.tomlfile import read_toml
 
 __all__ = ["MAX_GRID_SETTINGS", "CorrectionRow", "CorrectionsReport", "corrections_table", "default_corrections", "drawn_f1", "read_grid", "expected_f1"]
 
@@ -193,7 +194,6 @@ def read_grid(path: str | Path) -> list[str]:
     """A grid TOML file: one table per method, each key a list of values (or one value);
     every combination is one correction spec, e.g. ``[vcd] alpha = [0.5, 1, 2]``. More than
     :data:`MAX_GRID_SETTINGS` combinations in all are refused before any is built."""
-    from halluprobe.tomlfile import read_toml
 
     p = Path(path)
     data = read_toml(p, "the grid")

@@ -10,13 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from halluprobe.records import RunHeader
+from halluprobe.benchmarks.datasets import identify_fingerprint
+from halluprobe.metrics.datasets import dashb_scores, popev2_paired_drop
+from halluprobe.rundir import RunDir
+from halluprobe.scoring import read_scored_run, readout_rows
 
 __all__ = ["run_datasets", "dataset_metric_lines"]
 
 
 def run_datasets(header: RunHeader) -> set[str]:
     """The pinned datasets (of :mod:`halluprobe.benchmarks.datasets`) a run's questions are."""
-    from halluprobe.benchmarks.datasets import identify_fingerprint
 
     found = {split for split in header.benchmarks if split in ("dashb", "popev2")}
     for fp in (header.question_fingerprints or {}).values():
@@ -34,9 +37,6 @@ def dataset_metric_lines(
     path: str | Path, readout: str, *, force_invalid: bool = False, n_resamples: int = 1000, seed: int = 0
 ) -> list[str]:
     """Lines for a terminal: DASH-B's TPR / TNR / their mean, POPEv2's paired drop; [] for other runs."""
-    from halluprobe.metrics.datasets import dashb_scores, popev2_paired_drop
-    from halluprobe.rundir import RunDir
-    from halluprobe.scoring import read_scored_run, readout_rows
 
     datasets = run_datasets(RunDir(path).read_header())
     if not datasets:

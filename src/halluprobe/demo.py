@@ -25,6 +25,23 @@ from halluprobe.formatting import fmt_pct, format_ci, format_ratio, format_signe
 from halluprobe.records_scores import ScoreReport
 from halluprobe.records_audit import AuditReport
 from halluprobe.rundir import RunDir
+from halluprobe.audit import audit_run
+from halluprobe.backends.hf.backend import HFBackend
+from halluprobe.benchmarks.objects import read_objects
+from halluprobe.benchmarks.pope import build_pope, write_pope
+from halluprobe.benchmarks.question_file import read_questions, split_name
+from halluprobe.benchmarks.synthetic import write_synthetic
+from halluprobe.corrections_table import corrections_table
+from halluprobe.demo_captions import CAPTION_FAMILY, CAPTION_TOKENIZER, run_caption_demo
+from halluprobe.errors import RuntimeFailure
+from halluprobe.readouts.tokensets import describe_token_sets
+from halluprobe.report.page import render_report
+from halluprobe.report.decoding_section import ChairCounting
+from halluprobe.rundir import sha256_file
+from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.runner import run_questions
+from halluprobe.scoring import score_rundir
+from halluprobe.demo_captions import caption_lines
 
 __all__ = ["DEMO_IMAGES", "DEMO_MODEL_DIR", "DEMO_SEED", "DemoResult", "run_demo"]
 
@@ -65,20 +82,6 @@ def run_demo(
     """Generate scenes, build POPE, run the demo model, score, audit and report into ``out``."""
     import time
 
-    from halluprobe.audit import audit_run
-    from halluprobe.backends.hf.backend import HFBackend
-    from halluprobe.benchmarks.objects import read_objects
-    from halluprobe.benchmarks.pope import build_pope, read_questions, split_name, write_pope
-    from halluprobe.benchmarks.synthetic import write_synthetic
-    from halluprobe.corrections_table import corrections_table
-    from halluprobe.demo_captions import CAPTION_FAMILY, CAPTION_TOKENIZER, run_caption_demo
-    from halluprobe.errors import RuntimeFailure
-    from halluprobe.readouts.tokensets import describe_token_sets
-    from halluprobe.report import render_report
-    from halluprobe.report.decoding_section import ChairCounting
-    from halluprobe.rundir import sha256_file
-    from halluprobe.runner import RunConfig, make_header, run_questions
-    from halluprobe.scoring import score_rundir
 
     started = time.perf_counter()
     out = Path(out)
@@ -175,7 +178,6 @@ def _summary_lines(
     if result.corrections is not None:
         lines.append(_corrections_line(result.corrections, result.run_dir))
     if result.captions is not None:
-        from halluprobe.demo_captions import caption_lines
 
         lines.extend(caption_lines(result.captions))
     lines.append(f"rescore any readout: halluprobe score {result.run_dir} --readout text:pope")

@@ -23,6 +23,23 @@ from typing import Any
 
 from halluprobe.captions.comparison.records import ComparisonResult, Difference
 from halluprobe.formatting import format_ratio
+from halluprobe.captions.chair.vocabulary import vocabulary
+from halluprobe.jsonl import read_json_file
+from halluprobe.captions.chair.lists import ImageList, chair_questions
+from halluprobe.rundir import sha256_file
+from halluprobe.benchmarks.question_file import write_questions
+from halluprobe.captions.chair.groundtruth import image_id_of
+from halluprobe.files import write_atomic
+from halluprobe.run_setup import read_benchmarks
+from halluprobe.backends.hf.decode_rules import parse_decode_spec
+from halluprobe.run_setup import RunConfig
+from halluprobe.captions.chair.families import family_named
+from halluprobe.captions.chair.groundtruth import load_ground_truth
+from halluprobe.captions.comparison.runs import load_comparison
+from halluprobe.captions.comparison.table import decoding_table
+from halluprobe.rundir import RunDir
+from halluprobe.run_setup import make_header
+from halluprobe.runner import run_questions
 
 __all__ = [
     "CAPTION_FAMILY",
@@ -73,8 +90,6 @@ def caption_ground_truth_lines(annotations: Path) -> list[dict[str, Any]]:
     """Object lines (``{"image", "objects"}``, what ``--ground-truth`` reads) of a synthetic COCO
     instances file: each image's distinct annotated classes that CHAIR knows (COCO categories and
     their synonyms); an image keeps its line when none is."""
-    from halluprobe.captions.chair.vocabulary import vocabulary
-    from halluprobe.jsonl import read_json_file
 
     known = vocabulary().node_of
     data = read_json_file(annotations, "scene annotations")
@@ -88,8 +103,6 @@ def caption_ground_truth_lines(annotations: Path) -> list[dict[str, Any]]:
 
 
 def _caption_questions(images: list[tuple[int, str]], source: Path) -> list[Any]:
-    from halluprobe.captions.chair.lists import ImageList, chair_questions
-    from halluprobe.rundir import sha256_file
 
     image_list = ImageList(
         name="synthetic-scenes", source=str(source), sha256=sha256_file(source),
@@ -102,10 +115,6 @@ def write_caption_inputs(folder: Path, annotations: Path) -> tuple[list[Any], di
     """The caption question file (one open question per scene, ``build chair``'s format) and the
     ground truth file in ``folder``: (questions, fingerprints, ground truth path), the questions
     read back as ``halluprobe run --benchmark`` reads them."""
-    from halluprobe.benchmarks.pope import write_questions
-    from halluprobe.captions.chair.groundtruth import image_id_of
-    from halluprobe.files import write_atomic
-    from halluprobe.runner import read_benchmarks
 
     folder.mkdir(parents=True, exist_ok=True)
     truth_lines = caption_ground_truth_lines(annotations)
@@ -120,8 +129,6 @@ def write_caption_inputs(folder: Path, annotations: Path) -> tuple[list[Any], di
 
 def caption_config(model: str, role: str) -> Any:
     """The run config of a caption run: ``greedy``, ``method`` (VCD, sampled) or ``sampled``."""
-    from halluprobe.backends.hf.decode_rules import parse_decode_spec
-    from halluprobe.runner import RunConfig
 
     base: dict[str, Any] = {"model": model, "backend": "hf", "template": "llava", "overwrite": True, "open_ended": True,
                             "max_new_tokens": CAPTION_TOKENS}  # fmt: skip
@@ -133,12 +140,6 @@ def caption_config(model: str, role: str) -> Any:
 
 def run_caption_demo(out: Path, annotations: Path, images_dir: Path, backend: Any, model: str, *, n_resamples: int) -> CaptionDemo:
     """Caption the scenes of ``annotations`` three times into ``out`` and compare the runs."""
-    from halluprobe.captions.chair.families import family_named
-    from halluprobe.captions.chair.groundtruth import load_ground_truth
-    from halluprobe.captions.comparison.runs import load_comparison
-    from halluprobe.captions.comparison.table import decoding_table
-    from halluprobe.rundir import RunDir
-    from halluprobe.runner import make_header, run_questions
 
     questions, fingerprints, truth_path = write_caption_inputs(out / "captions", annotations)
 

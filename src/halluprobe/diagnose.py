@@ -19,7 +19,8 @@ from typing import Any
 from halluprobe.backends.base import Backend
 from halluprobe.records import Question, TokenSets
 from halluprobe.rundir import RunDir
-from halluprobe.runner import RunConfig, make_header, run_questions
+from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.runner import run_questions
 
 __all__ = ["Diagnosis", "diagnose", "sample_questions"]
 

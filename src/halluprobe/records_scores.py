@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, StrictInt, field_serializer, field_validator, model_validator
+from pydantic import Field, StrictInt, field_serializer, field_validator, model_validator
 
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord, UnknownPolicy, absent_when_none
 

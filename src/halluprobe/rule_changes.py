@@ -15,8 +15,10 @@ from pathlib import Path
 
 from halluprobe.errors import InputError
 from halluprobe.readouts.apply import apply
-from halluprobe.readouts.text import ALL_TEXT_RULES, LABEL_DEPENDENT_RULES
+from halluprobe.readouts.text import ALL_TEXT_RULES
+from halluprobe.readouts.literature import LABEL_DEPENDENT_RULES
 from halluprobe.readouts.value import TEXT_PREFIX, Readout
+from halluprobe.scoring import read_run_samples
 
 __all__ = ["RuleChanges", "render_rule_changes", "rule_changes", "rule_changes_of_run"]
 
@@ -47,7 +49,6 @@ def rule_changes(decisions: Mapping[str, Sequence[str]]) -> RuleChanges:
 def rule_changes_of_run(path: str | Path, rules: Sequence[str] | None = None) -> RuleChanges:
     """Every text rule (or ``rules``) applied to the stored text of the run at ``path``;
     errored samples and samples without text are left out."""
-    from halluprobe.scoring import read_run_samples
 
     rundir, header, samples = read_run_samples(path)
     names = list(rules) if rules is not None else list(ALL_TEXT_RULES)

@@ -18,7 +18,7 @@ from typing import Any
 
 from halluprobe.backends.base import Backend, DecodesText, RecordsSignals
 from halluprobe.backends.hf.decode_rules import BRANCHES, check_decoding, resolved
-from halluprobe.benchmarks.pope import read_questions, split_name
+from halluprobe.benchmarks.question_file import read_questions, split_name
 from halluprobe.clip_signal import CLIP_SIGNAL, ClipScorer
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import LOGIT_READOUTS
@@ -27,6 +27,9 @@ from halluprobe.readouts.value import TEXT_PREFIX
 from halluprobe.records import DECODING_KEYS, ICD_INSTRUCTION, DecodeSpec, GenerateConfig, Question, RunHeader
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
 from halluprobe.shards import Shard, limit_questions, select_shard
+from halluprobe import __version__
+from halluprobe.benchmarks.fingerprint import content_fingerprint
+from halluprobe.benchmarks.versions import versions_of_file
 
 __all__ = [
     "RunConfig",
@@ -201,10 +204,6 @@ def make_header(
 ) -> RunHeader:
     """The header: written before the first sample. ``benchmarks``: split -> (path, sha256);
     ``clip``: the scorer of the ``clip`` signal, when the run records it."""
-    from halluprobe import __version__
-    from halluprobe.benchmarks.fingerprint import content_fingerprint
-    from halluprobe.benchmarks.pope import read_questions
-    from halluprobe.benchmarks.versions import versions_of_file
 
     text_rules = [] if config.open_ended else list(config.text_rules)
     header = RunHeader(

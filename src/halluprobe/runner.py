@@ -31,18 +31,9 @@ from halluprobe.records import (
     TokenSets,
 )
 from halluprobe.rundir import RunDir
-from halluprobe.run_setup import _TEXT_FINGERPRINT, RunConfig, RunPlan, check_backend, make_header, plan_questions, read_benchmarks, run_fingerprint
+from halluprobe.run_setup import _TEXT_FINGERPRINT, RunConfig, RunPlan, check_backend, plan_questions, run_fingerprint
 
-__all__ = [
-    "RunConfig",
-    "RunSummary",
-    "execute_plan",
-    "run_questions",
-    "make_sample",
-    "make_header",
-    "run_fingerprint",
-    "read_benchmarks",
-]  # the run's set-up lives in run_setup.py, re-exported here where callers have always found it
+__all__ = ["RunSummary", "execute_plan", "run_questions", "make_sample"]  # the run's set-up lives in run_setup.py, re-exported here where callers have always found it
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.imports.answers import read_answers
-from halluprobe.metrics.binary import UnknownPolicy
+from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.files import write_atomic
 from halluprobe.readouts.apply import apply_run, available_readouts, check_readout
@@ -23,6 +23,9 @@ from halluprobe.readouts.value import Readout
 from halluprobe.records import RunHeader, Sample
 from halluprobe.records_scores import ScoreReport
 from halluprobe.rundir import RunDir
+from halluprobe.metrics.compat import tool_numbers
+from halluprobe.imports.answers import pair_answers
+from halluprobe.imports.common import LabelIndex
 
 __all__ = [
     "score_rundir",
@@ -132,7 +135,6 @@ def compat_rundir(
     """The numbers ``tool`` (lmms-eval, vlmevalkit) would print for ``readout``'s decisions on a
     run dir, its counting quirks included (:mod:`halluprobe.metrics.compat`). ``force_invalid``
     as for :func:`score_rundir`: the same decisions, whichever tool counts them."""
-    from halluprobe.metrics.compat import tool_numbers
 
     parsed = Readout.of(readout)
     _, header, samples = read_scored_run(path, parsed, force_invalid=force_invalid)
@@ -169,8 +171,6 @@ def score_answers_file(
     """Score a third-party answers file against POPE-format labels (one file per split) with
     one text rule. Pairing (by id and question text, or by order; mixed files refused) is
     :func:`halluprobe.imports.answers.pair_answers`."""
-    from halluprobe.imports.answers import pair_answers
-    from halluprobe.imports.common import LabelIndex
 
     if rule not in ALL_TEXT_RULES:
         raise InputError(f"unknown text rule {rule!r}; known: {', '.join(ALL_TEXT_RULES)}")

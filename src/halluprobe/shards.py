@@ -26,6 +26,7 @@ from typing import TypeVar
 from halluprobe.errors import InputError
 from halluprobe.records import Question, QuestionKey, Sample
 from halluprobe.rundir import RunDir, differ_phrase, sha256_file
+from halluprobe.benchmarks.question_file import read_questions
 
 __all__ = ["Shard", "limit_questions", "parse_shard", "shard_of", "select_shard", "MergeSummary", "merge_rundirs"]
 
@@ -90,7 +91,6 @@ class MergeSummary:
 
 def _expected(rundir: RunDir) -> list[Question]:
     """Every question the run was asked for: the header's benchmark files, checked, with its limit."""
-    from halluprobe.benchmarks.pope import read_questions
 
     header = rundir.read_header()
     questions: list[Question] = []

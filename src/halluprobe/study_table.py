@@ -13,6 +13,8 @@ from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import Provenance, marked_comment, run_source
 from halluprobe.records import UnknownPolicy
 from halluprobe.tables import Cell, Grid, latex_escape
+from halluprobe.readouts.apply import available_readouts
+from halluprobe.scoring import read_run_samples, score_readouts
 
 __all__ = ["RECOMMENDED", "STUDY_READOUTS", "study_grid", "study_provenance", "study_table"]
 
@@ -30,8 +32,6 @@ def study_grid(
 ) -> Grid:
     """The cells of the study table: a row per model and split (and macro), F1 per readout; a
     forced legacy readout's cell is marked †, a readout the run cannot give is a dash."""
-    from halluprobe.readouts.apply import available_readouts
-    from halluprobe.scoring import read_run_samples, score_readouts
 
     latex = style == "latex"
     header = ["model", "split", *[f"{r}{' (*)' if r == RECOMMENDED else ''}" for r in STUDY_READOUTS]]

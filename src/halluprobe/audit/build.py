@@ -23,9 +23,10 @@ from halluprobe.audit.diagnostics import (
 )
 from halluprobe.audit.relabel import LabelsFile, labels_spec, relabel
 from halluprobe.audit.table import AuditedRun, bootstrap_settings, choose_headline, imported, load_run, score_readout
-from halluprobe.benchmarks.pope import read_questions, refuse_open_questions
+from halluprobe.benchmarks.question_file import read_questions, refuse_open_questions
 from halluprobe.errors import InputError
-from halluprobe.metrics.binary import UnknownPolicy, check_policy
+from halluprobe.records import UnknownPolicy
+from halluprobe.metrics.binary import check_policy
 from halluprobe.metrics.paired import ImageBootstrap, PairedResult, paired_test
 from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.records import RunHeader

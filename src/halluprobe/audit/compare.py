@@ -11,7 +11,8 @@ import numpy as np
 from halluprobe.audit.build import paired_record
 from halluprobe.audit.table import bootstrap_settings, choose_headline, load_run, score_readout, score_tables
 from halluprobe.errors import InputError
-from halluprobe.metrics.binary import UnknownPolicy, check_policy
+from halluprobe.records import UnknownPolicy
+from halluprobe.metrics.binary import check_policy
 from halluprobe.metrics.paired import ImageBootstrap, paired_test
 from halluprobe.records import QuestionKey, RunHeader
 from halluprobe.records_audit import ComparedRun, PairedTest, RunComparison, RunDifferences, ScoreTables

@@ -14,8 +14,9 @@ from typing import NamedTuple
 import numpy as np
 
 from halluprobe.audit.table import AuditedRun, score_readout, score_tables
-from halluprobe.benchmarks.pope import split_name
-from halluprobe.metrics.binary import METRIC_NAMES, UnknownPolicy
+from halluprobe.benchmarks.question_file import split_name
+from halluprobe.metrics.binary import METRIC_NAMES
+from halluprobe.records import UnknownPolicy
 from halluprobe.records import Question
 from halluprobe.records_audit import MetricShift, ReadoutScores, Relabel, ScoreTables
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from halluprobe.benchmarks.pope import object_from_text
+from halluprobe.benchmarks.question_file import object_from_text
 from halluprobe.errors import InputError
 from halluprobe.metrics.paired import SampleTable
-from halluprobe.metrics.binary import UnknownPolicy
+from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import apply_run
 from halluprobe.readouts.logits import LEGACY_READOUTS

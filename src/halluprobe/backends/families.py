@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from halluprobe.errors import InputError
+from halluprobe.formatting import markdown_table
 
 __all__ = [
     "FAMILIES",
@@ -164,7 +165,6 @@ def family_rows() -> list[dict[str, str]]:
 
 def family_table_markdown() -> str:
     """:func:`family_rows` as a Markdown table (what ``halluprobe models`` prints)."""
-    from halluprobe.formatting import markdown_table
 
     columns = ("model_type", "family", "engine", "template", "support", "example")
     return "\n".join(markdown_table(columns, [[row[c] for c in columns] for row in family_rows()]))

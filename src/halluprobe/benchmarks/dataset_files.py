@@ -30,6 +30,14 @@ from halluprobe.benchmarks.download import already_pinned, copy_pinned, default_
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.records import Question
+from halluprobe.benchmarks.fingerprint import content_fingerprint
+from halluprobe.benchmarks.question_file import write_questions
+from halluprobe.benchmarks.question_file import read_questions
+from halluprobe.benchmarks.sources import image_names
+from halluprobe.benchmarks.sources import (
+    fetch_coco_images,
+    fetch_images,
+)
 
 __all__ = [
     "DASHB_QUERY",
@@ -137,8 +145,6 @@ def fetch_dataset(
     Every source is fetched and converted, and every destination checked, before ``out_dir`` is
     touched; a failure leaves nothing it created (``created``: the caller's record, undone by the
     caller, :mod:`halluprobe.benchmarks.created`)."""
-    from halluprobe.benchmarks.fingerprint import content_fingerprint
-    from halluprobe.benchmarks.pope import write_questions
 
     ready: list[tuple[Path, Path | list[Question]]] = []  # (destination, cached source or questions)
     for i, (name, sources) in enumerate(version.sources.items(), start=1):
@@ -176,8 +182,6 @@ def fetch_dataset(
 
 def fingerprint_of_file(path: Path) -> str | None:
     """The content fingerprint of a POPE-format file, None for any other file."""
-    from halluprobe.benchmarks.fingerprint import content_fingerprint
-    from halluprobe.benchmarks.pope import read_questions
 
     try:
         return content_fingerprint(read_questions(path))
@@ -187,7 +191,6 @@ def fingerprint_of_file(path: Path) -> str | None:
 
 def missing_images(question_files: list[Path], images_dir: Path) -> list[str]:
     """The images the questions use that are not files under ``images_dir``."""
-    from halluprobe.benchmarks.sources import image_names
 
     return [name for name in image_names(question_files) if not (images_dir / name).is_file()]
 
@@ -203,11 +206,6 @@ def fetch_dataset_images(
 ) -> tuple[str, list[str]]:
     """Fetch what is public (COCO val2014; POPEv2's train2017 originals) into ``images_dir`` and
     check the rest: (a line saying what was done, the images still missing)."""
-    from halluprobe.benchmarks.sources import (
-        fetch_coco_images,
-        fetch_images,
-        image_names,
-    )
 
     if version.images == "coco-val2014":
         report = fetch_coco_images(question_files, images_dir, base_url=base_url, progress=progress, created=created)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from halluprobe.errors import InputError
+from halluprobe.benchmarks.sources import POPE_VERSIONS
+from halluprobe.benchmarks.sources import pope_version
 
 __all__ = [
     "DATASETS",
@@ -230,7 +232,6 @@ def dataset_version(dataset: str, version: str | None = None) -> DatasetVersion:
     if version is None:
         version = _DEFAULT.get(dataset, next(reversed(versions)))
     if dataset == "coco":  # sources.py's table is the COCO one: its message names its aliases
-        from halluprobe.benchmarks.sources import pope_version
 
         version = pope_version(version).name
     found = versions.get(_ALIASES.get(dataset, {}).get(version, version))
@@ -258,7 +259,6 @@ def counts_hint(split: str, n_questions: int, n_misspelled: int) -> str:
     """For questions that are no pinned file: which pinned versions have the same number of
     questions in ``split`` and the same number reading "imange" (LLaVA-1.5's random split:
     2,910 and 144), so a re-saved or subsetted copy can still be placed."""
-    from halluprobe.benchmarks.sources import POPE_VERSIONS
 
     same = [f"coco@{v.name}" for v in POPE_VERSIONS.values() if v.counts.get(split) == n_questions and v.misspelled.get(split) == n_misspelled]
     same += [f"{v.dataset}@{v.version}" for v in _ALL if v.dataset != "coco" and v.counts.get(split) == n_questions and n_misspelled == 0]

@@ -17,6 +17,8 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.records import Question
+from halluprobe.benchmarks.datasets import counts_hint, identify_fingerprint
+from halluprobe.benchmarks.question_file import read_questions
 
 __all__ = ["FINGERPRINT_FIELDS", "content_fingerprint", "fingerprint_info"]
 
@@ -34,8 +36,6 @@ def fingerprint_info(files: Mapping[str, Path]) -> dict[str, dict[str, Any]]:
     """What an import records of its labels files (split -> path): each file's content
     fingerprint, the pinned question files it is (``dataset@version:file``; empty: none) and,
     for one that is none, which pinned versions share its counts (``question_hints``)."""
-    from halluprobe.benchmarks.datasets import counts_hint, identify_fingerprint
-    from halluprobe.benchmarks.pope import read_questions
 
     prints: dict[str, str] = {}
     hints: dict[str, str] = {}

@@ -37,15 +37,11 @@ from typing import Any, Literal
 from halluprobe.benchmarks.objects import ObjectIndex
 from halluprobe.errors import InputError
 from halluprobe.benchmarks.question_file import (  # re-exported: their home before the split
-    object_from_text,
     questions_bytes,
-    read_questions,
-    refuse_open_questions,
-    split_name,
-    write_questions,
 )
 from halluprobe.files import write_atomic
 from halluprobe.records import SCHEMA_VERSION, Question
+from halluprobe import __version__  # late: keeps this module importable on its own
 
 __all__ = [
     "SAMPLER_VERSION",
@@ -57,11 +53,6 @@ __all__ = [
     "write_pope",
     "pope_file_names",
     "question_text",
-    "object_from_text",
-    "read_questions",
-    "write_questions",
-    "split_name",
-    "refuse_open_questions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -283,7 +274,6 @@ def write_pope(build: PopeBuild, out_dir: str | Path, *, overwrite: bool = False
     Refuses (InputError naming the file) when any output exists, before writing anything,
     unless ``overwrite``. Returns the written paths, manifest last.
     """
-    from halluprobe import __version__  # late: keeps this module importable on its own
 
     out = Path(out_dir)
     names = pope_file_names(build.name)

@@ -33,6 +33,7 @@ from halluprobe.benchmarks.download import (
     remove_quietly,
 )
 from halluprobe.errors import InputError
+from halluprobe.benchmarks.question_file import read_questions  # late: avoid an import cycle
 
 __all__ = [
     "POPE_BASE_URL",
@@ -42,7 +43,6 @@ __all__ = [
     "pope_version",
     "COCO_VAL2014_URL",
     "FetchReport",
-    "default_cache_dir",
     "pope_urls",
     "fetch_pope",
     "fetch_coco_images",
@@ -272,7 +272,6 @@ def _check_image(path: Path) -> str | None:
 
 
 def image_names(question_files: Iterable[str | Path]) -> list[str]:
-    from halluprobe.benchmarks.pope import read_questions  # late: avoid an import cycle
 
     names: dict[str, None] = {}
     for qf in question_files:

@@ -42,7 +42,6 @@ from halluprobe.benchmarks.synthetic_classes import (
     CLASSES,
     SHARED,
     THEMES,
-    ObjectClass,
     category_ids,
     glyph_mask,
 )
@@ -50,20 +49,13 @@ from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 
 __all__ = [
-    "BACKGROUNDS",
-    "CLASSES",
     "GENERATOR_VERSION",
     "MIN_VISIBLE_FRACTION",
     "MIN_VISIBLE_PIXELS",
-    "SHARED",
-    "THEMES",
-    "ObjectClass",
     "Scene",
     "SceneObject",
     "SyntheticSet",
-    "category_ids",
     "generate_scene",
-    "glyph_mask",
     "iter_scenes",
     "write_synthetic",
 ]

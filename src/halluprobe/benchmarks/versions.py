@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+from halluprobe.benchmarks.sources import POPE_VERSIONS
 
 __all__ = ["ANSWER_SUFFIX", "normalise_question", "questions_digest", "detect_versions", "describe_versions", "versions_of_file"]
 
@@ -39,7 +40,6 @@ def questions_digest(pairs: Iterable[tuple[str, str]]) -> str:
 def detect_versions(split: str, pairs: Iterable[tuple[str, str]]) -> list[str]:
     """The published versions whose ``split`` holds exactly these (image, question) pairs
     (several when versions share the split up to spelling; none for a subset or other questions)."""
-    from halluprobe.benchmarks.sources import POPE_VERSIONS
 
     digest = questions_digest(pairs)
     return [name for name, v in POPE_VERSIONS.items() if v.questions_digest.get(split) == digest]
@@ -47,7 +47,6 @@ def detect_versions(split: str, pairs: Iterable[tuple[str, str]]) -> list[str]:
 
 def versions_of_file(sha256: str) -> list[str]:
     """The published versions that include a file with this sha256 (none for any other file)."""
-    from halluprobe.benchmarks.sources import POPE_VERSIONS
 
     return [name for name, v in POPE_VERSIONS.items() if sha256 in v.files.values()]
 

@@ -22,6 +22,10 @@ from halluprobe.provenance import CHAIR_PROVENANCE_MARK, ChairProvenance, FileSo
 from halluprobe.report.chair import chair_grid
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style
+from halluprobe.captions.chair.families import FAMILIES, TOKENIZERS
+from halluprobe.captions.chair.inputs import read_captions
+from halluprobe.captions.chair.groundtruth import load_ground_truth, shipped_ground_truth
+from halluprobe.captions.chair.evaluate import chair_results
 
 if TYPE_CHECKING:
     from halluprobe.captions.chair.groundtruth import GroundTruth
@@ -46,7 +50,6 @@ class ChairTable:
 def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
     """The comment's record (:func:`~halluprobe.provenance.read_payload`), checked for what a
     recomputation reads, as the JSON this module reads (``_bootstrap``: resamples, seed)."""
-    from halluprobe.captions.chair.families import FAMILIES, TOKENIZERS
 
     prov = read_payload(CHAIR_PROVENANCE_MARK, payload, path, line)
     assert isinstance(prov, ChairProvenance)  # the mark decides the kind
@@ -76,7 +79,6 @@ def extract_chair_tables(path: str | Path, text: str) -> list[ChairTable]:
 
 def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> tuple[list[Caption], ChairSettings] | None:
     """The captions the table names, and the settings recorded with them; None when missing."""
-    from halluprobe.captions.chair.inputs import read_captions
 
     source = table.provenance["source"]
     where = (table.path, table.line)
@@ -104,7 +106,6 @@ def ground_truth_described(
 ) -> GroundTruth | None:
     """The ground truth a family was scored against, from its description (``GroundTruth.describe``);
     None (its finding recorded) when it cannot be had. The decoding table's check reads it too."""
-    from halluprobe.captions.chair.groundtruth import load_ground_truth, shipped_ground_truth
 
     kind = described.get("source")
     if kind == "shipped":
@@ -125,7 +126,6 @@ def ground_truth_described(
 
 def check_chair_table(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> None:
     """Recompute one CHAIR table and add a finding for every cell that differs."""
-    from halluprobe.captions.chair.evaluate import chair_results
 
     prov = table.provenance
     read = _captions(table, runs, result)

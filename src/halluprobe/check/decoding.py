@@ -29,6 +29,8 @@ from halluprobe.errors import InputError
 from halluprobe.provenance import DECODING_PROVENANCE_MARK, DecodingProvenance, read_payload
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style
+from halluprobe.captions.chair.families import TOKENIZERS
+from halluprobe.captions.chair.families import family_named
 
 __all__ = ["DecodingTable", "check_decoding_table", "extract_decoding_tables"]
 
@@ -59,7 +61,6 @@ class DecodingTable:
 def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
     """The comment's record (:func:`~halluprobe.provenance.read_payload`), checked for what a
     recomputation reads, as the JSON this module reads."""
-    from halluprobe.captions.chair.families import TOKENIZERS
 
     prov = read_payload(DECODING_PROVENANCE_MARK, payload, path, line)
     assert isinstance(prov, DecodingProvenance)  # the mark decides the kind
@@ -152,7 +153,6 @@ def _prove_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult
 def check_decoding_table(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> None:
     """Recompute one decoding comparison and add a finding for every cell that differs; a comment
     that names nothing to recompute, or tables of which no cell is compared, is bad input."""
-    from halluprobe.captions.chair.families import family_named
 
     prov = table.provenance
     family_name = prov.get("family")

@@ -38,7 +38,7 @@ def amber_questions_cmd(
         read_amber_annotations,
         read_amber_queries,
     )
-    from halluprobe.benchmarks.pope import write_questions
+    from halluprobe.benchmarks.question_file import write_questions
     from halluprobe.files import refuse_existing, refuse_non_folder
 
     with errors():

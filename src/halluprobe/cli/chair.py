@@ -9,11 +9,6 @@ from typing import Annotated
 
 import typer
 
-from halluprobe.captions.chair.inputs import (
-    caption_source,
-    ground_truth_for,
-    read_captions,
-)
 from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, build_app, errors, refuse_over_limit
 from halluprobe.errors import InputError
 from halluprobe.files import refuse_existing, refuse_non_folder
@@ -58,7 +53,7 @@ def build_chair_cmd(
         missing_images,
         read_image_list,
     )
-    from halluprobe.benchmarks.pope import write_questions
+    from halluprobe.benchmarks.question_file import write_questions
 
     with errors():
         chosen = read_image_list(image_list)
@@ -155,6 +150,7 @@ def chair_cmd(
     ] = False,
 ) -> None:
     """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
+    from halluprobe.captions.chair.inputs import caption_source, ground_truth_for, read_captions
     from halluprobe.audit.table import bootstrap_settings
     from halluprobe.captions.chair.evaluate import chair_results
     from halluprobe.captions.chair.families import counting_options, family_named

@@ -30,7 +30,7 @@ def prove_questions_cmd(
     label is a placeholder that nothing scores: a run over these lines must be --open-ended, and
     `halluprobe score` / `audit` refuse such a run. Score it with `halluprobe prove score`.
     """
-    from halluprobe.benchmarks.pope import write_questions
+    from halluprobe.benchmarks.question_file import write_questions
     from halluprobe.benchmarks.prove.data import open_questions, read_prove
 
     with errors():

@@ -224,7 +224,7 @@ def report_cmd(
     at most one sampled run) get the yes/no page with the captions' decoding table (as the demo's).
     A report halluprobe wrote earlier is replaced; any other file at --out or its twin is refused."""
     from halluprobe.audit import audit_run, compare_runs
-    from halluprobe.report import render_report
+    from halluprobe.report.page import render_report
     from halluprobe.report.decoding_section import chair_counting
 
     with errors():

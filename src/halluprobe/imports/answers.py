@@ -27,6 +27,7 @@ from halluprobe.errors import InputError
 from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
 from halluprobe.jsonl import iter_objects
 from halluprobe.records import Question
+from halluprobe.benchmarks.sources import POPE_VERSIONS
 
 __all__ = ["read_answers", "pair_answers", "read_answers_format", "versions_by_counts"]
 
@@ -70,7 +71,6 @@ def read_answers(path: Path, inputs: InputFiles | None = None) -> list[dict[str,
 
 def versions_by_counts(split: str, texts: list[str]) -> list[str]:
     """Published versions whose ``split`` has as many questions, as many spelled "imange"."""
-    from halluprobe.benchmarks.sources import POPE_VERSIONS
 
     misspelled = sum("imange" in t for t in texts)
     return [n for n, v in POPE_VERSIONS.items() if v.counts.get(split) == len(texts) and v.misspelled.get(split) == misspelled]

@@ -29,6 +29,7 @@ from halluprobe.files import write_atomic
 from halluprobe.jsonl import loads, read_records
 from halluprobe.records import GenerateConfig, RunHeader, Sample
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
+from halluprobe import __version__
 
 __all__ = [
     "CAPTION_FORMATS",
@@ -186,7 +187,6 @@ def read_caption_file(
 def import_captions(fmt: str, files: list[Path], out: Path, *, questions: Path | None = None, model: str | None = None,
                     overwrite: bool = False) -> tuple[RunDir, int]:  # fmt: skip
     """Write the captions of ``files`` as a complete run dir of open answers."""
-    from halluprobe import __version__
 
     lines = [c for path in files for c in read_caption_file(fmt, path, questions)]
     sources = {str(p): sha256_file(p) for p in files}

@@ -24,14 +24,15 @@ from halluprobe.benchmarks.versions import detect_versions, normalise_question, 
 from halluprobe.errors import InputError
 from halluprobe.files import fresh_out_dir, plain_component, write_atomic
 from halluprobe.jsonl import parse_int_id, read_text, replace_lone_surrogates
-from halluprobe.readouts.apply import TEXT_PREFIX
+from halluprobe.readouts.value import TEXT_PREFIX
 from halluprobe.readouts.text import TEXT_RULES
 from halluprobe.records import Decision, GenerateConfig, Label, Question, ReadoutResult, RunHeader, Sample
 from halluprobe.rundir import MANIFEST, OWNED_FILES, RunDir, fingerprint_of, sha256_file
+from halluprobe import __version__
+from halluprobe.benchmarks.question_file import read_questions, refuse_open_questions, split_name
 
 __all__ = [
     "IMPORTED_RUN_FILES",
-    "MANIFEST",
     "Imported",
     "ImportResult",
     "InputFiles",
@@ -149,7 +150,6 @@ class LabelIndex:
     looked up by split and image + normalised question text, or by split and question id."""
 
     def __init__(self, paths: Iterable[str | Path]) -> None:
-        from halluprobe.benchmarks.pope import read_questions, refuse_open_questions, split_name
 
         self.files: dict[str, Path] = {}
         self.sha256: dict[str, str] = {}  # hashed once here: versions and the run header reuse it
@@ -256,7 +256,6 @@ def write_imported_run(result: ImportResult, out: str | Path, *, overwrite: bool
     """Write ``result`` as a complete run dir (``run.json``, ``samples.jsonl``,
     ``manifest.json``, ``complete.json``) into a new or empty folder; with ``overwrite``, an
     existing folder whose earlier run files (only those) are removed first."""
-    from halluprobe import __version__
 
     if not result.answers:
         raise InputError("no answer could be imported: " + "; ".join(s["reason"] for s in result.skipped[:3]), result.sources[0])

@@ -33,6 +33,7 @@ from halluprobe.imports.llava import SPLIT_ID_OFFSET
 from halluprobe.records import RunHeader, Sample
 from halluprobe.jsonl import loads, read_text
 from halluprobe.rundir import MANIFEST, RunDir, sha256_file
+from halluprobe.benchmarks.question_file import read_questions
 
 __all__ = ["EXPORT_FORMATS", "Export", "export_run"]
 
@@ -52,7 +53,6 @@ class Export:
 def _benchmark_questions(header: RunHeader, split: str) -> tuple[dict[int, str] | None, str]:
     """(question id -> text, where from) from the split's benchmark file when its sha256 is the
     one run.json recorded; (None, why not) otherwise."""
-    from halluprobe.benchmarks.pope import read_questions
 
     path = header.benchmark_paths.get(split)
     if not path:

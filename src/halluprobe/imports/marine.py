@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
-from halluprobe.benchmarks.pope import object_from_text, split_name
+from halluprobe.benchmarks.question_file import object_from_text, split_name
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
 from halluprobe.imports.common import Imported, ImportResult, InputFiles, as_int_id

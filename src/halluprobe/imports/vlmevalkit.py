@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
-from halluprobe.benchmarks.pope import object_from_text
+from halluprobe.benchmarks.question_file import object_from_text
 from halluprobe.imports.common import Imported, ImportResult, InputFiles, as_int_id, yes_no
 from halluprobe.jsonl import read_records
 

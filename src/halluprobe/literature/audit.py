@@ -20,6 +20,24 @@ from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry, Figure
+from halluprobe.imports.formats import FORMATS
+from halluprobe.readouts.text import ALL_TEXT_RULES
+from halluprobe.benchmarks.created import removed_on_failure
+from halluprobe.benchmarks.dataset_files import fetch_source
+from halluprobe.benchmarks.datasets import SourceFile
+from halluprobe.benchmarks.download import already_pinned, copy_pinned
+from halluprobe.metrics.stats import cluster_bootstrap
+from halluprobe.benchmarks.datasets import DATASETS
+from halluprobe.metrics.score import score_rows
+from halluprobe.scoring import read_scored_run, readout_rows
+from halluprobe.imports.formats import import_answers
+from halluprobe.imports.common import IMPORTED_RUN_FILES
+from halluprobe.benchmarks.dataset_files import dashb_questions
+from halluprobe.benchmarks.question_file import read_questions
+from halluprobe.benchmarks.question_file import split_name
+from halluprobe.benchmarks.fingerprint import content_fingerprint
+from halluprobe.benchmarks.versions import normalise_question
+from halluprobe.metrics.datasets import dashb_scores
 
 if TYPE_CHECKING:
     from halluprobe.benchmarks.created import CreatedOutputs
@@ -75,8 +93,6 @@ class EntryAudit:
 
 def missing_capability(entry: Entry) -> str | None:
     """Why this build cannot audit ``entry`` (its import format or parse rule is absent), or None."""
-    from halluprobe.imports import FORMATS
-    from halluprobe.readouts.text import ALL_TEXT_RULES
 
     if entry.format not in FORMATS:
         return f"needs the import format {entry.format!r}, not in this build (formats: {', '.join(FORMATS)})"
@@ -101,10 +117,6 @@ def fetch_entry_files(
     download or a file there with other content (refused unless ``overwrite``) leaves no folder
     and no copy. What is created is recorded in ``created`` (the caller undoes it) or, with none,
     removed here when a copy fails (:mod:`halluprobe.benchmarks.created`)."""
-    from halluprobe.benchmarks.created import removed_on_failure
-    from halluprobe.benchmarks.dataset_files import fetch_source
-    from halluprobe.benchmarks.datasets import SourceFile
-    from halluprobe.benchmarks.download import already_pinned, copy_pinned
 
     planned: list[tuple[str, Path, Path, str]] = []  # (role, cached copy, destination, sha256)
     for role, f in entry.files():
@@ -133,7 +145,6 @@ def _made_folder(made: CreatedOutputs, folder: Path) -> Path:
 def _value(metric: str, report: ScoreReport, rows: Sequence[ScoreRow], n_resamples: int, seed: int) -> ValueWithCi:
     """``metric`` (ratio in [0, 1]) and its image-clustered CI from a score report or, for DASH-B's, the rows."""
     if metric.startswith("dashb_"):
-        from halluprobe.metrics.datasets import dashb_scores
 
         d = dashb_scores(rows, n_resamples=n_resamples, seed=seed)
         value = {"dashb_mean": d.mean_tpr_tnr, "dashb_tpr": d.tpr, "dashb_tnr": d.tnr, "dashb_accuracy": d.accuracy,
@@ -150,7 +161,6 @@ def _dashb_rate_ci(metric: str, rows: Sequence[ScoreRow], n_resamples: int, seed
     DASH-B counts it); the harmonic mean has none here."""
     import numpy as np
 
-    from halluprobe.metrics.stats import cluster_bootstrap
 
     wanted = {"dashb_tpr": "yes", "dashb_tnr": "no", "dashb_accuracy": None}
     if metric not in wanted or not rows:
@@ -190,7 +200,6 @@ def _check(fig: Figure, authors: ValueWithCi, strict: ValueWithCi) -> FigureChec
 def _check_dataset(entry: Entry, questions_are: dict[str, list[str]], labels: list[Path]) -> None:
     """The labels must be the pinned dataset version the entry names (by content fingerprint):
     a figure recomputed on other questions would be compared with the wrong thing."""
-    from halluprobe.benchmarks.datasets import DATASETS
 
     if entry.version is None or entry.dataset not in DATASETS or not labels:
         return
@@ -216,8 +225,6 @@ def recompute_entry(entry: Entry, rundir: Path, result: EntryAudit, *, n_resampl
     with ``text:strict``, and fill ``result``: each published figure beside its recomputation
     (or, with none published, the headline numbers), and how many answers the two rules
     classify differently. Returns the run's header and samples."""
-    from halluprobe.metrics.score import score_rows
-    from halluprobe.scoring import read_scored_run, readout_rows
 
     authors_rule = f"text:{entry.parser.rule}"
     _, header, samples = read_scored_run(rundir, authors_rule)
@@ -258,9 +265,6 @@ def audit_entry(
     A failure (a download, a pin, answers that are not the pinned questions) leaves nothing this
     entry created: no copy, no run dir, no empty folder; what was there before is kept. The
     record is ``created`` (the caller undoes it) or, with none, undone here."""
-    from halluprobe.benchmarks.created import removed_on_failure
-    from halluprobe.imports import import_answers
-    from halluprobe.imports.common import IMPORTED_RUN_FILES
 
     result = new_entry_audit(entry)
     missing = missing_capability(entry)
@@ -307,9 +311,6 @@ def dataset_coverage(entry: Entry, samples: Sequence[Sample], *, cache_dir: Path
     -> one line for the table; {} when the entry names no pinned version."""
     from pathlib import PurePosixPath
 
-    from halluprobe.benchmarks.dataset_files import dashb_questions, fetch_source
-    from halluprobe.benchmarks.datasets import DATASETS
-    from halluprobe.benchmarks.pope import read_questions
 
     version = DATASETS.get(entry.dataset, {}).get(entry.version or "")
     if version is None or version.shape == "popev2":
@@ -334,7 +335,6 @@ def import_arguments(entry: Entry, files: dict[str, list[Path]]) -> dict[str, An
     POPE labels (and LLaVA's question file where the entry has one: pooled answers); marine its
     id-keyed labels and the split (the entry's, else the pinned question file's name); dashb
     nothing (labels are in the answers array); any other format its labels files."""
-    from halluprobe.benchmarks.pope import split_name
 
     if entry.format == "llava":
         return {"labels": files["labels"], "questions": files["questions"][0] if files["questions"] else None}
@@ -353,9 +353,6 @@ def _check_own_draw(fingerprint: str, samples: Sequence[Sample], questions: Path
     Split -> what the questions are, for the table."""
     from pathlib import PurePosixPath
 
-    from halluprobe.benchmarks.fingerprint import content_fingerprint
-    from halluprobe.benchmarks.pope import read_questions
-    from halluprobe.benchmarks.versions import normalise_question
 
     asked = read_questions(questions)
     found = content_fingerprint(asked)

@@ -23,6 +23,9 @@ from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, audit
 from halluprobe.literature.registry import Entry, Registry
 from halluprobe.provenance import LiteratureProvenance, marked_comment
 from halluprobe.tables import Cell, Grid
+from halluprobe.benchmarks.created import CreatedOutputs
+from halluprobe import __version__
+from halluprobe.literature.audit import missing_capability
 
 __all__ = [
     "LITERATURE_MD", "LITERATURE_JSON", "audit_literature", "literature_grid", "literature_markdown", "literature_provenance",
@@ -54,7 +57,6 @@ def audit_literature(
 
     An entry that fails leaves nothing of its own under ``out``; a verb that fails (an entry
     without ``keep_going``, the table's write, Ctrl-C) leaves nothing it created at all."""
-    from halluprobe.benchmarks.created import CreatedOutputs
 
     audits: list[EntryAudit] = []
     verb = CreatedOutputs()  # ``out`` and the tables; then one record per entry
@@ -92,7 +94,6 @@ def audit_literature(
 
 
 def literature_provenance(registry: Registry, n_resamples: int, seed: int) -> LiteratureProvenance:
-    from halluprobe import __version__
 
     return LiteratureProvenance(table="literature", halluprobe=__version__, registry_sha256=registry_digest(registry), resamples=n_resamples, seed=seed)
 
@@ -167,7 +168,6 @@ def literature_markdown(audits: Sequence[EntryAudit], provenance: LiteratureProv
 
 def list_markdown(registry: Registry) -> str:
     """``literature list``: one row per entry, and whether this build can audit it."""
-    from halluprobe.literature.audit import missing_capability
 
     lines = ["| entry | model | decoding | dataset | format | parser | published | in this build |", "|---|---|---|---|---|---|---|---|"]
     for e in registry.entries:

@@ -30,9 +30,7 @@ from halluprobe.records import UNKNOWN_POLICIES, UnknownPolicy  # defined once t
 __all__ = [
     "METRIC_NAMES",
     "N_RAW",
-    "UNKNOWN_POLICIES",
     "Counts",
-    "UnknownPolicy",
     "categorize",
     "check_policy",
     "count",

@@ -22,17 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from halluprobe.metrics.binary import (
-    METRIC_NAMES,
-    UnknownPolicy,
-    check_policy,
-    counts_from_raw,
-    fold_counts,
-    N_RAW,
-    ratio_arrays,
-    categorize,
-    metrics_from_counts,
-)
+from halluprobe.metrics.binary import METRIC_NAMES, check_policy, counts_from_raw, fold_counts, N_RAW, ratio_arrays, categorize, metrics_from_counts
+from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.stats import (
     check_level,
     draw_blocks,

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _sps
 
 __all__ = [
     "McNemarResult",
@@ -177,6 +176,8 @@ def auroc(labels: Sequence[bool] | np.ndarray, scores: Sequence[float] | np.ndar
     n_neg = int(y.size - n_pos)
     if n_pos == 0 or n_neg == 0:
         return None
+    from scipy import stats as _sps  # deferred: scipy.stats takes ~0.7 s to import, and the CLI starts without it
+
     ranks = _sps.rankdata(s)  # average ranks: ties count 1/2
     u = float(ranks[y].sum()) - n_pos * (n_pos + 1) / 2.0
     return u / (n_pos * n_neg)
@@ -232,6 +233,8 @@ def mcnemar_exact(a_correct: Sequence[bool] | np.ndarray, b_correct: Sequence[bo
     n_c = int(np.sum(~a & b))
     if n_b + n_c == 0:
         return McNemarResult(b=0, c=0, n=int(a.size), p_value=1.0)
+    from scipy import stats as _sps  # deferred, as above
+
     p = float(_sps.binomtest(n_b, n_b + n_c, 0.5, alternative="two-sided").pvalue)
     return McNemarResult(b=n_b, c=n_c, n=int(a.size), p_value=min(p, 1.0))
 

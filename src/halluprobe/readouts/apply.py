@@ -37,7 +37,6 @@ from halluprobe.readouts.value import TEXT_PREFIX, Readout, unknown_readout
 from halluprobe.records import ReadoutResult, RunHeader, Sample, TokenSets
 
 __all__ = [
-    "TEXT_PREFIX",
     "apply",
     "apply_all",
     "apply_run",

@@ -37,8 +37,6 @@ __all__ = [
     "TEXT_RULES",
     "TEXT_RULE_VERSIONS",
     "ALL_TEXT_RULES",
-    "LABEL_DEPENDENT_RULES",
-    "LITERATURE_RULES",
     "LabelDependentRuleError",
     "UnknownTextRuleError",
     "exact",

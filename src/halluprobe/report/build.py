@@ -29,9 +29,10 @@ from halluprobe.report.view import (
     ReportView,
     RunView,
     TokenView,
-    fmt_count,
 )
+from halluprobe.formatting import fmt_count
 from halluprobe.rundir import RunDir
+from halluprobe import __version__
 
 __all__ = ["as_audit", "build_view", "text_only"]
 
@@ -243,7 +244,6 @@ def build_view(
 
 
 def _halluprobe_version() -> str:
-    from halluprobe import __version__
 
     return __version__
 

@@ -20,6 +20,7 @@ from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import ChairProvenance, marked_comment
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.tables import Cell, Grid, latex_escape
+from halluprobe import __version__
 
 __all__ = [
     "chair_grid", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects",
@@ -34,7 +35,6 @@ def chair_provenance(
     """What the table was computed from: ``source`` (the run: path, fingerprint, samples sha256;
     or a caption file: path, sha256, format), per family the ground truth and the options
     recorded with the result, and the ``bootstrap`` (resamples, seed) of its CIs."""
-    from halluprobe import __version__
 
     first = next(iter(results.values()))["summary"]["settings"]
     described = dict(source)

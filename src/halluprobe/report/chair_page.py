@@ -27,6 +27,12 @@ from halluprobe.records_scores import BootstrapSettings
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects
 from halluprobe.report.decoding_section import ChairCounting, decoding_section
 from halluprobe.tables import Grid
+from halluprobe.captions.chair.evaluate import chair_results, refuse_unknown_images
+from halluprobe.captions.chair.inputs import caption_source
+from halluprobe.captions.chair.runs import run_captions
+from halluprobe.report.figure_style import PALETTE, figure, svg
+from halluprobe import __version__
+from halluprobe.report.page import stylesheet
 
 __all__ = ["ChairRunView", "chair_length_plot", "chair_run_view", "render_chair_report", "OPEN_ENDED_HINT"]
 
@@ -60,9 +66,6 @@ class ChairRunView:
 
 def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int, counting: ChairCounting | None = None) -> ChairRunView:
     """Score one run dir as ``counting`` says (default: both families, punkt, the shipped ground truth)."""
-    from halluprobe.captions.chair.evaluate import chair_results, refuse_unknown_images
-    from halluprobe.captions.chair.inputs import caption_source
-    from halluprobe.captions.chair.runs import run_captions
 
     counting = counting or ChairCounting()
     captions, settings = run_captions(path)
@@ -83,7 +86,6 @@ def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int, count
 def chair_length_plot(bins: Mapping[str, Sequence[Mapping[str, Any]]], *, width: float = 4.6) -> str:
     """CHAIR_s (solid) and CHAIR_i (dashed) per caption-length group, one colour per family:
     shorter captions hallucinate less, so a method that shortens captions "reduces" CHAIR."""
-    from halluprobe.report.figure_style import PALETTE, figure, svg
 
     colours = (PALETTE["blue"], PALETTE["vermillion"])
     with figure(width, 2.6) as (fig, axes):
@@ -125,8 +127,6 @@ def render_chair_report(
 
     import jinja2
 
-    from halluprobe import __version__
-    from halluprobe.report import stylesheet
 
     out_html = Path(out_html)
     bootstrap = bootstrap_settings(n_resamples, seed)

@@ -22,6 +22,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
+from halluprobe.captions.chair.families import counting_options
+from halluprobe.captions.comparison.runs import (
+    decoding_identity,
+    load_comparison,
+    load_run,
+)
+from halluprobe.captions.chair.families import family_named
+from halluprobe.captions.comparison.render import (
+    decoding_markdown,
+    decoding_provenance,
+)
+from halluprobe.captions.comparison.table import decoding_table
+from halluprobe.captions.chair.families import FAMILIES
+from halluprobe.captions.chair.groundtruth import load_ground_truth
+from halluprobe.captions.chair.groundtruth import shipped_ground_truth
 
 if TYPE_CHECKING:
     from halluprobe.captions.comparison.runs import ComparisonRuns
@@ -47,7 +62,6 @@ class ChairCounting:
     @property
     def section_families(self) -> tuple[str, ...]:
         """The families of the CHAIR sections (full names)."""
-        from halluprobe.captions.chair.families import FAMILIES
 
         return FAMILIES if self.family == "both" else (f"chair@{self.family}",)
 
@@ -66,21 +80,18 @@ class ChairCounting:
     @functools.cached_property
     def _given_truth(self) -> Any:
         """``ground_truth`` read once, however many runs and families count against it."""
-        from halluprobe.captions.chair.groundtruth import load_ground_truth
 
         assert self.ground_truth is not None
         return load_ground_truth(self.ground_truth)
 
     def truth_for(self, family: str) -> Any:
         """The ground truth ``family`` (a full name) counts against."""
-        from halluprobe.captions.chair.groundtruth import shipped_ground_truth
 
         return shipped_ground_truth(family) if self.ground_truth is None else self._given_truth
 
 
 def chair_counting(family: str | None = None, tokenizer: str | None = None, ground_truth: Path | None = None) -> ChairCounting:
     """The counting the options name (None: the default); an unknown family or tokenizer is bad input."""
-    from halluprobe.captions.chair.families import counting_options
 
     family = (family or "both").removeprefix("chair@")
     tokenizer = counting_options(family, tokenizer or "punkt", allow_both=True)[1]
@@ -92,11 +103,6 @@ def chair_counting(family: str | None = None, tokenizer: str | None = None, grou
 def decoding_comparison(rundirs: Sequence[Path]) -> ComparisonRuns | None:
     """The runs, each read once, in their roles (read from each ``run.json``), or None when they
     are not a decoding comparison."""
-    from halluprobe.captions.comparison.runs import (
-        decoding_identity,
-        load_comparison,
-        load_run,
-    )
 
     if len(rundirs) < 2 or not all((Path(p) / "run.json").is_file() for p in rundirs):
         return None  # one run, or an imported caption file: nothing to compare
@@ -148,12 +154,6 @@ def decoding_section(
 ) -> tuple[str, str] | None:
     """(Markdown, HTML) of the decoding table of ``rundirs``, CHAIR counted as ``counting`` says
     (default: the lemmatizer family, punkt, the shipped ground truth); None when they are not a comparison."""
-    from halluprobe.captions.chair.families import family_named
-    from halluprobe.captions.comparison.render import (
-        decoding_markdown,
-        decoding_provenance,
-    )
-    from halluprobe.captions.comparison.table import decoding_table
 
     runs = decoding_comparison(rundirs)
     if runs is None:

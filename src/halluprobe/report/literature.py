@@ -19,6 +19,9 @@ from pathlib import Path
 from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, missing_capability, new_entry_audit, recompute_entry
 from halluprobe.literature.registry import Entry, Registry
 from halluprobe.report.view import add_section
+from halluprobe.errors import InputError
+from halluprobe.rundir import RunDir
+from halluprobe.literature.registry import load_registry
 
 __all__ = ["SECTION_ID", "LiteratureMatch", "add_literature_section", "literature_html", "literature_markdown", "literature_matches"]
 
@@ -38,8 +41,6 @@ class LiteratureMatch:
 def _entry_of(rundir: Path, registry: Registry) -> tuple[Entry, bool] | None:
     """The entry whose answers files the run was imported from (its question file, where it has
     one, may be among the sources too), and whether the run's labels are the entry's."""
-    from halluprobe.errors import InputError
-    from halluprobe.rundir import RunDir
 
     try:
         header = RunDir(rundir).read_header()
@@ -60,7 +61,6 @@ def _entry_of(rundir: Path, registry: Registry) -> tuple[Entry, bool] | None:
 def literature_matches(rundirs: Sequence[Path | None], *, registry: Registry | None = None, n_resamples: int = 1000, seed: int = 0) -> list[LiteratureMatch]:
     """Every run dir that is a registered answers file, recomputed with the authors' rule (an
     entry whose rule this build lacks is listed with that reason)."""
-    from halluprobe.literature.registry import load_registry
 
     loaded = registry if registry is not None else load_registry()
     matches = []

@@ -23,7 +23,10 @@ from halluprobe.report.markdown_sections import (
     token_section,
     with_ci,
 )
-from halluprobe.report.view import ReportView, fmt_count, fmt_pct, fmt_score, piece
+from halluprobe.report.view import ReportView, piece
+from halluprobe.formatting import fmt_count, fmt_pct, fmt_score
+from halluprobe.provenance import marked_comment
+from halluprobe.tables import headline_grid
 
 if TYPE_CHECKING:
     from halluprobe.provenance import Provenance
@@ -37,8 +40,6 @@ _PER_SAMPLE = "derived per sample from the pieces the server returned (no ids)"
 def markdown_report(view: ReportView, *, html_name: str = "report.html", provenance: Provenance | None = None) -> str:
     """The twin; ``provenance`` (the run dirs, see ``tables.headline_provenance``) goes above
     the headline table, so ``halluprobe check`` can recompute it."""
-    from halluprobe.provenance import marked_comment
-    from halluprobe.tables import headline_grid
 
     runs = view.runs
     multi = len(runs) > 1

@@ -11,17 +11,10 @@ from typing import Any
 from halluprobe.formatting import markdown_table
 from halluprobe.records_scores import Metrics
 from halluprobe.records_audit import PairedTest
-from halluprobe.report.view import (
-    ReportView,
-    RunView,
-    fmt_ci,
-    fmt_count,
-    fmt_delta,
-    fmt_p,
-    fmt_pct,
-    fmt_score,
-    piece,
-)
+from halluprobe.report.view import ReportView, RunView, piece
+from halluprobe.formatting import fmt_ci, fmt_count, fmt_delta, fmt_p, fmt_pct, fmt_score
+from halluprobe.tables import percent_cell
+from halluprobe.report.parsers import parsers_lines
 
 __all__ = [
     "agreement_lines",
@@ -52,7 +45,6 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequen
 
 
 def with_ci(m: Metrics | None, name: str) -> str:
-    from halluprobe.tables import percent_cell
 
     return fmt_pct(None) if m is None else percent_cell(m, name).text
 
@@ -273,7 +265,6 @@ def tail_sections(lines: list[str], view: ReportView, number: int) -> None:
         header = ["method", "F1 (%)", "yes (%)", "ΔF1 (pp)", "95% CI (pp)", "McNemar p", "F1 sampled (%)", "Δ vs sampled (pp)"]
         lines += md_table((["run"] if multi else []) + header, rows, align=(["l"] if multi else []) + ["l"] + ["r"] * (len(header) - 1))
     if any(run.parsers is not None for run in runs):
-        from halluprobe.report.parsers import parsers_lines
 
         number += 1
         lines += section_head(number, "Parsers")

@@ -15,6 +15,7 @@ from typing import Any
 
 from halluprobe.errors import InputError
 from halluprobe.rule_changes import RuleChanges, rule_changes_of_run
+from halluprobe.literature.registry import load_registry
 
 __all__ = ["NeededRule", "ParsersView", "parsers_lines", "parsers_view"]
 
@@ -40,7 +41,6 @@ class ParsersView:
 
 
 def _needed_rules(sha256s: set[str]) -> list[NeededRule]:
-    from halluprobe.literature.registry import load_registry
 
     needs = []
     for entry in load_registry().entries:

@@ -32,16 +32,12 @@ from halluprobe.report.figure_style import (
 )
 
 __all__ = [
-    "LABEL_COLOURS",
-    "PALETTE",
-    "TEXT_WIDTH_IN",
     "confusion_plot",
     "convergence_plot",
     "first_pieces_plot",
     "forest_plot",
     "p_yes_histograms",
     "profile_plot",
-    "readout_style",
     "reliability_diagram",
 ]
 

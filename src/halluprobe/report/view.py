@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from halluprobe.formatting import fmt_ci, fmt_count, fmt_delta, fmt_p, fmt_pct, fmt_score
 from halluprobe.records_scores import BootstrapSettings, Metrics
 from halluprobe.records_audit import (
     Calibration,
@@ -43,12 +42,6 @@ __all__ = [
     "ReportView",
     "RunView",
     "TokenView",
-    "fmt_ci",
-    "fmt_count",
-    "fmt_delta",
-    "fmt_p",
-    "fmt_pct",
-    "fmt_score",
     "piece",
     "short_readout",
 ]

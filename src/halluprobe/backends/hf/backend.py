@@ -29,6 +29,7 @@ from halluprobe.backends.hf.decode_engine import DecodeEngine, check_decode_conf
 from halluprobe.backends.hf.decode_rules import rule_settings
 from halluprobe.backends.hf.engines import PlainEngine, build_engine
 from halluprobe.records import DecodeSpec, GenerateConfig, Request, Response, TokenSets
+from halluprobe.backends.hf.signals import parse_signals
 
 __all__ = ["HFBackend"]
 
@@ -94,7 +95,6 @@ class HFBackend:
 
     def check_signals(self, signals: Sequence[str]) -> None:
         """InputError for a correction signal this backend cannot record (before any request)."""
-        from halluprobe.backends.hf.signals import parse_signals
 
         parse_signals(signals, self.core.n_layers)
 

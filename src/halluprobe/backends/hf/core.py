@@ -27,6 +27,7 @@ from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
 from halluprobe.records import Request, Response, SignalLogprobs, TokenLogprob, TokenSets
+from halluprobe.backends.hf.load import load_model, load_processor
 
 if TYPE_CHECKING:
     from halluprobe.backends.hf.inputs import SharedPrefix, VLMInputs
@@ -91,7 +92,6 @@ class ModelCore:
     def __init__(
         self, model: str, *, dtype: str, device: str, trust_remote_code: bool, load_in_4bit: bool
     ) -> None:
-        from halluprobe.backends.hf.load import load_model, load_processor
 
         self.model_id = model
         self.inputs: VLMInputs = load_processor(model, trust_remote_code=trust_remote_code)

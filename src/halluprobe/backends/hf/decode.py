@@ -41,37 +41,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from halluprobe.backends.hf.decode_rules import (
-    BRANCHES,
-    ContrastRule,
     DoLaRule,
-    GreedyRule,
-    M3IDRule,
     PAIRule,
     Sampling,
     StepRule,
-    dola_layers,
-    parse_contrast,
-    parse_decode,
 )
 from halluprobe.backends.hf.signals import amplified_attention
+from halluprobe.backends.hf.prefix import joined_cache
 
-__all__ = [
-    "BRANCHES",
-    "ContrastRule",
-    "Decoded",
-    "DoLaRule",
-    "GreedyRule",
-    "JOIN_PADDING",
-    "M3IDRule",
-    "PAIRule",
-    "Sampling",
-    "StepRule",
-    "contrast_decode",
-    "dola_layers",
-    "joined_inputs",
-    "parse_contrast",
-    "parse_decode",
-]
+__all__ = ["Decoded", "JOIN_PADDING", "contrast_decode", "joined_inputs"]
 
 
 
@@ -173,7 +151,6 @@ def joined_inputs(
     prompts whose re-padding adds more than ``max_padding`` of their tokens: ``None``."""
     import torch
 
-    from halluprobe.backends.hf.prefix import joined_cache
 
     cached = ("past_key_values" in base, "past_key_values" in contrast)
     if cached == (True, True):

@@ -22,6 +22,8 @@ from halluprobe.backends.hf.signals import VCD_NOISE_STEP, PaiSetting
 from halluprobe.errors import InputError
 from halluprobe.readouts.corrections import m3id_log_weight, parse_correction
 from halluprobe.records import DecodeSpec
+from halluprobe.jsonl import read_json_file
+from halluprobe.backends.hf.load import config_model_type
 
 __all__ = [
     "BRANCHES",
@@ -370,7 +372,6 @@ def check_decoding(
 def _local_text_layers(model: str) -> int | None:
     """The text model's layer count from a local folder's config.json (``text_config``, InternVL's
     ``llm_config``, or the top level); None for a hub id or a config that names none."""
-    from halluprobe.jsonl import read_json_file
 
     path = Path(model).expanduser() / "config.json"
     if not path.is_file():
@@ -387,7 +388,6 @@ def _refuse_image_first(method: str, model: str) -> None:
     """A no-image method on a family whose processor cannot leave the image out, refused from a
     local model folder's config.json before loading it (a hub id is checked when the engine is
     built, after loading, before the run dir is written)."""
-    from halluprobe.backends.hf.load import config_model_type
 
     path = Path(model).expanduser() / "config.json"
     model_type = config_model_type(model)  # None for a hub id; a broken config.json: one line naming its line

@@ -267,7 +267,6 @@ class VLMInputs:
         return not all(starts)
 
     def _encode_grid(self, prompts: list[str], images: list[Image], add_special: bool) -> dict[str, torch.Tensor]:
-        import torch
 
         out: dict[str, torch.Tensor] = {}
         counts: list[int] = []

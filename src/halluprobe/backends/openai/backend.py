@@ -71,11 +71,12 @@ from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.jsonl import loads
 from halluprobe.readouts.tokensets import piece_token_sets
 from halluprobe.records import GenerateConfig, Request, Response, TokenSets
+from halluprobe.rundir import sum_counts
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["OpenAIBackend", "ImageUrlMode", "OUTCOMES"]
+__all__ = ["OpenAIBackend", "ImageUrlMode"]
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,6 @@ class OpenAIBackend:
 
     def request_stats(self) -> dict[str, Any]:
         """Counts of every answer() call since the last call of this method (then reset)."""
-        from halluprobe.rundir import sum_counts
 
         sessions, self._sessions = self._sessions, []
         if not sessions:

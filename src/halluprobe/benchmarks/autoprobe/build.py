@@ -37,11 +37,13 @@ from halluprobe.benchmarks.autoprobe.questions import (
     generate_attribait,
     write_choice_questions,
 )
-from halluprobe.benchmarks.pope import DEFAULT_TEMPLATE, write_questions
+from halluprobe.benchmarks.pope import DEFAULT_TEMPLATE
+from halluprobe.benchmarks.question_file import write_questions
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.records import SCHEMA_VERSION
 from halluprobe.rundir import sha256_file
+from halluprobe import __version__ as version
 
 __all__ = ["EXISTENCE_FILE", "ATTRIBAIT_FILE", "ProbeBuildConfig", "ProbeBuildResult", "parse_llm_spec", "build_probe"]
 
@@ -231,7 +233,6 @@ def build_probe(
         "attribait_questions": len(choice),
         "attribait_errors": sum(r["error"] is not None for r in attribait_records.values()),
     }
-    from halluprobe import __version__ as version
 
     manifest: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

@@ -42,6 +42,9 @@ from halluprobe.readouts.logits import logsumexp, top_choice
 from halluprobe.readouts.tokensets import classify_letter
 from halluprobe.readouts.value import Readout
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig, Request, Sample, RunHeader, TokenLogprob
+from halluprobe.benchmarks.autoprobe.questions import read_choice_questions
+from halluprobe.files import write_atomic
+from halluprobe.rundir import RunDir
 
 __all__ = [
     "ChoiceSample",
@@ -267,9 +270,6 @@ def run_choice(
 
     ``load`` gives the backend and its letter ids (None: letters are read from pieces); it is
     called after every input has been checked, so bad input never waits for a model to load."""
-    from halluprobe.benchmarks.autoprobe.questions import read_choice_questions
-    from halluprobe.files import write_atomic
-    from halluprobe.rundir import RunDir
 
     questions = read_choice_questions(questions_path)
     if not images.is_dir():

@@ -36,6 +36,7 @@ from pydantic import Field
 
 from halluprobe.benchmarks.coco import COCO_CATEGORY_NAMES
 from halluprobe.records import FrozenRecord
+from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 
 __all__ = [
     "COCO_ALIASES",
@@ -110,7 +111,6 @@ def _inflect() -> Any:
 
 
 def _wordnet() -> Any:
-    from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 
     return load_wordnet()
 

@@ -44,6 +44,11 @@ from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuple
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig
+from halluprobe.jsonl import read_records
+from halluprobe.jsonl import read_log_lines
+from halluprobe.files import append_durable, resolve_image
+from halluprobe.records import Request, Response
+from halluprobe.files import write_atomic
 
 __all__ = [
     "QA_PROMPT",
@@ -126,7 +131,6 @@ class BuildResult:
 
 def read_captions(path: str | Path) -> list[CaptionRecord]:
     """Caption records; one-line errors naming the file and the record."""
-    from halluprobe.jsonl import read_records
 
     path = Path(path)
     out = []
@@ -180,7 +184,6 @@ def read_answers(path: str | Path) -> list[CollectedAnswer]:
     is skipped, any other bad line is one InputError naming it."""
     from pydantic import ValidationError
 
-    from halluprobe.jsonl import read_log_lines
 
     path = Path(path)
     if not path.exists():
@@ -210,8 +213,6 @@ def build_prove(
 ) -> BuildResult:
     """Ask, verify, deduplicate; see the module docstring. ``answers_path``: where answers are
     kept as they arrive, and read back from when the build is started again."""
-    from halluprobe.files import append_durable, resolve_image
-    from halluprobe.records import Request, Response
 
     result = BuildResult()
     requests = [
@@ -335,7 +336,6 @@ def write_build(out_dir: str | Path, result: BuildResult, settings: dict[str, An
     """``prove.jsonl`` (a PROVE file: :func:`~.data.read_prove` reads it), ``dropped.jsonl`` and
     ``build.json`` (counts and ``settings``), each carrying ``schema_version``, each written
     atomically. Refuses, before writing anything, when one exists and not ``overwrite``."""
-    from halluprobe.files import write_atomic
 
     files = build_outputs(out_dir, overwrite=overwrite)
     items = "".join(

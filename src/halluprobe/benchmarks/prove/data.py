@@ -34,6 +34,8 @@ from halluprobe.errors import InputError
 from halluprobe.files import escapes_root
 from halluprobe.jsonl import loads
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord, Question
+from halluprobe.jsonl import read_records
+from halluprobe.benchmarks.sources import fetch_pope
 
 __all__ = ["ProveItem", "PROVE_FILES", "PROVE_BASE_URL", "read_prove", "fetch_prove", "open_questions"]
 
@@ -126,7 +128,6 @@ def _item(raw: Any, index: int) -> ProveItem:
 
 def read_prove(path: str | Path) -> list[ProveItem]:
     """Read and validate a PROVE file (JSON array or JSON Lines); question ids must be unique."""
-    from halluprobe.jsonl import read_records
 
     path = Path(path)
     items: list[ProveItem] = []
@@ -157,7 +158,6 @@ def fetch_prove(
     (``<cache>/pope/<sha256>/<name>``: the folder name is sources.py's), so a second call needs
     no network. Without a pin there is nothing to verify against, so it refuses.
     """
-    from halluprobe.benchmarks.sources import fetch_pope
 
     pins = dict(pins if pins is not None else PROVE_FILES)
     if not pins:

@@ -32,6 +32,8 @@ from halluprobe.benchmarks.prove.scoring import (
     score_question,
 )
 from halluprobe.errors import InputError
+from halluprobe.rundir import RunDir
+from halluprobe.jsonl import read_records
 
 __all__ = ["ProveResponse", "read_responses", "score_responses", "write_scores"]
 
@@ -55,7 +57,6 @@ def _from_rundir(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]
     that record's question (PROVE asks several questions per image, so the image alone does not
     identify one). A run over a reordered or different questions file is refused.
     """
-    from halluprobe.rundir import RunDir
 
     rundir = RunDir(path)
     rundir.read_header()  # a folder without run.json is no run: refused, not "no response" for every record
@@ -79,7 +80,6 @@ def _from_rundir(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]
 
 
 def _from_file(path: Path, items: list[ProveItem]) -> dict[str, ProveResponse]:
-    from halluprobe.jsonl import read_records
 
     known = {it.question_id for it in items}
     out: dict[str, ProveResponse] = {}

@@ -39,6 +39,8 @@ from halluprobe.ask import ask
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
 from halluprobe.jsonl import loads, replace_lone_surrogates
 from halluprobe.records import FrozenRecord, GenerateConfig
+from halluprobe.records import Request
+from halluprobe.backends.response_cache import cache_dir
 
 __all__ = [
     "Extraction",
@@ -123,7 +125,6 @@ class LMExtractor:
         return self._identity
 
     def extract(self, texts: Sequence[str]) -> list[Extraction]:
-        from halluprobe.records import Request
 
         requests = [
             Request(
@@ -258,7 +259,6 @@ class TupleCache:
     FILE = "prove_tuples.sqlite"
 
     def __init__(self, directory: Path | None = None) -> None:
-        from halluprobe.backends.response_cache import cache_dir
 
         self.path = (directory or cache_dir()) / self.FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)

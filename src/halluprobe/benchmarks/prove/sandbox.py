@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.jsonl import loads
+import halluprobe
 
 __all__ = ["SandboxLimits", "SandboxResult", "SandboxRefused", "check_program", "run_program", "ALLOWED_BUILTINS"]
 
@@ -239,7 +240,6 @@ except BaseException as e:
 
 
 def _package_root() -> str:
-    import halluprobe
 
     return str(Path(halluprobe.__file__).resolve().parent.parent)
 

@@ -44,6 +44,11 @@ from halluprobe.benchmarks.prove.scene_graph import (
     render_tuple,
     tuple_key,
 )
+from halluprobe.metrics.stats import cluster_bootstrap
+from halluprobe.readouts.logits import read_dynamic
+from halluprobe.records import Request
+from halluprobe.files import resolve_image
+from halluprobe.errors import InputError
 
 __all__ = [
     "DEFAULT_EMBEDDER",
@@ -286,7 +291,6 @@ class BackendEntailment:
         self._top_k = top_k
         self._sets = backend.token_sets()
         if self._sets is None:
-            from halluprobe.errors import InputError
 
             raise InputError("the entailment backend has no yes/no token sets: the dynamic readout cannot run")
 
@@ -296,9 +300,6 @@ class BackendEntailment:
         return f"Is it true that {body[:1].lower() + body[1:]}?"
 
     def __call__(self, image: str, sentences: Sequence[str]) -> list[float | None]:
-        from halluprobe.readouts.logits import read_dynamic
-        from halluprobe.records import Request
-        from halluprobe.files import resolve_image
 
         path = str(resolve_image(image, self._root))
         requests = [
@@ -322,7 +323,6 @@ def _correlations(h: np.ndarray, t: np.ndarray) -> dict[str, float | None]:
 
 def summarize(scores: Sequence[QuestionScore], *, n_resamples: int = 1000, seed: int = 0, settings: dict[str, Any] | None = None) -> ProveSummary:
     """Means over defined scores, image-clustered bootstrap CIs, hscore/tscore correlation."""
-    from halluprobe.metrics.stats import cluster_bootstrap
 
     ok = [s for s in scores if s.error is None]
     ci: dict[str, tuple[float, float] | None] = {}

@@ -31,6 +31,7 @@ from typing import Protocol
 from halluprobe.captions.chair.singularize import singularize
 from halluprobe.captions.chair.vocabulary import vocabulary
 from halluprobe.errors import InputError, RuntimeFailure
+from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 
 __all__ = [
     "counting_options",
@@ -91,7 +92,6 @@ def _need_nltk_data(resource: str, what: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _wordnet() -> object:
-    from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 
     return load_wordnet()
 

@@ -30,6 +30,7 @@ from halluprobe.files import write_atomic
 from halluprobe.jsonl import loads
 from halluprobe.records import FrozenRecord
 from halluprobe.rundir import sha256_file
+from halluprobe.jsonl import read_records
 
 __all__ = [
     "COCO_ATTRIBUTION",
@@ -256,7 +257,6 @@ def ground_truth_from_objects(path: Path) -> GroundTruth:
     """Object lines ``{"image_id" or "image", "objects": [...]}``; each object a COCO category or a
     synonym of one (read as its category). Images are keyed as :func:`image_key` says; a second
     line for one image is refused unless it names the same objects."""
-    from halluprobe.jsonl import read_records
 
     vocab = vocabulary()
     found: dict[ImageKey, set[str]] = {}

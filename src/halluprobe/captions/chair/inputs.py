@@ -8,6 +8,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.errors import InputError
+from halluprobe.captions.chair.families import family_named
+from halluprobe.captions.chair.groundtruth import (
+    coco_annotation_files,
+    ground_truth_from_coco,
+    load_ground_truth,
+    shipped_ground_truth,
+)
+from halluprobe.captions.chair.groundtruth import image_key
+from halluprobe.captions.chair.runs import run_captions
+from halluprobe.captions.chair.scoring import Caption, ChairSettings
+from halluprobe.imports.captions import read_caption_file
+from halluprobe.rundir import RunDir, sha256_file
 
 if TYPE_CHECKING:
     from halluprobe.captions.chair.groundtruth import GroundTruth
@@ -21,13 +33,6 @@ def ground_truth_for(
 ) -> GroundTruth:
     """The ground truth named by ``--ground-truth`` or ``--coco`` (built for ``family``, COCO's
     captions split into words by ``tokenizer`` as the runs' captions are), else the shipped sets."""
-    from halluprobe.captions.chair.families import family_named
-    from halluprobe.captions.chair.groundtruth import (
-        coco_annotation_files,
-        ground_truth_from_coco,
-        load_ground_truth,
-        shipped_ground_truth,
-    )
 
     if ground_truth is not None and coco is not None:
         raise InputError("give --ground-truth or --coco, not both")
@@ -43,9 +48,6 @@ def ground_truth_for(
 
 def read_captions(path: Path, fmt: str | None) -> tuple[list[Caption], ChairSettings]:
     """The captions of a run dir, or of a caption file in ``fmt`` (OPERA's by default), and what to record of them."""
-    from halluprobe.captions.chair.groundtruth import image_key
-    from halluprobe.captions.chair.runs import run_captions
-    from halluprobe.captions.chair.scoring import Caption, ChairSettings
 
     if path.is_dir():
         return run_captions(path)
@@ -54,7 +56,6 @@ def read_captions(path: Path, fmt: str | None) -> tuple[list[Caption], ChairSett
             "not found: a run dir of open answers, or a caption file with --format",
             path,
         )
-    from halluprobe.imports.captions import read_caption_file
 
     lines = read_caption_file(fmt or "opera", path)
     caps = []
@@ -74,7 +75,6 @@ def read_captions(path: Path, fmt: str | None) -> tuple[list[Caption], ChairSett
 
 def caption_source(path: Path) -> dict[str, Any]:
     """What a CHAIR table names as its source: a run (path, fingerprint, samples sha256) or a file."""
-    from halluprobe.rundir import RunDir, sha256_file
 
     if path.is_dir():
         run = RunDir(path)

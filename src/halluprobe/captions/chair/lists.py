@@ -22,6 +22,8 @@ from halluprobe.captions.chair.groundtruth import ImageKey, image_key
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
 from halluprobe.records import Question
+from halluprobe.jsonl import read_records
+from halluprobe.rundir import sha256_file
 
 __all__ = [
     "CHAIR_SPLIT",
@@ -73,8 +75,6 @@ def read_image_list(name_or_path: str) -> ImageList:
         raise InputError(
             f"unknown image list {name_or_path!r}: a standard list ({', '.join(STANDARD_LISTS)}) or a file of image lines"
         )
-    from halluprobe.jsonl import read_records
-    from halluprobe.rundir import sha256_file
 
     ids: list[ImageKey] = []
     images: list[str] = []

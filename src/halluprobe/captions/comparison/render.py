@@ -27,6 +27,8 @@ from halluprobe.captions.comparison.records import (
 from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import DecodingProvenance, marked_comment
 from halluprobe.tables import Cell, Grid, latex_escape
+from halluprobe import __version__
+from halluprobe.rundir import sha256_file
 
 __all__ = ["decoding_grids", "decoding_latex", "decoding_markdown", "decoding_provenance", "decoding_text"]
 
@@ -42,8 +44,6 @@ _LATEX_PROVE_HEADER = ("Run", "Role", "$n$", "hscore", "tscore")
 
 
 def decoding_provenance(result: Mapping[str, Any], prove_scores: Sequence[Path] = ()) -> DecodingProvenance:
-    from halluprobe import __version__
-    from halluprobe.rundir import sha256_file
 
     chair = result.get("chair", {})
     optional = {"tokenizer": chair["tokenizer"]} if chair.get("tokenizer", "punkt") != "punkt" else {}  # punkt's (and older) name none
