@@ -62,3 +62,11 @@ def test_llava_given_marines_labels_names_import_marine(tmp_path: Path) -> None:
     marine.write_text(json.dumps([{"id": 1, "image": "COCO_val2014_000000000001.jpg", "label": "yes"}]))
     result = runner.invoke(app, ["import", "llava", str(answers), "--labels", str(marine), "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "use `halluprobe import marine`" in result.output, result.output
+
+
+def test_imange_questions_keep_their_object() -> None:
+    from halluprobe.benchmarks.question_file import object_from_text
+
+    assert object_from_text("Is there a dining table in the imange?") == "dining table"
+    assert object_from_text("Is there an apple in the image?") == "apple"
+    assert object_from_text("Is there a cat in the imagery?") is None
