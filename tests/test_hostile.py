@@ -150,12 +150,14 @@ def test_export_takes_question_texts_only_from_the_benchmark_run_json_names(scri
     original = world["random"].read_text()
     try:
         world["random"].write_text(original.replace("Is there", "Was there ever"))
-        printed = ok(["export", str(copy), "--format", "pope", "--out", str(tmp_path / "exp2")])
-        assert "changed since the run" in printed
-        texts = (tmp_path / "exp2" / "random_answers.json").read_text()
-        assert "Was there ever" not in texts
-        (copy / "complete.json").unlink()  # a killed run: nothing says every question was asked
-        refused(["export", str(copy), "--format", "pope", "--out", str(tmp_path / "exp3")], "not complete")
+        # its samples hold rendered prompts ("USER: <image>..."), never written as questions (issue 32)
+        refused(["export", str(copy), "--format", "pope", "--out", str(tmp_path / "exp2")], "changed since the run", "rendered prompts")
+        assert not (tmp_path / "exp2").exists()
+        world["random"].rename(tmp_path / "moved.json")  # moved away: said, not exported from the prompts
+        try:
+            refused(["export", str(copy), "--format", "pope", "--out", str(tmp_path / "exp3")], "cannot be read", "rendered prompts")
+        finally:
+            (tmp_path / "moved.json").rename(world["random"])
         assert not (tmp_path / "exp3").exists()
     finally:
         world["random"].write_text(original)

@@ -119,10 +119,12 @@ def test_a_changed_copy_in_out_is_refused_not_replaced(tmp_path: Path, toy_coco:
     assert copy.read_bytes() == (toy_coco / POPE_REPO / POPE_COMMIT / "output/coco/coco_pope_random.json").read_bytes()
     copy.write_text("my edits\n")
     (out / "llava-toy" / "run").rename(tmp_path / "kept-run")  # so only the edited copy stands in the way
+    for table in ("literature.md", "literature.json"):
+        (out / table).rename(tmp_path / table)
     code, output = _audit(reg, out, "llava-toy")
     assert code == 2 and output.count("\n") == 1 and "differs from the pinned file" in output
     assert copy.read_text() == "my edits\n"
-    assert _tree(out) == sorted(p for p in before if not p.startswith("llava-toy/run"))
+    assert _tree(out) == sorted(p for p in before if not p.startswith("llava-toy/run") and not p.startswith("literature."))
 
 
 def test_fetch_entry_files_alone_removes_what_it_copied(tmp_path: Path, toy_coco: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,7 +142,9 @@ def test_fetch_entry_files_alone_removes_what_it_copied(tmp_path: Path, toy_coco
             raise RuntimeFailure("cannot write: No space left on device")
         return real(cached, dest, sha256, overwrite=overwrite)
 
-    monkeypatch.setattr(download, "copy_pinned", disk_full_at_the_third)
+    from halluprobe.literature import audit as literature_audit
+
+    monkeypatch.setattr(literature_audit, "copy_pinned", disk_full_at_the_third)  # where fetch_entry_files calls it
     with pytest.raises(RuntimeFailure, match="No space left"):
         fetch_entry_files(loaded, tmp_path / "dest")
     assert len(calls) == 3 and not (tmp_path / "dest").exists()

@@ -559,7 +559,10 @@ def test_parsers_section_names_the_rule_a_published_number_needs(
     fixture = tmp_path / "registry.json"
     fixture.write_text(json.dumps({"schema_version": 1, "entries": [entry]}))
     real = registry.load_registry
-    monkeypatch.setattr(registry, "load_registry", lambda path=None: real(fixture))
+    from halluprobe.report import literature as report_literature, parsers as report_parsers
+
+    for where in (report_parsers, report_literature):  # the modules that call it
+        monkeypatch.setattr(where, "load_registry", lambda path=None: real(fixture))
     html, md = render_report([imported_run], tmp_path / "report.html", n_resamples=0)
     text = md.read_text()
     assert "the registry entry `llava-v1.5-13b-fixture`: its published numbers (f1 85.9 (README.md)) need `text:pope`" in text

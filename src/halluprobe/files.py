@@ -11,7 +11,7 @@ import logging
 import os
 import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ __all__ = [
     "append_durable",
     "drop_cut_tail",
     "refuse_existing",
+    "refuse_outputs",
     "fresh_out_dir",
     "refuse_non_folder",
     "refuse_non_file",
@@ -80,6 +81,37 @@ def refuse_existing(path: str | Path, *, overwrite: bool, flag: str = "--out") -
     if (target.exists() or target.is_symlink()) and not overwrite:
         raise InputError(f"{flag} exists: pass --overwrite to replace it", target)
     return target
+
+
+def refuse_outputs(paths: Iterable[str | Path], *, overwrite: bool, flag: str = "--out") -> list[Path]:
+    """Every file one verb is about to write, checked together before it writes any of them.
+
+    The one check behind "nothing of the user's is replaced without ``--overwrite``": give it the
+    FULL list of a verb's output files (tables, JSON, per-family files, ...), call it after the
+    options are read and before the first write, and write only if it returns. Refused, as one
+    line naming the path (:class:`InputError`, exit 2):
+
+    - a file (or a symbolic link) already at a path, unless ``overwrite``;
+    - a folder at a path, or a file where one of its parent folders goes (either way);
+    - a dangling symbolic link at a path (either way: the write would land wherever it points).
+
+    The first problem is named, with how many other outputs are in the way, so one rerun with
+    ``--overwrite`` replaces them all. Nothing is created or removed here. Returns the paths."""
+    targets = [Path(p) for p in paths]
+    blocked: list[Path] = []
+    for target in targets:
+        _refuse_dangling(target, flag)
+        if target.is_dir():
+            raise InputError(f"a folder stands where this command writes a file ({flag})", target)
+        parent = next((p for p in target.parents if p.exists() or p.is_symlink()), None)
+        if parent is not None and not parent.is_dir():
+            raise InputError(f"{flag} must be a folder, not a file", parent)
+        if target.exists() or target.is_symlink():
+            blocked.append(target)
+    if blocked and not overwrite:
+        more = f" (and {len(blocked) - 1} more of the files this command writes)" if len(blocked) > 1 else ""
+        raise InputError(f"exists{more}: pass --overwrite to replace what this command writes (nothing was written)", blocked[0])
+    return targets
 
 
 def refuse_non_folder(path: str | Path, flag: str = "--out") -> Path:

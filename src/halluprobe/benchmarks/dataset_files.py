@@ -127,7 +127,7 @@ def fetch_source(source: SourceFile, *, cache_dir: Path | None = None, mirror: s
     """The verified cached copy of one pinned file (downloaded at its commit when absent)."""
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     url = source.url(mirror or os.environ.get(ENV_GITHUB_MIRROR))
-    return fetch_pinned(url, source.name, source.sha256, cache_dir=cache, kind="github")
+    return fetch_pinned(url, source.name, source.sha256, cache_dir=cache, kind="github", size=source.size)
 
 
 def fetch_dataset(

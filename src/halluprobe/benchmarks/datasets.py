@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from halluprobe.benchmarks.download import mirror_url
 from halluprobe.errors import InputError
 from halluprobe.benchmarks.sources import POPE_VERSIONS
 from halluprobe.benchmarks.sources import pope_version
@@ -46,14 +47,16 @@ class SourceFile:
     commit: str
     path: str
     sha256: str
+    size: int | None = None  # bytes, where known: bounds the download (else download.DEFAULT_MAX_BYTES)
 
     @property
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
 
     def url(self, mirror: str | None = None) -> str:
-        """raw.githubusercontent.com at the commit, or ``<mirror>/<repository>/<commit>/<path>``."""
-        base = (mirror.rstrip("/") + "/") if mirror else "https://raw.githubusercontent.com/"
+        """raw.githubusercontent.com at the commit, or ``<mirror>/<repository>/<commit>/<path>``
+        (a mirror given as a plain folder path is that folder; one that is no folder is one line)."""
+        base = (mirror_url(mirror, "HALLUPROBE_GITHUB_URL").rstrip("/") + "/") if mirror else "https://raw.githubusercontent.com/"
         return f"{base}{self.repository}/{self.commit}/{self.path}"
 
 

@@ -1,7 +1,11 @@
 """Pinned downloads: one URL into a content-keyed cache, checked by sha256, copied out.
 
 Only the standard library talks to the network (urllib); ``file://`` URLs work the same way,
-which is how the tests serve files without a network. The cache folder: parameter, then
+which is how the tests serve files without a network. Every download is bounded: by the pinned
+size where the pin knows it (else :data:`DEFAULT_MAX_BYTES`) and by an overall deadline
+(``HALLUPROBE_DOWNLOAD_DEADLINE_S``, default :data:`DEFAULT_DEADLINE_S`), so a server that
+trickles a byte at a time or sends an endless body is a failure, not a hang. A mirror given as a
+plain folder path is read as that folder (:func:`mirror_url`). The cache folder: parameter, then
 ``HALLUPROBE_CACHE_DIR``, then the user cache folder; a file lives at
 ``<cache>/<kind>/<sha256>/<name>``, so two contents of one name never mix and a second fetch
 needs no network.
@@ -14,6 +18,7 @@ import http.client
 import os
 import shutil
 import socket
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -24,6 +29,11 @@ from halluprobe.errors import InputError, RuntimeFailure
 
 __all__ = [
     "FileFailure",
+    "Unreachable",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_DEADLINE_S",
+    "download_deadline",
+    "mirror_url",
     "default_cache_dir",
     "download",
     "fetch_pinned",
@@ -34,13 +44,53 @@ __all__ = [
 ]
 
 _ENV_CACHE = "HALLUPROBE_CACHE_DIR"
+_ENV_DEADLINE = "HALLUPROBE_DOWNLOAD_DEADLINE_S"
 _TIMEOUT_S = 60.0
 _CHUNK = 1 << 16
+# a file whose pin has no size: no pinned file (question files, answers files, images) comes near
+DEFAULT_MAX_BYTES = 256 << 20
+DEFAULT_DEADLINE_S = 900.0  # one file, start to end: generous on a slow link, never endless
 _USER_AGENT = "halluprobe (+https://github.com/RUCAIBox/POPE data fetcher)"
 
 
 class FileFailure(Exception):
-    """One URL failed (HTTP error status, broken transfer): a per-file failure, not an unreachable host."""
+    """One URL failed (HTTP error status, broken transfer, over its size or deadline): a per-file
+    failure, not an unreachable host."""
+
+
+class Unreachable(RuntimeFailure):
+    """The host cannot be reached (offline, refused, timed out): a caller that knows the mirror
+    variable which would make it work adds it to the message."""
+
+
+def download_deadline() -> float:
+    """Seconds one download may take in all: ``$HALLUPROBE_DOWNLOAD_DEADLINE_S``, else
+    :data:`DEFAULT_DEADLINE_S`; a value that is not a positive number is one line (exit 2)."""
+    raw = os.environ.get(_ENV_DEADLINE)
+    if not raw:
+        return DEFAULT_DEADLINE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise InputError(f"{_ENV_DEADLINE} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def mirror_url(value: str, variable: str) -> str:
+    """A mirror's base as a URL: ``http(s)://`` and ``file://`` as given, a plain folder path
+    (absolute, relative or ``~``) as its ``file://`` URL. A folder that does not exist, or
+    another scheme, is one line naming ``variable`` (the option or environment variable)."""
+    scheme = urllib.parse.urlsplit(value).scheme.lower()
+    if scheme in ("http", "https", "file"):
+        return value
+    if len(scheme) > 1:  # one letter: a Windows drive, a path
+        raise InputError(f"{variable}: {value!r} is neither an http(s):// or file:// URL nor a folder")
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        raise InputError(f"{variable}: no such folder {value!r} (give a folder laid out as the mirror, or an http(s):// URL)")
+    return folder.absolute().as_uri() + "/"
 
 
 def default_cache_dir() -> Path:
@@ -68,26 +118,48 @@ def remove_quietly(path: Path) -> None:
         pass
 
 
-def _unreachable(url: str, reason: object) -> RuntimeFailure:
+def _unreachable(url: str, reason: object) -> Unreachable:
     host = urllib.parse.urlsplit(url).netloc or url
-    return RuntimeFailure(f"cannot reach {host}: {reason} (offline?)")
+    return Unreachable(f"cannot reach {host}: {reason} (offline?)")
 
 
-def download(url: str, dest: Path) -> str:
+def _declared_length(resp: object) -> int | None:
+    headers = getattr(resp, "headers", None)
+    raw = headers.get("Content-Length") if headers is not None else None
+    return int(raw) if isinstance(raw, str) and raw.strip().isdigit() else None
+
+
+def download(url: str, dest: Path, *, max_bytes: int | None = None, deadline_s: float | None = None) -> str:
     """Stream ``url`` into ``dest``; return the sha256 of what was written.
 
-    Raises RuntimeFailure when the host cannot be reached and FileFailure on an HTTP error
-    status, a missing ``file://`` path or a broken transfer; ``dest`` may then hold a partial
-    file, which the caller removes.
+    At most ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`) are read, and the whole transfer
+    must end within ``deadline_s`` (default :func:`download_deadline`): each read takes what has
+    arrived (``read1``), so a trickling server is stopped at the deadline, not after its next
+    64 KiB. Raises RuntimeFailure when the host cannot be reached and FileFailure on an HTTP
+    error status, a missing ``file://`` path, a broken transfer, a body over the bound or a
+    transfer past the deadline; ``dest`` may then hold a partial file, which the caller removes.
     """
+    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    deadline = download_deadline() if deadline_s is None else deadline_s
+    end = time.monotonic() + deadline
     req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
     h = hashlib.sha256()
+    got = 0
     try:
-        with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp, open(dest, "wb") as f:
+        with urllib.request.urlopen(req, timeout=min(_TIMEOUT_S, deadline)) as resp, open(dest, "wb") as f:
+            declared = _declared_length(resp)
+            if declared is not None and declared > limit:
+                raise FileFailure(f"{url} is {declared:,} bytes, over the {limit:,} the pin allows")
+            read = getattr(resp, "read1", resp.read)
             while True:
-                chunk = resp.read(_CHUNK)
+                if time.monotonic() > end:
+                    raise FileFailure(f"{url} took longer than {deadline:g} s ({got:,} bytes so far); stopped")
+                chunk = read(_CHUNK)
                 if not chunk:
                     break
+                got += len(chunk)
+                if got > limit:
+                    raise FileFailure(f"{url} sent more than the {limit:,} bytes the pin allows; stopped")
                 h.update(chunk)
                 f.write(chunk)
     except urllib.error.HTTPError as e:
@@ -108,8 +180,9 @@ def download(url: str, dest: Path) -> str:
     return h.hexdigest()
 
 
-def fetch_pinned(url: str, name: str, sha256: str, *, cache_dir: Path, kind: str) -> Path:
-    """The cached copy of ``url`` (downloaded when absent), whose sha256 must be ``sha256``.
+def fetch_pinned(url: str, name: str, sha256: str, *, cache_dir: Path, kind: str, size: int | None = None) -> Path:
+    """The cached copy of ``url`` (downloaded when absent), whose sha256 must be ``sha256``;
+    ``size`` (bytes, where the pin knows it) bounds the download, else :data:`DEFAULT_MAX_BYTES`.
 
     A download with another digest is removed and is an InputError naming the URL, the expected
     and the received digest (the registry and the file disagree: nothing to retry)."""
@@ -125,7 +198,7 @@ def fetch_pinned(url: str, name: str, sha256: str, *, cache_dir: Path, kind: str
             raise RuntimeFailure(f"cannot create cache folder {cached.parent}: {e.strerror or e}") from e
         part = cached.with_name(name + ".part")
         try:
-            got = download(url, part)
+            got = download(url, part, max_bytes=size)
         except FileFailure as e:
             remove_quietly(part)
             raise RuntimeFailure(f"{name}: download failed: {e}") from e

@@ -36,12 +36,14 @@ logger = logging.getLogger(__name__)
 _LINE_KEYS = ("question_id", "image", "text", "label", "object")
 _REQUIRED_KEYS = ("question_id", "image", "text", "label")
 _KINDS = get_args(QuestionKind)
-_OBJECT_RE = re.compile(r"^\s*is there (?:a|an) (.+?) in the image\s*\?\s*$", re.IGNORECASE)
+# "imange": POPE 2023-08's misspelling (246 of LLaVA's released questions); its object is read the same
+_OBJECT_RE = re.compile(r"^\s*is there (?:a|an) (.+?) in the ima?n?ge\s*\?\s*$", re.IGNORECASE)
 _SPLIT_RE = re.compile(r"^.+_pope_(\w[\w-]*)\.jsonl?$")
 
 
 def object_from_text(text: str) -> str | None:
-    """The object of a standard POPE question ("Is there a/an X in the image?"), else None."""
+    """The object of a standard POPE question ("Is there a/an X in the image?", or "imange" as
+    POPE 2023-08 spells it), else None."""
     m = _OBJECT_RE.match(text)
     return m.group(1) if m else None
 

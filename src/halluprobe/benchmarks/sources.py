@@ -30,6 +30,7 @@ from halluprobe.benchmarks.download import (
     default_cache_dir,
     download,
     fetch_pinned,
+    mirror_url,
     remove_quietly,
 )
 from halluprobe.errors import InputError
@@ -192,7 +193,8 @@ class FetchReport:
 
 
 def _base(url: str | None, env: str, default: str) -> str:
-    base = url or os.environ.get(env) or default
+    given = url or os.environ.get(env)
+    base = mirror_url(given, env) if given else default  # a plain folder path: that folder
     return base if base.endswith("/") else base + "/"
 
 

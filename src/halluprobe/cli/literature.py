@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluprobe.cli._app import ResamplesOption, SeedOption, app, errors
+from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, errors, refuse_over_limit
 from halluprobe.errors import InputError
 
 __all__ = ["literature_app", "literature_list_cmd", "literature_audit_cmd"]
@@ -41,7 +41,7 @@ def literature_audit_cmd(
     all_entries: Annotated[bool, typer.Option("--all", help="Audit every entry (one that cannot be audited is listed with why).")] = False,
     out: Annotated[Path, typer.Option(help="Folder for the downloaded files, the imported runs and literature.md.")] = Path("literature-audit"),
     registry: RegistryOption = None,
-    overwrite: Annotated[bool, typer.Option(help="Audit again into a folder that holds an earlier audit.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Audit again into a folder that holds an earlier audit: its tables and the audited entries' runs are replaced, nothing else.")] = False,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
 ) -> None:
@@ -53,6 +53,7 @@ def literature_audit_cmd(
     with errors():
         if (name is None) == (not all_entries):
             raise InputError("give one entry NAME or --all")
+        refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)  # as score caps it: 10^9 would exhaust memory
         loaded = load_registry(registry)
         entries = registry_entries(loaded, None if all_entries else name)
         audits = audit_literature(loaded, entries, out, n_resamples=resamples, seed=seed, overwrite=overwrite, keep_going=all_entries)

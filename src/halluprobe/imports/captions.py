@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
-from halluprobe.files import write_atomic
+from halluprobe.files import fresh_out_dir, write_atomic
+from halluprobe.imports.common import check_import_out, owned_by_import
 from halluprobe.jsonl import loads, read_records
 from halluprobe.records import GenerateConfig, RunHeader, Sample
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
@@ -188,6 +189,7 @@ def import_captions(fmt: str, files: list[Path], out: Path, *, questions: Path |
                     overwrite: bool = False) -> tuple[RunDir, int]:  # fmt: skip
     """Write the captions of ``files`` as a complete run dir of open answers."""
 
+    check_import_out(out, overwrite=overwrite)  # absent or empty, as the answers imports: before anything is read
     lines = [c for path in files for c in read_caption_file(fmt, path, questions)]
     sources = {str(p): sha256_file(p) for p in files}
     header = RunHeader(
@@ -212,6 +214,7 @@ def import_captions(fmt: str, files: list[Path], out: Path, *, questions: Path |
         open_ended=True,
         generate=GenerateConfig(max_new_tokens=0, stop_strings=()),
     )
+    fresh_out_dir(out, overwrite=overwrite, owned=owned_by_import)  # --overwrite: only an import's own files go
     rundir = RunDir(out)
     rundir.start(header, resume=False, force=False, overwrite=overwrite)
     rundir.append(Sample(split=CAPTION_SPLIT, question_id=i if c.question_id is None else c.question_id, image=c.image, object=None, label="yes", prompt=UNKNOWN_PROMPT,

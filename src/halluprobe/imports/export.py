@@ -56,17 +56,17 @@ def _benchmark_questions(header: RunHeader, split: str) -> tuple[dict[int, str] 
 
     path = header.benchmark_paths.get(split)
     if not path:
-        return None, "the samples' prompts (run.json names no benchmark file)"
+        return None, "run.json names no benchmark file"
     try:
         digest = sha256_file(path)
     except OSError as err:  # gone, or a folder in its place
-        return None, f"the samples' prompts ({path} cannot be read: {err.strerror or err})"
+        return None, f"{path} cannot be read: {err.strerror or err}"
     if digest != header.benchmarks.get(split):
-        return None, f"the samples' prompts ({path} changed since the run: its sha256 differs from run.json's)"
+        return None, f"{path} changed since the run: its sha256 differs from run.json's"
     try:
         questions = read_questions(path, split=split)
     except InputError:
-        return None, f"the samples' prompts ({path} is not a POPE questions file)"  # an imported sheet
+        return None, f"{path} is not a POPE questions file"  # an imported sheet
     return {q.question_id: q.text for q in questions}, f"{path} (sha256 as recorded in run.json)"
 
 
@@ -76,7 +76,7 @@ def _refuse_partial(run: RunDir, header: RunHeader, splits: dict[str, list[Sampl
     texts: dict[tuple[str, int], str] = {}
     for split, group in splits.items():
         questions, source = _benchmark_questions(header, split)
-        result.texts_from[split] = source
+        result.texts_from[split] = source if questions is not None else f"the samples' prompts ({source})"
         answered = {s.question_id for s in group}
         if questions is not None:
             missing = [qid for qid in questions if qid not in answered]
@@ -90,6 +90,12 @@ def _refuse_partial(run: RunDir, header: RunHeader, splits: dict[str, list[Sampl
             line_of = {qid: i for i, qid in enumerate(questions)}
             group.sort(key=lambda s: line_of.get(s.question_id, len(line_of)))  # the labels file's line order: what the tools pair by
             continue
+        if not header.backend.startswith("import:"):  # its prompts are rendered ("USER: <image>..."), not the questions
+            raise InputError(
+                f"the {split} question texts cannot be recovered ({source}): "
+                "this run's samples hold rendered prompts, not the questions: restore the benchmark file run.json names to export it",
+                header.benchmark_paths.get(split) or run.header_path,
+            )
         if not run.complete_path.exists():
             raise InputError("the run is not complete (no complete.json): finish it (`halluprobe run --resume`) before exporting", run.path)
         unanswered = _manifest_unanswered(run).get(split, 0)

@@ -85,7 +85,12 @@ def read_import(
         raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if fmt in ("marine", "dashb"):  # their labels are not POPE labels files (imports.marine, imports.dashb)
         return _read_published(fmt, files, labels, questions, split, inputs)
-    index = LabelIndex(labels) if labels else None
+    try:
+        index = LabelIndex(labels) if labels else None
+    except InputError as e:
+        if fmt == "llava" and "question_id" in e.problem:  # MARINE's labels are keyed 'id', not POPE's question_id
+            raise InputError(f"{e.problem}; labels keyed 'id' are MARINE's: use `halluprobe import marine`", e.path, e.line) from None
+        raise
     if fmt == "llava":
 
         if index is None:

@@ -195,6 +195,13 @@ def read_llava_by_labels(answer_files: list[Path], labels: LabelIndex, *, inputs
             image = obj.get("image", obj.get("image_id"))
             qid = as_int_id(obj.get("question_id"), "question_id", path, line)
             lines.append(_AnswerLine(line, qid, obj["prompt"], obj["text"], image if isinstance(image, str) else None, obj))
+        pooled = next((a for a in lines if a.question_id >= SPLIT_ID_OFFSET["random"]), None)
+        if pooled is not None:  # LLaVA's offsets: three splits in one file, paired only through its question file
+            raise InputError(
+                f"question_id {pooled.question_id} is LLaVA's pooled numbering (three splits in one file, ids offset by "
+                "10,000,000): --questions is missing (LLaVA's llava_pope_test.jsonl, whose 'category' names each split)",
+                path, pooled.line,
+            )  # fmt: skip
         split = _split_of_file(path, lines, labels)
         for line, qid, prompt, answer, image, obj in lines:
             labelled = labels.by_id(split, qid)

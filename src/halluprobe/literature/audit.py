@@ -18,26 +18,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from halluprobe.errors import InputError
-from halluprobe.literature.registry import Entry, Figure
-from halluprobe.imports.formats import FORMATS
-from halluprobe.readouts.text import ALL_TEXT_RULES
 from halluprobe.benchmarks.created import removed_on_failure
-from halluprobe.benchmarks.dataset_files import fetch_source
-from halluprobe.benchmarks.datasets import SourceFile
+from halluprobe.benchmarks.datasets import DATASETS, SourceFile
 from halluprobe.benchmarks.download import already_pinned, copy_pinned
-from halluprobe.metrics.stats import cluster_bootstrap
-from halluprobe.benchmarks.datasets import DATASETS
-from halluprobe.metrics.score import score_rows
-from halluprobe.scoring import read_scored_run, readout_rows
-from halluprobe.imports.formats import import_answers
-from halluprobe.imports.common import IMPORTED_RUN_FILES
-from halluprobe.benchmarks.dataset_files import dashb_questions
-from halluprobe.benchmarks.question_file import read_questions
 from halluprobe.benchmarks.question_file import split_name
-from halluprobe.benchmarks.fingerprint import content_fingerprint
-from halluprobe.benchmarks.versions import normalise_question
+from halluprobe.errors import InputError
+from halluprobe.files import refuse_outputs
+from halluprobe.imports.common import IMPORTED_RUN_FILES
+from halluprobe.imports.formats import FORMATS, import_answers
+from halluprobe.literature.questions import (
+    check_own_draw,
+    dataset_coverage,
+    fetch_offline_hint,
+)
+from halluprobe.literature.registry import Entry, Figure, PinnedFile
 from halluprobe.metrics.datasets import dashb_scores
+from halluprobe.metrics.score import score_rows
+from halluprobe.metrics.stats import cluster_bootstrap
+from halluprobe.readouts.text import ALL_TEXT_RULES
+from halluprobe.scoring import read_scored_run, readout_rows
 
 if TYPE_CHECKING:
     from halluprobe.benchmarks.created import CreatedOutputs
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
 # a recomputed figure (a ratio in [0, 1]) and its image-clustered CI
 ValueWithCi = tuple["float | None", "tuple[float, float] | None"]
 
-__all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "import_arguments", "new_entry_audit", "recompute_entry", "dataset_coverage"]
+__all__ = ["STRICT_RULE", "HEADLINE", "FigureCheck", "EntryAudit", "missing_capability", "audit_entry", "fetch_entry_files", "copy_target", "check_audit_outputs", "import_arguments", "new_entry_audit", "recompute_entry"]
 
 STRICT_RULE = "strict"
 HEADLINE = ("f1_macro", "accuracy_macro", "yes_ratio_macro")  # what an entry with no published figure shows
@@ -121,8 +120,8 @@ def fetch_entry_files(
     planned: list[tuple[str, Path, Path, str]] = []  # (role, cached copy, destination, sha256)
     for role, f in entry.files():
         repository, commit = entry.repository_of(f)
-        cached = fetch_source(SourceFile(repository, commit, f.path, f.sha256), cache_dir=cache_dir, mirror=mirror)
-        target = dest / role / f.path.replace("/", "__") if role == "answers" else dest / role / f.path.rsplit("/", 1)[-1]
+        cached = fetch_offline_hint(SourceFile(repository, commit, f.path, f.sha256, f.size), cache_dir=cache_dir, mirror=mirror)
+        target = copy_target(dest, role, f)
         already_pinned(target, f.sha256, overwrite=overwrite)  # refuses another file there now, before any copy
         planned.append((role, cached, target, f.sha256))
     out: dict[str, list[Path]] = {"answers": [], "questions": [], "labels": []}
@@ -132,6 +131,26 @@ def fetch_entry_files(
             made.new_files([target])
             out[role].append(copy_pinned(cached, target, sha256, overwrite=overwrite))
     return out
+
+
+def copy_target(dest: Path, role: str, f: PinnedFile) -> Path:
+    """Where ``f``'s copy goes under ``dest`` (answers keep their repository path apart)."""
+    return dest / role / f.path.replace("/", "__") if role == "answers" else dest / role / f.path.rsplit("/", 1)[-1]
+
+
+def check_audit_outputs(entries: Sequence[Entry], out: Path, tables: Sequence[Path], *, overwrite: bool) -> None:
+    """Every file the audit of ``entries`` would write, checked before anything is fetched or
+    written (:func:`halluprobe.files.refuse_outputs`): the ``tables``, each auditable entry's
+    run files, and each copy (kept when it is already the pinned file; another file there is
+    refused unless ``overwrite``)."""
+
+    runs = [out / e.name / "run" / name for e in entries if missing_capability(e) is None for name in IMPORTED_RUN_FILES]
+    refuse_outputs([*tables, *runs], overwrite=overwrite)
+    for e in entries:
+        for role, f in e.files():
+            target = copy_target(out / e.name / "files", role, f)
+            refuse_outputs([target], overwrite=True)  # a folder or a dangling link there: refused either way
+            already_pinned(target, f.sha256, overwrite=overwrite)
 
 
 def _made_folder(made: CreatedOutputs, folder: Path) -> Path:
@@ -163,7 +182,7 @@ def _dashb_rate_ci(metric: str, rows: Sequence[ScoreRow], n_resamples: int, seed
 
 
     wanted = {"dashb_tpr": "yes", "dashb_tnr": "no", "dashb_accuracy": None}
-    if metric not in wanted or not rows:
+    if metric not in wanted or not rows or n_resamples < 1:  # resamples 0: no CI
         return None
     correct = np.array([r.decision == r.label for r in rows], dtype=float)
     counted = np.array([wanted[metric] is None or r.label == wanted[metric] for r in rows], dtype=bool)
@@ -269,8 +288,9 @@ def audit_entry(
     result = new_entry_audit(entry)
     missing = missing_capability(entry)
     run = out / entry.name / "run"
-    if missing is None and run.exists() and not overwrite:
-        raise InputError("exists: pass --overwrite to audit again into this folder", run)
+    if missing is None:
+
+        refuse_outputs((run / name for name in IMPORTED_RUN_FILES), overwrite=overwrite)
     with removed_on_failure(created) as made:
         files = fetch_entry_files(entry, out / entry.name / "files", cache_dir=cache_dir, mirror=mirror, overwrite=overwrite, created=made)
         if missing is not None:
@@ -299,35 +319,9 @@ def _check_run(
         if entry.fingerprint in prints:
             pass  # the labels the answers were paired with are the pinned draw
         elif not prints and files["questions"]:  # labels without question text (MARINE's): the draw is the question file
-            result.questions_are.update(_check_own_draw(entry.fingerprint, samples, files["questions"][0], files["answers"][0]))
+            result.questions_are.update(check_own_draw(entry.fingerprint, samples, files["questions"][0], files["answers"][0]))
         else:
             raise InputError(f"the questions match no fingerprint the registry pins: expected {entry.fingerprint}", files["answers"][0])
-
-
-def dataset_coverage(entry: Entry, samples: Sequence[Sample], *, cache_dir: Path | None = None, mirror: str | None = None) -> dict[str, list[str]]:
-    """For an entry whose answers carry their own labels (no labels file to fingerprint) and
-    that names a pinned dataset version: how many of its answered (label, object, image file)
-    keys, per label, are questions of that version (its files fetched, sha256 checked). Split
-    -> one line for the table; {} when the entry names no pinned version."""
-    from pathlib import PurePosixPath
-
-
-    version = DATASETS.get(entry.dataset, {}).get(entry.version or "")
-    if version is None or version.shape == "popev2":
-        return {}
-    pinned: set[tuple[str, str | None, str]] = set()
-    for sources in version.sources.values():
-        cached = [fetch_source(src, cache_dir=cache_dir, mirror=mirror) for src in sources]
-        questions = dashb_questions(*cached) if version.shape == "dashb" else [q for path in cached for q in read_questions(path)]
-        pinned.update((q.label, q.object, PurePosixPath(q.image).name) for q in questions)
-    out: dict[str, list[str]] = {}
-    for split in sorted({s.split for s in samples}):
-        parts = []
-        for label, kind in (("no", "negatives"), ("yes", "positives")):
-            keys = {(s.label, s.object, PurePosixPath(s.image).name) for s in samples if s.split == split and s.label == label}
-            parts.append(f"{len(keys & pinned)} of {len(keys)} {kind}")
-        out[split] = [f"{entry.dataset}@{entry.version}: {', '.join(parts)} are its (label, object, image file) keys"]
-    return out
 
 
 def import_arguments(entry: Entry, files: dict[str, list[Path]]) -> dict[str, Any]:
@@ -344,29 +338,3 @@ def import_arguments(entry: Entry, files: dict[str, list[Path]]) -> dict[str, An
     if entry.format == "dashb":
         return {"split": entry.split} if entry.split else {}
     return {"labels": files["labels"]}
-
-
-def _check_own_draw(fingerprint: str, samples: Sequence[Sample], questions: Path, answers: Path) -> dict[str, list[str]]:
-    """The pinned question file must have the registry's fingerprint, and every imported answer
-    must be its question of that id (image, label, text as LLaVA normalises it): else the
-    answers were made on other questions and the figure would be compared with the wrong thing.
-    Split -> what the questions are, for the table."""
-    from pathlib import PurePosixPath
-
-
-    asked = read_questions(questions)
-    found = content_fingerprint(asked)
-    if found != fingerprint:
-        raise InputError(f"the question file's content fingerprint is {found}, the registry pins {fingerprint}", questions)
-    by_id = {q.question_id: q for q in asked}
-    for s in samples:
-        q = by_id.get(s.question_id)
-        if q is None or (PurePosixPath(q.image).name, q.label, normalise_question(q.text)) != (
-            PurePosixPath(s.image).name, s.label, normalise_question(s.prompt)
-        ):
-            what = "is not in it" if q is None else f"is {q.image} / {q.label} / {q.text!r} there, {s.image} / {s.label} / {s.prompt!r} here"
-            raise InputError(f"answer to question_id {s.question_id} is not the pinned draw's ({questions.name}): its question {what}", answers)
-    answered = {s.question_id for s in samples}
-    splits = sorted({s.split for s in samples})
-    shown = f"own draw {questions.name} (fingerprint {fingerprint[:12]}; {len(answered & by_id.keys())} of {len(by_id)} questions answered)"
-    return {split: [shown] for split in splits}

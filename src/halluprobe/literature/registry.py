@@ -36,6 +36,7 @@ class PinnedFile(_Frozen):
 
     path: str
     sha256: str = Field(pattern=_HEX64)
+    size: int | None = Field(default=None, ge=0)  # bytes: bounds the download where given
     repository: str | None = None
     commit: str | None = None
 

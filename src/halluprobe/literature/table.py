@@ -19,7 +19,7 @@ from pathlib import Path
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.files import write_atomic
 from halluprobe.formatting import markdown_table
-from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, audit_entry
+from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, audit_entry, check_audit_outputs
 from halluprobe.literature.registry import Entry, Registry
 from halluprobe.provenance import LiteratureProvenance, marked_comment
 from halluprobe.tables import Cell, Grid
@@ -56,9 +56,13 @@ def audit_literature(
     entry that fails with bad input is listed with its one-line reason and the others go on.
 
     An entry that fails leaves nothing of its own under ``out``; a verb that fails (an entry
-    without ``keep_going``, the table's write, Ctrl-C) leaves nothing it created at all."""
+    without ``keep_going``, the table's write, Ctrl-C) leaves nothing it created at all. Every
+    file it writes is checked first (nothing replaced without ``overwrite``), and a run in which
+    no entry could be audited is a failure: no table is written (over earlier results or not)."""
 
+    check_audit_outputs(entries, out, [out / LITERATURE_MD, out / LITERATURE_JSON], overwrite=overwrite)
     audits: list[EntryAudit] = []
+    failures: list[Exception] = []
     verb = CreatedOutputs()  # ``out`` and the tables; then one record per entry
     records = [verb]
     try:
@@ -77,10 +81,13 @@ def audit_literature(
                 record.undo()  # the failed entry's copies and run go now; the others' stay
                 if not keep_going:
                     raise
+                failures.append(e)
                 audits.append(
                     EntryAudit(name=entry.name, model=entry.model, decoding=entry.decoding, dataset=entry.dataset,
                                parser=f"text:{entry.parser.rule}", status=f"not audited: {e}", notes=list(entry.notes))
                 )  # fmt: skip
+        if not any(a.status == "audited" for a in audits):
+            raise _nothing_audited(audits, failures, out)
         provenance = literature_provenance(registry, n_resamples, seed)
         verb.new_files([out / LITERATURE_MD, out / LITERATURE_JSON])
         write_atomic(out / LITERATURE_MD, literature_markdown(audits, provenance))
@@ -91,6 +98,16 @@ def audit_literature(
             made.undo()
         raise
     return audits
+
+
+def _nothing_audited(audits: Sequence[EntryAudit], failures: Sequence[Exception], out: Path) -> Exception:
+    """Every entry failed: exit 1 when each failure was the network's, else 2; the table is not written."""
+    first = next((a for a in audits), None)
+    reason = f"; {first.name}: {first.status.removeprefix('not audited: ')}" if first is not None else ""
+    text = f"no entry could be audited ({len(audits)} tried){reason}; {out / LITERATURE_MD} was not written"
+    if failures and all(isinstance(f, RuntimeFailure) for f in failures):
+        return RuntimeFailure(text)
+    return InputError(text)
 
 
 def literature_provenance(registry: Registry, n_resamples: int, seed: int) -> LiteratureProvenance:
@@ -169,13 +186,13 @@ def literature_markdown(audits: Sequence[EntryAudit], provenance: LiteratureProv
 def list_markdown(registry: Registry) -> str:
     """``literature list``: one row per entry, and whether this build can audit it."""
 
-    lines = ["| entry | model | decoding | dataset | format | parser | published | in this build |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| entry | model | decoding | dataset | format | parser | published | source | in this build |", "|---|---|---|---|---|---|---|---|---|"]
     for e in registry.entries:
         dataset = f"{e.dataset}@{e.version}" if e.version else f"{e.dataset} (own draw)"
         published = ", ".join(f"{f.metric} {f.value:g}" for f in e.published) or "none"
         missing = missing_capability(e)
         lines.append(
-            f"| {e.name} | {_cell(e.model)} | {_cell(e.decoding)} | {dataset} | {e.format} | text:{e.parser.rule} | {published} | "
+            f"| {e.name} | {_cell(e.model)} | {_cell(e.decoding)} | {dataset} | {e.format} | text:{e.parser.rule} | {published} | {e.repository}@{e.commit} | "
             f"{'auditable' if missing is None else _cell(missing)} |"
         )
     return "\n".join(lines) + "\n"

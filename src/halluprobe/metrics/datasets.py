@@ -62,7 +62,8 @@ def dashb_scores(rows: Sequence[ScoreRow], *, n_resamples: int = 1000, seed: int
     every = np.arange(len(rows))
     tpr, tnr = rates(every)
     harmonic = None if tpr is None or tnr is None or tpr + tnr == 0 else 2 * tpr * tnr / (tpr + tnr)
-    ci = cluster_bootstrap([r.image for r in rows], mean_of, n_resamples=n_resamples, seed=seed) if rows else None
+    # resamples 0: no CI, as score_rows (the bootstrap itself needs one draw at least)
+    ci = cluster_bootstrap([r.image for r in rows], mean_of, n_resamples=n_resamples, seed=seed) if rows and n_resamples > 0 else None
     return DashbScores(
         n_pos=int(labels_yes.sum()),
         n_neg=int((~labels_yes).sum()),
@@ -118,7 +119,7 @@ def popev2_paired_drop(rows: Sequence[ScoreRow], *, n_resamples: int = 1000, see
     unpaired = len(rows) - 2 * len(keys)
     drops = np.array([_p_yes(originals[k]) - _p_yes(edited[k]) for k in keys], dtype=np.float64)
     ci = None
-    if keys:
+    if keys and n_resamples > 0:  # resamples 0: no CI
         rng = np.random.default_rng(seed)
         reps = drops[rng.integers(0, len(keys), size=(n_resamples, len(keys)))].mean(axis=1)
         ci = percentile_ci(reps, level)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from halluprobe.report.decoding_section import ChairCounting
     from halluprobe.provenance import Provenance
 
-__all__ = ["SECTIONS", "build_figures", "render_html", "render_report", "render_report_markdown"]
+__all__ = ["build_figures", "render_html", "render_report", "render_report_markdown"]
 
 log = logging.getLogger(__name__)
 
