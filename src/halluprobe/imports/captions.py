@@ -39,6 +39,7 @@ __all__ = [
     "CAPTION_SPLIT",
     "UNKNOWN_PROMPT",
     "CaptionLine",
+    "asks_for_a_caption",
     "detect_caption_format",
     "import_captions",
     "one_prompt",
@@ -102,12 +103,20 @@ _ANSWER_KEYS = frozenset({"question", "answer", "text", "prediction", "doc_id", 
 _FIRST_LINE_LIMIT = 1 << 20  # a caption line is far shorter; a longer first line is not told
 
 
+def asks_for_a_caption(prompt: object) -> bool:
+    """Whether a LLaVA-style line's ``prompt`` asks for a description, not POPE's yes/no
+    question: it asks nothing (no ``?``; every POPE prompt, any template, is a question)."""
+    return isinstance(prompt, str) and bool(prompt.replace("<image>", "").strip()) and "?" not in prompt
+
+
 def detect_caption_format(path: Path) -> str | None:
     """The caption format of ``path`` where its first line tells it unambiguously, else None
     (the answers formats' detection then decides, or names ``--format``): OPERA's
-    ``{"image_id", "caption"}`` line, and an lmms-eval samples line of ``coco_cap_chair`` (its
-    metric entries are named ``coco_cap_chair_*``). LLaVA-style caption lines share LLaVA's POPE
-    answers' fields and amber_g logs share other tasks' shape: those need the format word."""
+    ``{"image_id", "caption"}`` line, an lmms-eval samples line of ``coco_cap_chair`` (its
+    metric entries are named ``coco_cap_chair_*``), and a LLaVA-style line (less-is-more,
+    MARINE's captions: LLaVA's POPE answers' fields) whose ``prompt`` asks for a description
+    (:func:`asks_for_a_caption`). Lines without a prompt, or asking a question, and amber_g logs
+    (other tasks' shape) need the format word; the answers formats' messages name it."""
     try:  # the first line only (bounded): the whole file is read once, by the format's reader
         with path.open("rb") as fh:
             head = fh.readline(_FIRST_LINE_LIMIT)
@@ -117,6 +126,13 @@ def detect_caption_format(path: Path) -> str | None:
     if not isinstance(first, dict):
         return None
     keys = set(first)
+    if (
+        keys & {"text", "caption"}
+        and keys & {"question_id", "image_id", "image"}
+        and asks_for_a_caption(first.get("prompt"))
+        and not keys & {"question", "answer", "prediction", "doc_id", "label"}
+    ):
+        return "llava-captions"  # before OPERA's rule: a line's prompt is kept
     if {"image_id", "caption"} <= keys and not keys & _ANSWER_KEYS:
         return "opera"
     if {"doc_id", "filtered_resps"} <= keys and any(k.startswith("coco_cap_chair") for k in keys):
