@@ -85,7 +85,8 @@ def read_import(
     if fmt is None:
         fmt = detect_format(files[0], inputs)
         if fmt in ("llava", "marine") and not labels:  # LLaVA-style lines: POPE answers or captions asking a question
-            raise InputError(f"read as {fmt} POPE answers, which need --labels; if these are captions (one description per "
+            need = "--labels (and --questions for LLaVA's pooled answers)" if fmt == "llava" else "--labels"
+            raise InputError(f"read as {fmt} POPE answers, which need {need}; if these are captions (one description per "
                              f"image, scored by `halluprobe chair`), import them with `halluprobe import llava-captions`", files[0])  # fmt: skip
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
