@@ -22,7 +22,6 @@ def fixture_nltk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chair_families, "NltkTools", lambda need_tagger=True: FixtureTools())
 
 
-@pytest.mark.xfail(strict=True, reason="import llava-captions ignores each line's prompt and records 'the file does not record the prompt'")
 def test_llava_captions_import_keeps_the_prompt_the_file_records(tmp_path: Path) -> None:
     answers = tmp_path / "caps.jsonl"
     answers.write_text(json.dumps({"question_id": 1, "image": "a.png", "text": "a car", "prompt": "Describe this image."}) + "\n")
@@ -32,7 +31,6 @@ def test_llava_captions_import_keeps_the_prompt_the_file_records(tmp_path: Path)
     assert sample["prompt"] == "Describe this image."
 
 
-@pytest.mark.xfail(strict=True, reason="import llava-captions accepts lines with two different prompts, exit 0 (one prompt per run not checked)")
 def test_llava_captions_import_refuses_two_prompts(tmp_path: Path) -> None:
     answers = tmp_path / "caps.jsonl"
     rows = [{"question_id": 1, "image": "a.png", "text": "a car", "prompt": "Describe this image."},
@@ -40,6 +38,7 @@ def test_llava_captions_import_refuses_two_prompts(tmp_path: Path) -> None:
     answers.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = runner.invoke(app, ["import", "llava-captions", str(answers), "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "prompt" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and f"{answers}:2: " in result.output, result.output
     assert not (tmp_path / "run" / "samples.jsonl").exists()
 
 

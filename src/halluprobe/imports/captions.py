@@ -4,16 +4,18 @@
 Formats (name: what a line is):
 
 - ``opera``: OPERA's / cca-llava's ``{"image_id", "caption"}`` (the CHAIR evaluators' input);
-- ``llava-captions``: LLaVA-style answer lines ``{"question_id" or "image_id" or "image", "text"}``;
+- ``llava-captions``: LLaVA-style answer lines ``{"question_id" or "image_id" or "image", "text"}``
+  (less-is-more, MARINE's captions; ``caption`` for ``text`` too);
   a ``question_id`` alone is looked up in ``--questions`` (LLaVA's question file: its ``image``);
+  a line's ``prompt`` is kept: one prompt per run, a line asking another is refused;
 - ``lmms-eval-chair``: lmms-eval's ``--log_samples`` lines of ``coco_cap_chair``: the caption is
   ``filtered_resps[0]``, the image ``doc.question_id`` or the ``image_id`` of the metric entries;
 - ``lmms-eval-amber``: the same of ``amber_g``: the sample's question_id is AMBER's id
   (``doc.question_id``), scored by ``halluprobe amber generative``.
 
 Every line becomes one sample (split ``chair``, question_id = its order); the image is kept as
-the file gives it (a COCO id or file name). The prompt and the token cap are not in these files:
-the run records that they are unknown.
+the file gives it (a COCO id or file name). The token cap is not in these files, nor the prompt
+outside LLaVA-style lines: the run records that they are unknown.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ __all__ = [
     "CAPTION_SPLIT",
     "UNKNOWN_PROMPT",
     "CaptionLine",
+    "asks_for_a_caption",
     "detect_caption_format",
     "import_captions",
+    "one_prompt",
     "read_caption_file",
 ]
 
@@ -53,6 +57,7 @@ class CaptionLine:
     text: str
     source: str  # file:line
     question_id: int | None = None  # AMBER's id (lmms-eval-amber), kept as the sample's question_id
+    prompt: str | None = None  # the line's prompt (llava-captions), None where the file has none
 
 
 def _image(value: Any, path: Path, line: int | None, where: str) -> str:
@@ -98,12 +103,20 @@ _ANSWER_KEYS = frozenset({"question", "answer", "text", "prediction", "doc_id", 
 _FIRST_LINE_LIMIT = 1 << 20  # a caption line is far shorter; a longer first line is not told
 
 
+def asks_for_a_caption(prompt: object) -> bool:
+    """Whether a LLaVA-style line's ``prompt`` asks for a description, not POPE's yes/no
+    question: it asks nothing (no ``?``; every POPE prompt, any template, is a question)."""
+    return isinstance(prompt, str) and bool(prompt.replace("<image>", "").strip()) and "?" not in prompt
+
+
 def detect_caption_format(path: Path) -> str | None:
     """The caption format of ``path`` where its first line tells it unambiguously, else None
     (the answers formats' detection then decides, or names ``--format``): OPERA's
-    ``{"image_id", "caption"}`` line, and an lmms-eval samples line of ``coco_cap_chair`` (its
-    metric entries are named ``coco_cap_chair_*``). LLaVA-style caption lines share LLaVA's POPE
-    answers' fields and amber_g logs share other tasks' shape: those need the format word."""
+    ``{"image_id", "caption"}`` line, an lmms-eval samples line of ``coco_cap_chair`` (its
+    metric entries are named ``coco_cap_chair_*``), and a LLaVA-style line (less-is-more,
+    MARINE's captions: LLaVA's POPE answers' fields) whose ``prompt`` asks for a description
+    (:func:`asks_for_a_caption`). Lines without a prompt, or asking a question, and amber_g logs
+    (other tasks' shape) need the format word; the answers formats' messages name it."""
     try:  # the first line only (bounded): the whole file is read once, by the format's reader
         with path.open("rb") as fh:
             head = fh.readline(_FIRST_LINE_LIMIT)
@@ -113,6 +126,13 @@ def detect_caption_format(path: Path) -> str | None:
     if not isinstance(first, dict):
         return None
     keys = set(first)
+    if (
+        keys & {"text", "caption"}
+        and keys & {"question_id", "image_id", "image"}
+        and asks_for_a_caption(first.get("prompt"))
+        and not keys & {"question", "answer", "prediction", "doc_id", "label"}
+    ):
+        return "llava-captions"  # before OPERA's rule: a line's prompt is kept
     if {"image_id", "caption"} <= keys and not keys & _ANSWER_KEYS:
         return "opera"
     if {"doc_id", "filtered_resps"} <= keys and any(k.startswith("coco_cap_chair") for k in keys):
@@ -132,6 +152,7 @@ def read_caption_file(
     out = []
     for rec in read_records(path, "caption"):
         amber_id: int | None = None
+        prompt: str | None = None
         obj, line, where = rec.value, rec.line, rec.where
         if fmt == "opera":
             if "image_id" not in obj or "caption" not in obj:
@@ -142,9 +163,12 @@ def read_caption_file(
                 )
             image, text = obj["image_id"], obj["caption"]
         elif fmt == "llava-captions":
-            if "text" not in obj:
-                raise InputError(f'{where}a LLaVA answer line has "text"', path, line)
-            image, text = obj.get("image_id", obj.get("image")), obj["text"]
+            if "text" not in obj and "caption" not in obj:
+                raise InputError(f'{where}a LLaVA answer line has "text" (or "caption")', path, line)
+            image, text = obj.get("image_id", obj.get("image")), obj.get("text", obj.get("caption"))
+            prompt = obj.get("prompt")
+            if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
+                raise InputError(f"{where}the prompt must be a non-empty string, got {prompt!r}", path, line)
             if image is None:
                 if (
                     by_question is None
@@ -180,9 +204,33 @@ def read_caption_file(
                 text=text,
                 source=f"{path}:{line if line is not None else rec.index}",
                 question_id=amber_id if fmt == "lmms-eval-amber" else None,
+                prompt=prompt,
             )
         )
     return out
+
+
+def _short(prompt: str | None) -> str:
+    if prompt is None:
+        return "(none)"
+    return repr(prompt if len(prompt) <= 60 else prompt[:57] + "...")
+
+
+def one_prompt(lines: list[CaptionLine]) -> str:
+    """The one prompt ``lines`` record (:data:`UNKNOWN_PROMPT` where they record none); a line
+    whose prompt differs from the first line's is refused, naming its file and line: a run asks
+    one prompt, and CHAIR numbers of two prompts pooled compare with neither."""
+    if not lines:
+        return UNKNOWN_PROMPT
+    first = lines[0]
+    for c in lines[1:]:
+        if c.prompt != first.prompt:
+            raise InputError(  # c.source is file:line (file:index in a JSON array)
+                f"prompt {_short(c.prompt)} differs from {_short(first.prompt)} ({first.source}): one prompt per run, "
+                "import each prompt's lines into its own run",
+                c.source,
+            )
+    return first.prompt if first.prompt is not None else UNKNOWN_PROMPT
 
 
 def import_captions(fmt: str, files: list[Path], out: Path, *, questions: Path | None = None, model: str | None = None,
@@ -191,6 +239,7 @@ def import_captions(fmt: str, files: list[Path], out: Path, *, questions: Path |
 
     check_import_out(out, overwrite=overwrite)  # absent or empty, as the answers imports: before anything is read
     lines = [c for path in files for c in read_caption_file(fmt, path, questions)]
+    prompt = one_prompt(lines)
     sources = {str(p): sha256_file(p) for p in files}
     header = RunHeader(
         halluprobe_version=__version__,
@@ -203,7 +252,7 @@ def import_captions(fmt: str, files: list[Path], out: Path, *, questions: Path |
             "max_new_tokens": "unknown (not recorded in the caption file)",
         },
         model=model or "unknown",
-        template=UNKNOWN_PROMPT,
+        template=prompt,
         readouts=[],
         text_rules=[],
         max_new_tokens=0,
@@ -217,7 +266,7 @@ def import_captions(fmt: str, files: list[Path], out: Path, *, questions: Path |
     fresh_out_dir(out, overwrite=overwrite, owned=owned_by_import)  # --overwrite: only an import's own files go
     rundir = RunDir(out)
     rundir.start(header, resume=False, force=False, overwrite=overwrite)
-    rundir.append(Sample(split=CAPTION_SPLIT, question_id=i if c.question_id is None else c.question_id, image=c.image, object=None, label="yes", prompt=UNKNOWN_PROMPT,
+    rundir.append(Sample(split=CAPTION_SPLIT, question_id=i if c.question_id is None else c.question_id, image=c.image, object=None, label="yes", prompt=prompt,
                          text=c.text) for i, c in enumerate(lines))  # fmt: skip
     manifest = {"schema_version": 1, "format": fmt, "sources": sources, "imported": {"total": len(lines)},
                 "lines": [c.source for c in lines]}  # fmt: skip

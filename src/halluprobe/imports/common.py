@@ -147,7 +147,9 @@ def label_version(split: str, digest: str, questions: Sequence[Question]) -> lis
 
 class LabelIndex:
     """POPE label files, one per split (the split from the file name, ``coco_pope_random.json``),
-    looked up by split and image + normalised question text, or by split and question id."""
+    looked up by split and image + normalised question text, or by split and question id. A
+    question asked twice (one image and text under two ids: AMBER's own files repeat 10) is kept
+    under each id: looked up by text, the repeat of the answer's own id is the one paired."""
 
     def __init__(self, paths: Iterable[str | Path]) -> None:
 
@@ -155,7 +157,7 @@ class LabelIndex:
         self.sha256: dict[str, str] = {}  # hashed once here: versions and the run header reuse it
         self._versions: dict[str, list[str]] | None = None
         self.questions: dict[str, list[Question]] = {}
-        self._by_text: dict[str, dict[tuple[str, str], Question]] = {}
+        self._by_text: dict[str, dict[tuple[str, str], list[Question]]] = {}
         self._by_id: dict[str, dict[int, Question]] = {}
         for raw in paths:
             path = Path(raw)
@@ -164,12 +166,9 @@ class LabelIndex:
                 raise InputError(f"two labels files for split {split!r}: {self.files[split]} and this one", path)
             questions = read_questions(path, split=split)
             refuse_open_questions(questions, path)
-            by_text: dict[tuple[str, str], Question] = {}
+            by_text: dict[tuple[str, str], list[Question]] = {}
             for q in questions:
-                key = (q.image, normalise_question(q.text))
-                if key in by_text:
-                    raise InputError(f"question {q.question_id} repeats question {by_text[key].question_id} (same image and text)", path)
-                by_text[key] = q
+                by_text.setdefault((q.image, normalise_question(q.text)), []).append(q)
             self.files[split] = path
             self.sha256[split] = sha256_file(path)
             self.questions[split] = questions
@@ -180,8 +179,18 @@ class LabelIndex:
     def splits(self) -> list[str]:
         return list(self.files)
 
-    def by_text(self, split: str, image: str, text: str) -> Question | None:
-        return self._by_text[split].get((image, normalise_question(text)))
+    def by_text(self, split: str, image: str, text: str, question_id: int | None = None) -> Question | None:
+        """The labelled question of this image and text; of a repeated one, the repeat whose id is
+        ``question_id`` (None where it is neither: :meth:`repeats` names them)."""
+        found = self._by_text[split].get((image, normalise_question(text)), [])
+        if len(found) == 1:
+            return found[0]
+        return next((q for q in found if q.question_id == question_id), None)
+
+    def repeats(self, split: str, image: str, text: str) -> list[Question]:
+        """The labelled questions of this image and text where there are several, else []."""
+        found = self._by_text[split].get((image, normalise_question(text)), [])
+        return found if len(found) > 1 else []
 
     def by_id(self, split: str, question_id: int) -> Question | None:
         return self._by_id[split].get(question_id)

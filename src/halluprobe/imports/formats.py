@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from halluprobe.errors import InputError
+from halluprobe.imports.captions import CAPTION_FORMATS
 from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, check_import_out, write_imported_run
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir
@@ -65,7 +66,8 @@ def detect_format(path: Path, inputs: InputFiles | None = None) -> str:
             return "vlmevalkit"
         if {"question", "answer"} <= set(first):
             return "answers"
-    raise InputError("cannot tell the answers format from the first line: pass --format (" + ", ".join(FORMATS) + ")", path, 1)
+    raise InputError("cannot tell the answers format from the first line: pass the format word (" + ", ".join(FORMATS)
+                     + "; captions: " + ", ".join(CAPTION_FORMATS) + ")", path, 1)  # fmt: skip
 
 
 def read_import(
@@ -80,7 +82,12 @@ def read_import(
     if not files:
         raise InputError("no answers file given")
     inputs = InputFiles()  # detection's read of the first file is the reader's
-    fmt = fmt or detect_format(files[0], inputs)
+    if fmt is None:
+        fmt = detect_format(files[0], inputs)
+        if fmt in ("llava", "marine") and not labels:  # LLaVA-style lines: POPE answers or captions asking a question
+            need = "--labels (and --questions for LLaVA's pooled answers)" if fmt == "llava" else "--labels"
+            raise InputError(f"read as {fmt} POPE answers, which need {need}; if these are captions (one description per "
+                             f"image, scored by `halluprobe chair`), import them with `halluprobe import llava-captions`", files[0])  # fmt: skip
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if fmt in ("marine", "dashb"):  # their labels are not POPE labels files (imports.marine, imports.dashb)

@@ -96,7 +96,16 @@ def read_llava(
             if split not in labels.files:
                 result.skipped.append({"source": f"{path}:{line}", "reason": f"no labels file for split {split!r} was given"})
                 continue
-            labelled = labels.by_text(split, str(question["image"]), str(question["text"]))
+            labelled = labels.by_text(split, str(question["image"]), str(question["text"]), qid)
+            repeats = labels.repeats(split, str(question["image"]), str(question["text"]))
+            if labelled is None and repeats:  # AMBER's repeated queries: the answer's id must be one of them
+                raise InputError(
+                    f"question_id {qid} asks what the {split} labels' questions {', '.join(str(q.question_id) for q in repeats)} "
+                    f"ask (same image and text, {labels.files[split]}): its id is neither, so which it answers cannot be told; "
+                    "use the labels' question ids in the question file",
+                    path,
+                    line,
+                )
             if labelled is None:
                 raise InputError(
                     f"question_id {qid} ({question['image']}, {question['text']!r}) is not among the {split} labels "
