@@ -56,10 +56,8 @@ def decoding_provenance(result: Mapping[str, Any], prove_scores: Sequence[Path] 
     })  # fmt: skip
 
 
-def _comment(provenance: DecodingProvenance | Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
-    # check passes the comment it read as a dict (check/decoding.py's DecodingTable)
-    record = provenance if isinstance(provenance, DecodingProvenance) else DecodingProvenance.model_validate(provenance)
-    return marked_comment(record, syntax)
+def _comment(provenance: DecodingProvenance, syntax: Literal["markdown", "latex"]) -> str:
+    return marked_comment(provenance, syntax)
 
 
 def _value(value: float | None, ci: Interval | None, scale: float, signed: bool = False) -> str:
@@ -180,7 +178,7 @@ def _counted_by(chair: ChairComparison) -> str:
     return chair.family if chair.tokenizer == "punkt" else f"{chair.family}, tokenizer {chair.tokenizer}"
 
 
-def decoding_markdown(result: ComparisonResult, provenance: DecodingProvenance | Mapping[str, Any]) -> str:
+def decoding_markdown(result: ComparisonResult, provenance: DecodingProvenance) -> str:
     lines = ["## Decoding methods on free-form answers", "", _comment(provenance, "markdown")]
     chair = result.chair
     if chair is not None:
@@ -203,7 +201,7 @@ def decoding_markdown(result: ComparisonResult, provenance: DecodingProvenance |
     return "\n".join(lines) + "\n"
 
 
-def decoding_latex(result: ComparisonResult, provenance: DecodingProvenance | Mapping[str, Any]) -> str:
+def decoding_latex(result: ComparisonResult, provenance: DecodingProvenance) -> str:
     """Per-run CHAIR and the paired differences, booktabs, the provenance comment above."""
     body = [_comment(provenance, "latex")]
     if result.chair is not None:
