@@ -118,8 +118,8 @@ def chair_section(
     rows = []
     for f, groups in binned.items():
         for g in groups:
-            rows.append([f, f"{g['lengths'][0]}-{g['lengths'][1]}", g["n"], format_ratio(g["chair_s"], digits=1, scale=100),
-                         format_ratio(g["chair_i"], digits=1, scale=100, missing="n/a")])  # fmt: skip
+            rows.append([f, f"{g.lengths[0]}-{g.lengths[1]}", g.n, format_ratio(g.chair_s, digits=1, scale=100),
+                         format_ratio(g.chair_i, digits=1, scale=100, missing="n/a")])  # fmt: skip
     lines += markdown_table(["family", "length (words)", "captions", "CHAIR_s", "CHAIR_i"], rows)
     return "\n".join(lines) + "\n"
 
