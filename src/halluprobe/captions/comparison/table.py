@@ -41,6 +41,7 @@ from halluprobe.captions.chair.length import (
 from halluprobe.captions.chair.scoring import (
     METRICS,
     CaptionScore,
+    Difference,
     paired_differences,
     score_captions,
     summarize,
@@ -56,8 +57,6 @@ from halluprobe.captions.comparison.records import (
     ChairIntervals,
     ComparisonResult,
     DecodingRun,
-    Difference,
-    GroundTruthNote,
     MetricDifferences,
     PairedRun,
     ProveComparison,
@@ -117,7 +116,7 @@ def _extras(scores: Sequence[CaptionScore], baseline: Sequence[CaptionScore], bo
 def _paired(a: Sequence[CaptionScore], b: Sequence[CaptionScore], bounds: Sequence[int], n_resamples: int, seed: int) -> MetricDifferences:
     """a - b for CHAIR's metrics and the length-free rates; a's CHAIR_s at matched length is
     weighted as b's captions fall in the bins (b's own is its plain CHAIR_s)."""
-    out = {name: Difference.model_validate(entry) for name, entry in paired_differences(a, b, n_resamples=n_resamples, seed=seed).items()}
+    out = paired_differences(a, b, n_resamples=n_resamples, seed=seed)
     everything = np.arange(len(a))
     ids = [s.image_id for s in a]
     stats_a, stats_b = _extras(a, b, bounds), _extras(b, b, bounds)
@@ -195,7 +194,7 @@ def _chair_part(runs: ComparisonRuns, family: Any, truth: Any, truncate: bool, n
     if sampled is not None:  # the sampled baseline against the greedy one: what sampling alone does
         paired.append(PairedRun(name=runs.runs[-1].name, vs_greedy=_paired(sampled, base, bounds, n_resamples, seed)))
     return ChairComparison(
-        family=family.name, tokenizer=family.tokenizer, identity=family.identity, ground_truth=GroundTruthNote.model_validate(truth.describe()),
+        family=family.name, tokenizer=family.tokenizer, identity=family.identity, ground_truth=truth.describe(),
         truncate_incomplete=truncate, images=len(order), images_dropped=len(every) - len(order), metrics=[*METRICS, *EXTRA_METRICS],
         length_bounds=bounds, per_run=per_run, paired=paired, length_bins=bins,
     )  # fmt: skip
