@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from halluprobe.captions.chair.families import ChairFamily
+from halluprobe.captions.chair.groundtruth import GroundTruth
 from halluprobe.captions.chair.length import (
     chair_by_baseline_quartiles,
     quartile_bin,
@@ -135,8 +136,8 @@ def _same_sampling(a: DecodingRun, b: DecodingRun) -> bool:
 def decoding_table(
     runs: ComparisonRuns,
     *,
-    family: Any,
-    ground_truth: Any,
+    family: ChairFamily | None,
+    ground_truth: GroundTruth | None,
     truncate: bool = False,
     prove_scores: Sequence[Path] = (),
     chair: bool = True,
@@ -146,7 +147,10 @@ def decoding_table(
     """The whole comparison of ``runs`` (:func:`.runs.load_comparison`): per-run CHAIR, paired
     differences, length bins, PROVE."""
     bootstrap = BootstrapSettings(n_resamples=n_resamples, seed=seed, level=LEVEL, unit="image", method="percentile")
-    chair_part = _chair_part(runs, family, ground_truth, truncate, n_resamples, seed) if chair else None
+    chair_part = None
+    if chair:
+        assert family is not None and ground_truth is not None  # every caller asks CHAIR with both
+        chair_part = _chair_part(runs, family, ground_truth, truncate, n_resamples, seed)
     prove = None
     if prove_scores:
         per_run = read_prove_scores(prove_scores, [run.path for run in runs.loaded])
@@ -164,7 +168,7 @@ def _run_chair(run: DecodingRun, scores: Sequence[CaptionScore], base: Sequence[
                     recall=summary.recall, length=summary.length, ci=ChairIntervals(**summary.ci.model_dump(), **extra_ci), **extras)  # fmt: skip
 
 
-def _chair_part(runs: ComparisonRuns, family: Any, truth: Any, truncate: bool, n_resamples: int, seed: int) -> ChairComparison:
+def _chair_part(runs: ComparisonRuns, family: ChairFamily, truth: GroundTruth, truncate: bool, n_resamples: int, seed: int) -> ChairComparison:
     captions = [run_captions_of(run) for run in runs.loaded]
     for caps, run in zip(captions, runs.loaded):
         images = [c.image_id for c in caps]
