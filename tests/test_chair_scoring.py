@@ -87,7 +87,7 @@ def test_paired_differences() -> None:
     b = score_captions(_caps("a dog", "a cat", "a car"), GT, fam)
     paired = paired_comparison(a, b, "b", n_resamples=200)
     assert paired.chair_s.diff == pytest.approx(1 / 3) and paired.chair_s.ci is not None
-    # the decoding comparison's plain view holds the same numbers
-    assert paired_differences(a, b, n_resamples=200)["chair_s"] == paired.chair_s.model_dump()
+    # the decoding comparison's view: the same Difference records
+    assert paired_differences(a, b, n_resamples=200)["chair_s"] == paired.chair_s
     with pytest.raises(InputError, match="different images"):
         paired_comparison(a, b[:2], "b", n_resamples=10)

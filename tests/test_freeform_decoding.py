@@ -213,7 +213,7 @@ def test_a_method_sampled_otherwise_than_the_sampled_baseline_is_marked(tmp_path
         method = decoding_run(tmp_path / f"vcd-{temperature}", METHOD, decode="vcd:alpha=1", sample=True, temperature=temperature, seed=2)
         result = decoding_table(load_comparison(greedy, [method], sampled), family=family_named("lemmatizer"), ground_truth=truth, n_resamples=0)
         assert result.chair is not None and result.chair.paired[0].sampling_matches is matches
-        marked = f"| vcd:alpha=1 (sampled, temperature={temperature}, seed=2) | sampled (other sampling) |" in decoding_markdown(result, decoding_provenance(result.model_dump(mode="json")))
+        marked = f"| vcd:alpha=1 (sampled, temperature={temperature}, seed=2) | sampled (other sampling) |" in decoding_markdown(result, decoding_provenance(result))
         assert marked is not matches
 
 

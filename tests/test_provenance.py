@@ -122,12 +122,14 @@ def test_one_bootstrap_settings_keeps_every_files_bytes() -> None:
 
 
 def test_the_writers_build_typed_records(tmp_path: Path) -> None:
+    from halluprobe.captions.chair.evaluate import ChairResults
     from halluprobe.report.chair import chair_provenance
 
-    settings = {"ground_truth": {"source": "shipped"}, "truncate_incomplete": False, "prompt": None, "max_new_tokens": "unknown (imported)",
-                "tokenizer": "line"}  # fmt: skip
-    record = chair_provenance({"chair@lemmatizer": {"summary": {"settings": settings}}}, {"captions": "c.jsonl", "sha256": "ab"},
-                              {"resamples": 3, "seed": 4})  # fmt: skip
+    truth = {"source": "shipped", "year": "2014", "family": "chair@lemmatizer", "files": {}, "note": "", "images": 500}
+    settings = {"ground_truth": truth, "truncate_incomplete": False, "prompt": None, "max_new_tokens": "unknown (imported)", "tokenizer": "line"}
+    summary = {"family": "chair@lemmatizer", "n": 0, "chair_s": None, "chair_i": None, "recall": None, "length": None, "settings": settings}
+    results = ChairResults.model_validate({"chair@lemmatizer": {"summary": summary}})
+    record = chair_provenance(results, {"captions": "c.jsonl", "sha256": "ab"}, BootstrapSettings(n_resamples=3, seed=4))
     assert isinstance(record, ChairProvenance) and record.tokenizer == "line" and record.source.captions == "c.jsonl"
     line = marked_comment(record, "latex")
     assert '"source": {"captions": "c.jsonl", "sha256": "ab"}' in line and line.endswith('"bootstrap": {"resamples": 3, "seed": 4}, "tokenizer": "line"}')

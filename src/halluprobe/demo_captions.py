@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from halluprobe.captions.comparison.records import ComparisonResult, Difference
+from halluprobe.captions.chair.scoring import Difference
+from halluprobe.captions.comparison.records import ComparisonResult
 from halluprobe.formatting import format_ratio
 from halluprobe.captions.chair.vocabulary import vocabulary
 from halluprobe.jsonl import read_json_file

@@ -125,7 +125,7 @@ class ChairProvenance(_AsWritten):
     table: Literal["chair"]
     source: ChairSource
     families: tuple[str, ...]
-    ground_truth: dict[str, dict[str, Any]]  # family -> GroundTruth.describe()
+    ground_truth: dict[str, dict[str, Any]]  # family -> GroundTruth.describe() as written (JSON)
     truncate_incomplete: bool | None = None
     prompt: str | list[str] | None = None  # several questions: each
     max_new_tokens: int | str | None = None  # an imported run: "unknown (imported)"

@@ -41,15 +41,15 @@ class ChairTable:
 
     path: str
     line: int
-    provenance: dict[str, Any]
+    provenance: ChairProvenance
     style: Style
     header: tuple[int, list[str]]
     rows: list[tuple[int, list[str]]]
 
 
-def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
+def _parse(payload: str, path: str, line: int) -> ChairProvenance:
     """The comment's record (:func:`~halluprobe.provenance.read_payload`), checked for what a
-    recomputation reads, as the JSON this module reads (``_bootstrap``: resamples, seed)."""
+    recomputation reads (its bootstrap among them)."""
 
     prov = read_payload(CHAIR_PROVENANCE_MARK, payload, path, line)
     assert isinstance(prov, ChairProvenance)  # the mark decides the kind
@@ -63,7 +63,7 @@ def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
         raise InputError(f"CHAIR provenance comment: 'tokenizer' must be one of {', '.join(TOKENIZERS)}", path, line)
     check_bounds(prov, path, line, "CHAIR")
     assert prov.bootstrap is not None  # check_bounds refuses a comment without
-    return {**prov.model_dump(mode="json"), "_bootstrap": (prov.bootstrap.n_resamples, prov.bootstrap.seed)}
+    return prov
 
 
 def extract_chair_tables(path: str | Path, text: str) -> list[ChairTable]:
@@ -80,25 +80,25 @@ def extract_chair_tables(path: str | Path, text: str) -> list[ChairTable]:
 def _captions(table: ChairTable, runs: Sequence[Path], result: CheckResult) -> tuple[list[Caption], ChairSettings] | None:
     """The captions the table names, and the settings recorded with them; None when missing."""
 
-    source = table.provenance["source"]
+    source = table.provenance.source
     where = (table.path, table.line)
-    if isinstance(source.get("run"), str):
-        path = locate_run(source["run"], runs)
+    if source.run is not None:
+        path = locate_run(source.run, runs)
         run = RunDir(path)
         if not run.header_path.is_file() or not run.samples_path.is_file():
             result.findings.append(Finding("run-missing", *where, f"run dir {path} is missing (no run.json or samples.jsonl)"))
             return None
-        if source.get("fingerprint") is not None and run.read_header().fingerprint != source["fingerprint"]:
+        if source.fingerprint is not None and run.read_header().fingerprint != source.fingerprint:
             result.findings.append(Finding("run-changed", *where, f"run dir {path} is another run now (its fingerprint changed)"))
-        elif source.get("samples_sha256") is not None and sha256_file(run.samples_path) != source["samples_sha256"]:
+        elif source.samples_sha256 is not None and sha256_file(run.samples_path) != source.samples_sha256:
             result.findings.append(Finding("run-changed", *where, f"samples of {path} changed since this was written (samples.jsonl sha256)"))
         return read_captions(path, None)
-    findings, file = file_findings(FileSource(path=source["captions"], sha256=str(source.get("sha256", ""))), runs, where)
+    assert source.captions is not None  # _parse refuses a source that names neither
+    findings, file = file_findings(FileSource(path=source.captions, sha256=source.sha256 or ""), runs, where)
     result.findings.extend(findings)
     if file is None:
         return None
-    fmt = source.get("format")
-    return read_captions(file, fmt if isinstance(fmt, str) else None)
+    return read_captions(file, source.format)
 
 
 def ground_truth_described(
@@ -133,15 +133,15 @@ def check_chair_table(table: ChairTable, runs: Sequence[Path], result: CheckResu
         return
     captions, settings = read
     truths = {}
-    for family in prov["families"]:
-        truth = ground_truth_described((table.path, table.line), family, prov["ground_truth"][family], runs, result)
+    for family in prov.families:
+        truth = ground_truth_described((table.path, table.line), family, prov.ground_truth[family], runs, result)
         if truth is None:
             return
         truths[family] = truth
-    resamples, seed = prov["_bootstrap"]
-    results, _ = chair_results(captions, settings, prov["families"], truths.__getitem__,
-                               truncate=bool(prov.get("truncate_incomplete")), n_resamples=resamples, seed=seed,
-                               tokenizer=prov.get("tokenizer", "punkt"))  # fmt: skip
+    assert prov.bootstrap is not None  # _parse refuses a comment without
+    results, _ = chair_results(captions, settings, prov.families, truths.__getitem__,
+                               truncate=bool(prov.truncate_incomplete), n_resamples=prov.bootstrap.n_resamples,
+                               seed=prov.bootstrap.seed, tokenizer=prov.tokenizer or "punkt")  # fmt: skip
     grid = chair_grid(results, "latex" if table.style == "latex" else "markdown")
     findings, compared = compare_table(table, grid)
     result.findings.extend(findings)

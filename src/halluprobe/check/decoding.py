@@ -15,7 +15,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from halluprobe.captions.comparison.render import decoding_grids
 from halluprobe.captions.comparison.runs import LoadedRun, load_comparison
@@ -53,14 +52,14 @@ class DecodingTable:
 
     path: str
     line: int
-    provenance: dict[str, Any]
+    provenance: DecodingProvenance
     syntax: Style
     lines: list[str]
 
 
-def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
+def _parse(payload: str, path: str, line: int) -> DecodingProvenance:
     """The comment's record (:func:`~halluprobe.provenance.read_payload`), checked for what a
-    recomputation reads, as the JSON this module reads."""
+    recomputation reads."""
 
     prov = read_payload(DECODING_PROVENANCE_MARK, payload, path, line)
     assert isinstance(prov, DecodingProvenance)  # the mark decides the kind
@@ -74,7 +73,7 @@ def _parse(payload: str, path: str, line: int) -> dict[str, Any]:
     if (prov.tokenizer or "punkt") not in TOKENIZERS:
         raise InputError("decoding provenance comment: 'tokenizer' must name a CHAIR tokenizer (punkt or line)", path, line)
     check_bounds(prov, path, line, "decoding")
-    return prov.model_dump(mode="json")
+    return prov
 
 
 def extract_decoding_tables(path: str | Path, text: str) -> list[DecodingTable]:
@@ -115,18 +114,18 @@ def _loaded_runs(table: DecodingTable, runs: Sequence[Path], result: CheckResult
     is missing or changed."""
     where = (table.path, table.line)
     loaded, usable = [], True
-    for source in table.provenance["runs"]:
-        path = locate_run(source["path"], runs)
+    for source in table.provenance.runs:
+        path = locate_run(source.path, runs)
         run = RunDir(path)
         if not run.header_path.is_file() or not run.samples_path.is_file():
             result.findings.append(Finding("run-missing", *where, f"run dir {path} is missing (no run.json or samples.jsonl)"))
             usable = False
             continue
         header, samples_sha256 = run.read_header(), sha256_file(run.samples_path)
-        if source.get("fingerprint") is not None and header.fingerprint != source["fingerprint"]:
+        if source.fingerprint is not None and header.fingerprint != source.fingerprint:
             result.findings.append(Finding("run-changed", *where, f"run dir {path} is another run now (its fingerprint changed)"))
             usable = False
-        elif source.get("samples_sha256") is not None and samples_sha256 != source["samples_sha256"]:
+        elif source.samples_sha256 is not None and samples_sha256 != source.samples_sha256:
             result.findings.append(Finding("run-changed", *where, f"samples of {path} changed since this was written (samples.jsonl sha256)"))
             usable = False
         elif usable:  # the samples are parsed only where every run so far is the one the comment names
@@ -137,13 +136,13 @@ def _loaded_runs(table: DecodingTable, runs: Sequence[Path], result: CheckResult
 def _prove_paths(table: DecodingTable, runs: Sequence[Path], result: CheckResult) -> list[Path] | None:
     where = (table.path, table.line)
     paths, usable = [], True
-    for source in table.provenance.get("prove_scores", []):
-        folder = locate_run(source["path"], runs)
+    for source in table.provenance.prove_scores:
+        folder = locate_run(source.path, runs)
         scores = folder / "scores.jsonl"
         if not scores.is_file():
             result.findings.append(Finding("file-missing", *where, f"{scores} is missing"))
             usable = False
-        elif sha256_file(scores) != source.get("scores_sha256"):
+        elif sha256_file(scores) != source.scores_sha256:
             result.findings.append(Finding("file-changed", *where, f"{scores} changed since this was written (sha256)"))
             usable = False
         paths.append(folder)
@@ -155,8 +154,8 @@ def check_decoding_table(table: DecodingTable, runs: Sequence[Path], result: Che
     that names nothing to recompute, or tables of which no cell is compared, is bad input."""
 
     prov = table.provenance
-    family_name = prov.get("family")
-    if family_name is None and not prov.get("prove_scores"):
+    family_name = prov.family
+    if family_name is None and not prov.prove_scores:
         raise InputError("decoding provenance comment names no CHAIR family and no PROVE scores: nothing to recompute, "
                          "so the tables under it cannot be checked", table.path, table.line)  # fmt: skip
     loaded, prove = _loaded_runs(table, runs, result), _prove_paths(table, runs, result)
@@ -165,21 +164,22 @@ def check_decoding_table(table: DecodingTable, runs: Sequence[Path], result: Che
     family = truth = None
     if family_name is not None:
         try:
-            family = family_named(family_name, tokenizer=prov.get("tokenizer", "punkt"))
+            family = family_named(family_name, tokenizer=prov.tokenizer or "punkt")
         except ValueError as err:
             raise InputError(f"decoding provenance comment: {err}", table.path, table.line) from None
-        truth = ground_truth_described((table.path, table.line), family.name, prov["ground_truth"], runs, result)
+        assert prov.ground_truth is not None  # _parse refuses a family without
+        truth = ground_truth_described((table.path, table.line), family.name, prov.ground_truth, runs, result)
         if truth is None:
             return
-    roles = [r["role"] for r in prov["runs"]]
+    roles = [r.role for r in prov.runs]
     sampled = loaded[-1] if roles[-1] == "sampled baseline" else None
     methods = loaded[1:-1] if sampled is not None else loaded[1:]
     # the writer chose these runs (other models only with --allow-other-models, which the comment
     # does not record): the check recomputes the numbers of the runs it names
     compared_runs = load_comparison(loaded[0], methods, sampled, allow_other_models=True)
-    recomputed = decoding_table(compared_runs, family=family, ground_truth=truth, truncate=bool(prov.get("truncate_incomplete")),
-                                prove_scores=prove, chair=family is not None, n_resamples=prov["bootstrap"]["n_resamples"],
-                                seed=prov["bootstrap"]["seed"])  # fmt: skip
+    recomputed = decoding_table(compared_runs, family=family, ground_truth=truth, truncate=bool(prov.truncate_incomplete),
+                                prove_scores=prove, chair=family is not None, n_resamples=prov.bootstrap.n_resamples,
+                                seed=prov.bootstrap.seed)  # fmt: skip
     expected = decoding_grids(recomputed, "latex" if table.syntax == "latex" else "markdown")
     written = _tables_under(table.lines, table.line - 1, table.syntax, len(expected), table.path)
     compared = 0

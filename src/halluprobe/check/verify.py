@@ -29,10 +29,8 @@ __all__ = ["check_files", "table_kind"]
 
 
 def table_kind(table: Any) -> str:
-    """The kind of a table as an extractor found it: its provenance record's ``table`` (the
-    CHAIR and decoding checks keep theirs as the comment's JSON)."""
-    provenance = table.provenance
-    return str(provenance["table"] if isinstance(provenance, dict) else provenance.table)
+    """The kind of a table as an extractor found it: its provenance record's ``table``."""
+    return str(table.provenance.table)
 
 
 def check_files(files: Sequence[str | Path], *, runs: Sequence[str | Path] = (), claims: str | Path | None = None) -> CheckResult:

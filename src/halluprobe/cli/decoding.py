@@ -83,7 +83,7 @@ def decoding_cmd(
         result = decoding_table(compared, family=fam, ground_truth=truth, truncate=truncate_incomplete, prove_scores=prove_scores or (),
                                 chair=not no_chair, n_resamples=bootstrap, seed=seed)  # fmt: skip
         data = result.model_dump(mode="json")
-        provenance = decoding_provenance(data, prove_scores or ()) if (markdown or latex) else None
+        provenance = decoding_provenance(result, prove_scores or ()) if (markdown or latex) else None
     if as_json:
         typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
     elif markdown or latex:

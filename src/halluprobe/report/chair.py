@@ -17,7 +17,7 @@ from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.length import chair_by_equal_count_groups
 from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings, ChairSummary
 from halluprobe.formatting import format_ratio, markdown_table
-from halluprobe.provenance import ChairProvenance, marked_comment
+from halluprobe.provenance import ChairProvenance, ChairSource, marked_comment
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.tables import Cell, Grid, latex_escape
 from halluprobe import __version__
@@ -29,39 +29,34 @@ __all__ = [
 _METRICS = (("chair_s", "CHAIR_s", 100), ("chair_i", "CHAIR_i", 100), ("recall", "Recall", 100), ("length", "Len", 1))
 
 
-def chair_provenance(
-    results: Mapping[str, Any], source: Mapping[str, Any], bootstrap: Mapping[str, int] | None = None
-) -> ChairProvenance:
+def chair_provenance(results: ChairResults, source: Mapping[str, Any], bootstrap: BootstrapSettings | None = None) -> ChairProvenance:
     """What the table was computed from: ``source`` (the run: path, fingerprint, samples sha256;
     or a caption file: path, sha256, format), per family the ground truth and the options
     recorded with the result, and the ``bootstrap`` (resamples, seed) of its CIs."""
 
-    first = next(iter(results.values()))["summary"]["settings"]
-    described = dict(source)
-    if "captions" in described and first.get("format"):
-        described["format"] = first["format"]
+    first = results.first.settings
+    described = ChairSource.model_validate(source)
+    if described.captions is not None and first.format:
+        described = ChairSource.model_validate({**described.model_dump(), "format": first.format})
     optional: dict[str, Any] = {}  # keys an older table never had stay out of the comment
     if bootstrap is not None:
-        optional["bootstrap"] = {"resamples": bootstrap["resamples"], "seed": bootstrap["seed"]}
-    if first.get("tokenizer", "punkt") != "punkt":  # punkt's tables (and every older one) name none
-        optional["tokenizer"] = first["tokenizer"]
-    return ChairProvenance.model_validate({
-        "table": "chair", "source": described, "families": list(results),
-        "ground_truth": {f: r["summary"]["settings"]["ground_truth"] for f, r in results.items()},
-        "truncate_incomplete": first.get("truncate_incomplete"), "prompt": first.get("prompt"),
-        "max_new_tokens": first.get("max_new_tokens"), "halluprobe": __version__, **optional,
-    })  # fmt: skip
+        optional["bootstrap"] = BootstrapSettings(n_resamples=bootstrap.n_resamples, seed=bootstrap.seed)
+    if "tokenizer" in first.model_fields_set and first.tokenizer != "punkt":  # punkt's tables (and every older one) name none
+        optional["tokenizer"] = first.tokenizer
+    ground_truth = {}
+    for family, result in results.families.items():
+        truth = result.summary.settings.ground_truth
+        assert truth is not None  # every family's settings name what it counted against
+        ground_truth[family] = truth.model_dump(mode="json")
+    return ChairProvenance(
+        table="chair", source=described, families=tuple(results.families), ground_truth=ground_truth,
+        truncate_incomplete=first.truncate_incomplete, prompt=first.prompt, max_new_tokens=first.max_new_tokens,
+        halluprobe=__version__, **optional,
+    )  # fmt: skip
 
 
 def _comment(provenance: ChairProvenance, syntax: Literal["markdown", "latex"]) -> str:
     return marked_comment(provenance, syntax)
-
-
-def _provenance(results: ChairResults, source: Mapping[str, Any], bootstrap: BootstrapSettings | None) -> ChairProvenance:
-    """:func:`chair_provenance` of typed results: it reads the results' JSON and the bootstrap's
-    (resamples, seed), the comment's own shape."""
-    shape = None if bootstrap is None else {"resamples": bootstrap.n_resamples, "seed": bootstrap.seed}
-    return chair_provenance(results.model_dump(mode="json"), source, shape)
 
 
 def _cell(summary: ChairSummary, metric: str, scale: int) -> Cell:
@@ -105,7 +100,7 @@ def chair_section(
     title: str = "CHAIR",
 ) -> str:
     """The Markdown section: families side by side, top hallucinated objects, CHAIR by length."""
-    lines = [f"## {title}", "", _comment(_provenance(results, source, bootstrap), "markdown")]
+    lines = [f"## {title}", "", _comment(chair_provenance(results, source, bootstrap), "markdown")]
     grid = chair_grid(results)
     lines += markdown_table(list(grid.header), [[c.text for c in row] for row in grid.rows])
     first = results.first.settings
@@ -123,8 +118,8 @@ def chair_section(
     rows = []
     for f, groups in binned.items():
         for g in groups:
-            rows.append([f, f"{g['lengths'][0]}-{g['lengths'][1]}", g["n"], format_ratio(g["chair_s"], digits=1, scale=100),
-                         format_ratio(g["chair_i"], digits=1, scale=100, missing="n/a")])  # fmt: skip
+            rows.append([f, f"{g.lengths[0]}-{g.lengths[1]}", g.n, format_ratio(g.chair_s, digits=1, scale=100),
+                         format_ratio(g.chair_i, digits=1, scale=100, missing="n/a")])  # fmt: skip
     lines += markdown_table(["family", "length (words)", "captions", "CHAIR_s", "CHAIR_i"], rows)
     return "\n".join(lines) + "\n"
 
@@ -138,7 +133,7 @@ def _tokenizer_note(settings: ChairSettings) -> str:
 def chair_latex_table(results: ChairResults, source: Mapping[str, Any], *, bootstrap: BootstrapSettings | None = None) -> str:
     """The families-side-by-side table in booktabs LaTeX, its provenance comment above it."""
     body = [
-        _comment(_provenance(results, source, bootstrap), "latex"),
+        _comment(chair_provenance(results, source, bootstrap), "latex"),
         r"\begin{tabular}{lrrrrr}", r"\toprule",
         " & ".join(_LATEX_HEADER) + " \\\\", r"\midrule",
     ]  # fmt: skip

@@ -22,7 +22,7 @@ from halluprobe.audit.table import bootstrap_settings
 from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings
 from halluprobe.files import write_atomic
-from halluprobe.captions.chair.length import chair_by_equal_count_groups
+from halluprobe.captions.chair.length import LengthGroup, chair_by_equal_count_groups
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects
 from halluprobe.report.decoding_section import ChairCounting, decoding_section
@@ -56,7 +56,7 @@ class ChairRunView:
     source: dict[str, Any]
     grid: Grid
     top: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
-    bins: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    bins: dict[str, list[LengthGroup]] = field(default_factory=dict)
     figure: str | None = None
 
     @property
@@ -83,7 +83,7 @@ def chair_run_view(index: int, path: Path, *, n_resamples: int, seed: int, count
     )  # fmt: skip
 
 
-def chair_length_plot(bins: Mapping[str, Sequence[Mapping[str, Any]]], *, width: float = 4.6) -> str:
+def chair_length_plot(bins: Mapping[str, Sequence[LengthGroup]], *, width: float = 4.6) -> str:
     """CHAIR_s (solid) and CHAIR_i (dashed) per caption-length group, one colour per family:
     shorter captions hallucinate less, so a method that shortens captions "reduces" CHAIR."""
 
@@ -91,11 +91,11 @@ def chair_length_plot(bins: Mapping[str, Sequence[Mapping[str, Any]]], *, width:
     with figure(width, 2.6) as (fig, axes):
         ax = axes[0][0]
         for k, (family, groups) in enumerate(bins.items()):
-            xs = [(g["lengths"][0] + g["lengths"][1]) / 2 for g in groups]
+            xs = [(g.lengths[0] + g.lengths[1]) / 2 for g in groups]
             colour = colours[k % len(colours)]
             name = family.removeprefix("chair@")
-            ax.plot(xs, [100 * g["chair_s"] for g in groups], marker="os"[k % 2], color=colour, lw=1.2, label=f"CHAIR_s, {name}")
-            pairs = [(x, 100 * g["chair_i"]) for x, g in zip(xs, groups) if g["chair_i"] is not None]
+            ax.plot(xs, [100 * g.chair_s for g in groups], marker="os"[k % 2], color=colour, lw=1.2, label=f"CHAIR_s, {name}")
+            pairs = [(x, 100 * g.chair_i) for x, g in zip(xs, groups) if g.chair_i is not None]
             if pairs:
                 ax.plot(*zip(*pairs), marker="os"[k % 2], color=colour, lw=1.0, ls="--", mfc="none", label=f"CHAIR_i, {name}")
         ax.set_xlabel("caption length (words, middle of each group)")

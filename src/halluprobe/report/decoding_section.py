@@ -161,5 +161,5 @@ def decoding_section(
     counting = counting or ChairCounting()
     family = family_named(counting.decoding_family, tokenizer=counting.tokenizer)
     result = decoding_table(runs, family=family, ground_truth=counting.truth_for(family.name), n_resamples=n_resamples, seed=seed)
-    markdown = decoding_markdown(result, decoding_provenance(result.model_dump(mode="json")))
+    markdown = decoding_markdown(result, decoding_provenance(result))
     return markdown, markdown_tables_as_html(markdown, section_id)

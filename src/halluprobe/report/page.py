@@ -17,7 +17,7 @@ from halluprobe.files import write_atomic
 from halluprobe.records_scores import Metrics
 from halluprobe.records_audit import AuditReport, PYesByLabel, RunComparison
 from halluprobe.report.build import as_audit, build_view
-from halluprobe.report.view import SECTIONS, ReportView, RunView, add_section
+from halluprobe.report.view import ReportView, RunView, add_section
 from halluprobe.provenance import headline_provenance
 from halluprobe.report.decoding_section import decoding_section
 from halluprobe.report.decoding_section import ChairCounting

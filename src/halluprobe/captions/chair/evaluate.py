@@ -90,7 +90,7 @@ def chair_results(
         family = family_named(name, tokenizer=tokenizer)
         truth = truth_for(name)
         scores = score_captions(captions, truth, family, truncate=truncate)
-        recorded = settings.with_counting(family, truth.description(), truncate)
+        recorded = settings.with_counting(family, truth.describe(), truncate)
         summary = summarize(scores, name, settings=recorded, n_resamples=n_resamples, seed=seed)
         results[name] = ChairFamilyResult(summary=summary)
         per_caption[name] = scores

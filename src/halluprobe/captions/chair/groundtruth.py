@@ -40,7 +40,7 @@ __all__ = [
     "ground_truth_from_coco",
     "ground_truth_from_objects",
     "ImageKey",
-    "GroundTruthDescription",
+    "GroundTruthNote",
     "caption_objects",
     "image_id_of",
     "image_key",
@@ -65,8 +65,9 @@ def key_order(key: ImageKey) -> tuple[int, int, str]:
     return (0, key, "") if isinstance(key, int) else (1, 0, key)
 
 
-class GroundTruthDescription(FrozenRecord):
-    """What a ground truth is, as every CHAIR result records it (``images``: how many)."""
+class GroundTruthNote(FrozenRecord):
+    """What a ground truth is, as every CHAIR result and the decoding comparison record it
+    (``images``: how many)."""
 
     source: GroundTruthSource
     year: str | None
@@ -94,13 +95,10 @@ class GroundTruth(FrozenRecord):
             return {int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k: v for k, v in value.items()}
         return value
 
-    def description(self) -> GroundTruthDescription:
-        return GroundTruthDescription(source=self.source, year=self.year, family=self.family, files=self.files, note=self.note,
-                                      images=len(self.objects))  # fmt: skip
-
-    def describe(self) -> dict[str, Any]:
-        """:meth:`description` as JSON data (what the decoding comparison records)."""
-        return self.description().model_dump(mode="json")
+    def describe(self) -> GroundTruthNote:
+        """What this ground truth is (where it came from, how many images), without its objects."""
+        return GroundTruthNote(source=self.source, year=self.year, family=self.family, files=self.files, note=self.note,
+                               images=len(self.objects))  # fmt: skip
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)

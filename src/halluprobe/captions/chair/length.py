@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from halluprobe.captions.chair.scoring import CaptionScore
 from halluprobe.records import FrozenRecord
 
-__all__ = ["QuartileBin", "chair_by_baseline_quartiles", "chair_by_equal_count_groups", "quartile_bin", "quartile_bounds"]
+__all__ = ["LengthGroup", "QuartileBin", "chair_by_baseline_quartiles", "chair_by_equal_count_groups", "quartile_bin", "quartile_bounds"]
 
 
 class QuartileBin(FrozenRecord):
@@ -60,10 +59,19 @@ def chair_by_baseline_quartiles(scores: Sequence[CaptionScore], bounds: Sequence
     return out
 
 
-def chair_by_equal_count_groups(scores: Sequence[Any], bins: int = 4) -> list[dict[str, Any]]:
+class LengthGroup(FrozenRecord):
+    """One group of :func:`chair_by_equal_count_groups`: the shortest and longest caption length
+    in it, its captions, CHAIR_s and CHAIR_i (None: no object mentioned)."""
+
+    lengths: tuple[int, int]
+    n: int
+    chair_s: float
+    chair_i: float | None
+
+
+def chair_by_equal_count_groups(scores: Sequence[CaptionScore], bins: int = 4) -> list[LengthGroup]:
     """Captions split into ``bins`` groups of caption length (equal counts, by length order):
-    each group's length range, CHAIR_s and CHAIR_i. Still the dicts the CHAIR report's table,
-    figure and template read (report/chair.py, report/chair_page.py: typed with them)."""
+    each group's length range, CHAIR_s and CHAIR_i (the CHAIR report's table, figure and page)."""
     ordered = sorted(scores, key=lambda s: s.length)
     out = []
     for k in range(bins):
@@ -71,9 +79,9 @@ def chair_by_equal_count_groups(scores: Sequence[Any], bins: int = 4) -> list[di
         if not part:
             continue
         mentions = sum(len(s.objects) for s in part)
-        out.append({
-            "lengths": (part[0].length, part[-1].length), "n": len(part),
-            "chair_s": sum(bool(s.hallucinated) for s in part) / len(part),
-            "chair_i": sum(len(s.hallucinated) for s in part) / mentions if mentions else None,
-        })  # fmt: skip
+        out.append(LengthGroup(
+            lengths=(part[0].length, part[-1].length), n=len(part),
+            chair_s=sum(bool(s.hallucinated) for s in part) / len(part),
+            chair_i=sum(len(s.hallucinated) for s in part) / mentions if mentions else None,
+        ))  # fmt: skip
     return out

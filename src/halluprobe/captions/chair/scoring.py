@@ -23,7 +23,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from halluprobe.captions.chair.families import ChairFamily
 from halluprobe.captions.chair.groundtruth import (
     GroundTruth,
-    GroundTruthDescription,
+    GroundTruthNote,
     ImageKey,
     caption_objects,
     key_order,
@@ -41,7 +41,7 @@ __all__ = [
     "ChairPaired",
     "ChairSettings",
     "ChairSummary",
-    "PairedMetric",
+    "Difference",
     "caption_lines",
     "paired_comparison",
     "paired_differences",
@@ -119,7 +119,7 @@ class ChairSettings(FrozenRecord):
     family: str | None = None
     rules: str | None = None
     tools: str | None = None
-    ground_truth: GroundTruthDescription | None = None
+    ground_truth: GroundTruthNote | None = None
     truncate_incomplete: bool | None = None
     tokenizer: str | None = None
 
@@ -129,7 +129,7 @@ class ChairSettings(FrozenRecord):
         return {key: value for key, value in data.items() if key in self.model_fields_set}
 
     def with_counting(
-        self, identity: ChairFamily, ground_truth: GroundTruthDescription, truncate: bool
+        self, identity: ChairFamily, ground_truth: GroundTruthNote, truncate: bool
     ) -> ChairSettings:
         """These settings, then how a family counted: its identity, its ground truth, the
         truncation and, where it is not punkt's, the tokenizer (punkt's results name none)."""
@@ -156,8 +156,9 @@ class ChairSummary(FrozenRecord):
         return {"chair_s": self.chair_s, "chair_i": self.chair_i, "recall": self.recall, "length": self.length}[metric]
 
 
-class PairedMetric(FrozenRecord):
-    """One metric of a paired comparison: a's, b's, a - b and its paired image-bootstrap CI."""
+class Difference(FrozenRecord):
+    """One metric of a paired comparison: a's, b's, a - b over the same images and its paired
+    image-bootstrap CI (``chair --against``, and every difference of the decoding comparison)."""
 
     a: float | None
     b: float | None
@@ -169,12 +170,12 @@ class ChairPaired(FrozenRecord):
     """``chair --against``: this run minus the other, per metric, on the same images."""
 
     against: str
-    chair_s: PairedMetric
-    chair_i: PairedMetric
-    recall: PairedMetric
-    length: PairedMetric
+    chair_s: Difference
+    chair_i: Difference
+    recall: Difference
+    length: Difference
 
-    def metrics(self) -> dict[str, PairedMetric]:
+    def metrics(self) -> dict[str, Difference]:
         return {name: getattr(self, name) for name in METRICS}
 
 
@@ -270,7 +271,7 @@ def summarize(
     return ChairSummary(family=family, n=len(scores), ci=ci, settings=recorded, **values)
 
 
-def _paired_metrics(a: Sequence[CaptionScore], b: Sequence[CaptionScore], n_resamples: int, seed: int) -> dict[str, PairedMetric]:
+def _paired_metrics(a: Sequence[CaptionScore], b: Sequence[CaptionScore], n_resamples: int, seed: int) -> dict[str, Difference]:
     """a - b for every metric, with a paired image-bootstrap CI; both must caption the same images once each."""
     ids_a = [s.image_id for s in a]
     ids_b = [s.image_id for s in b]
@@ -285,11 +286,11 @@ def _paired_metrics(a: Sequence[CaptionScore], b: Sequence[CaptionScore], n_resa
     b_sorted = sorted(b, key=lambda s: order[s.image_id])
     stats_a, stats_b = _statistics(a), _statistics(b_sorted)
     everything = np.arange(len(a))
-    out: dict[str, PairedMetric] = {}
+    out: dict[str, Difference] = {}
     for name in METRICS:
         va, vb = stats_a[name](everything), stats_b[name](everything)
         ci = paired_bootstrap_diff(ids_a, stats_a[name], stats_b[name], n_resamples=n_resamples, seed=seed) if n_resamples else None
-        out[name] = PairedMetric(a=va, b=vb, diff=None if va is None or vb is None else va - vb, ci=ci)
+        out[name] = Difference(a=va, b=vb, diff=None if va is None or vb is None else va - vb, ci=ci)
     return out
 
 
@@ -306,10 +307,10 @@ def paired_differences(
     *,
     n_resamples: int = 1000,
     seed: int = 0,
-) -> dict[str, dict[str, float | tuple[float, float] | None]]:
-    """:func:`paired_comparison`'s metrics as plain data (``{metric: {a, b, diff, ci}}``), for
-    the decoding comparison, which adds its own rates to them."""
-    return {name: metric.model_dump() for name, metric in _paired_metrics(a, b, n_resamples, seed).items()}
+) -> dict[str, Difference]:
+    """:func:`paired_comparison`'s metrics by name, for the decoding comparison, which adds its
+    own rates to them."""
+    return _paired_metrics(a, b, n_resamples, seed)
 
 
 def _shown_ids(keys: Sequence[ImageKey]) -> dict[ImageKey, ImageKey]:

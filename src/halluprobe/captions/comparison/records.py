@@ -13,7 +13,9 @@ from pydantic import (
     model_serializer,
 )
 
+from halluprobe.captions.chair.groundtruth import GroundTruthNote
 from halluprobe.captions.chair.length import QuartileBin
+from halluprobe.captions.chair.scoring import Difference
 from halluprobe.records import FrozenRecord
 from halluprobe.records_scores import BootstrapSettings
 
@@ -23,8 +25,6 @@ __all__ = [
     "ChairIntervals",
     "ComparisonResult",
     "DecodingRun",
-    "Difference",
-    "GroundTruthNote",
     "Interval",
     "MetricDifferences",
     "PairedRun",
@@ -56,15 +56,6 @@ class DecodingRun(FrozenRecord):
     sampled: bool = False
     fingerprint: str
     samples_sha256: str
-
-
-class Difference(FrozenRecord):
-    """a - b of one metric over the same images, with its paired image-bootstrap CI."""
-
-    a: float | None
-    b: float | None
-    diff: float | None
-    ci: Interval | None
 
 
 class MetricDifferences(FrozenRecord):
@@ -128,17 +119,6 @@ class PairedRun(FrozenRecord):
 class RunLengthBins(FrozenRecord):
     name: str
     bins: list[QuartileBin]
-
-
-class GroundTruthNote(FrozenRecord):
-    """The ground truth CHAIR counted against (``GroundTruth.describe()``)."""
-
-    source: str
-    year: str | None
-    family: str
-    files: dict[str, str]
-    note: str
-    images: int
 
 
 class ChairComparison(FrozenRecord):

@@ -12,9 +12,9 @@ every table under it (:mod:`halluprobe.check.decoding`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from halluprobe.captions.comparison.records import (
     ChairComparison,
@@ -25,7 +25,9 @@ from halluprobe.captions.comparison.records import (
     ProveDifference,
 )
 from halluprobe.formatting import format_ratio, markdown_table
-from halluprobe.provenance import DecodingProvenance, marked_comment
+from halluprobe.provenance import DecodingProvenance, ProveScores, marked_comment
+from halluprobe.provenance import DecodingRun as ProvenanceRun
+from halluprobe.records_scores import BootstrapSettings
 from halluprobe.tables import Cell, Grid, latex_escape
 from halluprobe import __version__
 from halluprobe.rundir import sha256_file
@@ -43,23 +45,27 @@ _LATEX_PAIRED_HEADER = ("Method", "Against", r"$\Delta$CHAIR$_s$", r"$\Delta$CHA
 _LATEX_PROVE_HEADER = ("Run", "Role", "$n$", "hscore", "tscore")
 
 
-def decoding_provenance(result: Mapping[str, Any], prove_scores: Sequence[Path] = ()) -> DecodingProvenance:
+def decoding_provenance(result: ComparisonResult, prove_scores: Sequence[Path] = ()) -> DecodingProvenance:
+    """What the tables of ``result`` were computed from: every run, the CHAIR family, its ground
+    truth and options (all null with ``--no-chair``), the PROVE score folders and the bootstrap."""
 
-    chair = result.get("chair", {})
-    optional = {"tokenizer": chair["tokenizer"]} if chair.get("tokenizer", "punkt") != "punkt" else {}  # punkt's (and older) name none
-    return DecodingProvenance.model_validate({
-        "table": "decoding",
-        "runs": [{k: r[k] for k in ("path", "role", "name", "fingerprint", "samples_sha256")} for r in result["runs"]],
-        "family": chair.get("family"), "ground_truth": chair.get("ground_truth"), "truncate_incomplete": chair.get("truncate_incomplete"),
-        "prove_scores": [{"path": str(p), "scores_sha256": sha256_file(p / "scores.jsonl")} for p in prove_scores],
-        "bootstrap": result["bootstrap"], "halluprobe": __version__, **optional,
-    })  # fmt: skip
+    chair = result.chair
+    optional = {"tokenizer": chair.tokenizer} if chair is not None and chair.tokenizer != "punkt" else {}  # punkt's (and older) name none
+    return DecodingProvenance(
+        table="decoding",
+        runs=tuple(ProvenanceRun.model_validate(r.model_dump(include={"path", "role", "name", "fingerprint", "samples_sha256"}))
+                   for r in result.runs),
+        family=None if chair is None else chair.family,
+        ground_truth=None if chair is None else chair.ground_truth.model_dump(mode="json"),
+        truncate_incomplete=None if chair is None else chair.truncate_incomplete,
+        prove_scores=tuple(ProveScores(path=str(p), scores_sha256=sha256_file(p / "scores.jsonl")) for p in prove_scores),
+        bootstrap=BootstrapSettings(n_resamples=result.bootstrap.n_resamples, seed=result.bootstrap.seed), halluprobe=__version__,
+        **optional,
+    )  # fmt: skip
 
 
-def _comment(provenance: DecodingProvenance | Mapping[str, Any], syntax: Literal["markdown", "latex"]) -> str:
-    # check passes the comment it read as a dict (check/decoding.py's DecodingTable)
-    record = provenance if isinstance(provenance, DecodingProvenance) else DecodingProvenance.model_validate(provenance)
-    return marked_comment(record, syntax)
+def _comment(provenance: DecodingProvenance, syntax: Literal["markdown", "latex"]) -> str:
+    return marked_comment(provenance, syntax)
 
 
 def _value(value: float | None, ci: Interval | None, scale: float, signed: bool = False) -> str:
@@ -180,7 +186,7 @@ def _counted_by(chair: ChairComparison) -> str:
     return chair.family if chair.tokenizer == "punkt" else f"{chair.family}, tokenizer {chair.tokenizer}"
 
 
-def decoding_markdown(result: ComparisonResult, provenance: DecodingProvenance | Mapping[str, Any]) -> str:
+def decoding_markdown(result: ComparisonResult, provenance: DecodingProvenance) -> str:
     lines = ["## Decoding methods on free-form answers", "", _comment(provenance, "markdown")]
     chair = result.chair
     if chair is not None:
@@ -203,7 +209,7 @@ def decoding_markdown(result: ComparisonResult, provenance: DecodingProvenance |
     return "\n".join(lines) + "\n"
 
 
-def decoding_latex(result: ComparisonResult, provenance: DecodingProvenance | Mapping[str, Any]) -> str:
+def decoding_latex(result: ComparisonResult, provenance: DecodingProvenance) -> str:
     """Per-run CHAIR and the paired differences, booktabs, the provenance comment above."""
     body = [_comment(provenance, "latex")]
     if result.chair is not None:

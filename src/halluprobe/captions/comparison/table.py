@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from halluprobe.captions.chair.families import ChairFamily
+from halluprobe.captions.chair.groundtruth import GroundTruth
 from halluprobe.captions.chair.length import (
     chair_by_baseline_quartiles,
     quartile_bin,
@@ -41,6 +42,7 @@ from halluprobe.captions.chair.length import (
 from halluprobe.captions.chair.scoring import (
     METRICS,
     CaptionScore,
+    Difference,
     paired_differences,
     score_captions,
     summarize,
@@ -56,8 +58,6 @@ from halluprobe.captions.comparison.records import (
     ChairIntervals,
     ComparisonResult,
     DecodingRun,
-    Difference,
-    GroundTruthNote,
     MetricDifferences,
     PairedRun,
     ProveComparison,
@@ -117,7 +117,7 @@ def _extras(scores: Sequence[CaptionScore], baseline: Sequence[CaptionScore], bo
 def _paired(a: Sequence[CaptionScore], b: Sequence[CaptionScore], bounds: Sequence[int], n_resamples: int, seed: int) -> MetricDifferences:
     """a - b for CHAIR's metrics and the length-free rates; a's CHAIR_s at matched length is
     weighted as b's captions fall in the bins (b's own is its plain CHAIR_s)."""
-    out = {name: Difference.model_validate(entry) for name, entry in paired_differences(a, b, n_resamples=n_resamples, seed=seed).items()}
+    out = paired_differences(a, b, n_resamples=n_resamples, seed=seed)
     everything = np.arange(len(a))
     ids = [s.image_id for s in a]
     stats_a, stats_b = _extras(a, b, bounds), _extras(b, b, bounds)
@@ -136,8 +136,8 @@ def _same_sampling(a: DecodingRun, b: DecodingRun) -> bool:
 def decoding_table(
     runs: ComparisonRuns,
     *,
-    family: Any,
-    ground_truth: Any,
+    family: ChairFamily | None,
+    ground_truth: GroundTruth | None,
     truncate: bool = False,
     prove_scores: Sequence[Path] = (),
     chair: bool = True,
@@ -147,7 +147,10 @@ def decoding_table(
     """The whole comparison of ``runs`` (:func:`.runs.load_comparison`): per-run CHAIR, paired
     differences, length bins, PROVE."""
     bootstrap = BootstrapSettings(n_resamples=n_resamples, seed=seed, level=LEVEL, unit="image", method="percentile")
-    chair_part = _chair_part(runs, family, ground_truth, truncate, n_resamples, seed) if chair else None
+    chair_part = None
+    if chair:
+        assert family is not None and ground_truth is not None  # every caller asks CHAIR with both
+        chair_part = _chair_part(runs, family, ground_truth, truncate, n_resamples, seed)
     prove = None
     if prove_scores:
         per_run = read_prove_scores(prove_scores, [run.path for run in runs.loaded])
@@ -165,7 +168,7 @@ def _run_chair(run: DecodingRun, scores: Sequence[CaptionScore], base: Sequence[
                     recall=summary.recall, length=summary.length, ci=ChairIntervals(**summary.ci.model_dump(), **extra_ci), **extras)  # fmt: skip
 
 
-def _chair_part(runs: ComparisonRuns, family: Any, truth: Any, truncate: bool, n_resamples: int, seed: int) -> ChairComparison:
+def _chair_part(runs: ComparisonRuns, family: ChairFamily, truth: GroundTruth, truncate: bool, n_resamples: int, seed: int) -> ChairComparison:
     captions = [run_captions_of(run) for run in runs.loaded]
     for caps, run in zip(captions, runs.loaded):
         images = [c.image_id for c in caps]
@@ -195,7 +198,7 @@ def _chair_part(runs: ComparisonRuns, family: Any, truth: Any, truncate: bool, n
     if sampled is not None:  # the sampled baseline against the greedy one: what sampling alone does
         paired.append(PairedRun(name=runs.runs[-1].name, vs_greedy=_paired(sampled, base, bounds, n_resamples, seed)))
     return ChairComparison(
-        family=family.name, tokenizer=family.tokenizer, identity=family.identity, ground_truth=GroundTruthNote.model_validate(truth.describe()),
+        family=family.name, tokenizer=family.tokenizer, identity=family.identity, ground_truth=truth.describe(),
         truncate_incomplete=truncate, images=len(order), images_dropped=len(every) - len(order), metrics=[*METRICS, *EXTRA_METRICS],
         length_bounds=bounds, per_run=per_run, paired=paired, length_bins=bins,
     )  # fmt: skip
