@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -282,6 +283,8 @@ def plan_questions(
             config.decode, sample=config.sample, temperature=config.temperature, top_p=config.top_p, sample_top_k=config.sample_top_k,
             seed=config.seed, open_ended=config.open_ended, backend=config.backend, model=config.model,
         )  # fmt: skip
+        if config.temperature is not None and math.isinf(config.temperature):  # > 0, so passed above; GenerateConfig refuses it later
+            raise InputError(f"--temperature must be a finite number > 0, not {config.temperature:g}")
     _check_signals(config, clip, questions, sources)
     if rundir.exists() and not (config.resume or config.overwrite):
         raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)
