@@ -193,3 +193,17 @@ def test_amber_questions_images_naming_a_file_says_so(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     result = runner.invoke(app, ["amber", "questions", "--data", str(data), "--out", str(tmp_path / "q"), "--images", str(tmp_path / "notes.txt"), *AMBER])
     _one_line_exit_2(result, "notes.txt: --images must be a folder")
+
+
+def test_run_max_new_tokens_has_a_bound_before_the_model_loads(tmp_path: Path) -> None:
+    """--max-new-tokens 1000000000 went on to load the model; the decoding loop runs until EOS or the cap."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llava"}))
+    bench = tmp_path / "b.jsonl"
+    bench.write_text(json.dumps({"question_id": 1, "image": "a.jpg", "text": "Describe.", "label": "yes"}) + "\n")
+    (tmp_path / "imgs").mkdir()
+    result = runner.invoke(app, ["run", "--model", str(model), "--benchmark", str(bench), "--images", str(tmp_path / "imgs"), "--out",
+                                 str(tmp_path / "run"), "--open-ended", "--max-new-tokens", "1000000000"])  # fmt: skip
+    _one_line_exit_2(result, "--max-new-tokens 1000000000 is over the limit")
+    assert not (tmp_path / "run").exists()
