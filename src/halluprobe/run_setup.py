@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,6 +33,7 @@ from halluprobe.benchmarks.fingerprint import content_fingerprint
 from halluprobe.benchmarks.versions import versions_of_file
 
 __all__ = [
+    "MAX_NEW_TOKENS",
     "RunConfig",
     "RunPlan",
     "check_backend",
@@ -143,6 +145,8 @@ def _package_versions() -> dict[str, str]:
             pass
     return versions
 
+
+MAX_NEW_TOKENS = 32_768  # longer than any VLM context halluprobe runs (LLaVA-1.5: 4,096)
 
 # stands for "greedy text is stored" in the fingerprint (halluprobe 0.1's default rule list)
 _TEXT_FINGERPRINT = ("pope", "exact", "yorn", "strict")
@@ -265,6 +269,8 @@ def plan_run(config: RunConfig, benchmark: Sequence[Path], images_root: Path, ou
         raise InputError("--out must be a run directory, not a file", out)
     if config.generates_text and config.max_new_tokens == 0:
         raise InputError("--max-new-tokens 0 stores no text: give --no-text for a logits-only run")
+    if config.max_new_tokens > MAX_NEW_TOKENS:  # the decoding loop runs until EOS or this: 10^9 never ends
+        raise InputError(f"--max-new-tokens {config.max_new_tokens} is over the limit of {MAX_NEW_TOKENS:,}")
     questions, benchmarks = read_benchmarks(benchmark)
     return plan_questions(config, select_shard(limit_questions(questions, config.limit), shard), benchmarks, images_root, RunDir(out), clip=clip)
 
@@ -282,6 +288,8 @@ def plan_questions(
             config.decode, sample=config.sample, temperature=config.temperature, top_p=config.top_p, sample_top_k=config.sample_top_k,
             seed=config.seed, open_ended=config.open_ended, backend=config.backend, model=config.model,
         )  # fmt: skip
+        if config.temperature is not None and math.isinf(config.temperature):  # > 0, so passed above; GenerateConfig refuses it later
+            raise InputError(f"--temperature must be a finite number > 0, not {config.temperature:g}")
     _check_signals(config, clip, questions, sources)
     if rundir.exists() and not (config.resume or config.overwrite):
         raise InputError("run directory already holds a run; pass --resume or --overwrite", rundir.header_path)

@@ -49,6 +49,7 @@ def amber_questions_cmd(
         if generative_path.is_file():  # open questions: run with --open-ended, score with `amber generative`
             by_split["generative"] = amber_generative_questions(annotations, read_amber_queries(generative_path, check_sha256=check_sha256), generative_path)
         if images is not None:
+            refuse_non_folder(images, "--images")  # a file there: "3 AMBER images are not in the folder" named file/AMBER_1.jpg
             missing = sorted({q.image for qs in by_split.values() for q in qs if not (images / q.image).is_file()})
             if missing:
                 raise InputError(f"{len(missing)} AMBER images are not in the folder, e.g. {missing[0]}", images / missing[0])
@@ -86,6 +87,8 @@ def amber_score_cmd(
         if header.open_ended:
             raise InputError("a run of open answers: AMBER's discriminative numbers read yes/no answers", run.header_path)
         samples = list(run.read_samples())
+        if not samples:  # AMBER's numbers of nothing are all 0.0: not a score
+            raise InputError("the run has no samples yet", run.samples_path)
         refuse_other_questions(samples, queries, run.samples_path)
         rows = []
         for sample in samples:
@@ -122,6 +125,8 @@ def amber_generative_cmd(
     from halluprobe.rundir import RunDir, sha256_file
 
     with errors():
+        if not -1 <= similarity < 1:  # a cosine: nan, >= 1 or < -1 makes no (or every) two words one, silently
+            raise InputError(f"--similarity must be a number from -1 up to (not including) 1 (AMBER: 0.8), not {similarity:g}")
         if out is not None:  # checked before any input is read
             refuse_existing(refuse_non_folder(out) / GENERATIVE_FILE, overwrite=overwrite)
         annotations = read_amber_annotations(data / "annotations.json", check_sha256=check_sha256)

@@ -10,7 +10,7 @@ import typer
 
 from halluprobe.cli._app import app, build_app, console, data_app, errors, fail, progress
 from halluprobe.errors import InputError, RuntimeFailure
-from halluprobe.files import write_atomic
+from halluprobe.files import refuse_non_folder, write_atomic
 
 __all__ = ["build_pope_cmd", "data_pope_cmd", "tokens_cmd", "models_cmd", "demo_cmd"]
 
@@ -77,9 +77,11 @@ def data_pope_cmd(
     from halluprobe.benchmarks.created import removed_on_failure
     from halluprobe.benchmarks.dataset_files import fetch_dataset, fetch_dataset_images
     from halluprobe.benchmarks.datasets import dataset_version
-    from halluprobe.benchmarks.sources import fetch_coco_images, fetch_pope
+    from halluprobe.benchmarks.sources import fetch_coco_images, fetch_pope, image_names
 
     with errors(), removed_on_failure() as created:  # a failed verb leaves nothing it created
+        if images is not None:
+            refuse_non_folder(images, "--images")  # a file there: every image "missing", exit 0
         chosen = dataset_version(dataset, version)
         with progress(f"{dataset} question files") as bar:
             if dataset == "coco":  # the POPE repository's own URLs (and $HALLUPROBE_POPE_URL), as before
@@ -87,6 +89,7 @@ def data_pope_cmd(
             else:
                 paths = fetch_dataset(chosen, out, progress=bar, created=created)
         if images is not None:
+            _refuse_other_list(out / "missing-images.txt", image_names(list(paths)))  # before any image is fetched
             with progress("images") as bar:
                 if dataset == "coco":
                     report = fetch_coco_images(list(paths), images, progress=bar, created=created)
@@ -97,6 +100,8 @@ def data_pope_cmd(
             if missing:  # every one named in a file beside the questions, the first few here
                 created.new_files([listed])
                 write_atomic(listed, "".join(name + "\n" for name in missing))
+            elif listed.is_file():  # an earlier list (checked above): every image it named is there now
+                listed.unlink()
     # printed once nothing can fail any more: a path printed is a path that stays
     for path in paths:
         typer.echo(str(path))
@@ -105,6 +110,21 @@ def data_pope_cmd(
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more (all in {listed})" if len(missing) > 5 else "")
             typer.echo(f"{images}: {len(missing)} images missing: {shown}")
+
+
+def _refuse_other_list(listed: Path, names: list[str]) -> None:
+    """``missing-images.txt`` is replaced only when it is an earlier list of these questions'
+    images (a rerun); a user's file of that name, or a link, stays and is one line."""
+    if not (listed.exists() or listed.is_symlink()):
+        return
+    lines: list[str] | None = None
+    if listed.is_file() and not listed.is_symlink():
+        try:
+            lines = listed.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            lines = None
+    if lines is None or not set(lines) <= set(names):
+        raise InputError("exists and is not an earlier list of these questions' missing images: not replaced (move it, or choose another --out)", listed)
 
 
 @app.command("tokens")
@@ -155,8 +175,6 @@ def demo_cmd(
     """
     from halluprobe.demo import run_demo
     from halluprobe.tables import score_table
-
-    from halluprobe.files import refuse_non_folder
 
     with errors():
         refuse_non_folder(out)  # a file or a dangling link at --out: one line, not mkdir's traceback

@@ -25,6 +25,15 @@ __all__ = ["METRICS", "PinnedFile", "Parser", "Figure", "Entry", "Registry", "lo
 METRICS = ("f1", "f1_macro", "accuracy", "accuracy_macro", "precision", "recall", "yes_ratio",
            "dashb_mean", "dashb_tpr", "dashb_tnr", "dashb_accuracy", "dashb_harmonic")  # fmt: skip
 _HEX64 = r"^[0-9a-f]{64}$"
+_COMMIT = r"^[0-9a-f]{40}$"
+_REPOSITORY = r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"
+
+
+def _owner_and_name(value: str | None) -> str | None:
+    """A GitHub ``owner/name`` is two names; '.' or '..' would walk a mirror's URL out of its folder."""
+    if value is not None and any(part in (".", "..") for part in value.split("/")):
+        raise ValueError(f"a repository owner/name, got {value!r}")
+    return value
 
 
 class _Frozen(BaseModel):
@@ -37,8 +46,18 @@ class PinnedFile(_Frozen):
     path: str
     sha256: str = Field(pattern=_HEX64)
     size: int | None = Field(default=None, ge=0)  # bytes: bounds the download where given
-    repository: str | None = None
-    commit: str | None = None
+    repository: str | None = Field(default=None, pattern=_REPOSITORY)
+    commit: str | None = Field(default=None, pattern=_COMMIT)
+
+    _repository = field_validator("repository")(_owner_and_name)
+
+    @field_validator("path")
+    @classmethod
+    def _inside_the_repository(cls, value: str) -> str:
+        parts = value.split("/")
+        if not value or value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"a path inside the repository (no '..', '.', empty or leading '/' part), got {value!r}")
+        return value
 
 
 class Parser(_Frozen):
@@ -53,7 +72,7 @@ class Figure(_Frozen):
     """One published number: ``value`` in ``scale`` (1 or 100), stated to ``decimals`` places."""
 
     metric: str
-    value: float
+    value: float = Field(allow_inf_nan=False)
     scale: Literal[1, 100]
     decimals: int = Field(ge=0, le=6)
     where: str
@@ -72,9 +91,11 @@ class Entry(_Frozen):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
     model: str
     decoding: str
-    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    repository: str = Field(pattern=_REPOSITORY)
+    commit: str = Field(pattern=_COMMIT)
     format: str
+
+    _repository = field_validator("repository")(_owner_and_name)
     answers: list[PinnedFile] = Field(min_length=1)
     questions: PinnedFile | None = None
     labels: list[PinnedFile] = Field(default_factory=list)

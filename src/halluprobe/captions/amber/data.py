@@ -128,13 +128,19 @@ def amber_questions(annotations: list[AmberAnnotation], queries: list[AmberQuery
     """The discriminative queries as yes/no questions, by split (existence, attribute-state,
     attribute-number, attribute-action, relation); question_id = AMBER's id."""
     out: dict[str, list[Question]] = {}
+    seen: set[int] = set()
     for q in queries:
         qid = q.id
         if isinstance(qid, bool) or not isinstance(qid, int) or not 1 <= qid <= len(annotations):
             raise InputError(f"query id {qid!r} is not an AMBER annotation id", source)
+        if qid in seen:  # two questions with one question_id: `run` and `amber score` would refuse them later
+            raise InputError(f"query id {qid} is given twice", source)
+        seen.add(qid)
         ann = annotations[qid - 1]
-        if ann.type not in DIMENSIONS:
-            continue  # a generative query: captioned, not asked yes/no
+        if ann.type == "generative":
+            continue  # captioned, not asked yes/no
+        if ann.type not in DIMENSIONS:  # a misspelt type would drop its query from every split
+            raise InputError(f"query {qid}: annotation type {ann.type!r} is not one of AMBER's ({', '.join(['generative', *DIMENSIONS])})", source)
         if ann.truth not in ("yes", "no"):
             raise InputError(f"query {qid}: truth {ann.truth!r} is not yes/no", source)
         split = DIMENSIONS[ann.type]
