@@ -141,7 +141,6 @@ def test_run_sample_infinite_temperature_is_one_line_before_the_model_loads(tmp_
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="captions/chair/lists.py (not this pass's to edit) names a negative id COCO_val2014_-00000000005.jpg")
 def test_build_chair_refuses_a_negative_image_id(tmp_path: Path) -> None:
     listed = tmp_path / "list.jsonl"
     listed.write_text('{"image_id": -5}\n')
@@ -207,3 +206,15 @@ def test_run_max_new_tokens_has_a_bound_before_the_model_loads(tmp_path: Path) -
                                  str(tmp_path / "run"), "--open-ended", "--max-new-tokens", "1000000000"])  # fmt: skip
     _one_line_exit_2(result, "--max-new-tokens 1000000000 is over the limit")
     assert not (tmp_path / "run").exists()
+
+
+def test_build_chair_never_replaces_a_run_dirs_file(tmp_path: Path) -> None:
+    """`build chair --out RUN/run.json --overwrite` would replace a run's header: refused, kept."""
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / "run.json").write_text("{}\n")
+    images = tmp_path / "list.jsonl"
+    images.write_text('{"image_id": 42}\n')
+    result = CliRunner().invoke(app, ["build", "chair", "--list", str(images), "--out", str(run / "run.json"), "--overwrite"])
+    assert result.exit_code == 2 and "run dir" in result.output, result.output
+    assert (run / "run.json").read_text() == "{}\n"

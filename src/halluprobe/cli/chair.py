@@ -12,6 +12,7 @@ import typer
 from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, build_app, errors, refuse_over_limit
 from halluprobe.errors import InputError
 from halluprobe.files import refuse_existing, refuse_non_folder
+from halluprobe.rundir import refuse_run_file
 
 __all__ = ["build_chair_cmd", "chair_cmd", "chair_outputs"]
 
@@ -64,6 +65,7 @@ def build_chair_cmd(
                     f"{len(missing)} images of {chosen.name} are not in the folder, e.g. {missing[0]}",
                     images / missing[0],
                 )
+        refuse_run_file(out, "--out")  # not even with --overwrite: a run's header or samples
         refuse_existing(out, overwrite=overwrite)
         write_questions(out, chair_questions(chosen, prompt))
     typer.echo(

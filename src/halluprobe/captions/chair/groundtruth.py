@@ -132,6 +132,8 @@ def image_key(value: object, path: str | Path | None = None, line: int | None = 
     if isinstance(value, bool):
         raise InputError(f"expected an image id or file name, got {value!r}", path, line)
     if isinstance(value, int):
+        if not 0 <= value < 10**18:  # a COCO id is a non-negative integer; -5 would name COCO_val2014_-00000000005.jpg
+            raise InputError(f"image id {value} is not a COCO id (an integer from 0, at most 18 digits)", path, line)
         return value
     if isinstance(value, str) and value.strip():
         text = value.strip()
