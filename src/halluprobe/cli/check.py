@@ -28,7 +28,8 @@ def check_cmd(
 ) -> None:
     """Check every table with a provenance comment, and every claim, against the run dirs:
     reports each cell that differs (file:line, expected, found) and each run that is missing,
-    incomplete or changed since."""
+    incomplete or changed since. Tables of score, audit, corrections, report.md, chair,
+    decoding and literature audit (literature.md, against its literature.json) are read."""
     from halluprobe.check import check_files
 
     with errors():
