@@ -58,3 +58,21 @@ def test_chair_refuses_a_ground_truth_line_with_a_duplicated_key(tmp_path: Path)
     truth.write_text('{"image": "a.png", "objects": ["cup"], "objects": ["car"]}\n')
     result = runner.invoke(app, ["chair", str(captions), "--ground-truth", str(truth), *SINGULARIZE])
     assert result.exit_code == 2 and f"{truth}:1" in result.output, result.output
+
+
+def test_chair_on_a_llava_caption_file_records_its_prompt_and_refuses_two(tmp_path: Path) -> None:
+    """`chair FILE --format llava-captions` records the prompt the lines carry, as the import
+    does, and refuses a file of two prompts at the line that differs."""
+    truth = tmp_path / "gt.jsonl"
+    truth.write_text(json.dumps({"image": "a.png", "objects": ["cup"]}) + "\n" + json.dumps({"image": "b.png", "objects": ["car"]}) + "\n")
+    rows = [{"question_id": 1, "image": "a.png", "text": "a cup", "prompt": "Describe this image."},
+            {"question_id": 2, "image": "b.png", "text": "a car", "prompt": "Describe this image."}]  # fmt: skip
+    captions = tmp_path / "caps.jsonl"
+    captions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, ["chair", str(captions), "--format", "llava-captions", "--ground-truth", str(truth), *SINGULARIZE, "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"prompt": "Describe this image."' in result.output
+    rows[1]["prompt"] = "List every object."
+    captions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, ["chair", str(captions), "--format", "llava-captions", "--ground-truth", str(truth), *SINGULARIZE])
+    assert result.exit_code == 2 and f"{captions}:2:" in result.output and "one prompt per run" in result.output, result.output

@@ -18,7 +18,7 @@ from halluprobe.captions.chair.groundtruth import (
 from halluprobe.captions.chair.groundtruth import image_key
 from halluprobe.captions.chair.runs import run_captions
 from halluprobe.captions.chair.scoring import Caption, ChairSettings
-from halluprobe.imports.captions import read_caption_file
+from halluprobe.imports.captions import one_prompt, read_caption_file
 from halluprobe.rundir import RunDir, sha256_file
 
 if TYPE_CHECKING:
@@ -68,8 +68,11 @@ def read_captions(path: Path, fmt: str | None) -> tuple[list[Caption], ChairSett
                 source=c.source,
             )
         )
+    # a file whose lines record their prompt (LLaVA-style captions) names it, one prompt per file,
+    # as `import llava-captions` does; the other formats record none
+    prompt = "unknown (caption file)" if all(c.prompt is None for c in lines) else one_prompt(lines)
     return caps, ChairSettings(
-        captions=str(path), format=fmt or "opera", prompt="unknown (caption file)", max_new_tokens="unknown (caption file)"
+        captions=str(path), format=fmt or "opera", prompt=prompt, max_new_tokens="unknown (caption file)"
     )
 
 
