@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from halluprobe.errors import InputError, RuntimeFailure
-from halluprobe.records_scores import Metrics, ScoreReport
 from halluprobe.records import Question, ReadoutResult, Request, Response, RunHeader, Sample, TokenLogprob, TokenSets
+from halluprobe.records_scores import Metrics, ScoreReport
 
 __version__ = "0.1.0"
 

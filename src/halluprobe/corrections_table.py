@@ -24,16 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.readouts.corrections import CORRECTIONS, parse_correction
-from halluprobe.readouts.value import Readout
 from halluprobe.errors import InputError
-from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.paired import ImageBootstrap, SampleTable, paired_test
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import check_readout
+from halluprobe.readouts.corrections import CORRECTIONS, parse_correction
 from halluprobe.readouts.text import TEXT_RULES
+from halluprobe.readouts.value import Readout
+from halluprobe.records import RunHeader, Sample, UnknownPolicy
 from halluprobe.records_scores import BootstrapSettings
-from halluprobe.records import RunHeader, Sample
 from halluprobe.scoring import read_scored_run, readout_rows
 from halluprobe.tomlfile import read_toml
 

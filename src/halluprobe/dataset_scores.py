@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from halluprobe.records import RunHeader
 from halluprobe.benchmarks.datasets import identify_fingerprint
 from halluprobe.metrics.datasets import dashb_scores, popev2_paired_drop
+from halluprobe.records import RunHeader
 from halluprobe.rundir import RunDir
 from halluprobe.scoring import read_scored_run, readout_rows
 

@@ -21,10 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from halluprobe.formatting import fmt_pct, format_ci, format_ratio, format_signed
-from halluprobe.records_scores import ScoreReport
-from halluprobe.records_audit import AuditReport
-from halluprobe.rundir import RunDir
 from halluprobe.audit import audit_run
 from halluprobe.backends.hf.backend import HFBackend
 from halluprobe.benchmarks.objects import read_objects
@@ -32,16 +28,18 @@ from halluprobe.benchmarks.pope import build_pope, write_pope
 from halluprobe.benchmarks.question_file import read_questions, split_name
 from halluprobe.benchmarks.synthetic import write_synthetic
 from halluprobe.corrections_table import corrections_table
-from halluprobe.demo_captions import CAPTION_FAMILY, CAPTION_TOKENIZER, run_caption_demo
+from halluprobe.demo_captions import CAPTION_FAMILY, CAPTION_TOKENIZER, caption_lines, run_caption_demo
 from halluprobe.errors import RuntimeFailure
+from halluprobe.formatting import fmt_pct, format_ci, format_ratio, format_signed
 from halluprobe.readouts.tokensets import describe_token_sets
-from halluprobe.report.page import render_report
+from halluprobe.records_audit import AuditReport
+from halluprobe.records_scores import ScoreReport
 from halluprobe.report.decoding_section import ChairCounting
-from halluprobe.rundir import sha256_file
+from halluprobe.report.page import render_report
 from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.runner import run_questions
 from halluprobe.scoring import score_rundir
-from halluprobe.demo_captions import caption_lines
 
 __all__ = ["DEMO_IMAGES", "DEMO_MODEL_DIR", "DEMO_SEED", "DemoResult", "run_demo"]
 

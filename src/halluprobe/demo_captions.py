@@ -21,25 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from halluprobe.captions.chair.scoring import Difference
-from halluprobe.captions.comparison.records import ComparisonResult
-from halluprobe.formatting import format_ratio
-from halluprobe.captions.chair.vocabulary import vocabulary
-from halluprobe.jsonl import read_json_file
-from halluprobe.captions.chair.lists import ImageList, chair_questions
-from halluprobe.rundir import sha256_file
-from halluprobe.benchmarks.question_file import write_questions
-from halluprobe.captions.chair.groundtruth import image_id_of
-from halluprobe.files import write_atomic
-from halluprobe.run_setup import read_benchmarks
 from halluprobe.backends.hf.decode_rules import parse_decode_spec
-from halluprobe.run_setup import RunConfig
+from halluprobe.benchmarks.question_file import write_questions
 from halluprobe.captions.chair.families import family_named
-from halluprobe.captions.chair.groundtruth import load_ground_truth
+from halluprobe.captions.chair.groundtruth import image_id_of, load_ground_truth
+from halluprobe.captions.chair.lists import ImageList, chair_questions
+from halluprobe.captions.chair.scoring import Difference
+from halluprobe.captions.chair.vocabulary import vocabulary
+from halluprobe.captions.comparison.records import ComparisonResult
 from halluprobe.captions.comparison.runs import load_comparison
 from halluprobe.captions.comparison.table import decoding_table
-from halluprobe.rundir import RunDir
-from halluprobe.run_setup import make_header
+from halluprobe.files import write_atomic
+from halluprobe.formatting import format_ratio
+from halluprobe.jsonl import read_json_file
+from halluprobe.run_setup import RunConfig, make_header, read_benchmarks
+from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.runner import run_questions
 
 __all__ = [

@@ -18,8 +18,8 @@ from typing import Any
 
 from halluprobe.backends.base import Backend
 from halluprobe.records import Question, TokenSets
-from halluprobe.rundir import RunDir
 from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.rundir import RunDir
 from halluprobe.runner import run_questions
 
 __all__ = ["Diagnosis", "diagnose", "sample_questions"]

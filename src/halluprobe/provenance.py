@@ -31,8 +31,8 @@ from pydantic import Field, SerializerFunctionWrapHandler, TypeAdapter, Validati
 from halluprobe import __version__
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
-from halluprobe.records_scores import BootstrapSettings, ScoreReport
 from halluprobe.records import FrozenRecord, UnknownPolicy
+from halluprobe.records_scores import BootstrapSettings, ScoreReport
 from halluprobe.rundir import RunDir, sha256_file
 
 __all__ = [

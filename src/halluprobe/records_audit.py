@@ -13,8 +13,8 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
 
-from halluprobe.records_scores import BootstrapSettings, Metrics
 from halluprobe.records import FrozenRecord, TokenSets
+from halluprobe.records_scores import BootstrapSettings, Metrics
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from halluprobe.errors import InputError
 from halluprobe.readouts.apply import apply
-from halluprobe.readouts.text import ALL_TEXT_RULES
 from halluprobe.readouts.literature import LABEL_DEPENDENT_RULES
+from halluprobe.readouts.text import ALL_TEXT_RULES
 from halluprobe.readouts.value import TEXT_PREFIX, Readout
 from halluprobe.scoring import read_run_samples
 

@@ -17,9 +17,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from halluprobe import __version__
 from halluprobe.backends.base import Backend, DecodesText, RecordsSignals
 from halluprobe.backends.hf.decode_rules import BRANCHES, check_decoding, resolved
+from halluprobe.benchmarks.fingerprint import content_fingerprint
 from halluprobe.benchmarks.question_file import read_questions, split_name
+from halluprobe.benchmarks.versions import versions_of_file
 from halluprobe.clip_signal import CLIP_SIGNAL, ClipScorer
 from halluprobe.errors import InputError
 from halluprobe.readouts.logits import LOGIT_READOUTS
@@ -28,9 +31,6 @@ from halluprobe.readouts.value import TEXT_PREFIX
 from halluprobe.records import DECODING_KEYS, ICD_INSTRUCTION, DecodeSpec, GenerateConfig, Question, RunHeader
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
 from halluprobe.shards import Shard, limit_questions, select_shard
-from halluprobe import __version__
-from halluprobe.benchmarks.fingerprint import content_fingerprint
-from halluprobe.benchmarks.versions import versions_of_file
 
 __all__ = [
     "MAX_NEW_TOKENS",

@@ -21,8 +21,8 @@ from halluprobe.errors import InputError
 from halluprobe.files import append_durable, drop_cut_tail, refuse_non_folder, write_atomic
 from halluprobe.jsonl import loads, read_log_lines, read_text
 from halluprobe.records import QuestionKey, RunHeader, Sample
-from halluprobe.records_scores import ScoreReport
 from halluprobe.records_audit import AuditReport
+from halluprobe.records_scores import ScoreReport
 
 __all__ = ["RunDir", "OWNED_FILES", "AUDIT", "MANIFEST", "refuse_run_file", "differ_phrase", "fingerprint_of", "header_differences", "sha256_file", "sum_counts"]
 

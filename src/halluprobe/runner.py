@@ -30,8 +30,8 @@ from halluprobe.records import (
     Sample,
     TokenSets,
 )
-from halluprobe.rundir import RunDir
 from halluprobe.run_setup import _TEXT_FINGERPRINT, RunConfig, RunPlan, check_backend, plan_questions, run_fingerprint
+from halluprobe.rundir import RunDir
 
 __all__ = ["RunSummary", "execute_plan", "run_questions", "make_sample"]  # the run's set-up lives in run_setup.py, re-exported here where callers have always found it
 

@@ -13,19 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
-from halluprobe.imports.answers import read_answers
-from halluprobe.records import UnknownPolicy
-from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.files import write_atomic
+from halluprobe.imports.answers import pair_answers, read_answers
+from halluprobe.imports.common import LabelIndex
+from halluprobe.metrics.compat import tool_numbers
+from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import apply_run, available_readouts, check_readout
 from halluprobe.readouts.text import ALL_TEXT_RULES, parse_text
 from halluprobe.readouts.value import Readout
-from halluprobe.records import RunHeader, Sample
+from halluprobe.records import RunHeader, Sample, UnknownPolicy
 from halluprobe.records_scores import ScoreReport
 from halluprobe.rundir import RunDir
-from halluprobe.metrics.compat import tool_numbers
-from halluprobe.imports.answers import pair_answers
-from halluprobe.imports.common import LabelIndex
 
 __all__ = [
     "score_rundir",

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from halluprobe.benchmarks.question_file import read_questions
 from halluprobe.errors import InputError
 from halluprobe.records import Question, QuestionKey, Sample
 from halluprobe.rundir import RunDir, differ_phrase, sha256_file
-from halluprobe.benchmarks.question_file import read_questions
 
 __all__ = ["Shard", "limit_questions", "parse_shard", "shard_of", "select_shard", "MergeSummary", "merge_rundirs"]
 

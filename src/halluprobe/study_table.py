@@ -11,10 +11,10 @@ from typing import Literal
 from halluprobe import __version__
 from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import Provenance, marked_comment, run_source
-from halluprobe.records import UnknownPolicy
-from halluprobe.tables import Cell, Grid, latex_escape
 from halluprobe.readouts.apply import available_readouts
+from halluprobe.records import UnknownPolicy
 from halluprobe.scoring import read_run_samples, score_readouts
+from halluprobe.tables import Cell, Grid, latex_escape
 
 __all__ = ["RECOMMENDED", "STUDY_READOUTS", "study_grid", "study_provenance", "study_table"]
 

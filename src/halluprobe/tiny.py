@@ -29,7 +29,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 __all__ = [
     "DEMO_PHOTOS",
     "LLAVA_CHAT_TEMPLATE",

@@ -8,9 +8,10 @@ Both become the same one line (file:line where the parser says it) as a syntax e
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from halluprobe.errors import InputError
 

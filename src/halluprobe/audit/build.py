@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from halluprobe.audit.diagnostics import (
-    STABLE_TOL,
     CONVERGENCE_STEP,
+    STABLE_TOL,
     agreement,
     calibration,
     convergence_curves,
@@ -25,11 +25,10 @@ from halluprobe.audit.relabel import LabelsFile, labels_spec, relabel
 from halluprobe.audit.table import AuditedRun, bootstrap_settings, choose_headline, imported, load_run, score_readout
 from halluprobe.benchmarks.question_file import read_questions, refuse_open_questions
 from halluprobe.errors import InputError
-from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.binary import check_policy
 from halluprobe.metrics.paired import ImageBootstrap, PairedResult, paired_test
 from halluprobe.readouts.logits import LOGIT_READOUTS
-from halluprobe.records import RunHeader
+from halluprobe.records import RunHeader, UnknownPolicy
 from halluprobe.records_audit import (
     AuditReport,
     Calibration,

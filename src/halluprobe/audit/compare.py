@@ -11,10 +11,9 @@ import numpy as np
 from halluprobe.audit.build import paired_record
 from halluprobe.audit.table import bootstrap_settings, choose_headline, load_run, score_readout, score_tables
 from halluprobe.errors import InputError
-from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.binary import check_policy
 from halluprobe.metrics.paired import ImageBootstrap, paired_test
-from halluprobe.records import QuestionKey, RunHeader
+from halluprobe.records import QuestionKey, RunHeader, UnknownPolicy
 from halluprobe.records_audit import ComparedRun, PairedTest, RunComparison, RunDifferences, ScoreTables
 
 __all__ = ["compare_runs", "run_labels"]

@@ -10,10 +10,10 @@ import numpy as np
 
 from halluprobe.audit.table import AuditedRun, question_object
 from halluprobe.metrics.binary import N_RAW, categorize, counts_from_raw, metrics_from_counts
-from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.stats import convergence, expected_calibration_error, stable_after
 from halluprobe.readouts.logits import LOGIT_READOUTS
 from halluprobe.readouts.tokensets import greedy_answer
+from halluprobe.records import UnknownPolicy
 from halluprobe.records_audit import (
     Calibration,
     CalibrationBin,

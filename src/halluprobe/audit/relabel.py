@@ -16,8 +16,7 @@ import numpy as np
 from halluprobe.audit.table import AuditedRun, score_readout, score_tables
 from halluprobe.benchmarks.question_file import split_name
 from halluprobe.metrics.binary import METRIC_NAMES
-from halluprobe.records import UnknownPolicy
-from halluprobe.records import Question
+from halluprobe.records import Question, UnknownPolicy
 from halluprobe.records_audit import MetricShift, ReadoutScores, Relabel, ScoreTables
 
 __all__ = ["SHIFT_METRICS", "LabelsFile", "LabelsSpec", "labels_spec", "relabel"]

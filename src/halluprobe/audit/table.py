@@ -17,14 +17,13 @@ import numpy as np
 from halluprobe.benchmarks.question_file import object_from_text
 from halluprobe.errors import InputError
 from halluprobe.metrics.paired import SampleTable
-from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.score import ScoreRow, score_rows
 from halluprobe.readouts.apply import apply_run
 from halluprobe.readouts.logits import LEGACY_READOUTS
-from halluprobe.records_scores import BootstrapSettings, ScoreReport
-from halluprobe.records import RunHeader, Sample
-from halluprobe.records_audit import ScoreTables
 from halluprobe.readouts.value import Readout
+from halluprobe.records import RunHeader, Sample, UnknownPolicy
+from halluprobe.records_audit import ScoreTables
+from halluprobe.records_scores import BootstrapSettings, ScoreReport
 from halluprobe.scoring import read_run_samples
 
 __all__ = [

@@ -24,20 +24,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from halluprobe.benchmarks.datasets import DatasetVersion, SourceFile
 from halluprobe.benchmarks.created import CreatedOutputs, removed_on_failure
+from halluprobe.benchmarks.datasets import DatasetVersion, SourceFile
 from halluprobe.benchmarks.download import already_pinned, copy_pinned, default_cache_dir, fetch_pinned
-from halluprobe.errors import InputError
-from halluprobe.jsonl import loads
-from halluprobe.records import Question
 from halluprobe.benchmarks.fingerprint import content_fingerprint
-from halluprobe.benchmarks.question_file import write_questions
-from halluprobe.benchmarks.question_file import read_questions
-from halluprobe.benchmarks.sources import image_names
+from halluprobe.benchmarks.question_file import read_questions, write_questions
 from halluprobe.benchmarks.sources import (
     fetch_coco_images,
     fetch_images,
+    image_names,
 )
+from halluprobe.errors import InputError
+from halluprobe.jsonl import loads
+from halluprobe.records import Question
 
 __all__ = [
     "DASHB_QUERY",

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from halluprobe.benchmarks.download import mirror_url
+from halluprobe.benchmarks.sources import POPE_VERSIONS, pope_version
 from halluprobe.errors import InputError
-from halluprobe.benchmarks.sources import POPE_VERSIONS
-from halluprobe.benchmarks.sources import pope_version
 
 __all__ = [
     "DATASETS",

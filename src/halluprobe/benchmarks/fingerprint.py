@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from halluprobe.errors import InputError
-from halluprobe.records import Question
 from halluprobe.benchmarks.datasets import counts_hint, identify_fingerprint
 from halluprobe.benchmarks.question_file import read_questions
+from halluprobe.errors import InputError
+from halluprobe.records import Question
 
 __all__ = ["FINGERPRINT_FIELDS", "content_fingerprint", "fingerprint_info"]
 

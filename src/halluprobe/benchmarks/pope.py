@@ -34,14 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from halluprobe import __version__  # late: keeps this module importable on its own
 from halluprobe.benchmarks.objects import ObjectIndex
-from halluprobe.errors import InputError
 from halluprobe.benchmarks.question_file import (  # re-exported: their home before the split
     questions_bytes,
 )
+from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.records import SCHEMA_VERSION, Question
-from halluprobe import __version__  # late: keeps this module importable on its own
 
 __all__ = [
     "SAMPLER_VERSION",

@@ -33,8 +33,8 @@ from halluprobe.benchmarks.download import (
     mirror_url,
     remove_quietly,
 )
-from halluprobe.errors import InputError
 from halluprobe.benchmarks.question_file import read_questions  # late: avoid an import cycle
+from halluprobe.errors import InputError
 
 __all__ = [
     "POPE_BASE_URL",

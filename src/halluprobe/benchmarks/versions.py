@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+
 from halluprobe.benchmarks.sources import POPE_VERSIONS
 
 __all__ = ["ANSWER_SUFFIX", "normalise_question", "questions_digest", "detect_versions", "describe_versions", "versions_of_file"]

@@ -23,8 +23,8 @@ from halluprobe.check.decoding import DecodingTable, check_decoding_table, extra
 from halluprobe.check.findings import CheckResult, Finding, FindingKind
 from halluprobe.check.literature import LiteratureTable, check_literature_table, extract_literature_tables
 from halluprobe.check.parse import MAX_RESAMPLES, MAX_SEED, FoundTable, check_bounds, extract_tables
-from halluprobe.check.sources import RunCache, file_findings, locate_run, run_findings
 from halluprobe.check.registry import TABLE_KINDS, TableKind
+from halluprobe.check.sources import RunCache, file_findings, locate_run, run_findings
 from halluprobe.check.verify import check_files
 
 __all__ = [

@@ -13,19 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from halluprobe.captions.chair.evaluate import chair_results
+from halluprobe.captions.chair.families import FAMILIES, TOKENIZERS
+from halluprobe.captions.chair.groundtruth import load_ground_truth, shipped_ground_truth
+from halluprobe.captions.chair.inputs import read_captions
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import check_bounds, latex_table_under, marked_comments, markdown_table_under
+from halluprobe.check.parse import check_bounds, latex_table_under, markdown_table_under, marked_comments
 from halluprobe.check.sources import file_findings, locate_run
 from halluprobe.errors import InputError
 from halluprobe.provenance import CHAIR_PROVENANCE_MARK, ChairProvenance, FileSource, read_payload
 from halluprobe.report.chair import chair_grid
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style
-from halluprobe.captions.chair.families import FAMILIES, TOKENIZERS
-from halluprobe.captions.chair.inputs import read_captions
-from halluprobe.captions.chair.groundtruth import load_ground_truth, shipped_ground_truth
-from halluprobe.captions.chair.evaluate import chair_results
 
 if TYPE_CHECKING:
     from halluprobe.captions.chair.groundtruth import GroundTruth

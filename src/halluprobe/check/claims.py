@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from halluprobe.check.compare import MAX_NUMBER_CHARS, compare_number
 from halluprobe.check.findings import Finding
 from halluprobe.check.sources import RunCache, locate_run, run_findings
 from halluprobe.errors import InputError
-from halluprobe.records import UNKNOWN_POLICIES, UnknownPolicy
 from halluprobe.provenance import RunSource
+from halluprobe.records import UNKNOWN_POLICIES, UnknownPolicy
 from halluprobe.tomlfile import loads_toml
 
 __all__ = ["CLAIM_METRICS", "Claim", "Written", "read_claims", "parse_written", "check_claims"]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from halluprobe.captions.chair.families import TOKENIZERS, family_named
 from halluprobe.captions.comparison.render import decoding_grids
 from halluprobe.captions.comparison.runs import LoadedRun, load_comparison
 from halluprobe.captions.comparison.table import decoding_table
@@ -28,8 +29,6 @@ from halluprobe.errors import InputError
 from halluprobe.provenance import DECODING_PROVENANCE_MARK, DecodingProvenance, read_payload
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style
-from halluprobe.captions.chair.families import TOKENIZERS
-from halluprobe.captions.chair.families import family_named
 
 __all__ = ["DecodingTable", "check_decoding_table", "extract_decoding_tables"]
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from halluprobe.check.findings import Finding
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads, read_text
-from halluprobe.records_scores import ScoreReport
+from halluprobe.provenance import FileSource, RunSource
 from halluprobe.records import UnknownPolicy
+from halluprobe.records_scores import ScoreReport
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.scoring import score_rundir
-from halluprobe.provenance import FileSource, RunSource
 
 __all__ = ["RunCache", "file_findings", "locate_run", "run_findings"]
 

@@ -24,10 +24,9 @@ from typing import Annotated, Any, Literal, Optional, TypeVar
 import typer
 
 from halluprobe.backends.base import BACKENDS, Backend, backend_options, load_backend
+from halluprobe.cli._app import fail
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.jsonl import loads
-
-from halluprobe.cli._app import fail
 
 __all__ = ["BackendSpec", "with_backend", "with_secondary_backend", "parse_backend_options", "load_model_backend"]
 

@@ -32,13 +32,13 @@ def amber_questions_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace existing files.")] = False,
 ) -> None:
     """Write AMBER's discriminative queries as yes/no question files for `halluprobe run`."""
+    from halluprobe.benchmarks.question_file import write_questions
     from halluprobe.captions.amber.data import (
         amber_generative_questions,
         amber_questions,
         read_amber_annotations,
         read_amber_queries,
     )
-    from halluprobe.benchmarks.question_file import write_questions
     from halluprobe.files import refuse_existing, refuse_non_folder
 
     with errors():

@@ -49,12 +49,12 @@ def build_chair_cmd(
     ] = False,
 ) -> None:
     """Write one open question per image of a CHAIR list; run it with `halluprobe run --open-ended`."""
+    from halluprobe.benchmarks.question_file import write_questions
     from halluprobe.captions.chair.lists import (
         chair_questions,
         missing_images,
         read_image_list,
     )
-    from halluprobe.benchmarks.question_file import write_questions
 
     with errors():
         chosen = read_image_list(image_list)
@@ -152,10 +152,10 @@ def chair_cmd(
     ] = False,
 ) -> None:
     """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
-    from halluprobe.captions.chair.inputs import caption_source, ground_truth_for, read_captions
     from halluprobe.audit.table import bootstrap_settings
     from halluprobe.captions.chair.evaluate import chair_results
     from halluprobe.captions.chair.families import counting_options, family_named
+    from halluprobe.captions.chair.inputs import caption_source, ground_truth_for, read_captions
     from halluprobe.captions.chair.scoring import caption_lines, paired_comparison, score_captions
     from halluprobe.files import write_atomic
     from halluprobe.formatting import format_ratio

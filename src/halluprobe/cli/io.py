@@ -32,8 +32,8 @@ def import_cmd(
 
     Every answer is imported or listed with its reason in RUNDIR/manifest.json."""
     from halluprobe.errors import InputError
-    from halluprobe.imports.formats import FORMATS, import_answers
     from halluprobe.imports.captions import CAPTION_FORMATS, detect_caption_format, import_captions
+    from halluprobe.imports.formats import FORMATS, import_answers
 
     with errors():
         files = list(args)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -29,7 +29,6 @@ def probe_induce(
 ) -> None:
     """Describe every image with hallucination-inducing prompts; descriptions go to a JSONL file."""
     from halluprobe.benchmarks.autoprobe.induction import induce, list_images, load_prompt_set
-
     from halluprobe.files import refuse_non_file
 
     with errors():
@@ -64,7 +63,6 @@ def probe_build(
     from halluprobe.benchmarks.autoprobe.build import ProbeBuildConfig, build_probe, parse_llm_spec
     from halluprobe.benchmarks.autoprobe.detector import OwlDetector, check_thresholds
     from halluprobe.benchmarks.autoprobe.induction import PromptSet, list_images, load_prompt_set
-
     from halluprobe.files import refuse_non_folder
 
     with errors():

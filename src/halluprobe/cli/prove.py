@@ -30,8 +30,8 @@ def prove_questions_cmd(
     label is a placeholder that nothing scores: a run over these lines must be --open-ended, and
     `halluprobe score` / `audit` refuse such a run. Score it with `halluprobe prove score`.
     """
-    from halluprobe.benchmarks.question_file import write_questions
     from halluprobe.benchmarks.prove.data import open_questions, read_prove
+    from halluprobe.benchmarks.question_file import write_questions
 
     with errors():
         items = read_prove(data)
@@ -67,7 +67,6 @@ def prove_score_cmd(
     from halluprobe.benchmarks.prove.evaluate import read_responses, score_responses, write_scores
     from halluprobe.benchmarks.prove.extraction import LMExtractor, SpacyExtractor, TupleCache
     from halluprobe.benchmarks.prove.scoring import BackendEntailment, SentenceEmbedder, summarize
-
     from halluprobe.files import refuse_non_folder
 
     with errors():
@@ -137,7 +136,6 @@ def prove_build_cmd(
     from halluprobe.benchmarks.prove.build import ANSWERS_FILE, build_outputs, build_prove, read_captions, write_build
     from halluprobe.benchmarks.prove.extraction import SpacyExtractor
     from halluprobe.benchmarks.prove.scoring import SentenceEmbedder
-
     from halluprobe.files import refuse_non_folder
 
     with errors():

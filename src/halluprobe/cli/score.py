@@ -185,8 +185,8 @@ def audit_cmd(
 
 def _print_readouts_table(rundir: Path, headline: str, unknown: str, resamples: int, seed: int, syntax: str) -> None:
     """The run's readouts side by side, under a provenance comment that `halluprobe check` reads."""
-    from halluprobe.scoring import readouts_reports
     from halluprobe.provenance import readouts_provenance
+    from halluprobe.scoring import readouts_reports
     from halluprobe.tables import render_readouts
     with errors():
         reports, forced = readouts_reports(rundir, policy=unknown, n_resamples=resamples, seed=seed)
@@ -224,8 +224,8 @@ def report_cmd(
     at most one sampled run) get the yes/no page with the captions' decoding table (as the demo's).
     A report halluprobe wrote earlier is replaced; any other file at --out or its twin is refused."""
     from halluprobe.audit import audit_run, compare_runs
-    from halluprobe.report.page import render_report
     from halluprobe.report.decoding_section import chair_counting
+    from halluprobe.report.page import render_report
 
     with errors():
         if out.is_dir():

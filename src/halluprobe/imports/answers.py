@@ -22,12 +22,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from halluprobe.benchmarks.sources import POPE_VERSIONS
 from halluprobe.benchmarks.versions import normalise_question
 from halluprobe.errors import InputError
 from halluprobe.imports.common import Imported, ImportResult, InputFiles, LabelIndex, as_int_id
 from halluprobe.jsonl import iter_objects
 from halluprobe.records import Question
-from halluprobe.benchmarks.sources import POPE_VERSIONS
 
 __all__ = ["read_answers", "pair_answers", "read_answers_format", "versions_by_counts"]
 

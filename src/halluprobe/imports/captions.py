@@ -26,13 +26,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from halluprobe import __version__
 from halluprobe.errors import InputError
 from halluprobe.files import fresh_out_dir, write_atomic
 from halluprobe.imports.common import check_import_out, owned_by_import
 from halluprobe.jsonl import loads, read_records
 from halluprobe.records import GenerateConfig, RunHeader, Sample
 from halluprobe.rundir import RunDir, fingerprint_of, sha256_file
-from halluprobe import __version__
 
 __all__ = [
     "CAPTION_FORMATS",

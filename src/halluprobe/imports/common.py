@@ -19,17 +19,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from halluprobe import __version__
 from halluprobe.benchmarks.fingerprint import fingerprint_info
+from halluprobe.benchmarks.question_file import read_questions, refuse_open_questions, split_name
 from halluprobe.benchmarks.versions import detect_versions, normalise_question, versions_of_file
 from halluprobe.errors import InputError
 from halluprobe.files import fresh_out_dir, plain_component, write_atomic
 from halluprobe.jsonl import parse_int_id, read_text, replace_lone_surrogates
-from halluprobe.readouts.value import TEXT_PREFIX
 from halluprobe.readouts.text import TEXT_RULES
+from halluprobe.readouts.value import TEXT_PREFIX
 from halluprobe.records import Decision, GenerateConfig, Label, Question, ReadoutResult, RunHeader, Sample
 from halluprobe.rundir import MANIFEST, OWNED_FILES, RunDir, fingerprint_of, sha256_file
-from halluprobe import __version__
-from halluprobe.benchmarks.question_file import read_questions, refuse_open_questions, split_name
 
 __all__ = [
     "IMPORTED_RUN_FILES",

@@ -27,13 +27,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from halluprobe.benchmarks.question_file import read_questions
 from halluprobe.errors import InputError
 from halluprobe.files import fresh_out_dir, plain_component, write_atomic
 from halluprobe.imports.llava import SPLIT_ID_OFFSET
-from halluprobe.records import RunHeader, Sample
 from halluprobe.jsonl import loads, read_text
+from halluprobe.records import RunHeader, Sample
 from halluprobe.rundir import MANIFEST, RunDir, sha256_file
-from halluprobe.benchmarks.question_file import read_questions
 
 __all__ = ["EXPORT_FORMATS", "Export", "export_run"]
 

@@ -14,18 +14,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from halluprobe.errors import InputError
+from halluprobe.imports.answers import read_answers_format
 from halluprobe.imports.captions import CAPTION_FORMATS
 from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, check_import_out, write_imported_run
+from halluprobe.imports.dashb import read_dashb
+from halluprobe.imports.llava import read_llava, read_llava_by_labels
+from halluprobe.imports.lmms_eval import looks_like_lmms_eval, read_lmms_eval
+from halluprobe.imports.marine import read_marine
+from halluprobe.imports.vlmevalkit import read_vlmevalkit
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir
-from halluprobe.imports.lmms_eval import looks_like_lmms_eval
-from halluprobe.imports.answers import read_answers_format
-from halluprobe.imports.dashb import read_dashb
-from halluprobe.imports.llava import read_llava
-from halluprobe.imports.lmms_eval import read_lmms_eval
-from halluprobe.imports.vlmevalkit import read_vlmevalkit
-from halluprobe.imports.marine import read_marine
-from halluprobe.imports.llava import read_llava_by_labels
 
 __all__ = ["FORMATS", "SHEET_SUFFIXES", "detect_format", "read_import", "import_answers"]
 

@@ -21,8 +21,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from halluprobe.errors import InputError
 from halluprobe.benchmarks.question_file import object_from_text
+from halluprobe.errors import InputError
 from halluprobe.imports.common import Imported, ImportResult, InputFiles, as_int_id, yes_no
 from halluprobe.jsonl import read_records
 

@@ -12,15 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from halluprobe.benchmarks.dataset_files import ENV_GITHUB_MIRROR, dashb_questions, fetch_source
+from halluprobe.benchmarks.datasets import DATASETS
+from halluprobe.benchmarks.download import Unreachable
+from halluprobe.benchmarks.fingerprint import content_fingerprint
+from halluprobe.benchmarks.question_file import read_questions
+from halluprobe.benchmarks.versions import normalise_question
 from halluprobe.errors import InputError
 from halluprobe.literature.registry import Entry
-from halluprobe.benchmarks.dataset_files import ENV_GITHUB_MIRROR, fetch_source
-from halluprobe.benchmarks.download import Unreachable
-from halluprobe.benchmarks.dataset_files import dashb_questions
-from halluprobe.benchmarks.datasets import DATASETS
-from halluprobe.benchmarks.question_file import read_questions
-from halluprobe.benchmarks.fingerprint import content_fingerprint
-from halluprobe.benchmarks.versions import normalise_question
 
 if TYPE_CHECKING:
     from halluprobe.benchmarks.datasets import SourceFile

@@ -16,16 +16,15 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from halluprobe import __version__
+from halluprobe.benchmarks.created import CreatedOutputs
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.files import write_atomic
 from halluprobe.formatting import markdown_table
-from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, audit_entry, check_audit_outputs
+from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, audit_entry, check_audit_outputs, missing_capability
 from halluprobe.literature.registry import Entry, Registry
 from halluprobe.provenance import LiteratureProvenance, marked_comment
 from halluprobe.tables import Cell, Grid
-from halluprobe.benchmarks.created import CreatedOutputs
-from halluprobe import __version__
-from halluprobe.literature.audit import missing_capability
 
 __all__ = [
     "LITERATURE_MD", "LITERATURE_JSON", "audit_literature", "literature_grid", "literature_markdown", "literature_provenance",

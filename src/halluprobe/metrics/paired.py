@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from halluprobe.metrics.binary import N_RAW, categorize, count, fold_counts, metrics_from_counts, ratio_arrays
-from halluprobe.records import UnknownPolicy
 from halluprobe.metrics.stats import draw_blocks, draw_weights, mcnemar_exact, percentile_ci
+from halluprobe.records import UnknownPolicy
 
 __all__ = ["ImageBootstrap", "PairedResult", "SampleTable", "paired_test"]
 

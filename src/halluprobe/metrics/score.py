@@ -22,18 +22,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from halluprobe.metrics.binary import METRIC_NAMES, check_policy, counts_from_raw, fold_counts, N_RAW, ratio_arrays, categorize, metrics_from_counts
-from halluprobe.records import UnknownPolicy
+from halluprobe.metrics.binary import METRIC_NAMES, N_RAW, categorize, check_policy, counts_from_raw, fold_counts, metrics_from_counts, ratio_arrays
 from halluprobe.metrics.stats import (
+    auroc,
     check_level,
     draw_blocks,
     draw_weights,
-    auroc,
     expected_calibration_error,
     percentile_ci,
 )
+from halluprobe.records import Decision, Label, UnknownPolicy
 from halluprobe.records_scores import BootstrapSettings, Metrics, ScoreReport
-from halluprobe.records import Decision, Label
 
 __all__ = ["CI_METRICS", "ScoreRow", "score_rows"]
 

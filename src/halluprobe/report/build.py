@@ -12,10 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from halluprobe import __version__
 from halluprobe.errors import InputError
+from halluprobe.formatting import fmt_count
 from halluprobe.records import RunHeader
-from halluprobe.records_scores import BootstrapSettings
 from halluprobe.records_audit import AuditReport, Relabel, RunComparison
+from halluprobe.records_scores import BootstrapSettings
 from halluprobe.report.view import (
     LEADERBOARD,
     LOGIT_SECTIONS,
@@ -30,9 +32,7 @@ from halluprobe.report.view import (
     RunView,
     TokenView,
 )
-from halluprobe.formatting import fmt_count
 from halluprobe.rundir import RunDir
-from halluprobe import __version__
 
 __all__ = ["as_audit", "build_view", "text_only"]
 

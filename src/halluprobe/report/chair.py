@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from halluprobe import __version__
 from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.length import chair_by_equal_count_groups
 from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings, ChairSummary
@@ -20,7 +21,6 @@ from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import ChairProvenance, ChairSource, marked_comment
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.tables import Cell, Grid, latex_escape
-from halluprobe import __version__
 
 __all__ = [
     "chair_grid", "chair_latex_table", "chair_provenance", "chair_section", "hallucinated_objects",

@@ -18,21 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from halluprobe import __version__
 from halluprobe.audit.table import bootstrap_settings
-from halluprobe.captions.chair.evaluate import ChairResults
+from halluprobe.captions.chair.evaluate import ChairResults, chair_results, refuse_unknown_images
+from halluprobe.captions.chair.inputs import caption_source
+from halluprobe.captions.chair.length import LengthGroup, chair_by_equal_count_groups
+from halluprobe.captions.chair.runs import run_captions
 from halluprobe.captions.chair.scoring import CaptionScore, ChairSettings
 from halluprobe.files import write_atomic
-from halluprobe.captions.chair.length import LengthGroup, chair_by_equal_count_groups
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects
 from halluprobe.report.decoding_section import ChairCounting, decoding_section
-from halluprobe.tables import Grid
-from halluprobe.captions.chair.evaluate import chair_results, refuse_unknown_images
-from halluprobe.captions.chair.inputs import caption_source
-from halluprobe.captions.chair.runs import run_captions
 from halluprobe.report.figure_style import PALETTE, figure, svg
-from halluprobe import __version__
 from halluprobe.report.page import stylesheet
+from halluprobe.tables import Grid
 
 __all__ = ["ChairRunView", "chair_length_plot", "chair_run_view", "render_chair_report", "OPEN_ENDED_HINT"]
 

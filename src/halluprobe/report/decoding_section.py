@@ -21,22 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from halluprobe.errors import InputError
-from halluprobe.captions.chair.families import counting_options
+from halluprobe.captions.chair.families import FAMILIES, counting_options, family_named
+from halluprobe.captions.chair.groundtruth import load_ground_truth, shipped_ground_truth
+from halluprobe.captions.comparison.render import (
+    decoding_markdown,
+    decoding_provenance,
+)
 from halluprobe.captions.comparison.runs import (
     decoding_identity,
     load_comparison,
     load_run,
 )
-from halluprobe.captions.chair.families import family_named
-from halluprobe.captions.comparison.render import (
-    decoding_markdown,
-    decoding_provenance,
-)
 from halluprobe.captions.comparison.table import decoding_table
-from halluprobe.captions.chair.families import FAMILIES
-from halluprobe.captions.chair.groundtruth import load_ground_truth
-from halluprobe.captions.chair.groundtruth import shipped_ground_truth
+from halluprobe.errors import InputError
 
 if TYPE_CHECKING:
     from halluprobe.captions.comparison.runs import ComparisonRuns

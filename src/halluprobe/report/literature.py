@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, missing_capability, new_entry_audit, recompute_entry
-from halluprobe.literature.registry import Entry, Registry
-from halluprobe.report.view import add_section
 from halluprobe.errors import InputError
+from halluprobe.literature.audit import HEADLINE, STRICT_RULE, EntryAudit, missing_capability, new_entry_audit, recompute_entry
+from halluprobe.literature.registry import Entry, Registry, load_registry
+from halluprobe.report.view import add_section
 from halluprobe.rundir import RunDir
-from halluprobe.literature.registry import load_registry
 
 __all__ = ["SECTION_ID", "LiteratureMatch", "add_literature_section", "literature_html", "literature_markdown", "literature_matches"]
 

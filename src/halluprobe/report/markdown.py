@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from halluprobe.formatting import fmt_count, fmt_pct, fmt_score
+from halluprobe.provenance import marked_comment
 from halluprobe.report.markdown_sections import (
     agreement_lines,
     code_span,
@@ -24,8 +26,6 @@ from halluprobe.report.markdown_sections import (
     with_ci,
 )
 from halluprobe.report.view import ReportView, piece
-from halluprobe.formatting import fmt_count, fmt_pct, fmt_score
-from halluprobe.provenance import marked_comment
 from halluprobe.tables import headline_grid
 
 if TYPE_CHECKING:

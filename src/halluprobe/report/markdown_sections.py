@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from halluprobe.formatting import markdown_table
-from halluprobe.records_scores import Metrics
+from halluprobe.formatting import fmt_ci, fmt_count, fmt_delta, fmt_p, fmt_pct, fmt_score, markdown_table
 from halluprobe.records_audit import PairedTest
-from halluprobe.report.view import ReportView, RunView, piece
-from halluprobe.formatting import fmt_ci, fmt_count, fmt_delta, fmt_p, fmt_pct, fmt_score
-from halluprobe.tables import percent_cell
+from halluprobe.records_scores import Metrics
 from halluprobe.report.parsers import parsers_lines
+from halluprobe.report.view import ReportView, RunView, piece
+from halluprobe.tables import percent_cell
 
 __all__ = [
     "agreement_lines",

@@ -12,30 +12,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from halluprobe.audit import audit_run, compare_runs
+from halluprobe.corrections_table import corrections_table, default_corrections
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
-from halluprobe.records_scores import Metrics
-from halluprobe.records_audit import AuditReport, PYesByLabel, RunComparison
-from halluprobe.report.build import as_audit, build_view
-from halluprobe.report.view import ReportView, RunView, add_section
-from halluprobe.provenance import headline_provenance
-from halluprobe.report.decoding_section import decoding_section
-from halluprobe.report.decoding_section import ChairCounting
-from halluprobe.corrections_table import corrections_table, default_corrections
-from halluprobe.rundir import RunDir
-from halluprobe.report.parsers import parsers_view
-from halluprobe.report import plots
-from halluprobe.report.figure_style import TEXT_WIDTH_IN
 from halluprobe.formatting import fmt_ci, fmt_count, fmt_delta, fmt_p, fmt_pct, fmt_score
-from halluprobe.report.view import piece, short_readout
-from halluprobe.report.markdown import markdown_report
-from halluprobe.audit import audit_run
-from halluprobe.audit import compare_runs
+from halluprobe.provenance import headline_provenance
+from halluprobe.records_audit import AuditReport, PYesByLabel, RunComparison
+from halluprobe.records_scores import Metrics
+from halluprobe.report import plots
+from halluprobe.report.build import as_audit, build_view
+from halluprobe.report.decoding_section import ChairCounting, decoding_section
+from halluprobe.report.figure_style import TEXT_WIDTH_IN
 from halluprobe.report.literature import add_literature_section, literature_matches
+from halluprobe.report.markdown import markdown_report
+from halluprobe.report.parsers import parsers_view
+from halluprobe.report.view import ReportView, RunView, add_section, piece, short_readout
+from halluprobe.rundir import RunDir
 
 if TYPE_CHECKING:
-    from halluprobe.report.decoding_section import ChairCounting
     from halluprobe.provenance import Provenance
+    from halluprobe.report.decoding_section import ChairCounting
 
 __all__ = ["build_figures", "render_html", "render_report", "render_report_markdown"]
 

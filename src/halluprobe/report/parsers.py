@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.errors import InputError
-from halluprobe.rule_changes import RuleChanges, rule_changes_of_run
 from halluprobe.literature.registry import load_registry
+from halluprobe.rule_changes import RuleChanges, rule_changes_of_run
 
 __all__ = ["NeededRule", "ParsersView", "parsers_lines", "parsers_view"]
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from halluprobe.records_scores import BootstrapSettings, Metrics
 from halluprobe.records_audit import (
     Calibration,
-    ImportedFrom,
     ConfusionCounts,
     CurvePoint,
     GreedyAgreement,
+    ImportedFrom,
     ObjectRate,
     PairedTest,
     PairRate,
@@ -29,6 +28,7 @@ from halluprobe.records_audit import (
     PYesByLabel,
     TextDynamicDisagreement,
 )
+from halluprobe.records_scores import BootstrapSettings, Metrics
 
 __all__ = [
     "LOGIT_SECTIONS",

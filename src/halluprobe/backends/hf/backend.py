@@ -28,8 +28,8 @@ from halluprobe.backends.hf.core import Batching, ModelCore
 from halluprobe.backends.hf.decode_engine import DecodeEngine, check_decode_config
 from halluprobe.backends.hf.decode_rules import rule_settings
 from halluprobe.backends.hf.engines import PlainEngine, build_engine
-from halluprobe.records import DecodeSpec, GenerateConfig, Request, Response, TokenSets
 from halluprobe.backends.hf.signals import parse_signals
+from halluprobe.records import DecodeSpec, GenerateConfig, Request, Response, TokenSets
 
 __all__ = ["HFBackend"]
 

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from halluprobe.backends.hf.load import load_model, load_processor
 from halluprobe.backends.hf.prefix import Prefix, next_position
 from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
 from halluprobe.records import Request, Response, SignalLogprobs, TokenLogprob, TokenSets
-from halluprobe.backends.hf.load import load_model, load_processor
 
 if TYPE_CHECKING:
     from halluprobe.backends.hf.inputs import SharedPrefix, VLMInputs

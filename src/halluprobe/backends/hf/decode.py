@@ -46,8 +46,8 @@ from halluprobe.backends.hf.decode_rules import (
     Sampling,
     StepRule,
 )
-from halluprobe.backends.hf.signals import amplified_attention
 from halluprobe.backends.hf.prefix import joined_cache
+from halluprobe.backends.hf.signals import amplified_attention
 
 __all__ = ["Decoded", "JOIN_PADDING", "contrast_decode", "joined_inputs"]
 

@@ -25,9 +25,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
-from halluprobe.backends.hf.decode_rules import BRANCHES, GreedyRule, Sampling, StepRule
 from halluprobe.backends.hf.decode import Decoded, contrast_decode
-from halluprobe.backends.hf.decode_rules import decode_rule
+from halluprobe.backends.hf.decode_rules import BRANCHES, GreedyRule, Sampling, StepRule, decode_rule
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, noised_inputs
 from halluprobe.errors import InputError
 from halluprobe.records import GenerateConfig, Request, Response

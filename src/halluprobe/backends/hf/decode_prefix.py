@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
-from halluprobe.backends.hf.decode_rules import BRANCHES
 from halluprobe.backends.hf.decode import Decoded
 from halluprobe.backends.hf.decode_engine import DecodeEngine
+from halluprobe.backends.hf.decode_rules import BRANCHES
 from halluprobe.backends.hf.prefix import Prefix, suffix_inputs
 from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.backends.families import FAMILIES
+from halluprobe.backends.hf.load import config_model_type
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, PaiSetting
 from halluprobe.errors import InputError
+from halluprobe.jsonl import read_json_file
 from halluprobe.readouts.corrections import m3id_log_weight, parse_correction
 from halluprobe.records import DecodeSpec
-from halluprobe.jsonl import read_json_file
-from halluprobe.backends.hf.load import config_model_type
 
 __all__ = [
     "BRANCHES",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from halluprobe.backends.families import family_for
-from halluprobe.backends.hf.inputs import IMAGE_MARKER, DType, Device, VLMInputs
+from halluprobe.backends.hf.inputs import IMAGE_MARKER, Device, DType, VLMInputs
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.jsonl import read_json_file
 

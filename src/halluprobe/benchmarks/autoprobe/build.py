@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from halluprobe import __version__ as version
 from halluprobe.backends.base import Backend
 from halluprobe.benchmarks.autoprobe.cleaning import CleanedObject, clean_mentions
 from halluprobe.benchmarks.autoprobe.detector import Detector, Verdict, check_thresholds, judge
@@ -43,7 +44,6 @@ from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
 from halluprobe.records import SCHEMA_VERSION
 from halluprobe.rundir import sha256_file
-from halluprobe import __version__ as version
 
 __all__ = ["EXISTENCE_FILE", "ATTRIBAIT_FILE", "ProbeBuildConfig", "ProbeBuildResult", "parse_llm_spec", "build_probe"]
 

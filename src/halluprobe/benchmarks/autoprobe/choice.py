@@ -34,16 +34,14 @@ from pydantic import Field
 
 from halluprobe.ask import ask
 from halluprobe.backends.base import Backend
-from halluprobe.benchmarks.autoprobe.questions import LETTERS, ChoiceQuestion, Letter
+from halluprobe.benchmarks.autoprobe.questions import LETTERS, ChoiceQuestion, Letter, read_choice_questions
 from halluprobe.errors import InputError
-from halluprobe.files import resolve_image
+from halluprobe.files import resolve_image, write_atomic
 from halluprobe.readouts.apply import apply, apply_run
 from halluprobe.readouts.logits import logsumexp, top_choice
 from halluprobe.readouts.tokensets import classify_letter
 from halluprobe.readouts.value import Readout
-from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig, Request, Sample, RunHeader, TokenLogprob
-from halluprobe.benchmarks.autoprobe.questions import read_choice_questions
-from halluprobe.files import write_atomic
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig, Request, RunHeader, Sample, TokenLogprob
 from halluprobe.rundir import RunDir
 
 __all__ = [

@@ -34,9 +34,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 from halluprobe.benchmarks.coco import COCO_CATEGORY_NAMES
 from halluprobe.records import FrozenRecord
-from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 
 __all__ = [
     "COCO_ALIASES",

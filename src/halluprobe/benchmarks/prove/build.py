@@ -42,13 +42,9 @@ from halluprobe.benchmarks.prove.sandbox import SandboxLimits, run_program
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.benchmarks.prove.scoring import Embedder, exclude_question_tuples
 from halluprobe.errors import InputError
-from halluprobe.jsonl import loads, replace_lone_surrogates
-from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig
-from halluprobe.jsonl import read_records
-from halluprobe.jsonl import read_log_lines
-from halluprobe.files import append_durable, resolve_image
-from halluprobe.records import Request, Response
-from halluprobe.files import write_atomic
+from halluprobe.files import append_durable, resolve_image, write_atomic
+from halluprobe.jsonl import loads, read_log_lines, read_records, replace_lone_surrogates
+from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig, Request, Response
 
 __all__ = [
     "QA_PROMPT",

@@ -30,12 +30,11 @@ from typing import Any
 from pydantic import Field
 
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, SceneGraph, parse_tuple
+from halluprobe.benchmarks.sources import fetch_pope
 from halluprobe.errors import InputError
 from halluprobe.files import escapes_root
-from halluprobe.jsonl import loads
+from halluprobe.jsonl import loads, read_records
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord, Question
-from halluprobe.jsonl import read_records
-from halluprobe.benchmarks.sources import fetch_pope
 
 __all__ = ["ProveItem", "PROVE_FILES", "PROVE_BASE_URL", "read_prove", "fetch_prove", "open_questions"]
 

@@ -20,7 +20,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from halluprobe.files import write_atomic
 from halluprobe.benchmarks.prove.data import ProveItem
 from halluprobe.benchmarks.prove.extraction import Extractor, TupleCache, extract_all
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
@@ -32,8 +31,9 @@ from halluprobe.benchmarks.prove.scoring import (
     score_question,
 )
 from halluprobe.errors import InputError
-from halluprobe.rundir import RunDir
+from halluprobe.files import write_atomic
 from halluprobe.jsonl import read_records
+from halluprobe.rundir import RunDir
 
 __all__ = ["ProveResponse", "read_responses", "score_responses", "write_scores"]
 

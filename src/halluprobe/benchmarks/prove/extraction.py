@@ -36,11 +36,10 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from halluprobe.ask import ask
+from halluprobe.backends.response_cache import cache_dir
 from halluprobe.benchmarks.prove.scene_graph import AttributeTuple, EntityTuple, RelationTuple, parse_tuple
 from halluprobe.jsonl import loads, replace_lone_surrogates
-from halluprobe.records import FrozenRecord, GenerateConfig
-from halluprobe.records import Request
-from halluprobe.backends.response_cache import cache_dir
+from halluprobe.records import FrozenRecord, GenerateConfig, Request
 
 __all__ = [
     "Extraction",

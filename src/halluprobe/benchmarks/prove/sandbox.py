@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import halluprobe
 from halluprobe.benchmarks.prove.scene_graph import SANDBOX_API, SceneGraph
 from halluprobe.jsonl import loads
-import halluprobe
 
 __all__ = ["SandboxLimits", "SandboxResult", "SandboxRefused", "check_program", "run_program", "ALLOWED_BUILTINS"]
 

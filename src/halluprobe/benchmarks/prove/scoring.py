@@ -36,7 +36,6 @@ from pydantic import Field
 
 from halluprobe.ask import ask
 from halluprobe.benchmarks.prove.data import ProveItem
-from halluprobe.records import FrozenRecord, GenerateConfig
 from halluprobe.benchmarks.prove.scene_graph import (
     AttributeTuple,
     EntityTuple,
@@ -44,11 +43,11 @@ from halluprobe.benchmarks.prove.scene_graph import (
     render_tuple,
     tuple_key,
 )
+from halluprobe.errors import InputError
+from halluprobe.files import resolve_image
 from halluprobe.metrics.stats import cluster_bootstrap
 from halluprobe.readouts.logits import read_dynamic
-from halluprobe.records import Request
-from halluprobe.files import resolve_image
-from halluprobe.errors import InputError
+from halluprobe.records import FrozenRecord, GenerateConfig, Request
 
 __all__ = [
     "DEFAULT_EMBEDDER",

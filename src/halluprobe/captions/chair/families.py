@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 from halluprobe.captions.chair.singularize import singularize
 from halluprobe.captions.chair.vocabulary import vocabulary
 from halluprobe.errors import InputError, RuntimeFailure
-from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 
 __all__ = [
     "counting_options",

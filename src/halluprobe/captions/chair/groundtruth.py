@@ -27,10 +27,9 @@ from halluprobe.captions.chair.families import ChairFamily
 from halluprobe.captions.chair.vocabulary import vocabulary
 from halluprobe.errors import InputError
 from halluprobe.files import write_atomic
-from halluprobe.jsonl import loads
+from halluprobe.jsonl import loads, read_records
 from halluprobe.records import FrozenRecord
 from halluprobe.rundir import sha256_file
-from halluprobe.jsonl import read_records
 
 __all__ = [
     "COCO_ATTRIBUTION",

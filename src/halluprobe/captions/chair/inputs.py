@@ -7,17 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from halluprobe.errors import InputError
 from halluprobe.captions.chair.families import family_named
 from halluprobe.captions.chair.groundtruth import (
     coco_annotation_files,
     ground_truth_from_coco,
+    image_key,
     load_ground_truth,
     shipped_ground_truth,
 )
-from halluprobe.captions.chair.groundtruth import image_key
 from halluprobe.captions.chair.runs import run_captions
 from halluprobe.captions.chair.scoring import Caption, ChairSettings
+from halluprobe.errors import InputError
 from halluprobe.imports.captions import one_prompt, read_caption_file
 from halluprobe.rundir import RunDir, sha256_file
 

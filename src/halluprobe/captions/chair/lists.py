@@ -20,9 +20,8 @@ from typing import Any
 
 from halluprobe.captions.chair.groundtruth import ImageKey, image_key
 from halluprobe.errors import InputError
-from halluprobe.jsonl import loads
+from halluprobe.jsonl import loads, read_records
 from halluprobe.records import Question
-from halluprobe.jsonl import read_records
 from halluprobe.rundir import sha256_file
 
 __all__ = [

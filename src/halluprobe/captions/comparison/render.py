@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+from halluprobe import __version__
 from halluprobe.captions.comparison.records import (
     ChairComparison,
     ComparisonResult,
@@ -28,9 +29,8 @@ from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.provenance import DecodingProvenance, ProveScores, marked_comment
 from halluprobe.provenance import DecodingRun as ProvenanceRun
 from halluprobe.records_scores import BootstrapSettings
-from halluprobe.tables import Cell, Grid, latex_escape
-from halluprobe import __version__
 from halluprobe.rundir import sha256_file
+from halluprobe.tables import Cell, Grid, latex_escape
 
 __all__ = ["decoding_grids", "decoding_latex", "decoding_markdown", "decoding_provenance", "decoding_text"]
 
