@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.backends.hf.load import load_model, load_processor
-from halluprobe.backends.hf.prefix import Prefix, next_position
+from halluprobe.backends.hf.prefix import Prefix, next_position, stackable
 from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
@@ -113,6 +113,8 @@ class ModelCore:
             pad = getattr(self.model.generation_config, "pad_token_id", None)
         self.pad_id = int(pad) if isinstance(pad, int) else 0
         self.sliding_window = _sliding_window(self.model.config)
+        # rows of several images share a batch only where their prefix caches can be stacked
+        self.stacks_caches = _stackable_cache_layers(self.model.config)
         # prompt without the image -> its signal: it does not depend on the image, so each
         # distinct one runs once per loaded model
         self.no_image_cache: dict[str, SignalLogprobs] = {}
@@ -291,6 +293,14 @@ def _text_hidden_states(out: Any) -> Any:
     if states is None:
         raise RuntimeError(f"{type(out).__name__} gives no hidden states: the layers signal cannot be read")
     return states
+
+
+def _stackable_cache_layers(config: Any) -> bool:
+    """Whether this model's KV cache is plain DynamicLayers (no sliding-window or other layer
+    kinds), which hf_prefix.stacked_cache can stack across images."""
+    from transformers import DynamicCache
+
+    return stackable(DynamicCache(config=config))
 
 
 def _sliding_window(config: Any) -> int | None:

@@ -28,7 +28,8 @@ from typing import Any
 from halluprobe.backends.hf.core import Batching, FirstStep, ModelCore, error_response, is_oom
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
-from halluprobe.backends.hf.prefix import suffix_inputs
+from halluprobe.backends.hf.image_rows import ImageRows, RowQueue, distinct_prompts
+from halluprobe.backends.hf.prefix import rows_inputs, suffix_inputs
 from halluprobe.backends.hf.signal_passes import LayerSignals, SignalPasses
 from halluprobe.backends.hf.signals import parse_signals
 from halluprobe.records import GenerateConfig, Request, Response
@@ -124,11 +125,93 @@ class PlainEngine:
 
 
 class PrefixCacheEngine(PlainEngine):
-    """One image at a time: its shared prefix once, then batches of suffixes after its cache."""
+    """Each image's shared prefix once; batches of suffix rows, of several images each, after
+    their images' caches (hf/image_rows.py). With correction signals, one image at a time."""
 
     def answer_sorted(self, pending: Sequence[Request]) -> Iterator[list[Response]]:
-        for _, group in itertools.groupby(pending, key=lambda r: r.image_path):
-            yield from self._answer_image(list(group))
+        if self.signals is not None:  # the signals' passes run per image (its noised and instruction prefixes)
+            for _, group in itertools.groupby(pending, key=lambda r: r.image_path):
+                yield from self._answer_image(list(group))
+            return
+        queue = RowQueue(across_images=self.core.stacks_caches)
+        for _, grouped in itertools.groupby(pending, key=lambda r: r.image_path):
+            yield from self._queue_image(list(grouped), queue)
+            while queue.full(self.batching.size):
+                yield from self._answer_rows(queue)
+        while len(queue):
+            yield from self._answer_rows(queue)
+
+    def _queue_image(self, group: list[Request], queue: RowQueue) -> Iterator[list[Response]]:
+        """Read the image and encode its distinct prompts; queue its rows, or answer its requests
+        here (an unreadable image, a failed encoding, prompts that share no prefix)."""
+        core = self.core
+        started = time.perf_counter()
+        image = core.load_image(group[0].image_path)
+        if isinstance(image, str):
+            yield [error_response(r, image) for r in group]
+            return
+        by_prompt = distinct_prompts(group)
+        try:
+            shared = core.inputs.encode_shared(list(by_prompt), image)
+        except Exception as err:
+            if is_oom(err):
+                raise
+            log.exception("image %s failed", group[0].image_path)
+            yield [error_response(r, f"{type(err).__name__}: {err}") for r in group]
+            return
+        if shared is None or not core.fits_window(shared, self.max_new_tokens):
+            core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); answering them with full prompts")
+            yield from PlainEngine.answer_sorted(self, group)
+            return
+        seconds = time.perf_counter() - started
+        queue.add(ImageRows(group[0].image_path, image, shared, list(by_prompt), list(by_prompt.values()), seconds))
+
+    def _answer_rows(self, queue: RowQueue) -> Iterator[list[Response]]:
+        """The next batch of queued rows: the prefixes of images new to it, then one pass (or one
+        ``generate``) over every row. Out of memory halves the batch and takes it again."""
+        core = self.core
+        rows = queue.peek(self.batching.size)
+        started = time.perf_counter()
+        setup = 0.0
+        try:
+            for image in dict.fromkeys(row.image for row in rows):
+                if image.state is None and image.error is None:
+                    try:
+                        image.state = core.run_prefix(image.shared.prefix)
+                    except Exception as err:
+                        if is_oom(err):
+                            raise
+                        log.exception("image %s failed", image.path)
+                        image.error = f"{type(err).__name__}: {err}"
+                    setup += image.seconds
+            failed = [row for row in rows if row.image.error is not None]
+            if failed:  # an image whose prefix failed: all its rows are errors (this batch's and later
+                # ones); the batch's other rows stay queued for the next batch
+                for image in dict.fromkeys(row.image for row in failed):
+                    yield [error_response(r, image.error or "") for row in queue.drop_image(image) for r in row.requests]
+                return
+            inputs: dict[str, Any] | None = rows_inputs(
+                core.model, [row.image.state for row in rows], [row.suffix for row in rows], self.max_new_tokens, core.pad_id
+            )
+            step, _ = self.base_pass(inputs)
+            inputs = None  # the stacked cache
+        except Exception as err:
+            inputs = None  # drop the expanded cache before retrying smaller
+            if is_oom(err) and self.batching.size > 1:
+                self._halve()
+                return
+            if is_oom(err):
+                raise
+            log.exception("batch failed")
+            queue.done(rows)
+            yield [error_response(r, f"{type(err).__name__}: {err}") for row in rows for r in row.requests]
+            return
+        queue.done(rows)
+        groups = [row.requests for row in rows]
+        n = sum(len(g) for g in groups)
+        latency = (time.perf_counter() - started + setup) / n
+        responses = core.responses(groups, step.logits, step.texts, latency, self.top_k)
+        yield [responses[r.key] for g in groups for r in g]
 
     def _answer_image(self, group: list[Request]) -> Iterator[list[Response]]:
         """Answer every request about one image: the shared prefix once, then suffix batches."""

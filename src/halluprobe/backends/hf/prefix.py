@@ -12,12 +12,25 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Prefix", "next_position", "suffix_inputs", "expand_cache", "cropped_cache", "joined_cache"]
+__all__ = [
+    "Prefix",
+    "cropped_cache",
+    "expand_cache",
+    "image_runs",
+    "joined_cache",
+    "next_position",
+    "padded_prefix_ids",
+    "rows_inputs",
+    "stackable",
+    "stacked_cache",
+    "suffix_inputs",
+]
 
 
 @dataclass
@@ -47,14 +60,25 @@ def next_position(model: Any, prefix: dict[str, Any]) -> tuple[int, bool]:
 def suffix_inputs(
     model: Any, prefix: Prefix, suffixes: list[list[int]], max_new_tokens: int, pad_id: int
 ) -> dict[str, Any]:
-    """Model inputs for a batch of suffixes after the cached prefix.
+    """Model inputs for a batch of suffixes after one image's cached prefix (:func:`rows_inputs`
+    with every row on ``prefix``)."""
+    return rows_inputs(model, [prefix] * len(suffixes), suffixes, max_new_tokens, pad_id)
+
+
+def rows_inputs(
+    model: Any, prefixes: Sequence[Prefix], suffixes: Sequence[list[int]], max_new_tokens: int, pad_id: int
+) -> dict[str, Any]:
+    """Model inputs for a batch of rows, row ``i`` being ``suffixes[i]`` after the cached prefix
+    ``prefixes[i]`` (rows of one image sit together and share its ``Prefix`` object).
 
     Suffixes are left-padded, so the pads sit between prefix and suffix: every row's last
-    token is the last column (read its logits there; generation appends after it). The
-    mask is [prefix ones | suffix mask] and positions are explicit, counting real tokens
-    only, so a row's numbers do not depend on its neighbours' lengths. ``generate`` gets the
-    prefix ids in front (it slices off what the cache covers); a plain forward gets the
-    suffix only.
+    token is the last column (read its logits there; generation appends after it). Prefixes
+    of several images are left-padded too, to the longest: the mask is [zeros | the row's
+    prefix ones | its suffix mask] and positions are explicit, counting real tokens only from
+    the row's own prefix, so a row's numbers do not depend on its neighbours. ``generate``
+    gets the prefix ids in front (it slices off what the cache covers); a plain forward gets
+    the suffix only. One image's rows get broadcast views of its cache (:func:`expand_cache`);
+    several images' rows a stacked copy (:func:`stacked_cache`).
     """
     import torch
 
@@ -65,22 +89,94 @@ def suffix_inputs(
     for row, suffix in enumerate(suffixes):
         ids[row, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
         mask[row, width - len(suffix) :] = 1
-    positions = prefix.next_position + (mask.cumsum(-1) - 1).clamp(min=0)
-    if prefix.mrope:
+    starts = torch.tensor([p.next_position for p in prefixes], dtype=torch.long).unsqueeze(-1)
+    positions = starts + (mask.cumsum(-1) - 1).clamp(min=0)
+    if prefixes[0].mrope:
         positions = positions.unsqueeze(0).expand(3, rows, width)
-    prefix_len = prefix.input_ids.shape[1]
-    attention = torch.cat([torch.ones((rows, prefix_len), dtype=torch.long), mask], dim=-1)
+    longest = max(p.input_ids.shape[1] for p in prefixes)
+    prefix_mask = torch.zeros((rows, longest), dtype=torch.long)
+    for row, prefix in enumerate(prefixes):
+        prefix_mask[row, longest - prefix.input_ids.shape[1] :] = 1
+    attention = torch.cat([prefix_mask, mask], dim=-1)
     ids = ids.to(device)
     if max_new_tokens > 0:
-        ids = torch.cat([prefix.input_ids.expand(rows, -1), ids], dim=-1)
+        ids = torch.cat([padded_prefix_ids(prefixes, pad_id).to(device), ids], dim=-1)
+    runs = image_runs(prefixes)
     with torch.inference_mode():
-        cache = expand_cache(model.config, prefix.cache, rows)
+        if len(runs) == 1:
+            cache = expand_cache(model.config, prefixes[0].cache, rows)
+        else:
+            cache = stacked_cache(model.config, [(prefixes[start].cache, count) for start, count in runs], longest)
+            if cache is None:
+                raise ValueError("these cache layers cannot be stacked across images")
     return {
         "input_ids": ids,
         "attention_mask": attention.to(device),
         "position_ids": positions.to(device),
         "past_key_values": cache,
     }
+
+
+def image_runs(prefixes: Sequence[Prefix]) -> list[tuple[int, int]]:
+    """(first row, row count) of each run of rows on one prefix object."""
+    runs: list[tuple[int, int]] = []
+    for row, prefix in enumerate(prefixes):
+        if runs and prefixes[runs[-1][0]] is prefix:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((row, 1))
+    return runs
+
+
+def padded_prefix_ids(prefixes: Sequence[Prefix], pad_id: int) -> torch.Tensor:
+    """[rows, longest prefix] each row's prefix ids, left-padded with ``pad_id`` (one image's
+    rows: its ids, broadcast)."""
+    import torch
+
+    if all(p is prefixes[0] for p in prefixes):
+        return prefixes[0].input_ids.expand(len(prefixes), -1)
+    longest = max(p.input_ids.shape[1] for p in prefixes)
+    device = prefixes[0].input_ids.device
+    out = torch.full((len(prefixes), longest), pad_id, dtype=torch.long, device=device)
+    for row, prefix in enumerate(prefixes):
+        out[row, longest - prefix.input_ids.shape[1] :] = prefix.input_ids[0].to(device)
+    return out
+
+
+def stackable(cache: Any) -> bool:
+    """Whether a prefix cache's layers can be stacked with other images' (plain DynamicLayers:
+    sliding-window layers keep a tail whose padding would not line up)."""
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def stacked_cache(config: Any, runs: Sequence[tuple[Any, int]], length: int) -> Any:
+    """A DynamicCache whose rows are, in order, ``count`` copies of each batch-1 ``cache`` of
+    ``runs``, each left-padded with zeros to ``length`` positions (their mask is 0 there), or
+    ``None`` unless every layer is a plain DynamicLayer. One copy of the keys and values."""
+    import torch
+    from transformers import DynamicCache
+
+    stacked = DynamicCache(config=config)
+    if any(len(cache.layers) != len(stacked.layers) or not stackable(cache) for cache, _ in runs) or not stackable(stacked):
+        return None
+    rows = sum(count for _, count in runs)
+    for i, mine in enumerate(stacked.layers):
+        first = runs[0][0].layers[i].keys
+        heads, dim = first.shape[1], first.shape[3]
+        keys = first.new_zeros((rows, heads, length, dim))
+        values = runs[0][0].layers[i].values.new_zeros((rows, heads, length, runs[0][0].layers[i].values.shape[3]))
+        row = 0
+        for cache, count in runs:
+            layer = cache.layers[i]
+            size = layer.keys.shape[2]
+            keys[row : row + count, :, length - size :] = layer.keys
+            values[row : row + count, :, length - size :] = layer.values
+            row += count
+        mine.lazy_initialization(keys, values)
+        mine.keys, mine.values = keys, values
+    return stacked
 
 
 def expand_cache(config: Any, cache: Any, rows: int) -> Any:

@@ -1,0 +1,129 @@
+"""Rows of several images in one batch (issue 33): the queue both prefix-cache engines draw
+their batches from.
+
+A row is one distinct prompt about one image (the requests that ask it identically share its
+answer). Images are queued in order; a batch takes the next ``size`` rows whichever images
+they belong to, so an image's rows may be split over two batches and a batch may hold rows of
+many images. An image's prefix cache is computed when its first row enters a batch and dropped
+when its last row has been answered: caches are held only for images whose rows are in flight
+(at most a batch's worth of images, plus the one split at its end).
+
+Models whose cache layers cannot be stacked across images (sliding-window layers: Gemma 3)
+take their batches from one image at a time, as before. No torch here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from halluprobe.records import Request
+
+if TYPE_CHECKING:
+    from halluprobe.backends.hf.inputs import SharedPrefix
+
+__all__ = ["ImageRows", "Row", "RowQueue", "distinct_prompts"]
+
+
+def distinct_prompts(group: Sequence[Request]) -> dict[str, list[Request]]:
+    """The requests about one image by prompt, in first-asked order: identical prompts (POPE's
+    splits repeat questions about an image) are one computation."""
+    by_prompt: dict[str, list[Request]] = {}
+    for r in group:
+        by_prompt.setdefault(r.prompt, []).append(r)
+    return by_prompt
+
+
+@dataclass(eq=False)
+class ImageRows:
+    """One image's distinct prompts, queued to run after its prefix.
+
+    ``state`` is what the engine computes for the image when its first row enters a batch (the
+    prefix cache, and the decoding loop's contrast prefixes); ``error`` is set instead when
+    that failed, and every row of the image is then an error sample."""
+
+    path: str
+    image: Any
+    shared: SharedPrefix
+    prompts: list[str]
+    requests: list[list[Request]]  # requests[i]: every request asking prompts[i]
+    seconds: float = 0.0  # the image's own preparation (encoding, prefix passes), shared out over its rows
+    state: Any = None
+    error: str | None = None
+    left: int = field(init=False)  # rows not yet answered
+
+    def __post_init__(self) -> None:
+        self.left = len(self.prompts)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a batch: prompt ``index`` of ``image``."""
+
+    image: ImageRows
+    index: int
+
+    @property
+    def requests(self) -> list[Request]:
+        return self.image.requests[self.index]
+
+    @property
+    def suffix(self) -> list[int]:
+        return self.image.shared.suffixes[self.index]
+
+    @property
+    def prompt(self) -> str:
+        return self.image.prompts[self.index]
+
+
+class RowQueue:
+    """The rows waiting for a batch, in image order; see the module docstring."""
+
+    def __init__(self, *, across_images: bool) -> None:
+        self.across_images = across_images
+        self._rows: deque[Row] = deque()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, image: ImageRows) -> None:
+        self._rows.extend(Row(image, i) for i in range(len(image.prompts)))
+
+    def full(self, size: int) -> bool:
+        """Whether the next batch of ``size`` rows can be taken without waiting for more images."""
+        if not self._rows:
+            return False
+        if not self.across_images:
+            first = self._rows[0].image
+            return len(self._rows) > first.left or first.left >= size
+        return len(self._rows) >= size
+
+    def peek(self, size: int) -> list[Row]:
+        """The next batch's rows (taken only by :meth:`done`, so a batch that runs out of memory
+        is taken again at a smaller size)."""
+        batch: list[Row] = []
+        for row in self._rows:
+            if len(batch) == size or (not self.across_images and batch and row.image is not batch[0].image):
+                break
+            batch.append(row)
+        return batch
+
+    def done(self, batch: Sequence[Row]) -> None:
+        """Drop ``batch`` (the rows :meth:`peek` gave) from the queue; an image whose last row this
+        was lets its caches go."""
+        for row in batch:
+            taken = self._rows.popleft()
+            assert taken is row
+            row.image.left -= 1
+            if row.image.left == 0:
+                row.image.state = None
+
+    def drop_image(self, image: ImageRows) -> list[Row]:
+        """Remove every queued row of ``image`` (its preparation failed); returns them."""
+        mine = [row for row in self._rows if row.image is image]
+        self._rows = deque(row for row in self._rows if row.image is not image)
+        image.left = 0
+        image.state = None
+        return mine

@@ -1,0 +1,218 @@
+"""Rows of several images in one batch (issue 33), on tiny real LLaVA and Qwen2-VL builds.
+
+The prefix-cache engine's batches take the next ``batch_size`` rows whichever images they
+belong to: each image's prefix once, the rows stacked over their own image's cache (Qwen2-VL's
+photos give prefixes of different lengths, so the stacked caches are padded). The plain engine is
+the reference: first-token log-probabilities within 1e-4 (fp32), the same top tokens and the
+same greedy texts, at batch sizes that split an image's rows, one-image batches and batches
+larger than all the work. Also: a prefix computed once per image even when its rows span two
+batches, prefix caches held only for images in flight, a failed prefix costing only its own
+image's samples, and out of memory halving the batch with nothing lost.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _engines import PrefixSpy, decisions
+
+torch = pytest.importorskip("torch")
+
+import halluprobe.backends.hf.engines as engines  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf.prefix import rows_inputs  # noqa: E402
+from halluprobe.records import GenerateConfig, Request, Response  # noqa: E402
+from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
+from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg", "motorcycle.jpg"]
+OBJECTS = ["cup", "dining table", "dog", "traffic light", "person"]  # token lengths differ: padded suffixes
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    images_dir, _ = demo_photos(tmp_path_factory.mktemp("photos"))
+    return images_dir
+
+
+@pytest.fixture(scope="module")
+def backends(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path, qwen2_tokenizer_dir: Path) -> dict[str, dict[bool, HFBackend]]:
+    llava = build_tiny_llava(tmp_path_factory.mktemp("llava"), llama_tokenizer_dir, seed=0, image_size=112)
+    qwen = build_tiny_qwen2vl(tmp_path_factory.mktemp("qwen2vl"), qwen2_tokenizer_dir, seed=0)
+    out = {}
+    for name, path in (("llava", llava), ("qwen2vl", qwen)):
+        fast = HFBackend(str(path), batch_size=4, dtype="float32", device="cpu", prefix_cache=True)
+        out[name] = {True: fast, False: HFBackend.on_core(fast.core, batch_size=4, prefix_cache=False)}
+    return out
+
+
+def _requests(backend: HFBackend, photos: Path) -> list[Request]:
+    out = []
+    for split in ("random", "popular"):  # the second split repeats the first's questions: computed once
+        qid = 0
+        for image in PHOTOS:
+            if not (photos / image).is_file():
+                continue
+            for name in OBJECTS[: 3 if split == "popular" else None]:
+                qid += 1
+                prompt = backend.render_prompt(f"Is there a {name} in the image?", None)
+                out.append(Request(split=split, question_id=qid, image_path=str(photos / image), prompt=prompt))
+    return out
+
+
+def _answer(backend: HFBackend, requests: list[Request], new_tokens: int) -> dict[tuple[str, int], Response]:
+    out = {r.key: r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=new_tokens, top_k=5)) for r in batch}
+    assert len(out) == len(requests)
+    return out
+
+
+def _assert_same(want: dict[Any, Response], got: dict[Any, Response], *, texts: bool) -> None:
+    assert want.keys() == got.keys()
+    for key, a in want.items():
+        b = got[key]
+        assert a.error is None and b.error is None, (key, a.error, b.error)
+        for token_id, value in a.candidates.items():
+            assert b.candidates[token_id] == pytest.approx(value, abs=1e-4), (key, token_id)
+        assert [t.id for t in a.first_token[:2]] == [t.id for t in b.first_token[:2]], key
+        if texts:
+            assert a.text == b.text, key
+
+
+class _RowsSpy:
+    """Records each batch's images (distinct prefix objects) and how many prefixes were alive."""
+
+    def __init__(self, backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.batches: list[tuple[int, int]] = []  # (images in the batch, prefixes alive)
+        self.made: list[weakref.ref[Any]] = []
+        real_prefix, real_rows = backend.core.run_prefix, engines.rows_inputs
+
+        def run_prefix(*args: Any, **kwargs: Any) -> Any:
+            prefix = real_prefix(*args, **kwargs)
+            self.made.append(weakref.ref(prefix))
+            return prefix
+
+        def spied_rows(model: Any, prefixes: Any, *args: Any, **kwargs: Any) -> Any:
+            gc.collect()
+            alive = sum(ref() is not None for ref in self.made)
+            self.batches.append((len({id(p) for p in prefixes}), alive))
+            return real_rows(model, prefixes, *args, **kwargs)
+
+        monkeypatch.setattr(backend.core, "run_prefix", run_prefix)
+        monkeypatch.setattr(engines, "rows_inputs", spied_rows)
+
+
+@pytest.mark.parametrize("model", ["llava", "qwen2vl"])
+@pytest.mark.parametrize("new_tokens", [0, 5])
+def test_batches_across_images_equal_the_plain_engine(
+    backends: dict[str, dict[bool, HFBackend]], photos: Path, model: str, new_tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, plain = backends[model][True], backends[model][False]
+    requests = _requests(fast, photos)
+    images = len({r.image_path for r in requests})
+    want = _answer(plain, requests, new_tokens)
+    for size in (1, 2, 4, 7, 64):  # one row; rows of an image split; several images; all the work
+        monkeypatch.setattr(fast.batching, "size", size)
+        prefixes = PrefixSpy(fast, monkeypatch)
+        spy = _RowsSpy(fast, monkeypatch)
+        got = _answer(fast, requests, new_tokens)
+        _assert_same(want, got, texts=new_tokens > 0)
+        assert decisions(fast, requests, got) == decisions(plain, requests, want)
+        assert prefixes.prefixes == images  # once per image, even when its rows span batches
+        rows = len({(r.image_path, r.prompt) for r in requests})
+        assert len(spy.batches) == -(-rows // size)  # full batches across images: no short batch per image
+        if size >= 7:
+            assert max(n for n, _ in spy.batches) > 1
+        # caches held only for the images whose rows are in flight
+        assert all(alive <= n for n, alive in spy.batches), spy.batches
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("model", ["llava", "qwen2vl"])
+def test_every_generated_step_of_a_stacked_batch_matches_full_prompts(backends: dict[str, dict[bool, HFBackend]], photos: Path, model: str) -> None:
+    """The raw logits of every greedy step for rows of three images, of different prefix
+    lengths on Qwen2-VL, stacked in one batch: positions (3-D for Qwen2-VL), padded caches and masks."""
+    from PIL import Image
+
+    core = backends[model][True].core
+    steps = 4
+    prompts = [backends[model][True].render_prompt(f"Is there a {o} in the image?", None) for o in OBJECTS[:3]]
+    images, prefixes, suffixes, full_images, full_prompts = [], [], [], [], []
+    for name in PHOTOS[:3]:
+        with Image.open(photos / name) as im:
+            image = im.convert("RGB")
+        shared = core.inputs.encode_shared(prompts, image)
+        assert shared is not None
+        prefix = core.run_prefix(shared.prefix)
+        images.append(shared.prefix_len)
+        for prompt, suffix in zip(prompts, shared.suffixes):
+            prefixes.append(prefix)
+            suffixes.append(suffix)
+            full_images.append(image)
+            full_prompts.append(prompt)
+    if model == "qwen2vl":
+        assert len(set(images)) >= 2  # prefixes of different lengths: the stacked cache is padded
+
+    def generate(inputs: dict[str, Any]) -> Any:
+        with torch.inference_mode():
+            return core.model.generate(
+                **inputs, max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
+                output_logits=True, return_dict_in_generate=True, pad_token_id=core.tokenizer.pad_token_id,
+            )  # fmt: skip
+
+    full = generate(core.to_device(core.inputs.encode(full_prompts, full_images)))
+    stacked = generate(rows_inputs(core.model, prefixes, suffixes, steps, core.pad_id))
+    for a, b in zip(full.logits, stacked.logits):
+        assert torch.allclose(torch.log_softmax(a, -1), torch.log_softmax(b, -1), atol=1e-4)
+    assert torch.equal(full.sequences[:, -steps:], stacked.sequences[:, -steps:])
+
+
+def test_a_failed_prefix_costs_only_its_images_samples(backends: dict[str, dict[bool, HFBackend]], photos: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, plain = backends["llava"][True], backends["llava"][False]
+    requests = _requests(fast, photos)
+    bad = str(photos / "chelsea.jpg")  # the second image in path order
+    want = _answer(plain, requests, 0)
+    real = fast.core.run_prefix
+    seen: list[int] = []
+
+    def failing(prefix_inputs: dict[str, Any]) -> Any:
+        seen.append(1)
+        if len(seen) == 2:  # the second image's prefix
+            raise RuntimeError("a broken image tower")
+        return real(prefix_inputs)
+
+    monkeypatch.setattr(fast.core, "run_prefix", failing)
+    monkeypatch.setattr(fast.batching, "size", 4)
+    got = _answer(fast, requests, 0)
+    broken = {key for key, r in got.items() if r.error}
+    assert broken == {r.key for r in requests if r.image_path == bad}
+    assert all("a broken image tower" in (got[k].error or "") for k in broken)
+    _assert_same({k: v for k, v in want.items() if k not in broken}, {k: v for k, v in got.items() if k not in broken}, texts=False)
+
+
+def test_out_of_memory_halves_a_batch_across_images_and_loses_nothing(
+    backends: dict[str, dict[bool, HFBackend]], photos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = backends["llava"][True]
+    requests = _requests(fast, photos)
+    monkeypatch.setattr(fast.batching, "size", 1)
+    want = _answer(fast, requests, 0)
+    monkeypatch.setattr(fast.batching, "size", 8)
+    real = fast.core.first_step
+    sizes: list[int] = []
+
+    def tight(inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        sizes.append(inputs["input_ids"].shape[0])
+        if inputs["input_ids"].shape[0] > 3:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(inputs, *args, **kwargs)
+
+    monkeypatch.setattr(fast.core, "first_step", tight)
+    got = _answer(fast, requests, 0)
+    assert sizes[:2] == [8, 4] and fast.batching.size == 2
+    _assert_same(want, got, texts=False)
