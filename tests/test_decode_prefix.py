@@ -269,16 +269,16 @@ def test_a_failing_batch_is_asked_again_row_by_row(setup: Any, tmp_path: Path, m
     fast, _, requests, _ = setup
     engine = _engine(fast, "vcd:alpha=1", steps=4)
     want = {r.key: r.text for batch in engine.answer(requests) for r in batch}
-    real = PrefixDecodeEngine.decode_rows
+    real = PrefixDecodeEngine.decode_prefixed
 
-    def failing(self: PrefixDecodeEngine, prefixes: Any, rows: Any, *, keep_steps: bool = False) -> Decoded:
+    def failing(self: PrefixDecodeEngine, rows: Any, *, keep_steps: bool = False) -> Decoded:
         if len(rows) > 1:
             raise RuntimeError("batch failed")
-        if rows[0].question_id == 1:
+        if rows[0][1].question_id == 1:
             raise RuntimeError("branch failed")
-        return real(self, prefixes, rows, keep_steps=keep_steps)
+        return real(self, rows, keep_steps=keep_steps)
 
-    monkeypatch.setattr(PrefixDecodeEngine, "decode_rows", failing)
+    monkeypatch.setattr(PrefixDecodeEngine, "decode_prefixed", failing)
     got = {r.key: r for batch in _engine(fast, "vcd:alpha=1", steps=4).answer(requests) for r in batch}
     assert got[requests[1].key].error == "RuntimeError: branch failed" and got[requests[1].key].text is None
     assert {k: r.text for k, r in got.items() if k != requests[1].key} == {k: v for k, v in want.items() if k != requests[1].key}
@@ -355,3 +355,38 @@ def test_instructblip_decodes_through_its_language_model_after_the_first_step(tm
     config = GenerateConfig(max_new_tokens=6, stop_strings=())
     generated = {r.key: r.text for batch in backend.answer(rows, config) for r in batch}
     assert generated == {r.key: r.text for batch in backend.answer(rows, config.model_copy(update={"decode": parse_decode_spec("vcd:alpha=0")})) for r in batch}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: (s or "greedy").split(":")[0])
+def test_rows_of_several_images_in_one_batch_equal_the_plain_engine_per_step(setup: Any, spec: str | None) -> None:
+    """Issue 33: both images' questions in one batch, each row after its own image's stacked
+    caches (VCD's noised ones, ICD's instruction ones): every step equals the plain engine's on
+    the same rows' full prompts."""
+    fast, plain, requests, _ = setup
+    engine = _engine(fast, spec)
+    rows = []
+    for group, images in _by_image(fast, requests):
+        prefixes = engine.prepare(group, images[0])
+        assert prefixes is not None
+        rows.extend((prefixes, r) for r in group)
+    all_images, _ = fast.core.load_images(requests)
+    want = _engine(plain, spec, joint=False).decode_full(requests, all_images, keep_steps=True)
+    for joint in (False, True):
+        got = _engine(fast, spec, joint=joint).decode_prefixed(rows, keep_steps=True)
+        _same_steps(got, want, f"{spec} joint={joint} across images")
+
+
+@pytest.mark.parametrize("spec", [None, "vcd:alpha=1,beta=0.1", "icd:alpha=1,beta=0.1", "dola:relative_top=0.1,repetition_penalty=1.5", "sample"])
+def test_batches_across_images_write_the_plain_engines_text_at_every_size(setup: Any, spec: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of 2 and 4 rows split an image's three questions; 64 holds every row of both
+    images. Greedy and seeded sampling write the plain engine's text at each size."""
+    fast, plain, requests, _ = setup
+    sample = spec == "sample"
+    config = GenerateConfig(max_new_tokens=STEPS, stop_strings=(), decode=None if sample else spec, sample=sample, seed=7 if sample else None, temperature=1.0 if sample else None)
+    want = {r.key: r.text for batch in DecodeEngine(plain.core, plain.batching, config).answer(requests) for r in batch}
+    assert len(want) == len(requests) and all(t is not None for t in want.values())
+    for size in (2, 4, 64):
+        monkeypatch.setattr(fast.batching, "size", size)
+        batches = [batch for batch in PrefixDecodeEngine(fast.core, fast.batching, config).answer(requests)]
+        assert [len(b) for b in batches] == [min(size, len(requests) - i) for i in range(0, len(requests), size)]
+        assert {r.key: r.text for batch in batches for r in batch} == want, size

@@ -192,7 +192,7 @@ def joined_inputs(
 
 def _key_ids(inputs: dict[str, Any], prefix_ids: Any) -> Any:
     """[rows, keys] the token ids over every key of a branch's first step: the cached prefix's
-    (``prefix_ids`` [1, P]) then the inputs' own."""
+    (``prefix_ids``: [1, P], or [rows, P] each row's own, left-padded) then the inputs' own."""
     import torch
 
     ids = inputs["input_ids"]
@@ -200,7 +200,10 @@ def _key_ids(inputs: dict[str, Any], prefix_ids: Any) -> Any:
         return ids
     if prefix_ids is None:
         raise ValueError("a branch after a cached prefix needs the prefix's ids (PAI's image keys, DoLa's seen tokens)")
-    return torch.cat([prefix_ids.to(ids.device).expand(ids.shape[0], -1), ids], dim=-1)
+    prefix_ids = prefix_ids.to(ids.device)
+    if prefix_ids.shape[0] not in (1, ids.shape[0]):  # per-row prefix ids [B, P] of a joined 2B-row batch
+        prefix_ids = prefix_ids.repeat(ids.shape[0] // prefix_ids.shape[0], 1)
+    return torch.cat([prefix_ids.expand(ids.shape[0], -1), ids], dim=-1)
 
 
 def contrast_decode(

@@ -1,7 +1,9 @@
-"""The decoding loop on the prefix cache (issue 24): per image, the prompt tokens its questions
-share run once (and VCD's noised prefix once, ICD's instruction prefix once), and every batch of
-that image's questions continues from broadcast copies of those caches through the same lockstep
-loop and per-step rules as the plain :class:`~halluprobe.backends.hf.decode_engine.DecodeEngine`.
+"""The decoding loop on the prefix cache (issues 24, 33): per image, the prompt tokens its
+questions share run once (and VCD's noised prefix once, ICD's instruction prefix once); batches
+take the next rows whichever images they belong to (hf/image_rows.py), each row continuing from
+its own image's caches (broadcast views for one image, a stacked copy for several:
+hf_prefix.rows_inputs) through the same lockstep loop and per-step rules as the plain
+:class:`~halluprobe.backends.hf.decode_engine.DecodeEngine`.
 
 Each method's contrast branch here:
 
@@ -18,9 +20,9 @@ Each method's contrast branch here:
 - DoLa: no contrast branch.
 
 An image asked one distinct question (a caption per image) has nothing to share: such images
-are decoded together in the plain engine's batches of full prompts, as is an image whose prompts
-share no prefix (or whose prefix, longest suffix and new tokens exceed a sliding-attention
-window); each logged once. Sampling seeds
+are decoded together, across images, in the plain engine's batches of full prompts; an image
+whose prompts share no prefix (or whose prefix, longest suffix and new tokens exceed a sliding-attention
+window) in batches of its own full prompts; each logged once. Sampling seeds
 each question as the plain engine does, so both engines write the same text. A batch that fails
 is asked again row by row; a row that still fails is an error sample, never plain decoding.
 torch is imported inside the functions.
@@ -33,16 +35,20 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
 from halluprobe.backends.hf.decode import Decoded
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_rules import BRANCHES
-from halluprobe.backends.hf.prefix import Prefix, suffix_inputs
+from halluprobe.backends.hf.image_rows import ImageRows, RowQueue
+from halluprobe.backends.hf.prefix import Prefix, padded_prefix_ids, rows_inputs
 from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan
 from halluprobe.records import GenerateConfig, Request, Response
+
+if TYPE_CHECKING:
+    from halluprobe.backends.hf.inputs import SharedPrefix
 
 __all__ = ["ImagePrefixes", "PrefixDecodeEngine"]
 
@@ -73,31 +79,65 @@ class PrefixDecodeEngine(DecodeEngine):
         self.prefix_passes = SignalPasses(core, plan, batching)
 
     def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
-        """Images asked several distinct questions: their prefix once, then suffix batches. Images
-        asked one (a caption per image): nothing to share, and a batch per image would give up
-        batching across images, so they are decoded together in batches of full prompts."""
+        """Images asked several distinct questions: their prefixes once, then batches of rows of
+        several images each (hf/image_rows.py). Images asked one (a caption per image): nothing to
+        share, so they are decoded together in batches of full prompts, across images too."""
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
         alone: list[Request] = []
+        queue = RowQueue(across_images=self.core.stacks_caches)
         for _, grouped in itertools.groupby([requests[i] for i in order], key=lambda r: r.image_path):
             group = list(grouped)
             if len({r.prompt for r in group}) < 2:
                 alone.extend(group)
                 continue
-            yield from self._answer_image(group)
+            yield from self._queue_image(group, queue)
+            while queue.full(self.batching.size):
+                yield from self._answer_queued(queue)
+        while len(queue):
+            yield from self._answer_queued(queue)
         if alone:
             self.core.say_once("images asked one question share their prefix with no other prompt: decoding them in batches of full prompts")
             yield from self.batching.run(alone, self._answer_batch, self.core.empty_device_cache)
 
+    def _queue_image(self, group: list[Request], queue: RowQueue) -> Iterator[list[Response]]:
+        """Read the image and encode its prompts; queue a row per request (sampling draws per
+        question, so identical prompts are decoded apart), or answer the image's requests here."""
+        core = self.core
+        started = time.perf_counter()
+        image = core.load_image(group[0].image_path)
+        if isinstance(image, str):
+            yield [error_response(r, image) for r in group]
+            return
+        prompts = list(dict.fromkeys(r.prompt for r in group))
+        try:
+            shared = core.inputs.encode_shared(prompts, image)
+        except Exception as err:
+            if is_oom(err):
+                raise
+            log.exception("image %s failed", group[0].image_path)
+            yield [error_response(r, f"{type(err).__name__}: {err}") for r in group]
+            return
+        if shared is None or not core.fits_window(shared, self.config.max_new_tokens):
+            core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); decoding them from full prompts")
+            yield from self.batching.run(group, self._answer_batch, core.empty_device_cache)
+            return
+        index = {p: i for i, p in enumerate(prompts)}
+        seconds = time.perf_counter() - started
+        queue.add(ImageRows(group[0].image_path, image, shared, [[r] for r in group], [index[r.prompt] for r in group], seconds))
+
     def prepare(self, group: Sequence[Request], image: Any) -> ImagePrefixes | None:
         """The image's prefixes for its questions ``group`` (exceptions pass), or ``None`` where
         its prompts share no prefix (or it exceeds a sliding-attention window)."""
-        core = self.core
         started = time.perf_counter()
         prompts = list(dict.fromkeys(r.prompt for r in group))
-        shared = core.inputs.encode_shared(prompts, image)
-        if shared is None or not core.fits_window(shared, self.config.max_new_tokens):
+        shared = self.core.inputs.encode_shared(prompts, image)
+        if shared is None or not self.core.fits_window(shared, self.config.max_new_tokens):
             return None
-        prefix = core.run_prefix(shared.prefix)
+        return self._prefixes(group, image, shared, prompts, started)
+
+    def _prefixes(self, group: Sequence[Request], image: Any, shared: SharedPrefix, prompts: list[str], started: float) -> ImagePrefixes:
+        """The image's prefix passes: the base prefix and the method's contrast prefix."""
+        prefix = self.core.run_prefix(shared.prefix)
         first = {r.prompt: r for r in reversed(group)}  # each prompt's first request holds its variants
         if self._contrast_variant() == "instruction":  # its prefix needs every question's variant
             missing = next((r for r in group if "instruction" not in r.variants), None)
@@ -107,25 +147,42 @@ class PrefixDecodeEngine(DecodeEngine):
         suffix_of = {p: i for i, p in enumerate(prompts)}
         return ImagePrefixes(image, prefix, extra, suffix_of, shared.suffixes, time.perf_counter() - started)
 
+    def _prepare_queued(self, image: ImageRows) -> ImagePrefixes:
+        group = [r for requests in image.requests for r in requests]
+        prompts = list(dict.fromkeys(r.prompt for r in group))
+        return self._prefixes(group, image.image, image.shared, prompts, time.perf_counter())
+
     def _contrast_variant(self) -> str | None:
         return BRANCHES[self.method] if self.method is not None else None
 
     def decode_rows(self, prefixes: ImagePrefixes, rows: Sequence[Request], *, keep_steps: bool = False) -> Decoded:
-        """One batch of the image's questions through the loop after its cached prefixes."""
+        """One batch of one image's questions through the loop after its cached prefixes."""
+        return self.decode_prefixed([(prefixes, r) for r in rows], keep_steps=keep_steps)
+
+    def decode_prefixed(self, rows: Sequence[tuple[ImagePrefixes, Request]], *, keep_steps: bool = False) -> Decoded:
+        """One batch of rows, each a question after its image's cached prefixes (rows of one image
+        together), through the loop: every branch's caches stacked across the batch's images."""
         core = self.core
-        index = [prefixes.suffix_of[r.prompt] for r in rows]
-        base = suffix_inputs(core.model, prefixes.prefix, [prefixes.suffixes[i] for i in index], 0, core.pad_id)
+        index = [p.suffix_of[r.prompt] for p, r in rows]
+        suffixes = [p.suffixes[i] for (p, _), i in zip(rows, index)]
+        bases = [p.prefix for p, _ in rows]
+        base = rows_inputs(core.model, bases, suffixes, 0, core.pad_id)
         contrast: dict[str, Any] | None = None
-        branch, extra = self._contrast_variant(), prefixes.extra
+        branch = self._contrast_variant()
+        extras = [p.extra for p, _ in rows]
         if branch == "noised":
-            assert extra.noised is not None
-            contrast = suffix_inputs(core.model, extra.noised, [prefixes.suffixes[i] for i in index], 0, core.pad_id)
-        elif branch == "instruction" and extra.instruction is not None:
-            contrast = suffix_inputs(core.model, extra.instruction, [extra.instruction_suffixes[i] for i in index], 0, core.pad_id)
+            noised = [extra.noised for extra in extras]
+            assert all(n is not None for n in noised)
+            contrast = rows_inputs(core.model, noised, suffixes, 0, core.pad_id)  # type: ignore[arg-type]
+        elif branch == "instruction" and all(extra.instruction is not None for extra in extras):
+            instruction = [extra.instruction for extra in extras]
+            tails = [extra.instruction_suffixes[i] for extra, i in zip(extras, index)]
+            contrast = rows_inputs(core.model, instruction, tails, 0, core.pad_id)  # type: ignore[arg-type]
         elif branch is not None:  # the no-image question, or instruction variants that share no prefix: full prompts
-            images = [prefixes.image] * len(rows) if branch != "no-image" else []
-            contrast = core.to_device(core.inputs.encode([r.variants[branch] for r in rows], images))
-        return self.loop(rows, base, contrast, keep_steps=keep_steps, prefix_ids=prefixes.prefix.input_ids)
+            images = [p.image for p, _ in rows] if branch != "no-image" else []
+            contrast = core.to_device(core.inputs.encode([r.variants[branch] for _, r in rows], images))
+        requests = [r for _, r in rows]
+        return self.loop(requests, base, contrast, keep_steps=keep_steps, prefix_ids=padded_prefix_ids(bases, core.pad_id))
 
     def decode_batch(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
         """One batch about one image (``images``: the rows' images, all the same) through the
@@ -137,49 +194,54 @@ class PrefixDecodeEngine(DecodeEngine):
             return self.decode_full(rows, images, keep_steps=keep_steps)
         return self.decode_rows(prefixes, rows, keep_steps=keep_steps)
 
-    def _answer_image(self, group: list[Request]) -> Iterator[list[Response]]:
+    def _answer_queued(self, queue: RowQueue) -> Iterator[list[Response]]:
+        """The next batch of queued rows: the prefixes of images new to it, then the loop over
+        every row. Out of memory halves the batch and takes it again; a batch that fails
+        otherwise is asked again row by row."""
         core = self.core
-        image = core.load_image(group[0].image_path)
-        if isinstance(image, str):
-            yield [error_response(r, image) for r in group]
-            return
-        try:
-            prefixes = self.prepare(group, image)
-        except Exception as err:
-            if is_oom(err):
-                raise
-            log.exception("image %s failed", group[0].image_path)
-            yield [error_response(r, f"{type(err).__name__}: {err}") for r in group]
-            return
-        if prefixes is None:
-            core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); decoding them from full prompts")
-            yield from self.batching.run(group, self._answer_batch, core.empty_device_cache)
-            return
-        yield from self.batching.run(group, lambda chunk: self._answer_rows(prefixes, chunk, len(group)), core.empty_device_cache)
-
-    def _answer_rows(self, prefixes: ImagePrefixes, rows: Sequence[Request], questions: int) -> list[Response]:
-        """Responses of one batch; a batch that fails is asked again row by row (out of memory passes)."""
+        rows = queue.peek(self.batching.size)
         started = time.perf_counter()
-        share = prefixes.seconds * len(rows) / questions  # the batch's share of the image's prefix passes
+        setup = sum(image.seconds for image in dict.fromkeys(row.image for row in rows) if image.state is None)
+        try:
+            failed = queue.start_images(rows, self._prepare_queued)
+        except Exception as err:
+            if is_oom(err) and self.batching.size > 1:
+                self._halve()
+                return
+            raise
+        if failed:  # an image whose prefixes failed: its rows are errors; the batch is formed again
+            yield [error_response(r, message) for r, message in failed]
+            return
+        pairs = [(row.image.state, r) for row in rows for r in row.requests]
+        requests = [r for _, r in pairs]
         results: dict[tuple[str, int], Response] = {}
         try:
-            results.update(self._respond(self.decode_rows(prefixes, rows), rows, started, share))
+            results.update(self._respond(self.decode_prefixed(pairs), requests, started, setup))
         except Exception as err:
+            if is_oom(err) and self.batching.size > 1:
+                self._halve()
+                return
             if is_oom(err):
                 raise
-            if len(rows) == 1:
+            if len(pairs) == 1:
                 log.exception("decoding failed")
-                results[rows[0].key] = error_response(rows[0], f"{type(err).__name__}: {err}")
+                results[requests[0].key] = error_response(requests[0], f"{type(err).__name__}: {err}")
             else:
-                for r in rows:
+                for pair in pairs:
+                    r = pair[1]
                     try:
-                        results.update(self._respond(self.decode_rows(prefixes, [r]), [r], time.perf_counter(), share / len(rows)))
+                        results.update(self._respond(self.decode_prefixed([pair]), [r], time.perf_counter(), setup / len(pairs)))
                     except Exception as one_err:
                         if is_oom(one_err):
                             raise
                         log.exception("decoding failed")
                         results[r.key] = error_response(r, f"{type(one_err).__name__}: {one_err}")
-        return [results[r.key] for r in rows]
+        queue.done(rows)
+        yield [results[r.key] for r in requests]
+
+    def _halve(self) -> None:
+        self.batching.halve()
+        self.core.empty_device_cache()
 
     def _respond(self, decoded: Decoded, rows: Sequence[Request], started: float, share: float) -> dict[tuple[str, int], Response]:
         core = self.core

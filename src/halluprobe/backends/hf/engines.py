@@ -164,7 +164,7 @@ class PrefixCacheEngine(PlainEngine):
             yield from PlainEngine.answer_sorted(self, group)
             return
         seconds = time.perf_counter() - started
-        queue.add(ImageRows(group[0].image_path, image, shared, list(by_prompt), list(by_prompt.values()), seconds))
+        queue.add(ImageRows(group[0].image_path, image, shared, list(by_prompt.values()), list(range(len(by_prompt))), seconds))
 
     def _answer_rows(self, queue: RowQueue) -> Iterator[list[Response]]:
         """The next batch of queued rows: the prefixes of images new to it, then one pass (or one
@@ -172,29 +172,16 @@ class PrefixCacheEngine(PlainEngine):
         core = self.core
         rows = queue.peek(self.batching.size)
         started = time.perf_counter()
-        setup = 0.0
+        setup = sum(image.seconds for image in dict.fromkeys(row.image for row in rows) if image.state is None)
+        failed: list[tuple[Request, str]] = []
         try:
-            for image in dict.fromkeys(row.image for row in rows):
-                if image.state is None and image.error is None:
-                    try:
-                        image.state = core.run_prefix(image.shared.prefix)
-                    except Exception as err:
-                        if is_oom(err):
-                            raise
-                        log.exception("image %s failed", image.path)
-                        image.error = f"{type(err).__name__}: {err}"
-                    setup += image.seconds
-            failed = [row for row in rows if row.image.error is not None]
-            if failed:  # an image whose prefix failed: all its rows are errors (this batch's and later
-                # ones); the batch's other rows stay queued for the next batch
-                for image in dict.fromkeys(row.image for row in failed):
-                    yield [error_response(r, image.error or "") for row in queue.drop_image(image) for r in row.requests]
-                return
-            inputs: dict[str, Any] | None = rows_inputs(
-                core.model, [row.image.state for row in rows], [row.suffix for row in rows], self.max_new_tokens, core.pad_id
-            )
-            step, _ = self.base_pass(inputs)
-            inputs = None  # the stacked cache
+            failed = queue.start_images(rows, lambda image: core.run_prefix(image.shared.prefix))
+            if not failed:
+                inputs: dict[str, Any] | None = rows_inputs(
+                    core.model, [row.image.state for row in rows], [row.suffix for row in rows], self.max_new_tokens, core.pad_id
+                )
+                step, _ = self.base_pass(inputs)
+                inputs = None  # the stacked cache
         except Exception as err:
             inputs = None  # drop the expanded cache before retrying smaller
             if is_oom(err) and self.batching.size > 1:
@@ -205,6 +192,9 @@ class PrefixCacheEngine(PlainEngine):
             log.exception("batch failed")
             queue.done(rows)
             yield [error_response(r, f"{type(err).__name__}: {err}") for row in rows for r in row.requests]
+            return
+        if failed:  # an image whose prefix failed: its rows are errors; the batch is formed again
+            yield [error_response(r, message) for r, message in failed]
             return
         queue.done(rows)
         groups = [row.requests for row in rows]

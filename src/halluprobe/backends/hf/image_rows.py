@@ -14,17 +14,21 @@ take their batches from one image at a time, as before. No torch here.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from halluprobe.backends.hf.core import is_oom
 from halluprobe.records import Request
 
 if TYPE_CHECKING:
     from halluprobe.backends.hf.inputs import SharedPrefix
 
 __all__ = ["ImageRows", "Row", "RowQueue", "distinct_prompts"]
+
+log = logging.getLogger(__name__)
 
 
 def distinct_prompts(group: Sequence[Request]) -> dict[str, list[Request]]:
@@ -38,7 +42,8 @@ def distinct_prompts(group: Sequence[Request]) -> dict[str, list[Request]]:
 
 @dataclass(eq=False)
 class ImageRows:
-    """One image's distinct prompts, queued to run after its prefix.
+    """One image's rows, queued to run after its prefix: row ``i`` answers ``requests[i]`` from
+    the prefix's suffix ``shared.suffixes[suffix_index[i]]``.
 
     ``state`` is what the engine computes for the image when its first row enters a batch (the
     prefix cache, and the decoding loop's contrast prefixes); ``error`` is set instead when
@@ -47,20 +52,20 @@ class ImageRows:
     path: str
     image: Any
     shared: SharedPrefix
-    prompts: list[str]
-    requests: list[list[Request]]  # requests[i]: every request asking prompts[i]
-    seconds: float = 0.0  # the image's own preparation (encoding, prefix passes), shared out over its rows
+    requests: list[list[Request]]
+    suffix_index: list[int]
+    seconds: float = 0.0  # the image's own preparation (encoding), shared out over its rows
     state: Any = None
     error: str | None = None
     left: int = field(init=False)  # rows not yet answered
 
     def __post_init__(self) -> None:
-        self.left = len(self.prompts)
+        self.left = len(self.requests)
 
 
 @dataclass(frozen=True)
 class Row:
-    """One row of a batch: prompt ``index`` of ``image``."""
+    """One row of a batch: row ``index`` of ``image``."""
 
     image: ImageRows
     index: int
@@ -71,11 +76,7 @@ class Row:
 
     @property
     def suffix(self) -> list[int]:
-        return self.image.shared.suffixes[self.index]
-
-    @property
-    def prompt(self) -> str:
-        return self.image.prompts[self.index]
+        return self.image.shared.suffixes[self.image.suffix_index[self.index]]
 
 
 class RowQueue:
@@ -89,7 +90,7 @@ class RowQueue:
         return len(self._rows)
 
     def add(self, image: ImageRows) -> None:
-        self._rows.extend(Row(image, i) for i in range(len(image.prompts)))
+        self._rows.extend(Row(image, i) for i in range(len(image.requests)))
 
     def full(self, size: int) -> bool:
         """Whether the next batch of ``size`` rows can be taken without waiting for more images."""
@@ -119,6 +120,25 @@ class RowQueue:
             row.image.left -= 1
             if row.image.left == 0:
                 row.image.state = None
+
+    def start_images(self, batch: Sequence[Row], prepare: Callable[[ImageRows], Any]) -> list[tuple[Request, str]]:
+        """``prepare`` each image new to ``batch`` (its prefix passes) into its ``state``. An image
+        whose preparation fails (out of memory passes) loses every queued row: its requests are
+        returned with the error, each to be an error sample; the batch's other rows stay
+        queued for the next :meth:`peek`."""
+        failed: list[tuple[Request, str]] = []
+        for image in dict.fromkeys(row.image for row in batch):
+            if image.state is not None or image.error is not None:
+                continue
+            try:
+                image.state = prepare(image)
+            except Exception as err:
+                if is_oom(err):
+                    raise
+                log.exception("image %s failed", image.path)
+                image.error = f"{type(err).__name__}: {err}"
+                failed.extend((r, image.error) for row in self.drop_image(image) for r in row.requests)
+        return failed
 
     def drop_image(self, image: ImageRows) -> list[Row]:
         """Remove every queued row of ``image`` (its preparation failed); returns them."""
