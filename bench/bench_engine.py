@@ -68,6 +68,10 @@ def _build_model(folder: Path, args: argparse.Namespace) -> tuple[Path, int]:
 
     from halluprobe.tiny import build_tiny_llava, mistral_tokenizer_dir
 
+    shape = {k: getattr(args, k) for k in ("hidden", "layers", "head_dim", "vision_hidden", "vision_layers", "dtype")}
+    marker = folder / "model" / "bench-shape.json"
+    if marker.is_file() and json.loads(marker.read_text())["shape"] == shape:  # a --work-dir built earlier: reuse it
+        return folder / "model", int(json.loads(marker.read_text())["params"])
     tok_dir = folder / "tokenizer"
     if not (tok_dir / "tokenizer.json").is_file():  # a work dir may bring it (a machine without mistral-common)
         tok_dir = mistral_tokenizer_dir(tok_dir)
@@ -94,7 +98,9 @@ def _build_model(folder: Path, args: argparse.Namespace) -> tuple[Path, int]:
     if args.dtype != "float32":
         model = model.to(getattr(torch, args.dtype))
     model.save_pretrained(model_dir)
-    return model_dir, sum(p.numel() for p in model.parameters())
+    params = sum(p.numel() for p in model.parameters())
+    marker.write_text(json.dumps({"shape": shape, "params": params}))
+    return model_dir, params
 
 
 def _steer(model: Any, tokenizer: Any) -> None:
@@ -162,7 +168,8 @@ def _worker(args: argparse.Namespace) -> None:
     mode = args.worker
     if args.threads:
         torch.set_num_threads(args.threads)
-    batch = 1 if mode == "a" else args.batch_size
+    sizes = [1] if mode == "a" else _sizes(args.batch_size)
+    batch = sizes[0]
     max_new = 128 if mode == "a" else 8
     backend = HFBackend(
         args.model_dir, batch_size=batch, dtype=args.dtype, device=args.device, prefix_cache=(mode == "c")
@@ -183,13 +190,24 @@ def _worker(args: argparse.Namespace) -> None:
         return out
 
     one_pass(requests[:2])  # warm-up: first-call costs (stop-string tables, allocator)
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    seconds = []
-    for _ in range(args.runs):
-        started = time.perf_counter()
-        responses = one_pass(requests)
-        seconds.append(time.perf_counter() - started)
+    for size in sizes:  # one loaded model, each batch size in turn (a line each)
+        backend.batching.size = size
+        one_pass(requests[: 2 * size])  # this size's shapes once before timing
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        seconds = []
+        for _ in range(args.runs):
+            started = time.perf_counter()
+            responses = one_pass(requests)
+            seconds.append(time.perf_counter() - started)
+        _print_result(mode if len(sizes) == 1 else f"{mode}/{size}", requests, responses, seconds, rss_loaded, cuda)
+
+
+def _print_result(mode: str, requests: list[Any], responses: list[Any], seconds: list[float], rss_loaded: float, cuda: bool) -> None:
+    import torch
+
+    import halluprobe
+
     errors = [r.error for r in responses if r.error]
     answers = {str(r.question_id): [r.first_token[0].id if r.first_token else None, r.text] for r in responses}
     print(
@@ -206,8 +224,37 @@ def _worker(args: argparse.Namespace) -> None:
                 "halluprobe": str(Path(halluprobe.__file__).parent),
                 "answers": answers,
             }
-        )
+        ),
+        flush=True,
     )
+
+
+def _sizes(text: str) -> list[int]:
+    """``--batch-size``: one size, or several separated by commas (modes b and c run each)."""
+    return [int(part) for part in str(text).split(",")]
+
+
+def _merge(results: dict[str, dict[str, Any]], key: str, one: dict[str, Any], process_seconds: float, run: int, args: argparse.Namespace) -> None:
+    """One worker line into ``results`` (the runs of a key merged)."""
+    one["process_seconds"] = [process_seconds]
+    if one["errors"]:
+        print(f"mode {key}: errors: {one['errors']}", file=sys.stderr)
+    print(
+        f"run {run + 1}/{args.runs} mode {key}: {', '.join(f'{x:.2f}' for x in one['seconds'])} s "
+        f"in process, {process_seconds:.1f} s whole process ({one['halluprobe']})",
+        flush=True,
+    )
+    if key not in results:
+        results[key] = one
+        return
+    merged = results[key]
+    merged["seconds"] += one["seconds"]
+    merged["process_seconds"] += one["process_seconds"]
+    for field in ("peak_rss_mb", "cuda_peak_mb", "rss_loaded_mb"):
+        if one[field] is not None:
+            merged[field] = max(merged[field], one[field])
+    if one["answers"] != merged["answers"]:
+        print(f"mode {key}: answers differ between runs", file=sys.stderr)
 
 
 def _cpu_name() -> str:
@@ -233,7 +280,7 @@ def _table(results: dict[str, dict[str, Any]], args: argparse.Namespace, params:
     for mode, r in results.items():
         runs = ", ".join(f"{s:.1f}" for s in r["seconds"])
         lines.append(
-            f"| {mode} | {MODES[mode]} | {r['questions']} | {runs} | {qps[mode]:.2f} | {1 / qps[mode]:.3f} "
+            f"| {mode} | {MODES[mode[0]]} | {r['questions']} | {runs} | {qps[mode]:.2f} | {1 / qps[mode]:.3f} "
             f"| {r[memory_key]:.0f} | {r['rss_loaded_mb']:.0f} |"
         )
     lines.append("")
@@ -241,6 +288,8 @@ def _table(results: dict[str, dict[str, Any]], args: argparse.Namespace, params:
     for fast, slow in (("c", "a"), ("c", "b"), ("b", "a")):
         if fast in qps and slow in qps:
             ratios.append(f"{fast}/{slow} = {qps[fast] / qps[slow]:.2f}x")
+    first = next(iter(qps))
+    ratios += [f"{key}/{first} = {qps[key] / qps[first]:.2f}x" for key in qps if "/" in key and key != first]
     if ratios:
         lines.append("throughput ratios (same run): " + ", ".join(ratios))
     modes = list(results)
@@ -279,13 +328,13 @@ def _compare_table(results: dict[str, dict[str, Any]], args: argparse.Namespace)
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in (m for m in MODES if m in args.modes):
-        keys = [k for k in results if k.split("@")[0] == mode]
+        keys = [k for k in results if k.split("@")[0].split("/")[0] == mode]
         first = results[keys[0]]
         for key in keys:
             r = results[key]
             inner, whole = statistics.median(r["seconds"]), statistics.median(r["process_seconds"])
             lines.append(
-                f"| {mode} | {key.split('@', 1)[1]} | {', '.join(f'{x:.2f}' for x in r['seconds'])} | {inner:.2f} "
+                f"| {key.split('@', 1)[0]} | {key.split('@', 1)[1]} | {', '.join(f'{x:.2f}' for x in r['seconds'])} | {inner:.2f} "
                 f"| {inner / statistics.median(first['seconds']):.3f} | {', '.join(f'{x:.1f}' for x in r['process_seconds'])} "
                 f"| {whole:.1f} | {whole / statistics.median(first['process_seconds']):.3f} | {r[memory_key]:.0f} |"
             )
@@ -299,7 +348,7 @@ def main() -> None:
     parser.add_argument("--modes", default="abc", help="which of a, b, c to run (default abc)")
     parser.add_argument("--images", type=int, default=4, help="images (18 questions each); default 4")
     parser.add_argument("--runs", type=int, default=3, help="timed passes per mode (median reported); default 3")
-    parser.add_argument("--batch-size", type=int, default=8, help="batch size of modes b and c; default 8")
+    parser.add_argument("--batch-size", default="8", help="batch size of modes b and c (rows across images); several, comma-separated, run in one process each; default 8")
     parser.add_argument("--hidden", type=int, default=512, help="text hidden size; default 512")
     parser.add_argument("--layers", type=int, default=6, help="text layers; default 6")
     parser.add_argument("--head-dim", type=int, default=64, help="text attention head size; default 64 (LLaMA-7B: 128)")
@@ -362,35 +411,20 @@ def main() -> None:
                         command, capture_output=True, text=True, check=False, env=env if src is None else _with_path(env, src)
                     )
                     process_seconds = time.perf_counter() - process_started
-                    key = mode if label is None else f"{mode}@{label}"
                     if proc.returncode != 0:
                         sys.stderr.write(proc.stderr)
-                        raise SystemExit(f"mode {key} failed (exit {proc.returncode})")
-                    one = json.loads(proc.stdout.strip().splitlines()[-1])
-                    one["process_seconds"] = [process_seconds]
-                    if one["errors"]:
-                        print(f"mode {key}: errors: {one['errors']}", file=sys.stderr)
-                    print(
-                        f"run {run + 1}/{args.runs} mode {key}: {', '.join(f'{x:.2f}' for x in one['seconds'])} s "
-                        f"in process, {process_seconds:.1f} s whole process ({one['halluprobe']})",
-                        flush=True,
-                    )
-                    if key not in results:
-                        results[key] = one
-                    else:
-                        merged = results[key]
-                        merged["seconds"] += one["seconds"]
-                        merged["process_seconds"] += one["process_seconds"]
-                        for field in ("peak_rss_mb", "cuda_peak_mb", "rss_loaded_mb"):
-                            if one[field] is not None:
-                                merged[field] = max(merged[field], one[field])
-                        if one["answers"] != merged["answers"]:
-                            print(f"mode {key}: answers differ between runs", file=sys.stderr)
+                        raise SystemExit(f"mode {mode} failed (exit {proc.returncode})")
+                    for line in proc.stdout.strip().splitlines():
+                        if not line.startswith("{"):
+                            continue
+                        one = json.loads(line)
+                        key = one["mode"] if label is None else f"{one['mode']}@{label}"
+                        _merge(results, key, one, process_seconds, run, args)
+        keys = list(results)
         if args.src:
-            results = {f"{m}@{label}": results[f"{m}@{label}"] for m in MODES if m in args.modes for label, _ in sources}
+            results = {k: results[k] for m in MODES if m in args.modes for k in keys if k.split("/")[0].split("@")[0] == m}
         else:
-            results = {m: results[m] for m in MODES if m in results}
-
+            results = {k: results[k] for m in MODES for k in keys if k.split("/")[0] == m}
     header = (
         f"{_dt.date.today().isoformat()}  {_cpu_name()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__} ({results[next(iter(results))]['threads']} threads), "

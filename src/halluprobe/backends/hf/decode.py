@@ -247,6 +247,7 @@ def contrast_decode(
     done = torch.zeros(rows, dtype=torch.bool, device=base_inputs["input_ids"].device)
     ends = torch.tensor(sorted(set(end_ids)), dtype=torch.long, device=done.device)
     tokens = None
+    steps: list[Any] = []  # each step's chosen tokens [rows]
     seen: Any = None  # DoLa: [batch, vocab] the tokens its repetition penalty applies to
     columns: Any = None  # PAI: [batch, keys] the image tokens among the base branch's keys
     for step in range(max_new_tokens):
@@ -289,13 +290,26 @@ def contrast_decode(
             if contrast_logits is not None:
                 out.contrast_logits.append(contrast_logits.float().cpu())
             out.scores.append(scores.cpu())
-        for row, token in enumerate(chosen.tolist()):
-            if not done[row]:
-                out.tokens[row].append(int(token))
+        steps.append(chosen)  # kept on the device: the rows' texts are read once, after the loop
         if isinstance(rule, DoLaRule):
             seen[torch.arange(rows, device=seen.device), chosen] = True
         done = done | torch.isin(chosen, ends)
-        if bool(done.all()):
+        if bool(done.all()):  # the step's one host-device synchronisation: the batch stops with its last row
             break
         tokens = chosen.unsqueeze(-1)
+    out.tokens = _row_tokens(steps, rows, ends)
     return out
+
+
+def _row_tokens(steps: list[Any], rows: int, ends: Any) -> list[list[int]]:
+    """Each row's chosen tokens, up to and including its first end token (a done row was fed
+    padding after it)."""
+    import torch
+
+    if not steps:
+        return [[] for _ in range(rows)]
+    chosen = torch.stack(steps, dim=-1)  # [rows, steps]
+    ended = torch.isin(chosen, ends)
+    # a row's length: up to its first end token, or every step
+    first_end = torch.where(ended.any(-1), ended.int().argmax(-1) + 1, torch.full_like(ended[:, 0], len(steps), dtype=torch.long))
+    return [row[:n] for row, n in zip(chosen.tolist(), first_end.tolist())]
