@@ -165,7 +165,7 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     images, errors = core.load_images(requests)
     assert not errors
     # the plain engine's batches: questions of one image together (DecodeEngine.answer's order);
-    # the prefix engine's: per image, its prefixes, then batches of its questions
+    # the prefix engine's: the same rows, each image's prefixes made once (run_prefix)
     batches = [(requests[i : i + args.batch_size], images[i : i + args.batch_size]) for i in range(0, len(requests), args.batch_size)]
     per_image = [(requests[i : i + len(questions)], images[i]) for i in range(0, len(requests), len(questions))]
     engines: dict[str, DecodeEngine] = {}
@@ -193,13 +193,26 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
         return done
 
     def run_prefix(engine: PrefixDecodeEngine, which: list[tuple[list[Request], Any]]) -> int:
+        """The engine's own way (issue 33): batches of ``--batch-size`` rows across images, each
+        image's prefixes made when its first row enters a batch and dropped after its last."""
         done = 0
-        for rows, image in which:
-            prefixes = engine.prepare(rows, image)
-            assert prefixes is not None
-            for i in range(0, len(rows), args.batch_size):
-                decoded = engine.decode_rows(prefixes, rows[i : i + args.batch_size])
-                done += sum(len(t) for t in decoded.tokens)
+        rows = [(r, image) for group, image in which for r in group]
+        held: dict[str, Any] = {}
+        left = {path: sum(r.image_path == path for r, _ in rows) for path in {r.image_path for r, _ in rows}}
+        for i in range(0, len(rows), args.batch_size):
+            pairs = []
+            for r, image in rows[i : i + args.batch_size]:
+                if r.image_path not in held:
+                    group = next(g for g, _ in which if g[0].image_path == r.image_path)
+                    held[r.image_path] = engine.prepare(group, image)
+                    assert held[r.image_path] is not None
+                pairs.append((held[r.image_path], r))
+            decoded = engine.decode_prefixed(pairs)
+            done += sum(len(t) for t in decoded.tokens)
+            for _, r in pairs:
+                left[r.image_path] -= 1
+                if not left[r.image_path]:
+                    del held[r.image_path]
         return done
 
     def run_generate(which: list[tuple[list[Request], list[Any]]]) -> int:
