@@ -18,17 +18,42 @@ __all__ = ["PrefixSpy", "decisions"]
 
 
 class PrefixSpy:
-    """Counts a backend's prefix passes: proves which engine really ran (and did not fall back)."""
+    """Counts a backend's image prefixes computed (one by one, or several images in one batched
+    pass): proves which engine really ran (and did not fall back)."""
 
     def __init__(self, backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         self.prefixes = 0
-        real = backend.core.run_prefix
+        self.batched = 0  # images whose prefix ran in a pass with other images'
+        inside = [False]
+        real_one, real_many = backend.core.run_prefix, backend.core.run_prefixes
 
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.prefixes += 1
-            return real(*args, **kwargs)
+        def one(*args: Any, **kwargs: Any) -> Any:
+            if not inside[0]:
+                self.prefixes += 1
+            return real_one(*args, **kwargs)
 
-        monkeypatch.setattr(backend.core, "run_prefix", counted)
+        def many(prefixes: Any) -> Any:
+            self.prefixes += len(prefixes)
+            inside[0] = True
+            singles = self.prefixes
+            try:
+                calls = [0]
+
+                def counted(*args: Any, **kwargs: Any) -> Any:
+                    calls[0] += 1
+                    return real_one(*args, **kwargs)
+
+                monkeypatch.setattr(backend.core, "run_prefix", counted)
+                out = real_many(prefixes)
+            finally:
+                monkeypatch.setattr(backend.core, "run_prefix", one)
+                inside[0] = False
+            self.batched += len(prefixes) - calls[0]
+            assert self.prefixes == singles
+            return out
+
+        monkeypatch.setattr(backend.core, "run_prefix", one)
+        monkeypatch.setattr(backend.core, "run_prefixes", many)
 
 
 def decisions(backend: Any, requests: list[Request], responses: dict[Any, Response]) -> dict[Any, dict[str, str]]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.backends.hf.load import load_model, load_processor
-from halluprobe.backends.hf.prefix import Prefix, next_position, stackable
+from halluprobe.backends.hf.prefix import Prefix, next_position, split_cache, stackable
 from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
 from halluprobe.readouts.tokensets import derive_token_sets
@@ -187,6 +187,37 @@ class ModelCore:
         position, mrope = next_position(self.model, inputs)
         return Prefix(cache=out.past_key_values, input_ids=inputs["input_ids"], next_position=position, mrope=mrope)
 
+    def run_prefixes(self, prefixes: Sequence[dict[str, Any]]) -> list[Prefix]:
+        """Several images' shared prefixes: those whose inputs have one shape (every tensor one row
+        of the same size: LLaVA-1.5's fixed image token count) run as one batch, their caches then
+        split into per-image views; the others one by one (:meth:`run_prefix`)."""
+        import torch
+
+        out: list[Prefix | None] = [None] * len(prefixes)
+        groups: dict[Any, list[int]] = {}
+        for i, inputs in enumerate(prefixes):
+            groups.setdefault(_batchable_shape(inputs), []).append(i)
+        for shape, members in groups.items():
+            if shape is None or len(members) == 1 or not self.stacks_caches:
+                for i in members:
+                    out[i] = self.run_prefix(prefixes[i])
+                continue
+            joined = {k: torch.cat([prefixes[i][k] for i in members]) if hasattr(prefixes[members[0]][k], "shape") else prefixes[members[0]][k]
+                      for k in prefixes[members[0]]}  # fmt: skip
+            inputs = self.to_device(joined)
+            with torch.inference_mode():
+                cache = self.model(**inputs, use_cache=True, **self.keep_last).past_key_values
+            caches = split_cache(self.model.config, cache)
+            if caches is None:
+                for i in members:
+                    out[i] = self.run_prefix(prefixes[i])
+                continue
+            for row, (i, one) in enumerate(zip(members, caches)):
+                ids = inputs["input_ids"][row : row + 1]
+                position, mrope = next_position(self.model, {k: v[row : row + 1] if hasattr(v, "shape") else v for k, v in inputs.items()})
+                out[i] = Prefix(cache=one, input_ids=ids, next_position=position, mrope=mrope)
+        return [p for p in out if p is not None]
+
     def fits_window(self, shared: SharedPrefix, new_tokens: int) -> bool:
         """False when a sliding-attention layer's cache would drop prefix tokens that a full
         prompt (its longest suffix plus ``new_tokens``) still sees."""
@@ -293,6 +324,18 @@ def _text_hidden_states(out: Any) -> Any:
     if states is None:
         raise RuntimeError(f"{type(out).__name__} gives no hidden states: the layers signal cannot be read")
     return states
+
+
+def _batchable_shape(inputs: dict[str, Any]) -> Any:
+    """The key under which prefix inputs run as one batch: every tensor's shape (each with one
+    row), or ``None`` where a tensor has no row dimension of 1 (Qwen2-VL's patch list)."""
+    shapes = []
+    for key, value in sorted(inputs.items()):
+        shape = tuple(getattr(value, "shape", ()))
+        if not shape or shape[0] != 1:
+            return None
+        shapes.append((key, shape))
+    return tuple(shapes)
 
 
 def _stackable_cache_layers(config: Any) -> bool:

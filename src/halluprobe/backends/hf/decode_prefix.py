@@ -203,7 +203,7 @@ class PrefixDecodeEngine(DecodeEngine):
         started = time.perf_counter()
         setup = sum(image.seconds for image in dict.fromkeys(row.image for row in rows) if image.state is None)
         try:
-            failed = queue.start_images(rows, self._prepare_queued)
+            failed = queue.start_images(rows, lambda images: [self._prepare_queued(image) for image in images])
         except Exception as err:
             if is_oom(err) and self.batching.size > 1:
                 self._halve()

@@ -175,7 +175,7 @@ class PrefixCacheEngine(PlainEngine):
         setup = sum(image.seconds for image in dict.fromkeys(row.image for row in rows) if image.state is None)
         failed: list[tuple[Request, str]] = []
         try:
-            failed = queue.start_images(rows, lambda image: core.run_prefix(image.shared.prefix))
+            failed = queue.start_images(rows, lambda images: core.run_prefixes([image.shared.prefix for image in images]))
             if not failed:
                 inputs: dict[str, Any] | None = rows_inputs(
                     core.model, [row.image.state for row in rows], [row.suffix for row in rows], self.max_new_tokens, core.pad_id

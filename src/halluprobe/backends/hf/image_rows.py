@@ -121,24 +121,38 @@ class RowQueue:
             if row.image.left == 0:
                 row.image.state = None
 
-    def start_images(self, batch: Sequence[Row], prepare: Callable[[ImageRows], Any]) -> list[tuple[Request, str]]:
-        """``prepare`` each image new to ``batch`` (its prefix passes) into its ``state``. An image
-        whose preparation fails (out of memory passes) loses every queued row: its requests are
-        returned with the error, each to be an error sample; the batch's other rows stay
-        queued for the next :meth:`peek`."""
+    def start_images(self, batch: Sequence[Row], prepare: Callable[[list[ImageRows]], list[Any]]) -> list[tuple[Request, str]]:
+        """``prepare`` the images new to ``batch`` (their prefix passes, together where the engine
+        can) into their ``state``. Where that fails, each image is prepared alone: one whose own
+        preparation fails (out of memory passes) loses every queued row: its requests are
+        returned with the error, each to be an error sample; the batch's other rows stay queued
+        for the next :meth:`peek`."""
+        new = [image for image in dict.fromkeys(row.image for row in batch) if image.state is None and image.error is None]
+        if not new:
+            return []
+        try:
+            for image, state in zip(new, prepare(new), strict=True):
+                image.state = state
+            return []
+        except Exception as err:
+            if is_oom(err):
+                raise
+            if len(new) == 1:
+                return self._failed(new[0], err)
         failed: list[tuple[Request, str]] = []
-        for image in dict.fromkeys(row.image for row in batch):
-            if image.state is not None or image.error is not None:
-                continue
+        for image in new:
             try:
-                image.state = prepare(image)
+                image.state = prepare([image])[0]
             except Exception as err:
                 if is_oom(err):
                     raise
-                log.exception("image %s failed", image.path)
-                image.error = f"{type(err).__name__}: {err}"
-                failed.extend((r, image.error) for row in self.drop_image(image) for r in row.requests)
+                failed.extend(self._failed(image, err))
         return failed
+
+    def _failed(self, image: ImageRows, err: Exception) -> list[tuple[Request, str]]:
+        log.error("image %s failed", image.path, exc_info=err)
+        image.error = f"{type(err).__name__}: {err}"
+        return [(r, image.error) for row in self.drop_image(image) for r in row.requests]
 
     def drop_image(self, image: ImageRows) -> list[Row]:
         """Remove every queued row of ``image`` (its preparation failed); returns them."""

@@ -27,6 +27,7 @@ __all__ = [
     "next_position",
     "padded_prefix_ids",
     "rows_inputs",
+    "split_cache",
     "stackable",
     "stacked_cache",
     "suffix_inputs",
@@ -165,8 +166,10 @@ def stacked_cache(config: Any, runs: Sequence[tuple[Any, int]], length: int) -> 
     for i, mine in enumerate(stacked.layers):
         first = runs[0][0].layers[i].keys
         heads, dim = first.shape[1], first.shape[3]
-        keys = first.new_zeros((rows, heads, length, dim))
-        values = runs[0][0].layers[i].values.new_zeros((rows, heads, length, runs[0][0].layers[i].values.shape[3]))
+        padded = any(cache.layers[i].keys.shape[2] != length for cache, _ in runs)
+        make = first.new_zeros if padded else first.new_empty  # every position written: no fill
+        keys = make((rows, heads, length, dim))
+        values = make((rows, heads, length, runs[0][0].layers[i].values.shape[3]))
         row = 0
         for cache, count in runs:
             layer = cache.layers[i]
@@ -200,6 +203,26 @@ def expand_cache(config: Any, cache: Any, rows: int) -> Any:
     # sliding-window and other layer kinds: the public constructor (copies once more)
     data = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers]
     return DynamicCache(data, config=config)
+
+
+def split_cache(config: Any, cache: Any) -> list[Any] | None:
+    """One batch-1 DynamicCache per row of ``cache`` (views of its keys and values: several
+    images' prefixes run as one batch), or ``None`` unless every layer is a plain DynamicLayer."""
+    from transformers import DynamicCache
+
+    if not stackable(cache):
+        return None
+    rows = cache.layers[0].keys.shape[0]
+    out = []
+    for row in range(rows):
+        one = DynamicCache(config=config)
+        if len(one.layers) != len(cache.layers) or not stackable(one):
+            return None
+        for mine, theirs in zip(one.layers, cache.layers):
+            mine.lazy_initialization(theirs.keys, theirs.values)
+            mine.keys, mine.values = theirs.keys[row : row + 1], theirs.values[row : row + 1]
+        out.append(one)
+    return out
 
 
 def cropped_cache(config: Any, cache: Any, length: int) -> Any:
