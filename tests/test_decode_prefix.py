@@ -390,3 +390,28 @@ def test_batches_across_images_write_the_plain_engines_text_at_every_size(setup:
         batches = [batch for batch in PrefixDecodeEngine(fast.core, fast.batching, config).answer(requests)]
         assert [len(b) for b in batches] == [min(size, len(requests) - i) for i in range(0, len(requests), size)]
         assert {r.key: r.text for batch in batches for r in batch} == want, size
+
+
+@pytest.mark.parametrize("spec", [None, "vcd:alpha=1,beta=0.1", "m3id:lambda=0.5"], ids=lambda s: (s or "greedy").split(":")[0])
+def test_appending_in_place_gives_the_steps_of_copying_caches(setup: Any, spec: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: after the first step the loop's caches append into spare room (make_room)
+    instead of concatenating: the same tokens, and every step's logits, as a copying cache."""
+    import halluprobe.backends.hf.decode as decode
+    from halluprobe.backends.hf.prefix import make_room
+
+    fast, plain, requests, _ = setup
+    images, _ = fast.core.load_images(requests)
+    made: list[bool] = []
+
+    def spied(cache: Any, room: int) -> bool:
+        made.append(make_room(cache, room))
+        return made[-1]
+
+    monkeypatch.setattr(decode, "make_room", spied)
+    appended = _engine(plain, spec).decode_full(requests, images, keep_steps=True)
+    assert made and all(made)
+    monkeypatch.setattr(decode, "make_room", lambda cache, room: False)
+    copied = _engine(plain, spec).decode_full(requests, images, keep_steps=True)
+    assert appended.tokens == copied.tokens
+    for a, b in zip(appended.base_logits, copied.base_logits):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -46,7 +46,7 @@ from halluprobe.backends.hf.decode_rules import (
     Sampling,
     StepRule,
 )
-from halluprobe.backends.hf.prefix import joined_cache
+from halluprobe.backends.hf.prefix import joined_cache, make_room
 from halluprobe.backends.hf.signals import amplified_attention
 
 __all__ = ["Decoded", "JOIN_PADDING", "contrast_decode", "joined_inputs"]
@@ -71,8 +71,9 @@ class _Branch:
     KV cache, mask and next positions. ``inputs`` are full prompts, or suffixes after a cached
     prefix (``past_key_values`` and explicit ``position_ids``: hf_prefix.suffix_inputs)."""
 
-    def __init__(self, model: Any, inputs: dict[str, Any]) -> None:
+    def __init__(self, model: Any, inputs: dict[str, Any], room: int = 0) -> None:
         self.model = model
+        self.room = room  # positions the loop may still append after the first step (hf_prefix.make_room)
         # the first step needs the last position's logits only (what ``generate`` asks for)
         params = inspect.signature(model.forward).parameters
         self.keep_last: dict[str, Any] = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
@@ -114,6 +115,8 @@ class _Branch:
                 norm, head = self.model.get_decoder().norm, self.model.get_output_embeddings()
                 early = [head(norm(states[n][:, -1, :])) for n in hidden]
         self.cache = out.past_key_values
+        if tokens is None and self.cache is not None:
+            make_room(self.cache, self.room)  # later steps append in place instead of copying the cache
         return out.logits[:, -1, :], early
 
 
@@ -238,11 +241,12 @@ def contrast_decode(
     together = None
     if joint and contrast_inputs is not None:
         together = joined_inputs(model, base_inputs, contrast_inputs, pad_id, max_padding=JOIN_PADDING)
+    room = max_new_tokens - 1
     if together is not None:
-        base, contrast = _Branch(model, together), None
+        base, contrast = _Branch(model, together, room), None
     else:
-        base = _Branch(model, base_inputs)
-        contrast = _Branch(model, contrast_inputs) if contrast_inputs is not None else None
+        base = _Branch(model, base_inputs, room)
+        contrast = _Branch(model, contrast_inputs, room) if contrast_inputs is not None else None
     out = Decoded(tokens=[[] for _ in range(rows)])
     done = torch.zeros(rows, dtype=torch.bool, device=base_inputs["input_ids"].device)
     ends = torch.tensor(sorted(set(end_ids)), dtype=torch.long, device=done.device)

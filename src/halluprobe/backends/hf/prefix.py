@@ -24,6 +24,7 @@ __all__ = [
     "expand_cache",
     "image_runs",
     "joined_cache",
+    "make_room",
     "next_position",
     "padded_prefix_ids",
     "rows_inputs",
@@ -223,6 +224,54 @@ def split_cache(config: Any, cache: Any) -> list[Any] | None:
             mine.keys, mine.values = theirs.keys[row : row + 1], theirs.values[row : row + 1]
         out.append(one)
     return out
+
+
+_APPENDING: list[type] = []  # the DynamicLayer subclass below, made on first use (transformers imported then)
+
+
+def make_room(cache: Any, room: int) -> bool:
+    """Let ``cache`` take ``room`` more positions without copying: each plain DynamicLayer's keys
+    and values move (one copy) into a buffer with ``room`` spare positions, and the layer then
+    appends in place. A DynamicLayer appends by ``torch.cat``, a copy of the whole cache per
+    step: on a 7B model at 64 rows, most of a decoding step's memory traffic. False (nothing
+    changed) unless every layer is a plain DynamicLayer."""
+    if room <= 0 or not stackable(cache) or any(not layer.is_initialized for layer in cache.layers):
+        return False
+    appending = _appending_layer()
+    for layer in cache.layers:
+        layer.__class__ = appending
+        layer.reserve(room)
+    return True
+
+
+def _appending_layer() -> type:
+    if not _APPENDING:
+        from transformers.cache_utils import DynamicLayer
+
+        class AppendingLayer(DynamicLayer):
+            """A DynamicLayer whose keys and values are views of buffers with spare positions:
+            ``update`` writes the new positions in place (``make_room``)."""
+
+            def reserve(self, room: int) -> None:
+                length = self.keys.shape[-2]
+                self.key_room = self.keys.new_empty((*self.keys.shape[:-2], length + room, self.keys.shape[-1]))
+                self.value_room = self.values.new_empty((*self.values.shape[:-2], length + room, self.values.shape[-1]))
+                self.key_room[..., :length, :] = self.keys
+                self.value_room[..., :length, :] = self.values
+                self.keys, self.values = self.key_room[..., :length, :], self.value_room[..., :length, :]
+
+            def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+                length, new = self.keys.shape[-2], key_states.shape[-2]
+                if length + new > self.key_room.shape[-2]:
+                    self.reserve(max(new, length))  # out of room: double it
+                self.key_room[..., length : length + new, :] = key_states
+                self.value_room[..., length : length + new, :] = value_states
+                self.keys = self.key_room[..., : length + new, :]
+                self.values = self.value_room[..., : length + new, :]
+                return self.keys, self.values
+
+        _APPENDING.append(AppendingLayer)
+    return _APPENDING[0]
 
 
 def cropped_cache(config: Any, cache: Any, length: int) -> Any:
