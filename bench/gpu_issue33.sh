@@ -14,10 +14,12 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'trans
 SHAPE="--device cuda --dtype bfloat16 --hidden 4096 --layers 32 --head-dim 128 --vision-hidden 1024 --vision-layers 24"
 W=/tmp/work; mkdir -p $W; cp -r .gpu/work/tokenizer $W/
 step() { local limit=$1 name=$2; shift 2; echo "== $name ($(date +%T))"; timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "exit $?"; tail -n 25 "$OUT/$name.txt"; }
-step 230 engine_compare python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --runs 1 --inner-runs 3 \
+step ${COMPARE_LIMIT:-230} engine_compare python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --runs 1 --inner-runs 3 \
     --work-dir $W --src old=.gpu/old/src --src new=src --json "$OUT/engine_compare.json"
+if [ "${SIZES:-1}" = 1 ]; then
 step 120 engine_sizes python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 18,36,72,144 --runs 1 --inner-runs 3 \
     --work-dir $W --json "$OUT/engine_sizes.json"
-step 210 decode_captions python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 64 \
+fi
+step ${DECODE_LIMIT:-210} decode_captions python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 64 \
     --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --passes joint --work-dir $W
 echo "== done $(date +%T)"
