@@ -159,3 +159,4 @@ class VllmServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+

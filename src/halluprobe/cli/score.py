@@ -90,6 +90,13 @@ def score_cmd(
                 n_resamples=resamples, seed=seed, per_question=per_question,
             )  # fmt: skip
             title = f"{rundir}: {readout}, unknown={unknown}"
+            from halluprobe.rundir import RunDir
+
+            logprobs = RunDir(rundir).read_header().logprob_label  # a server run: how it was read
+            if logprobs is not None:
+                title += f", log-probabilities: {logprobs}"
+                if as_json:  # stdout stays the JSON object
+                    typer.echo(f"{rundir}: log-probabilities read: {logprobs}", err=True)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif markdown or latex:
