@@ -78,22 +78,29 @@ def build_tiny_llama(out: Path, seed: int = 0) -> Path:
     return out
 
 
-def reference_first_token(model_dir: Path, prompt: str, ids: list[int], max_new_tokens: int) -> tuple[dict[str, float], int, str]:
-    """The hf backend's computation on the same weights: the chat prompt, the first step's
-    log-softmax over the whole vocabulary read at ``ids``, the argmax, and the greedy text."""
+def reference_first_token(
+    model_dir: Path, prompts: list[str], ids: list[int], max_new_tokens: int, stops: tuple[str, ...] = (".", "\n")
+) -> list[tuple[dict[str, float], int, str]]:
+    """The hf backend's computation on the same weights, per prompt: the chat prompt, the first
+    step's log-softmax over the whole vocabulary read at ``ids`` (keyed by ``str(id)``), its
+    argmax, and the greedy text cut before the first stop string (as a server returns it)."""
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    model = LlamaForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
-    input_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
-    with torch.no_grad():
-        logits = model(input_ids).logits[0, -1].float()
-        generated = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id)
-    logprobs = torch.log_softmax(logits, dim=-1)
-    greedy = tokenizer.decode(generated[0, input_ids.shape[1]:], skip_special_tokens=True)
-    return {str(i): float(logprobs[i]) for i in ids}, int(torch.argmax(logprobs)), greedy
+    model = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    out = []
+    for prompt in prompts:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        input_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(input_ids).logits[0, -1].float(), dim=-1)
+            generated = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        greedy = tokenizer.decode(generated[0, input_ids.shape[1] :], skip_special_tokens=True)
+        for stop in stops:
+            greedy = greedy.split(stop, 1)[0]
+        out.append(({str(i): float(logprobs[i]) for i in ids}, int(torch.argmax(logprobs)), greedy))
+    return out
 
 
 def _free_port() -> int:
