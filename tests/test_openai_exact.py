@@ -82,7 +82,8 @@ class VllmStub:
                 try:
                     if stub.latency_s:
                         time.sleep(stub.latency_s)
-                    data = json.dumps(stub.answer(body, concurrent)).encode()
+                    answer = stub.answer_sglang(body) if self.path.endswith("/generate") else stub.answer(body, concurrent)
+                    data = json.dumps(answer).encode()
                 finally:
                     with stub.lock:
                         stub.in_flight -= 1
@@ -159,6 +160,25 @@ class VllmStub:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "logprobs": {"content": [{**entry(greedy), "top_logprobs": tops}]}, "finish_reason": "stop"}],
         }  # fmt: skip
+
+    def answer_sglang(self, body: dict[str, Any]) -> dict[str, Any]:
+        """SGLang's native /generate: ``meta_info`` lists of ``[logprob, id, text]``."""
+        import hashlib
+        import math
+
+        with self.lock:
+            self.bodies.append(body)
+        image = hashlib.sha256(str(body.get("image_data", "")).encode()).hexdigest()
+        probs = self.probabilities(image, body["text"])
+        ranked = sorted(probs, key=lambda i: -probs[i])
+
+        def row(token_id: int) -> list[Any]:
+            return [math.log(probs.get(token_id, self.rest(probs))), token_id, self.tokenizer.decode([token_id])]
+
+        meta: dict[str, Any] = {"output_token_logprobs": [row(ranked[0])], "output_top_logprobs": [[row(i) for i in ranked[: body.get("top_logprobs_num") or 0]]]}
+        if self.exact and body.get("token_ids_logprob"):
+            meta["output_token_ids_logprobs"] = [[row(int(i)) for i in body["token_ids_logprob"]]]
+        return {"text": self.text_tokenizer.decode([ranked[0]], skip_special_tokens=True), "meta_info": meta}
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -289,3 +309,27 @@ def test_prefix_cache_check_flags_a_server_answering_from_the_wrong_image(tmp_pa
     assert passed.exit_code == 0, passed.output
     payload = json.loads(passed.stdout)
     assert payload["prefix_cache"]["ok"] and payload["prefix_cache"]["compared"] == 16 and payload["logprobs"] == "exact"
+
+
+def test_sglang_generate_reads_the_ids_too(tmp_path: Path, tok: Path) -> None:
+    from transformers import AutoTokenizer
+
+    world = _world(tmp_path)
+    templated = tmp_path / "tokenizer"  # SGLang's /generate takes the chat template applied here
+    tokenizer = AutoTokenizer.from_pretrained(str(tok), local_files_only=True)
+    tokenizer.chat_template = "{% for m in messages %}[INST] {% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %} [/INST]{% endfor %}"
+    tokenizer.save_pretrained(str(templated))
+    with VllmStub(tok) as stub:
+        exact = _run(world, stub.url, tmp_path / "exact", "--server-api", "sglang", "--tokenizer", str(templated), "--exact-logprobs", "require")
+        pieces = _run(world, stub.url, tmp_path / "pieces", "--server-api", "sglang", "--tokenizer", str(templated), "--exact-logprobs", "off")
+        assert exact.exit_code == 0 and pieces.exit_code == 0, exact.output + pieces.output
+        asked = [b for b in stub.bodies if "Is there a cat" in b.get("text", "")]
+    assert asked and asked[0]["text"].startswith("[INST] <image>Is there a cat") and asked[0]["image_data"].startswith("data:image/png")
+    head = _header(tmp_path / "exact")
+    assert head.logprob_mode == "exact" and head.backend_info["server_api"] == "sglang"
+    for s_exact, s_pieces in zip(RunDir(tmp_path / "exact").read_samples(), RunDir(tmp_path / "pieces").read_samples()):
+        assert s_exact.error is None and math.log(0.02) <= s_exact.candidates["5592"] <= math.log(0.039)
+        assert read_dynamic(s_exact.candidates, head.token_sets).yes_score is not None  # type: ignore[arg-type]
+        assert s_exact.text == "No" and s_exact.first_token[0].id == 1770
+        assert s_pieces.error is None and not any(p.strip().lower() == "yes" for p in s_pieces.candidates)
+    assert _run(world, stub.url, tmp_path / "x", "--server-api", "sglang").exit_code == 2  # no tokenizer: no template
