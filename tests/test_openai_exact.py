@@ -291,6 +291,10 @@ def test_score_and_audit_say_the_mode_and_resume_refuses_the_other(tmp_path: Pat
     audit = runner.invoke(app, ["audit", str(tmp_path / "run"), "--resamples", "10"])
     assert audit.exit_code == 0 and "log-probabilities read: exact" in audit.output
     assert json.loads((tmp_path / "run" / "audit.json").read_text())["run"]["logprobs"] == "exact"
+    report = runner.invoke(app, ["report", str(tmp_path / "run"), "--out", str(tmp_path / "report.html"), "--resamples", "10"])
+    assert report.exit_code == 0, report.output
+    assert "| Log-probabilities | exact |" in (tmp_path / "report.md").read_text()
+    assert "<th>Log-probabilities</th><td>exact" in (tmp_path / "report.html").read_text()
 
 
 def test_prefix_cache_check_flags_a_server_answering_from_the_wrong_image(tmp_path: Path, tok: Path) -> None:
