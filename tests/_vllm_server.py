@@ -43,7 +43,7 @@ def skip_reason() -> str | None:
     """Why the real vLLM tests cannot run here; None when they can."""
     python = vllm_python()
     if not python.is_file():
-        return f"no vLLM environment at {python.parent.parent}: build it with `bash scripts/setup.sh --server-tests`"
+        return f"no vLLM environment at {python.parent.parent}: build it with `bash scripts/setup.sh --vllm-tests` (or --server-tests)"
     probe = subprocess.run([str(python), "-c", "import vllm"], capture_output=True, text=True, timeout=300)
     if probe.returncode != 0:
         tail = (probe.stderr.strip().splitlines() or ["?"])[-1]
