@@ -73,7 +73,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _common(served: tuple[Path, Any], world: dict[str, Path]) -> list[str]:
-    model, server = served
+    _, server = served
     # the served model is text-only: the question goes without its image
     return ["--backend", "openai", "--model", server.name, "--endpoint", server.url, "--benchmark", str(world["bench"]),
             "--images", str(world["images"]), "--backend-option", "send_images=false", "--concurrency", "4"]  # fmt: skip

@@ -2,9 +2,10 @@
 
 Each request is one chat message (the image, then the rendered question) sent with
 ``temperature=0, logprobs=true, top_logprobs=K``. The first content token's top alternatives
-are token STRINGS (the servers report no ids), so the run's token sets are keyed by piece
-(:func:`halluprobe.readouts.tokensets.piece_token_sets`): ``dynamic`` derives the yes / no sets
-from the returned pieces with the project's one rule, and the legacy id readouts are invalid.
+are token STRINGS, so the run's token sets are keyed by piece (:func:`piece_token_sets`):
+``dynamic`` derives the yes / no sets from the returned pieces. Exact mode (``exact_logprobs``
+with a ``tokenizer``; openai/exact.py, detect.py, sglang.py) asks vLLM or SGLang for the hf
+backend's candidate ids instead and stores them by id, as the hf backend does.
 
 Concurrency lives inside the backend (it receives the whole request list): an asyncio loop in a worker thread runs
 ``concurrency`` workers over the requests, ordered by image (so a server's prefix cache sees
@@ -55,17 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from halluprobe.backends.openai.detect import Detection, ServerTarget, resolve_mode
 from halluprobe.backends.openai.exact import EXACT_SETTINGS, SERVER_APIS, exact_chat_fields, parse_exact_chat
 from halluprobe.backends.openai.sglang import generate_url, parse_sglang, sglang_body
-from halluprobe.backends.openai.transport import (
-    CallState,
-    Endpoint,
-    LoopThread,
-    RetryPolicy,
-    Sender,
-    ServiceDown,
-    collect,
-    image_ref,
-    session_stats,
-)
+from halluprobe.backends.openai.transport import CallState, Endpoint, LoopThread, RetryPolicy, Sender, ServiceDown, collect, image_ref, session_stats
 from halluprobe.backends.openai.wire import MIN_SECRET, Parse, Result, chat_url, parse_answer, redact, tls_context, url_secrets
 from halluprobe.backends.response_cache import ResponseCache, cache_dir, cache_key
 from halluprobe.errors import InputError, RuntimeFailure
