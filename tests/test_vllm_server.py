@@ -123,4 +123,5 @@ def test_the_prefix_cache_check_passes_on_the_real_server(served: tuple[Path, An
                                  "--max-offset", "1", "--prefix-cache-check", "--cache-images", "3", "--json"])  # fmt: skip
     assert result.exit_code == 0, result.output
     check = json.loads(result.stdout)["prefix_cache"]
+    print(f"prefix-cache check on vLLM: {check['compared']} questions, largest difference {check['max_diff']:.2e}")
     assert check["ok"] and check["compared"] == 12 and check["max_diff"] <= 1e-3
