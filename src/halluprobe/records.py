@@ -38,6 +38,7 @@ __all__ = [
     "Sample",
     "TokenSets",
     "RunHeader",
+    "LogprobMode",
 ]
 
 # How an unknown answer (neither yes nor no) is counted: as wrong, as a no, as a yes, or
@@ -51,6 +52,9 @@ Label = Literal["yes", "no"]
 Decision = Literal["yes", "no", "unknown"]
 QuestionKey = tuple[str, int]
 QuestionKind = Literal["yes_no", "open", "choice"]
+# how a server run read its first-token log-probabilities: "exact" (the candidate ids by token id,
+# normalised over the whole vocabulary) or "pieces" (the top-K returned strings)
+LogprobMode = Literal["exact", "pieces"]
 
 
 def _is_none(value: Any) -> bool:
@@ -354,5 +358,18 @@ class RunHeader(FrozenRecord):
     # published questions these are, whatever their bytes. Absent in older run dirs; not part
     # of the run's fingerprint, so their resume is unchanged.
     question_fingerprints: dict[str, str] | None = absent_when_none()
+    # a server run's reading (openai backend); absent in run dirs of earlier versions and of local
+    # backends: a piece-keyed run without it was read from the top-K pieces (see logprob_label)
+    logprob_mode: LogprobMode | None = absent_when_none()
+
+    @property
+    def logprob_label(self) -> str | None:
+        """What people read: "exact" or "top-K pieces"; None for a local backend's run."""
+        if self.logprob_mode == "exact":
+            return "exact"
+        if self.logprob_mode == "pieces" or (self.token_sets is not None and self.token_sets.keyed_by == "piece"):
+            k = self.backend_info.get("top_logprobs")
+            return f"top-{k if isinstance(k, int) else 20} pieces"
+        return None
 
 

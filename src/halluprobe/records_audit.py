@@ -107,6 +107,7 @@ class RunInfo(FrozenRecord):
     readouts: list[str]  # present in at least one sample
     missing_readouts: list[str]  # listed in run.json, in no sample
     imported: ImportedFrom | None = _absent_when_none()  # an imported run only (absent from older audits)
+    logprobs: str | None = _absent_when_none()  # a server run's reading: "exact" or "top-K pieces"
 
 
 class ScoreTables(FrozenRecord):

@@ -179,6 +179,9 @@ def run_fingerprint(header: RunHeader, *, legacy: bool = False) -> str:
             **({"clip": header.clip.model_dump(mode="json")} if header.clip is not None else {}),
             # only when set: a resume with another method or other sampling settings is refused
             **({"decoding": _decoding_fields(header.generate)} if header.generate is not None and header.generate.decodes else {}),
+            # only when exact: a piece-read run keeps the fingerprint earlier versions gave it, and
+            # a resume or merge of an exact run with a piece-read one is refused
+            **({"logprobs": "exact"} if header.logprob_mode == "exact" else {}),
         }
     )
 
@@ -210,12 +213,13 @@ def make_header(
     ``clip``: the scorer of the ``clip`` signal, when the run records it."""
 
     text_rules = [] if config.open_ended else list(config.text_rules)
+    info = _backend_info(backend, config)
     header = RunHeader(
         halluprobe_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         fingerprint="",
         backend=config.backend,
-        backend_info=_backend_info(backend, config),
+        backend_info=info,
         model=config.model,
         template=config.template or "chat",
         # every readout the stored outputs allow: all text rules whenever text is generated
@@ -235,6 +239,8 @@ def make_header(
         clip=clip.setting() if clip is not None else None,
         # what each file asks, whatever its bytes (a file only named, as a test's stand-in, has none)
         question_fingerprints={split: content_fingerprint(read_questions(path, split=split)) for split, (path, _) in benchmarks.items() if Path(path).is_file()} or None,
+        # a server backend says how it read the log-probabilities (docs/design/openai-backend.md)
+        logprob_mode=info.get("logprob_mode"),
     )
     return header.model_copy(update={"fingerprint": run_fingerprint(header)})
 

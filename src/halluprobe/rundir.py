@@ -70,6 +70,7 @@ def header_differences(old: RunHeader, new: RunHeader) -> list[str]:
         ("the benchmark files", old.benchmarks != new.benchmarks),
         ("the signals", signals(old) != signals(new) or old.open_ended != new.open_ended),
         ("the CLIP model (--clip-model)", old.clip != new.clip),
+        ("the log-probability reading (exact or top-K pieces)", (old.logprob_mode == "exact") != (new.logprob_mode == "exact")),
     ]
     names = [name for name, differs in checks if differs]
     return names or ["the model, template, readouts or benchmark files"]

@@ -104,6 +104,7 @@ def _run_info(path: Path, t: AuditedRun) -> RunInfo:
         readouts=list(t.readouts),
         missing_readouts=[r for r in header.readouts if r not in t.readouts],
         imported=imported_from(header),
+        logprobs=header.logprob_label,
     )
 
 

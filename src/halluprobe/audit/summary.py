@@ -18,7 +18,8 @@ def summarise_audit(audit: AuditReport) -> list[str]:
     macro = audit.readouts[head].macro
     lines = [] if audit.headline_note is None else [audit.headline_note]
     lines += [
-        f"{run.path}: {run.n} questions, {run.errors} errors; model {run.model}, template {run.template}",
+        f"{run.path}: {run.n} questions, {run.errors} errors; model {run.model}, template {run.template}"
+        + (f"; log-probabilities read: {run.logprobs}" if run.logprobs else ""),
         (
             f"headline {head}: macro F1 {format_ratio(macro.f1, missing=_NOT_AVAILABLE)}{format_ci(macro.ci.get('f1'), 4)} "
             f"({audit.bootstrap.n_resamples} image resamples, unknown={audit.policy})"

@@ -99,6 +99,9 @@ _GROUP: list[_Flag] = [
     _Flag("api_key_env", "api_key_env", Optional[str], None, "openai backend: NAME of the environment variable holding the API key (never stored)."),
     _Flag("image_url_mode", "image_url_mode", Literal["data", "file"], "data", "openai backend: send images as 'data' URLs, or as 'file' URLs (server shares the file system)."),
     _Flag("no_cache", "no_cache", bool, False, "openai backend: bypass the response cache.", decls=("--no-cache",)),
+    _Flag("exact_logprobs", "exact_logprobs", Literal["require", "auto", "off"], "auto", "openai backend: read the yes/no ids' log-probabilities by token id (vLLM, SGLang): 'auto' when --tokenizer is given and the server can, 'require' refuses a server that cannot, 'off' reads the top-K pieces."),
+    _Flag("tokenizer", "tokenizer", Optional[str], None, "openai backend: the served model's tokenizer (folder or hub id) for exact log-probabilities."),
+    _Flag("server_api", "server_api", Literal["chat", "sglang"], "chat", "openai backend: 'chat' (/v1/chat/completions) or 'sglang' (SGLang's native /generate; needs --tokenizer)."),
     _Flag("backend_option", None, Optional[list[str]], None, "Rare backend option KEY=VALUE (repeatable), e.g. timeout_s=300, max_retries=10."),
 ]
 

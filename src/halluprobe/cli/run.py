@@ -198,9 +198,14 @@ def diagnose_cmd(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     template: Annotated[Optional[str], typer.Option(help="Prompt: 'chat', 'llava', or a format with {question}.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    cache_check: Annotated[bool, typer.Option("--prefix-cache-check", help="Also ask a few images' questions grouped (concurrent) and one by one, uncached, and compare answer by answer (exit 1 when they differ: vLLM #20261).")] = False,
+    cache_images: Annotated[int, typer.Option(min=1, help="Images whose questions the prefix-cache check asks.")] = 4,
+    cache_tolerance: Annotated[float, typer.Option(min=0.0, help="Largest log-probability difference the prefix-cache check accepts.")] = 0.02,
 ) -> None:
-    """Check a model and template before trusting a logit readout: token sets and off-set argmax rate."""
-    from halluprobe.diagnose import diagnose, sample_questions
+    """Check a model and template before trusting a logit readout: token sets and off-set argmax
+    rate; against a server, also that its prefix cache answers each question from its own image."""
+    from halluprobe.cli._backend import BackendSpec
+    from halluprobe.diagnose import diagnose, prefix_cache_check, sample_by_image, sample_questions
     from halluprobe.run_setup import read_benchmarks
 
     with errors():
@@ -213,11 +218,18 @@ def diagnose_cmd(
             result = diagnose(
                 engine, chosen, images, fingerprints, model=spec.model, backend_name=spec.backend, template=template, progress=bar
             )
-    failure = result.failure(max_offset)
+        check = None
+        if cache_check:
+            # its own instance without the response cache: both passes must reach the server
+            fresh = BackendSpec(spec.backend, spec.model, {**spec.options, "no_cache": True}) if "no_cache" in spec.options else spec
+            cache_questions = sample_by_image(questions, cache_images, seed)
+            check = prefix_cache_check(fresh.load(), cache_questions, images, template=template, tolerance=cache_tolerance, seed=seed)
+    failure = result.failure(max_offset) or (check.verdict() if check is not None and not check.ok else None)
     if as_json:
-        typer.echo(json.dumps(result.to_json(max_offset), indent=2, ensure_ascii=False))
+        payload = result.to_json(max_offset)
+        typer.echo(json.dumps({**payload, **({"prefix_cache": check.to_json()} if check is not None else {})}, indent=2, ensure_ascii=False))
     else:
-        for line in result.summary_lines():
+        for line in result.summary_lines() + ([check.verdict()] if check is not None else []):
             typer.echo(line)
     if failure is not None:
         print(f"error: {failure}", file=sys.stderr)

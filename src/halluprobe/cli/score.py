@@ -10,6 +10,7 @@ import typer
 
 from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, UnknownOption, app, console, errors, refuse_over_limit
 from halluprobe.errors import InputError
+from halluprobe.rundir import RunDir, refuse_run_file
 
 __all__ = ["score_cmd", "audit_cmd", "report_cmd"]
 
@@ -81,7 +82,6 @@ def score_cmd(
                 raise InputError("give a RUNDIR, or --answers and --labels")
             if per_question is not None:  # checked before anything is scored or written
                 from halluprobe.files import refuse_existing
-                from halluprobe.rundir import refuse_run_file
 
                 refuse_run_file(per_question, "--per-question")
                 refuse_existing(per_question, overwrite=overwrite, flag="--per-question")
@@ -89,7 +89,10 @@ def score_cmd(
                 rundir, readout=Readout.parse(readout), policy=unknown, force_invalid=force_invalid,  # type: ignore[arg-type]
                 n_resamples=resamples, seed=seed, per_question=per_question,
             )  # fmt: skip
-            title = f"{rundir}: {readout}, unknown={unknown}"
+            logprobs = RunDir(rundir).read_header().logprob_label  # a server run: how it was read
+            title = f"{rundir}: {readout}, unknown={unknown}" + (f", log-probabilities: {logprobs}" if logprobs else "")
+            if logprobs and as_json:  # stdout stays the JSON object
+                typer.echo(f"{rundir}: log-probabilities read: {logprobs}", err=True)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif markdown or latex:
@@ -133,7 +136,6 @@ def audit_cmd(
     """Audit run dirs: every readout side by side, paired tests, token diagnostic, convergence,
     hallucination profile, relabelling. Writes RUNDIR/audit.json; reads run dirs only."""
     from halluprobe.audit import audit_run, compare_runs, summarise_audit
-    from halluprobe.rundir import RunDir
 
     if rule_changes:  # reads the runs only: audit.json is not written
         from halluprobe.rule_changes import render_rule_changes, rule_changes_of_run
@@ -269,8 +271,6 @@ def report_cmd(
 def _split_runs(rundirs: list[Path]) -> tuple[list[Path], list[Path]]:
     """(yes/no runs, runs of open answers) in the order given: the open answers (captions) get the
     CHAIR page, or, beside yes/no runs, the decoding section of the yes/no page; never a yes/no score."""
-    from halluprobe.rundir import RunDir
-
     yes_no, captions = [], []
     for rundir in rundirs:
         run = RunDir(rundir)
@@ -286,7 +286,6 @@ def _refuse_foreign_report(target: Path, overwrite: bool) -> None:
     """--out (or its Markdown twin) may replace a report halluprobe wrote, never a run dir's file,
     and any other file only with --overwrite."""
     from halluprobe.files import refuse_existing
-    from halluprobe.rundir import refuse_run_file
 
     refuse_run_file(target, "--out")
     if target.is_file() and not target.is_symlink():

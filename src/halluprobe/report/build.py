@@ -160,6 +160,7 @@ def _run_view(audit: AuditReport, rundir: Path | None, index: int, label: str) -
         model=run.model,
         backend=run.backend,
         backend_info={} if header is None else dict(header.backend_info),
+        logprobs=None if header is None else header.logprob_label,
         template=run.template,
         prompt=facts.prompt,
         created_at=run.created_at,

@@ -101,6 +101,7 @@ def markdown_report(view: ReportView, *, html_name: str = "report.html", provena
         )
         rows = [
             ["Model", f"{code_span(run.model)} (backend {run.backend})"],
+            *([["Log-probabilities", run.logprobs]] if run.logprobs else []),
             ["Prompt", f"template {code_span(run.template)}" + (f": {code_span(piece(run.prompt))}" if run.prompt else "")],
             ["Tokenizer", f"{code_span(str(tokens.fingerprint or '–')[:16])}, {fmt_count(tokens.vocab_size)} ids"],
             ["Yes set", _PER_SAMPLE if tokens.by_piece else ", ".join(f"{code_span(piece(p))} ({i})" for i, p in tokens.yes) or "none found"],

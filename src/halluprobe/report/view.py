@@ -190,6 +190,7 @@ class RunView:
     headline_note: str | None = None  # where the run named its own headline: which, and why
     # an imported run's Parsers section (report.parsers.ParsersView): rule changes, the rule a published number needs
     parsers: Any = None
+    logprobs: str | None = None  # a server run's reading: "exact" or "top-K pieces" (RunHeader.logprob_label)
 
     def metrics_row(self, kind: Literal["pooled", "macro"]) -> Metrics:
         return next(r.m for r in self.headline_rows if r.kind == kind)

@@ -2,9 +2,10 @@
 
 Each request is one chat message (the image, then the rendered question) sent with
 ``temperature=0, logprobs=true, top_logprobs=K``. The first content token's top alternatives
-are token STRINGS (the servers report no ids), so the run's token sets are keyed by piece
-(:func:`halluprobe.readouts.tokensets.piece_token_sets`): ``dynamic`` derives the yes / no sets
-from the returned pieces with the project's one rule, and the legacy id readouts are invalid.
+are token STRINGS, so the run's token sets are keyed by piece (:func:`piece_token_sets`):
+``dynamic`` derives the yes / no sets from the returned pieces. Exact mode (``exact_logprobs``
+with a ``tokenizer``; openai/exact.py, detect.py, sglang.py) asks vLLM or SGLang for the hf
+backend's candidate ids instead and stores them by id, as the hf backend does.
 
 Concurrency lives inside the backend (it receives the whole request list): an asyncio loop in a worker thread runs
 ``concurrency`` workers over the requests, ordered by image (so a server's prefix cache sees
@@ -40,11 +41,9 @@ See docs/design/openai-backend.md.
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import datetime as _dt
-import hashlib
-import io
+import functools
 import itertools
 import logging
 import os
@@ -54,18 +53,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from halluprobe.backends.openai.transport import CallState, Endpoint, LoopThread, RetryPolicy, Sender, ServiceDown, collect
-from halluprobe.backends.openai.wire import (
-    MIN_SECRET,
-    OUTCOMES,
-    ImageRef,
-    Result,
-    chat_url,
-    parse_answer,
-    redact,
-    tls_context,
-    url_secrets,
-)
+from halluprobe.backends.openai.detect import Detection, ServerTarget, resolve_mode
+from halluprobe.backends.openai.exact import EXACT_SETTINGS, SERVER_APIS, exact_chat_fields, parse_exact_chat
+from halluprobe.backends.openai.sglang import generate_url, parse_sglang, sglang_body
+from halluprobe.backends.openai.transport import CallState, Endpoint, LoopThread, RetryPolicy, Sender, ServiceDown, collect, image_ref, session_stats
+from halluprobe.backends.openai.wire import MIN_SECRET, Parse, Result, chat_url, parse_answer, redact, tls_context, url_secrets
 from halluprobe.backends.response_cache import ResponseCache, cache_dir, cache_key
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.jsonl import loads
@@ -103,6 +95,10 @@ class OpenAIBackend:
         max_retry_after_s: float = 300.0,
         flush_s: float = 1.0,
         cache_dir: str | Path | None = None,
+        exact_logprobs: str = "auto",
+        tokenizer: str | None = None,
+        server_api: str = "chat",
+        send_images: bool = True,
     ) -> None:
         try:
             import httpx  # noqa: F401 - lazy: checked here so a missing extra is one clear line
@@ -114,12 +110,22 @@ class OpenAIBackend:
             raise InputError("the openai backend needs --endpoint URL (e.g. http://127.0.0.1:8000/v1)")
         if image_url_mode not in ("data", "file"):
             raise InputError(f"--image-url-mode must be 'data' or 'file', not {image_url_mode!r}")
+        if exact_logprobs not in EXACT_SETTINGS:
+            raise InputError(f"--exact-logprobs must be one of {', '.join(EXACT_SETTINGS)}, not {exact_logprobs!r}")
+        if server_api not in SERVER_APIS:
+            raise InputError(f"--server-api must be one of {', '.join(SERVER_APIS)}, not {server_api!r}")
         if int(concurrency) < 1:
             raise InputError(f"--concurrency must be at least 1, not {concurrency}")
         if int(top_logprobs) < 1 or int(max_retries) < 0 or float(timeout_s) <= 0:
             raise InputError("top_logprobs >= 1, max_retries >= 0 and timeout_s > 0 are needed")
         self._model = model
-        self._endpoints = [chat_url(e) for e in endpoints]
+        self._server_api = server_api
+        # SGLang's native /generate sits beside its chat route: same base, another URL
+        self._endpoints = [(b, generate_url(u) if server_api == "sglang" else u) for b, u in (chat_url(e) for e in endpoints)]
+        self._exact_setting = exact_logprobs
+        self._tokenizer_source = tokenizer
+        self._send_images = bool(send_images)
+        self._detection: Detection | None = None  # decided once, on first need (see _mode)
         # what may be a credential: redacted from every server text stored or printed
         self._secrets = [secret for e in endpoints for secret in url_secrets(e.strip())]
         self._concurrency = int(concurrency)
@@ -150,7 +156,28 @@ class OpenAIBackend:
 
     # -- Backend protocol ----------------------------------------------------------------
 
+    def _mode(self) -> Detection:
+        """The run's reading (exact ids or top-K pieces), asked of the first endpoint once."""
+        if self._detection is None:
+            base, url = self._endpoints[0]
+            target = ServerTarget(
+                model=self._model, base=base, url=url, server_api=self._server_api, headers=self._sender.policy.headers,
+                timeout_s=self._timeout_s, secrets=self._sender.policy.secrets,
+            )  # fmt: skip
+            self._detection = resolve_mode(self._exact_setting, self._tokenizer_source, target)
+        return self._detection
+
     def info(self) -> dict[str, Any]:
+        detection = self._mode()
+        extra: dict[str, Any] = {"logprob_mode": detection.mode, "exact_logprobs": self._exact_setting}
+        if detection.reason:
+            extra["logprob_mode_reason"] = detection.reason
+        if detection.tokenizer is not None:
+            extra["tokenizer"] = detection.tokenizer.source
+        if self._server_api != "chat":
+            extra["server_api"] = self._server_api
+        if not self._send_images:
+            extra["send_images"] = False
         return {
             "model": self._model,
             "endpoints": [base for base, _ in self._endpoints],
@@ -163,9 +190,13 @@ class OpenAIBackend:
             "max_retries": self._max_retries,
             "cache": None if self._no_cache else str((self._cache_dir or cache_dir()) / "responses.sqlite"),
             "api_key_env": self._api_key_env,  # the variable's name, never its value
+            **extra,
         }
 
     def token_sets(self) -> TokenSets:
+        detection = self._mode()
+        if detection.mode == "exact" and detection.tokenizer is not None:
+            return detection.tokenizer.token_sets  # keyed by id: the hf backend's sets and readouts
         # top_logprobs decides which pieces the dynamic readout sees: part of the run's fingerprint
         return piece_token_sets(f"openai:{self._model}:top_logprobs={self._top_logprobs}")
 
@@ -223,6 +254,7 @@ class OpenAIBackend:
             max_new_tokens=config.max_new_tokens,
             top_k=config.top_k,
             stop_strings=config.stops,
+            parse=self._parser(config),
         )
         # identical requests (same image and prompt: POPE's splits repeat questions) are one unit
         # of work, sent once; a worker never waits on another worker's request
@@ -254,37 +286,14 @@ class OpenAIBackend:
             await asyncio.gather(*workers, return_exceptions=True)
             if cache is not None:
                 cache.close()
-            self._sessions.append(self._session_stats(state, len(pending), delivered, started, wall))
-
-    def _session_stats(self, state: CallState, n: int, delivered: int, started: _dt.datetime, wall: float) -> dict[str, Any]:
-        attempts = {name: state.attempts.get(name, 0) for name in OUTCOMES}
-        sent = state.stats.get("sent", 0)
-        return {
-            "started_at": started.isoformat(timespec="seconds"),
-            "wall_s": round(time.perf_counter() - wall, 3),
-            "requests": n,
-            "answered": delivered,
-            "not_answered": n - delivered,  # stopped before an answer (service down, interrupted)
-            "ok": state.stats.get("ok", 0),
-            "errors": state.stats.get("errors", 0),
-            "cache_hits": state.stats.get("cache_hits", 0),
-            "deduplicated": state.stats.get("deduplicated", 0),
-            "sent": sent,
-            "gave_up": state.stats.get("gave_up", 0),
-            "retries": sum(attempts.values()) - sent if sent else 0,
-            "attempts": attempts,
-            "endpoints": {base: state.per_endpoint.get(base, 0) for base, _ in self._endpoints},
-            "max_in_flight": state.max_in_flight,
-            # served model name -> answers that named it, when it is not the model asked for
-            "model_mismatch": dict(state.model_mismatch),
-        }
+            self._sessions.append(session_stats(state, [b for b, _ in self._endpoints], len(pending), delivered, started, wall))
 
     async def _answer_group(self, group: Sequence[Request], client: httpx.AsyncClient, state: CallState) -> list[Response]:
         """Identical requests (same image and prompt): one fetch, one response each."""
         started = time.perf_counter()
         request = group[0]
         try:
-            image = self._image(request.image_path, state)
+            image = image_ref(request.image_path, state, self._image_url_mode)
             if isinstance(image, str):
                 result = Result(error=image)
             else:
@@ -312,45 +321,36 @@ class OpenAIBackend:
             for r in group
         ]
 
-    def _image(self, path: str, state: CallState) -> ImageRef | str:
-        """The image's sha256 and URL (data or file), or an error message; a few kept (requests come by image)."""
-        known = state.images.get(path)
-        if known is not None:
-            return known
-        try:
-            data = Path(path).read_bytes()
-            from PIL import Image
-
-            with Image.open(io.BytesIO(data)) as img:
-                mime = Image.MIME.get(img.format or "", "image/png")
-        except Exception as err:  # noqa: BLE001 - unreadable or not an image: that sample's error
-            value: ImageRef | str = f"cannot read image {path}: {type(err).__name__}: {err}"
-        else:
-            digest = hashlib.sha256(data).hexdigest()
-            if self._image_url_mode == "data":
-                url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-            else:
-                url = Path(path).resolve().as_uri()
-            value = ImageRef(sha256=digest, url=url)
-        state.images[path] = value
-        while len(state.images) > 8:
-            state.images.pop(next(iter(state.images)))
-        return value
+    def _parser(self, config: GenerateConfig) -> Parse:
+        """How this call's answers are read: by id in exact mode, else by piece; SGLang's shape or the chat one."""
+        detection = self._mode()
+        exact = detection.mode == "exact"
+        if self._server_api == "sglang" and detection.tokenizer is not None:
+            return functools.partial(parse_sglang, tokenizer=detection.tokenizer, exact=exact, max_new_tokens=config.max_new_tokens, top_k=config.top_k)
+        if exact and detection.tokenizer is not None:
+            return functools.partial(parse_exact_chat, tokenizer=detection.tokenizer, max_new_tokens=config.max_new_tokens)
+        return functools.partial(parse_answer, max_new_tokens=config.max_new_tokens, top_k=config.top_k)
 
     def _body(self, prompt: str, url: str, state: CallState) -> dict[str, Any]:
+        detection = self._mode()
+        ids = detection.tokenizer.ids if detection.mode == "exact" and detection.tokenizer is not None else None
+        if self._server_api == "sglang" and detection.tokenizer is not None:
+            text = detection.tokenizer.render(prompt, image=self._send_images)
+            return sglang_body(
+                text, url if self._send_images else None, max_new_tokens=state.max_new_tokens, stops=state.stop_strings,
+                top_k=self._top_logprobs, ids=ids,
+            )  # fmt: skip
+        image = [{"type": "image_url", "image_url": {"url": url}}] if self._send_images else []
         return {
             "model": self._model,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": prompt}],
-                }
-            ],
+            "messages": [{"role": "user", "content": [*image, {"type": "text", "text": prompt}]}],
             "temperature": 0,
             "max_tokens": max(1, state.max_new_tokens),
             "logprobs": True,
             "top_logprobs": self._top_logprobs,
             **({"stop": list(state.stop_strings)} if state.stop_strings else {}),
+            # exact: the candidate ids by id (top_logprobs becomes their number, as vLLM needs)
+            **(exact_chat_fields(ids) if ids is not None else {}),
         }
 
     async def _fetch(
@@ -360,7 +360,7 @@ class OpenAIBackend:
             raw = state.cache.get(key)
             if raw is not None:
                 try:
-                    result = parse_answer(loads(raw), state.max_new_tokens, state.top_k)
+                    result = state.parse(loads(raw))
                 except (ValueError, AttributeError, TypeError):  # what _judge refuses too: asked again
                     log.warning("ignoring an unusable cache entry %s", key[:12])
                 else:

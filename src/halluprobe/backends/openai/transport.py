@@ -11,18 +11,23 @@ docs/design/openai-backend.md.
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
+import datetime as _dt
+import hashlib
+import io
 import logging
 import math
 import queue
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from halluprobe.backends.openai.wire import FATAL_STOP, RETRIABLE, Attempt, ImageRef, judge_answer, redact
+from halluprobe.backends.openai.wire import FATAL_STOP, OUTCOMES, RETRIABLE, Attempt, ImageRef, Parse, judge_answer, redact
 from halluprobe.backends.response_cache import ResponseCache
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.records import Request, Response
@@ -30,7 +35,7 @@ from halluprobe.records import Request, Response
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CallState", "Endpoint", "LoopThread", "RetryPolicy", "Sender", "ServiceDown", "collect"]
+__all__ = ["CallState", "Endpoint", "LoopThread", "RetryPolicy", "Sender", "ServiceDown", "collect", "image_ref", "session_stats"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +58,7 @@ class CallState:
     max_new_tokens: int
     top_k: int
     stop_strings: tuple[str, ...]  # the call's (GenerateConfig.stops); () sends no stop
+    parse: Parse  # reads an answer the way this call asks (top-k pieces, exact ids, SGLang)
     stats: collections.Counter[str] = field(default_factory=collections.Counter)
     attempts: collections.Counter[str] = field(default_factory=collections.Counter)
     model_mismatch: collections.Counter[str] = field(default_factory=collections.Counter)  # served name -> answers
@@ -184,7 +190,7 @@ class Sender:
             state.in_flight -= 1
         return judge_answer(
             response.status_code, response.text, response.headers.get("retry-after"), f"HTTP {response.status_code} from {endpoint.base}",
-            state.max_new_tokens, state.top_k,
+            state.parse,
         )
 
 
@@ -259,3 +265,54 @@ def collect(out: queue.Queue[tuple[str, Any]], flush_size: int, flush_s: float) 
     if buffer:
         yield buffer
 
+
+
+def session_stats(state: CallState, endpoints: Sequence[str], n: int, delivered: int, started: _dt.datetime, wall: float) -> dict[str, Any]:
+    """One answer() call's counts, as requests.json writes them (``wall``: its perf_counter start)."""
+    attempts = {name: state.attempts.get(name, 0) for name in OUTCOMES}
+    sent = state.stats.get("sent", 0)
+    return {
+        "started_at": started.isoformat(timespec="seconds"),
+        "wall_s": round(time.perf_counter() - wall, 3),
+        "requests": n,
+        "answered": delivered,
+        "not_answered": n - delivered,  # stopped before an answer (service down, interrupted)
+        "ok": state.stats.get("ok", 0),
+        "errors": state.stats.get("errors", 0),
+        "cache_hits": state.stats.get("cache_hits", 0),
+        "deduplicated": state.stats.get("deduplicated", 0),
+        "sent": sent,
+        "gave_up": state.stats.get("gave_up", 0),
+        "retries": sum(attempts.values()) - sent if sent else 0,
+        "attempts": attempts,
+        "endpoints": {base: state.per_endpoint.get(base, 0) for base in endpoints},
+        "max_in_flight": state.max_in_flight,
+        # served model name -> answers that named it, when it is not the model asked for
+        "model_mismatch": dict(state.model_mismatch),
+    }
+
+
+def image_ref(path: str, state: CallState, mode: str) -> ImageRef | str:
+    """The image's sha256 and URL (``mode``: data or file), or an error message; a few kept (requests come by image)."""
+    known = state.images.get(path)
+    if known is not None:
+        return known
+    try:
+        data = Path(path).read_bytes()
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            mime = Image.MIME.get(img.format or "", "image/png")
+    except Exception as err:  # noqa: BLE001 - unreadable or not an image: that sample's error
+        value: ImageRef | str = f"cannot read image {path}: {type(err).__name__}: {err}"
+    else:
+        digest = hashlib.sha256(data).hexdigest()
+        if mode == "data":
+            url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+        else:
+            url = Path(path).resolve().as_uri()
+        value = ImageRef(sha256=digest, url=url)
+    state.images[path] = value
+    while len(state.images) > 8:
+        state.images.pop(next(iter(state.images)))
+    return value

@@ -15,7 +15,7 @@ import math
 import os
 import ssl
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +32,11 @@ __all__ = [
     "Attempt",
     "ImageRef",
     "Result",
+    "Parse",
     "chat_url",
+    "checked_logprob",
     "judge_answer",
+    "message_text",
     "parse_answer",
     "redact",
     "retry_after",
@@ -79,6 +82,10 @@ class Result:
     text: str | None = None
     error: str | None = None
     served_model: str | None = None  # the answer's "model" (None when it names none)
+
+
+# reads a server's JSON answer into a Result; ValueError (or AttributeError, TypeError) when unusable
+Parse = Callable[[Any], Result]
 
 
 @dataclass
@@ -159,7 +166,7 @@ def _logaddexp(a: float, b: float) -> float:
     return top + math.log(math.exp(a - top) + math.exp(b - top))
 
 
-def _logprob(value: Any, piece: Any) -> float:
+def checked_logprob(value: Any, piece: Any) -> float:
     """A returned log-probability, checked: a finite number, not above 0 (a probability <= 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"logprob of {piece!r} is not a number: {value!r}")
@@ -170,7 +177,7 @@ def _logprob(value: Any, piece: Any) -> float:
     return min(float(value), 0.0)
 
 
-def _message_text(content: Any) -> str:
+def message_text(content: Any) -> str:
     """``message.content`` as text: a string, or a list of parts whose text parts are joined."""
     if isinstance(content, str):
         return replace_lone_surrogates(content)
@@ -209,7 +216,7 @@ def parse_answer(data: Any, max_new_tokens: int, top_k: int) -> Result:
         if not isinstance(top, dict) or not isinstance(top.get("token"), str):
             raise ValueError(f"bad top_logprobs entry {top!r}")
         # a piece may be half of an emoji ("\ud83d"): U+FFFD, or no record holding it could be written
-        entries.append((replace_lone_surrogates(top["token"]), _logprob(top.get("logprob"), top["token"])))
+        entries.append((replace_lone_surrogates(top["token"]), checked_logprob(top.get("logprob"), top["token"])))
     entries.sort(key=lambda e: -e[1])
     candidates: dict[str, float] = {}
     for piece, logprob in entries:  # ids that decode to one string: their probabilities add up
@@ -218,13 +225,14 @@ def parse_answer(data: Any, max_new_tokens: int, top_k: int) -> Result:
     return Result(
         first_token=tuple(TokenLogprob(id=None, piece=p, logprob=lp) for p, lp in entries[: max(1, top_k)]),
         candidates=tuple(candidates.items()),
-        text=_message_text(message.get("content")) if max_new_tokens > 0 else None,
+        text=message_text(message.get("content")) if max_new_tokens > 0 else None,
         served_model=served if isinstance(served, str) else None,
     )
 
 
-def judge_answer(status: int, text: str, retry_after_header: str | None, where: str, max_new_tokens: int, top_k: int) -> Attempt:
-    """One HTTP answer's outcome (``where``: "HTTP 200 from BASE", for the messages)."""
+def judge_answer(status: int, text: str, retry_after_header: str | None, where: str, parse: Parse) -> Attempt:
+    """One HTTP answer's outcome (``where``: "HTTP 200 from BASE", for the messages); ``parse``
+    reads a JSON answer the way the call asked for it (pieces, exact ids, SGLang's shape)."""
     snippet = " ".join(text[:300].split())
     if status == 429:
         return Attempt("http_429", retry_after=retry_after(retry_after_header), message=f"{where}: {snippet}")
@@ -239,7 +247,7 @@ def judge_answer(status: int, text: str, retry_after_header: str | None, where: 
     except ValueError as err:
         return Attempt("malformed", message=f"{where}: the body is not JSON ({err})")
     try:
-        result = parse_answer(data, max_new_tokens, top_k)
+        result = parse(data)
     except (ValueError, AttributeError, TypeError) as err:
         return Attempt("bad_response", message=f"{where}: {err}")
     return Attempt("ok", raw=text, result=result)
