@@ -63,6 +63,9 @@ def test_coco_names() -> None:
                             "COCO_test2015_000000000001.jpg", "kitchen.png", "kitchen.png"])  # fmt: skip
     assert (counts.images, counts.coco_images, counts.val2017, counts.train2017, counts.unplaced) == (5, 4, 1, 1, 2)
     assert not image_overlap(["scene_00000.png"]).is_coco
+    # a bare id (an imported caption run's image): train2017 only where COCO annotations hold it
+    assert coco_image("3501") == CocoImage(3501, None)
+    assert image_overlap(["139", "9"]).unplaced == 1 and image_overlap(["139", "9"], annotated=True).train2017 == 1
     assert TRAIN2017_TRAINED[0].model == "LLaVA-1.5" and "haotian-liu/LLaVA" in TRAIN2017_TRAINED[0].source
 
 

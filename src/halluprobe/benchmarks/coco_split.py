@@ -113,8 +113,11 @@ def val2017_ids() -> frozenset[int]:
 
 
 def coco_image(name: str) -> CocoImage | None:
-    """The COCO image a file name (or path) names, else None."""
+    """The COCO image a file name (or path) names, or a bare id (``3501``: how imported caption
+    runs store COCO images), else None."""
     base = name.replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if base.isascii() and base.isdigit() and len(base) <= 12:
+        return CocoImage(int(base), None)
     old = _COCO_2014.fullmatch(base)
     if old:
         return CocoImage(int(old.group(3)), f"{old.group(1).lower()}{old.group(2)}")
@@ -122,21 +125,22 @@ def coco_image(name: str) -> CocoImage | None:
     return CocoImage(int(new.group(1)), None) if new else None
 
 
-def coco_part(image: CocoImage) -> CocoPart:
+def coco_part(image: CocoImage, *, annotated: bool = False) -> CocoPart:
     """The 2017 split of a COCO image: val2017 by the pinned list; train2017 for a train2014 or
-    val2014 name outside it (the 2017 re-split); unplaced otherwise."""
+    val2014 name outside it (the 2017 re-split), or for any image outside it when ``annotated``
+    (the caller knows it is a train/val image: COCO annotations hold it); unplaced otherwise."""
     if image.image_id in val2017_ids():
         return "val2017"
-    if image.named_split in ("train2014", "val2014"):
+    if annotated or image.named_split in ("train2014", "val2014"):
         return "train2017"
     return "unplaced"
 
 
-def image_overlap(images: Iterable[str]) -> ImageOverlap:
+def image_overlap(images: Iterable[str], *, annotated: bool = False) -> ImageOverlap:
     """Count the distinct image names by COCO 2017 split (names that are no COCO name count only
-    in ``images``)."""
+    in ``images``); ``annotated`` as for :func:`coco_part`."""
     names = set(images)
-    parts = [coco_part(c) for c in (coco_image(n) for n in names) if c is not None]
+    parts = [coco_part(c, annotated=annotated) for c in (coco_image(n) for n in names) if c is not None]
     return ImageOverlap(
         images=len(names),
         coco_images=len(parts),

@@ -7,10 +7,14 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from halluprobe.audit.overlap import overlap_lines
-from halluprobe.records_audit import AuditReport
+from pathlib import Path
 
-__all__ = ["OVERLAP_SECTION", "overlap_section"]
+from halluprobe.audit.overlap import overlap_counts_line, overlap_lines, trained_on_line
+from halluprobe.benchmarks.coco_split import image_overlap
+from halluprobe.records_audit import AuditReport
+from halluprobe.rundir import RunDir
+
+__all__ = ["OVERLAP_SECTION", "caption_overlap_section", "overlap_section"]
 
 OVERLAP_SECTION = ("training-images", "Training images")  # id, table-of-contents entry
 _LEDE = ("A benchmark image a model was trained on is not held out. Counts use the COCO val2017 id list "
@@ -19,14 +23,30 @@ _LEDE = ("A benchmark image a model was trained on is not held out. Counts use t
 
 def overlap_section(audits: Sequence[AuditReport], labels: Sequence[str]) -> tuple[str, str] | None:
     """(Markdown, HTML) of the section; None when no run has a COCO image."""
-    found = [(label, a.training_overlap) for label, a in zip(labels, audits) if a.training_overlap is not None]
+    found = [(label, overlap_lines(a.training_overlap)) for label, a in zip(labels, audits) if a.training_overlap is not None]
+    return _section(found, _LEDE, multi=len(audits) > 1)
+
+
+def caption_overlap_section(runs: Sequence[tuple[Path, bool]]) -> tuple[str, str] | None:
+    """The CHAIR page's section: each caption run's images by COCO 2017 split (counts only: CHAIR
+    over the held-out part alone is not computed here); None when no run has a COCO image.
+    ``runs``: (run dir, whether its ground truth came from COCO annotations, so every image it
+    counted is a train/val image: one outside val2017 is a train2017 image)."""
+    found = []
+    for path, annotated in runs:
+        counts = image_overlap((s.image for s in RunDir(path).read_samples()), annotated=annotated)
+        if counts.is_coco:
+            found.append((str(path), [overlap_counts_line(counts), trained_on_line()]))
+    lede = "A benchmark image a model was trained on is not held out. Counts use the COCO val2017 id list halluprobe ships (pinned by sha256)."
+    return _section(found, lede, multi=len(runs) > 1)
+
+
+def _section(found: Sequence[tuple[str, list[str]]], lede: str, *, multi: bool) -> tuple[str, str] | None:
     if not found:
         return None
-    multi = len(audits) > 1
-    md = [f"## {OVERLAP_SECTION[1]}", "", _LEDE, ""]
-    page = [f'<section id="{OVERLAP_SECTION[0]}">', f"<h2>{OVERLAP_SECTION[1]}</h2>", f'<p class="lede">{html.escape(_LEDE)}</p>']
-    for label, overlap in found:
-        lines = overlap_lines(overlap)  # type: ignore[arg-type]
+    md = [f"## {OVERLAP_SECTION[1]}", "", lede, ""]
+    page = [f'<section id="{OVERLAP_SECTION[0]}">', f"<h2>{OVERLAP_SECTION[1]}</h2>", f'<p class="lede">{html.escape(lede)}</p>']
+    for label, lines in found:
         if multi:
             md.append(f"**{label}**")
             md.append("")
