@@ -32,8 +32,8 @@ from halluprobe.benchmarks.coco_split import (
 from halluprobe.benchmarks.question_file import read_questions
 from halluprobe.cli import app
 from halluprobe.metrics.score import ScoreRow, score_rows
-from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.run_setup import RunConfig, make_header
+from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.runner import run_questions
 
 RESAMPLES = 200
@@ -51,6 +51,21 @@ def test_shipped_val2017_ids_are_pinned() -> None:
     assert ids[:3] == [139, 285, 632] and ids[-1] == 581781
     assert val2017_ids() == frozenset(ids)
     assert not set(TRAIN2017) & set(ids) and set(VAL2017) <= set(ids)
+
+
+def test_a_changed_id_file_is_refused_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    from halluprobe.benchmarks import coco_split
+    from halluprobe.errors import RuntimeFailure
+
+    monkeypatch.setattr(coco_split, "VAL2017_SHA256", "0" * 64)
+    val2017_ids.cache_clear()
+    try:
+        with pytest.raises(RuntimeFailure, match="sha256"):
+            val2017_ids()
+    finally:
+        monkeypatch.undo()
+        val2017_ids.cache_clear()
+    assert len(val2017_ids()) == 5000
 
 
 def test_coco_names() -> None:

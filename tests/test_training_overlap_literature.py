@@ -5,7 +5,6 @@ models trained on train2017, in literature.json's notes and literature.md."""
 from __future__ import annotations
 
 # ruff: noqa: F811  (toy_coco is a fixture imported from _literature, then requested by name)
-
 import json
 from pathlib import Path
 
@@ -32,8 +31,9 @@ def test_literature_audit_counts_train2017_images(tmp_path: Path, toy_coco: Path
     assert result.exit_code == 0, result.output
     notes = json.loads((out / "literature.json").read_text())["entries"][0]["notes"]
     counts = [n for n in notes if n.startswith("COCO train2017 images:")]
-    assert counts == ["COCO train2017 images: 4 of 4 images (100.0%; a val2014 image outside val2017 went to train2017 "
-                      "in COCO's 2017 re-split); held out (val2017): 0"]  # fmt: skip
+    expected = ("COCO train2017 images: 4 of 4 images (100.0%; a val2014 image outside val2017 went to train2017 "
+                "in COCO's 2017 re-split); held out (val2017): 0")  # fmt: skip
+    assert counts == [expected]
     assert any(n.startswith("train2017 is in the published training data of: LLaVA-1.5") for n in notes)
     md = (out / "literature.md").read_text()
     assert "COCO train2017 images: 4 of 4 images" in md

@@ -35,12 +35,12 @@ from halluprobe.scoring import read_scored_run, readout_rows
 
 __all__ = [
     "IMAGE_PARTS",
-    "ImagePart",
     "NOT_COCO",
+    "ImagePart",
     "audit_overlap",
     "image_parts",
-    "overlap_lines",
     "overlap_counts_line",
+    "overlap_lines",
     "score_image_part",
     "trained_on_line",
 ]

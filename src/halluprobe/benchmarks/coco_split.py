@@ -24,14 +24,14 @@ from typing import Literal
 from halluprobe.errors import RuntimeFailure
 
 __all__ = [
+    "TRAIN2017_TRAINED",
+    "VAL2017_COUNT",
     "VAL2017_IDS_FILE",
     "VAL2017_SHA256",
-    "VAL2017_COUNT",
-    "CocoPart",
     "CocoImage",
+    "CocoPart",
     "ImageOverlap",
     "TrainingDataFact",
-    "TRAIN2017_TRAINED",
     "coco_image",
     "coco_part",
     "image_overlap",

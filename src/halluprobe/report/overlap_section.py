@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-
 from pathlib import Path
 
 from halluprobe.audit.overlap import overlap_counts_line, overlap_lines, trained_on_line
