@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, UnknownOption, app, console, errors, refuse_over_limit
+from halluprobe.cli.overlap import ImagesOption, say_notes, score_part
 from halluprobe.errors import InputError
 
 __all__ = ["score_cmd", "audit_cmd", "report_cmd"]
@@ -45,11 +46,7 @@ def score_cmd(
     compat: Annotated[
         Optional[str], typer.Option(help="Print the numbers lmms-eval or vlmevalkit would print (their quirks included), as JSON.")
     ] = None,
-    images: Annotated[
-        str,
-        typer.Option(help="COCO runs: score the questions about held-out images only (held-out: COCO val2017) or about "
-                     "train2017 images (all: every question). Printed only: metrics.json is not written."),
-    ] = "all",
+    images: ImagesOption = "all",
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.readouts.text import label_dependence_note
@@ -62,11 +59,8 @@ def score_cmd(
         typer.echo(note, err=True)
     with errors():
         refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
-        if images != "all":
-            _score_image_part(rundir, images, readout, unknown, force_invalid, resamples, seed, as_json=as_json,
-                              refused={"--answers": answers, "--labels": labels, "--per-question": per_question, "--compat": compat,
-                                       "--markdown": markdown or None, "--latex": latex or None})  # fmt: skip
-            return
+        if images != "all":  # one COCO 2017 part of the run's images (cli/overlap.py)
+            return score_part(rundir, images, readout, unknown, force_invalid, resamples, seed, as_json, (answers, labels, per_question, compat, markdown, latex))
         if overwrite and per_question is None:
             raise InputError("--overwrite is for --per-question: score writes no other file of yours")
         if answers is not None or labels is not None:
@@ -82,7 +76,6 @@ def score_cmd(
             if per_question is not None:  # --compat prints another tool's numbers only: F would never be written
                 raise InputError("--compat prints another tool's numbers and writes no file: drop --per-question (or score without --compat)")
             from halluprobe.scoring import compat_rundir
-
             parsed = Readout.parse(readout)
             typer.echo(json.dumps(compat_rundir(rundir, readout=parsed, tool=compat, force_invalid=force_invalid), indent=2))
             return
@@ -92,7 +85,6 @@ def score_cmd(
             if per_question is not None:  # checked before anything is scored or written
                 from halluprobe.files import refuse_existing
                 from halluprobe.rundir import refuse_run_file
-
                 refuse_run_file(per_question, "--per-question")
                 refuse_existing(per_question, overwrite=overwrite, flag="--per-question")
             report = score_rundir(
@@ -116,27 +108,6 @@ def score_cmd(
             with errors():
                 for line in dataset_metric_lines(rundir, readout, force_invalid=force_invalid, n_resamples=resamples, seed=seed):
                     typer.echo(line)
-
-
-def _score_image_part(rundir: Optional[Path], images: str, readout: str, unknown: str, force_invalid: bool, resamples: int, seed: int,
-                      *, as_json: bool, refused: dict[str, Any]) -> None:  # fmt: skip
-    """``score --images held-out|train2017``: one COCO 2017 part of a run's images, printed only
-    (metrics.json stays the whole run's; ``check`` recomputes whole runs, so no marked table)."""
-    from halluprobe.audit.overlap import IMAGE_PARTS, overlap_counts_line, score_image_part
-    from halluprobe.tables import score_table
-
-    if images not in IMAGE_PARTS:
-        raise InputError(f"--images must be one of {', '.join(IMAGE_PARTS)}, got {images!r}")
-    given = [flag for flag, value in refused.items() if value]
-    if given or rundir is None:
-        raise InputError(f"--images {images} scores part of a RUNDIR's images: give a run dir, without {', '.join(given) or 'the flags of another mode'}")
-    report, counts = score_image_part(rundir, readout=readout, part=images, policy=unknown, force_invalid=force_invalid,  # type: ignore[arg-type]
-                                      n_resamples=resamples, seed=seed)  # fmt: skip
-    if as_json:
-        typer.echo(report.model_dump_json(indent=2))
-        return
-    console().print(score_table(report, f"{rundir}: {readout}, unknown={unknown}, images: {images}"))
-    typer.echo(overlap_counts_line(counts))
 
 
 @app.command("audit")
@@ -189,9 +160,7 @@ def audit_cmd(
             )
             RunDir(rundir).write_audit(audit)
             audits.append(audit)
-            if as_json and audit.headline_note:  # the terminal summary says it; --json keeps stdout JSON
-                typer.echo(f"{rundir}: {audit.headline_note}", err=True)
-            _say_not_coco(rundir, audit)
+            say_notes(rundir, audit, headline=as_json)  # the terminal summary says the headline note; --json keeps stdout JSON
         comparison = (
             compare_runs(rundirs, readout=headline, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
             if len(rundirs) > 1
@@ -213,14 +182,6 @@ def audit_cmd(
             _print_readouts_table(rundir, audit.headline, unknown, resamples, seed, "latex" if latex else "markdown")
     if comparison is not None:
         typer.echo(json.dumps(comparison.to_json_dict()["paired"], indent=2))
-
-
-def _say_not_coco(rundir: Path, audit: Any) -> None:
-    """A run of no COCO image gets no overlap line in its outputs: said on stderr, never as 0."""
-    from halluprobe.audit.overlap import NOT_COCO
-
-    if audit.training_overlap is None:
-        typer.echo(f"{rundir}: {NOT_COCO}", err=True)
 
 
 def _print_readouts_table(rundir: Path, headline: str, unknown: str, resamples: int, seed: int, syntax: str) -> None:
@@ -297,9 +258,7 @@ def report_cmd(
             audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in yes_no
         ]
         for rundir, audit in zip(yes_no, audits):
-            if audit.headline_note:
-                typer.echo(f"{rundir}: {audit.headline_note}", err=True)
-            _say_not_coco(rundir, audit)
+            say_notes(rundir, audit)
         comparison = compare_runs(yes_no, readout=headline, n_resamples=resamples, seed=seed) if len(yes_no) > 1 else None
         html, md = render_report(yes_no, out, audits=audits, comparison=comparison, captions=captions, chair=counting,
                                  n_resamples=resamples, seed=seed)  # fmt: skip
