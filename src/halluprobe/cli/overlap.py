@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -25,11 +25,15 @@ ImagesOption = Annotated[
 _OTHER_MODES = ("--answers", "--labels", "--per-question", "--compat", "--markdown", "--latex")
 
 
-def score_part(rundir: Optional[Path], images: str, readout: str, unknown: str, force_invalid: bool, resamples: int, seed: int,
+def score_part(rundir: Path | None, images: str, readout: str, unknown: str, force_invalid: bool, resamples: int, seed: int,
                as_json: bool, others: tuple[Any, ...]) -> None:  # fmt: skip
     """``score --images held-out|train2017``: one COCO 2017 part of a run's images, printed only
     (metrics.json stays the whole run's; ``check`` recomputes whole runs, so no marked table)."""
-    from halluprobe.audit.overlap import IMAGE_PARTS, overlap_counts_line, score_image_part
+    from halluprobe.audit.overlap import (
+        IMAGE_PARTS,
+        overlap_counts_line,
+        score_image_part,
+    )
     from halluprobe.tables import score_table
 
     if images not in IMAGE_PARTS:
