@@ -170,7 +170,8 @@ def test_audit_counts_train2017_images_and_scores_the_held_out_part(coco_run: Pa
     assert lo <= o.held_out.macro.f1 <= hi and lo < hi
     lines = summarise_audit(audit)
     assert any(line.startswith("COCO train2017 images: 7 of 12 images (58.3%") for line in lines)
-    assert any(line.startswith(f"held-out part (val2017 images) ({len(held)} questions): dynamic macro F1") for line in lines)
+    assert any(line.startswith(f"held out, val2017 images ({len(held)} questions): dynamic macro F1") for line in lines)
+    assert any(line.startswith(f"train2017 images ({7 * 12} questions): dynamic macro F1") for line in lines)
     assert any("LLaVA-1.5" in line and "train2017" in line for line in lines)
     # audit.json round-trips with the record
     RunDir(coco_run).write_audit(audit)

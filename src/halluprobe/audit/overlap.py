@@ -114,8 +114,8 @@ def overlap_lines(overlap: TrainingOverlap) -> list[str]:
     """The audit's terminal lines (and the report's): counts, the two parts' scores, the source."""
     return [
         overlap_counts_line(overlap),
-        _tables_line("held-out part (val2017 images)", overlap.held_out, overlap.readout),
-        _tables_line("train2017 part", overlap.in_train2017, overlap.readout),
+        _tables_line("held out, val2017 images", overlap.held_out, overlap.readout),
+        _tables_line("train2017 images", overlap.in_train2017, overlap.readout),
         trained_on_line(),
     ]
 
