@@ -502,8 +502,8 @@ def test_report_of_an_imported_run_says_what_it_is(imported_report: tuple[str, s
         for phrase in FORBIDDEN:
             assert phrase not in text, phrase
     parsed = _parse(html)
-    # the sections that read logits are left out of the contents and the page
-    assert parsed.sections == ["run", "headline", "readouts", "confusion", "convergence", "profile", "parsers"]
+    # the sections that read logits are left out of the contents and the page; COCO-named images get "Training images"
+    assert parsed.sections == ["run", "headline", "readouts", "confusion", "convergence", "profile", "parsers", "training-images"]
     nav = html[html.index('<nav class="toc"') : html.index("</nav>")]
     assert re.findall(r'href="#([\w-]+)"', nav) == parsed.sections
     for sid, text in _section_texts(html).items():  # no empty section, no "No figure"

@@ -100,7 +100,7 @@ def test_html_has_the_chair_section_with_both_families(chair_report: tuple[Path,
     run, html, _, _ = chair_report
     parsed = _Sections()
     parsed.feed(html)
-    assert parsed.sections == ["run", "chair"] and parsed.external == []
+    assert parsed.sections == ["run", "chair", "training-images"] and parsed.external == []  # COCO images: their train2017 count
     assert parsed.svgs == 1  # CHAIR against caption length
     numbers = _chair_numbers(run, tmp_path)
     chair = html[html.index('<section id="chair">') :]
@@ -142,7 +142,7 @@ def test_two_runs_get_a_section_each_and_mixing_with_yes_no_runs_is_refused(tmp_
     assert result.exit_code == 0, result.output
     parsed = _Sections()
     parsed.feed(out.read_text(encoding="utf-8"))
-    assert parsed.sections == ["run", "chair-1", "chair-2"] and parsed.svgs == 2
+    assert parsed.sections == ["run", "chair-1", "chair-2", "training-images"] and parsed.svgs == 2
     assert out.with_suffix(".md").read_text(encoding="utf-8").count("halluprobe-chair-provenance") == 2
     refused = runner.invoke(app, ["report", str(a), "--out", str(tmp_path / "x.html"), "--headline", "dynamic"])
     assert refused.exit_code == 2 and "--headline applies to yes/no runs" in refused.output

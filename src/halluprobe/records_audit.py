@@ -39,6 +39,7 @@ __all__ = [
     "Calibration",
     "MetricShift",
     "Relabel",
+    "TrainingOverlap",
     "AuditReport",
     "ComparedRun",
     "RunDifferences",
@@ -273,6 +274,21 @@ class Relabel(FrozenRecord):
     shift: dict[str, MetricShift]
 
 
+class TrainingOverlap(FrozenRecord):
+    """A run's distinct images by COCO 2017 split (benchmarks/coco_split.py), and the readout
+    scored over the questions about each part; present only where some image has a COCO name."""
+
+    images: int
+    coco_images: int  # with a COCO file name
+    val2017: int  # held out from anything trained on train2017
+    train2017: int  # train2014 / val2014 images outside val2017: train2017 since the 2017 re-split
+    unplaced: int  # COCO names whose 2017 split the val2017 list cannot tell
+    val2017_ids_sha256: str  # the pinned id list that decided it
+    readout: str
+    held_out: ScoreTables | None  # questions about val2017 images (None: none)
+    in_train2017: ScoreTables | None  # questions about train2017 images (None: none)
+
+
 class AuditReport(FrozenRecord):
     """``audit.json``: how much of a run's number is the measurement (``audit_run``)."""
 
@@ -302,6 +318,8 @@ class AuditReport(FrozenRecord):
     relabel_combined: Relabel | None = _absent_when_none()
     # where no headline was asked and the run has no ``dynamic``: which readout it named, and why
     headline_note: str | None = _absent_when_none()
+    # COCO images only: how many are train2017 images, and the held-out score (absent otherwise)
+    training_overlap: TrainingOverlap | None = _absent_when_none()
 
     def to_json_dict(self) -> dict[str, Any]:
         """The plain JSON object of ``audit.json`` (what ``audit_run`` returned before it was typed)."""

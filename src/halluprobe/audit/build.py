@@ -21,6 +21,7 @@ from halluprobe.audit.diagnostics import (
     text_vs_dynamic,
     token_diagnostics,
 )
+from halluprobe.audit.overlap import audit_overlap
 from halluprobe.audit.relabel import LabelsFile, labels_spec, relabel
 from halluprobe.audit.table import AuditedRun, bootstrap_settings, choose_headline, imported, load_run, score_readout
 from halluprobe.benchmarks.question_file import read_questions, refuse_open_questions
@@ -241,4 +242,5 @@ def audit_run(
         relabel=relabelled,
         relabel_combined=combined,
         headline_note=note,
+        training_overlap=audit_overlap(t, headline, policy=policy, n_resamples=n_resamples, seed=seed),
     )

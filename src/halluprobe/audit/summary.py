@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from halluprobe.audit.overlap import overlap_lines
 from halluprobe.formatting import format_ci, format_ratio
 from halluprobe.records_audit import AuditReport, Relabel
 
@@ -47,6 +48,8 @@ def summarise_audit(audit: AuditReport) -> list[str]:
         )
     if audit.relabel_combined is not None:
         lines.append(f"all label files together: macro F1 shift {format_ratio(_macro_f1_shift(audit.relabel_combined, head), missing=_NOT_AVAILABLE)}")
+    if audit.training_overlap is not None:  # COCO images only; a run of other images says so on stderr
+        lines += overlap_lines(audit.training_overlap)
     return lines
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, UnknownOption, app, console, errors, refuse_over_limit
+from halluprobe.cli.overlap import ImagesOption, say_notes, score_part
 from halluprobe.errors import InputError
 from halluprobe.rundir import RunDir, refuse_run_file
 
@@ -46,6 +47,7 @@ def score_cmd(
     compat: Annotated[
         Optional[str], typer.Option(help="Print the numbers lmms-eval or vlmevalkit would print (their quirks included), as JSON.")
     ] = None,
+    images: ImagesOption = "all",
 ) -> None:
     """Score a run dir (writes RUNDIR/metrics.json) or a third-party answers file."""
     from halluprobe.readouts.text import label_dependence_note
@@ -58,6 +60,8 @@ def score_cmd(
         typer.echo(note, err=True)
     with errors():
         refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
+        if images != "all":  # one COCO 2017 part of the run's images (cli/overlap.py)
+            return score_part(rundir, images, readout, unknown, force_invalid, resamples, seed, as_json, (answers, labels, per_question, compat, markdown, latex))
         if overwrite and per_question is None:
             raise InputError("--overwrite is for --per-question: score writes no other file of yours")
         if answers is not None or labels is not None:
@@ -73,7 +77,6 @@ def score_cmd(
             if per_question is not None:  # --compat prints another tool's numbers only: F would never be written
                 raise InputError("--compat prints another tool's numbers and writes no file: drop --per-question (or score without --compat)")
             from halluprobe.scoring import compat_rundir
-
             parsed = Readout.parse(readout)
             typer.echo(json.dumps(compat_rundir(rundir, readout=parsed, tool=compat, force_invalid=force_invalid), indent=2))
             return
@@ -160,8 +163,7 @@ def audit_cmd(
             )
             RunDir(rundir).write_audit(audit)
             audits.append(audit)
-            if as_json and audit.headline_note:  # the terminal summary says it; --json keeps stdout JSON
-                typer.echo(f"{rundir}: {audit.headline_note}", err=True)
+            say_notes(rundir, audit, headline=as_json)  # the terminal summary says the headline note; --json keeps stdout JSON
         comparison = (
             compare_runs(rundirs, readout=headline, policy=unknown, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
             if len(rundirs) > 1
@@ -259,8 +261,7 @@ def report_cmd(
             audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in yes_no
         ]
         for rundir, audit in zip(yes_no, audits):
-            if audit.headline_note:
-                typer.echo(f"{rundir}: {audit.headline_note}", err=True)
+            say_notes(rundir, audit)
         comparison = compare_runs(yes_no, readout=headline, n_resamples=resamples, seed=seed) if len(yes_no) > 1 else None
         html, md = render_report(yes_no, out, audits=audits, comparison=comparison, captions=captions, chair=counting,
                                  n_resamples=resamples, seed=seed)  # fmt: skip

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from halluprobe.audit.overlap import NOT_COCO, overlap_counts_line, trained_on_line
+from halluprobe.benchmarks.coco_split import image_overlap
 from halluprobe.benchmarks.created import removed_on_failure
 from halluprobe.benchmarks.datasets import DATASETS, SourceFile
 from halluprobe.benchmarks.download import already_pinned, copy_pinned
@@ -310,6 +312,8 @@ def _check_run(
     InputError when they are not)."""
     header, samples = recompute_entry(entry, rundir, result, n_resamples=n_resamples, seed=seed)
     result.questions_are = dict(header.backend_info.get("question_datasets") or {})
+    counts = image_overlap(s.image for s in samples)  # the benchmark's overlap with COCO train2017, or why none is counted
+    result.notes.extend([overlap_counts_line(counts), trained_on_line()] if counts.is_coco else [NOT_COCO])
     _check_dataset(entry, result.questions_are, files["labels"])
     if not files["labels"]:  # labels inside the answers (DASH-B's): which of the pinned questions they are
         result.questions_are.update(dataset_coverage(entry, samples, cache_dir=cache_dir, mirror=mirror))

@@ -30,7 +30,9 @@ from halluprobe.records_scores import BootstrapSettings
 from halluprobe.report.chair import chair_grid, chair_section, hallucinated_objects
 from halluprobe.report.decoding_section import ChairCounting, decoding_section
 from halluprobe.report.figure_style import PALETTE, figure, svg
+from halluprobe.report.overlap_section import OVERLAP_SECTION, caption_overlap_section
 from halluprobe.report.page import stylesheet
+from halluprobe.report.view import add_section
 from halluprobe.tables import Grid
 
 __all__ = ["ChairRunView", "chair_length_plot", "chair_run_view", "render_chair_report", "OPEN_ENDED_HINT"]
@@ -116,6 +118,11 @@ def _markdown(runs: Sequence[ChairRunView], html_name: str, bootstrap: Bootstrap
     return "\n".join(lines)
 
 
+def _coco_ground_truth(run: ChairRunView) -> bool:
+    note = run.results.first.settings.ground_truth
+    return note is not None and note.year in ("2014", "2017")
+
+
 def render_chair_report(
     rundirs: Sequence[str | Path], out_html: str | Path, *, n_resamples: int = 1000, seed: int = 0, counting: ChairCounting | None = None
 ) -> tuple[Path, Path]:
@@ -139,6 +146,11 @@ def render_chair_report(
                                           decoding=decoding[1] if decoding else None, families=counting.section_families,
                                           tokenizer=counting.tokenizer, recompute=counting.options)  # fmt: skip
     out_md = out_html.with_suffix(".md")
+    md = _markdown(runs, out_html.name, bootstrap) + ("\n" + decoding[0] if decoding else "")
+    # a COCO ground truth (shipped, or COCO's annotation files) holds train/val images only
+    overlap = caption_overlap_section([(Path(run.path), _coco_ground_truth(run)) for run in runs])
+    if overlap is not None:  # captions of COCO images only: other pages are unchanged
+        html, md = add_section(html, md, overlap, OVERLAP_SECTION)
     write_atomic(out_html, html)
-    write_atomic(out_md, _markdown(runs, out_html.name, bootstrap) + ("\n" + decoding[0] if decoding else ""))
+    write_atomic(out_md, md)
     return out_html, out_md

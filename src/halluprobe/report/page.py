@@ -26,6 +26,7 @@ from halluprobe.report.decoding_section import ChairCounting, decoding_section
 from halluprobe.report.figure_style import TEXT_WIDTH_IN
 from halluprobe.report.literature import add_literature_section, literature_matches
 from halluprobe.report.markdown import markdown_report
+from halluprobe.report.overlap_section import OVERLAP_SECTION, overlap_section
 from halluprobe.report.parsers import parsers_view
 from halluprobe.report.view import ReportView, RunView, add_section, piece, short_readout
 from halluprobe.rundir import RunDir
@@ -90,6 +91,9 @@ def render_report(
     page = render_html(view, recompute=_captions_options(captions, chair))
     provenance = _headline_provenance(paths, [as_audit(a) for a in audits], [run.label for run in view.runs])
     markdown = render_report_markdown(view, html_name=out_html.name, provenance=provenance)
+    overlap = overlap_section([as_audit(a) for a in audits], [run.label for run in view.runs])
+    if overlap is not None:  # COCO runs only: a page of other images is unchanged
+        page, markdown = add_section(page, markdown, overlap, OVERLAP_SECTION)
     if decoding is not None:
         page, markdown = add_section(page, markdown, decoding, DECODING_SECTION)
     if paths:  # a run that is a registered published answers file: its figures, recomputed (report/literature.py)
