@@ -22,12 +22,12 @@ from _engines import PrefixSpy, decisions
 
 torch = pytest.importorskip("torch")
 
-import halluprobe.backends.hf.engines as engines  # noqa: E402
-from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
-from halluprobe.backends.hf.prefix import rows_inputs  # noqa: E402
-from halluprobe.records import GenerateConfig, Request, Response  # noqa: E402
-from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
-from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
+from halluprobe.backends.hf import engines
+from halluprobe.backends.hf.backend import HFBackend
+from halluprobe.backends.hf.prefix import rows_inputs
+from halluprobe.records import GenerateConfig, Request, Response
+from halluprobe.tiny import build_tiny_llava, demo_photos
+from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl
 
 pytestmark = pytest.mark.slow
 

@@ -49,7 +49,7 @@ from halluprobe.backends.hf.decode_rules import (
 from halluprobe.backends.hf.prefix import joined_cache, make_room
 from halluprobe.backends.hf.signals import amplified_attention
 
-__all__ = ["Decoded", "JOIN_PADDING", "contrast_decode", "joined_inputs"]
+__all__ = ["JOIN_PADDING", "Decoded", "contrast_decode", "joined_inputs"]
 
 
 

@@ -41,7 +41,7 @@ from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_
 from halluprobe.backends.hf.decode import Decoded
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_rules import BRANCHES
-from halluprobe.backends.hf.image_rows import ImageRows, RowQueue
+from halluprobe.backends.hf.image_rows import ImageRows, RowQueue, encode_image
 from halluprobe.backends.hf.prefix import Prefix, padded_prefix_ids, rows_inputs
 from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan
@@ -102,28 +102,17 @@ class PrefixDecodeEngine(DecodeEngine):
     def _queue_image(self, group: list[Request], queue: RowQueue) -> Iterator[list[Response]]:
         """Read the image and encode its prompts; queue a row per request (sampling draws per
         question, so identical prompts are decoded apart), or answer the image's requests here."""
-        core = self.core
-        started = time.perf_counter()
-        image = core.load_image(group[0].image_path)
-        if isinstance(image, str):
-            yield [error_response(r, image) for r in group]
-            return
         prompts = list(dict.fromkeys(r.prompt for r in group))
-        try:
-            shared = core.inputs.encode_shared(prompts, image)
-        except Exception as err:
-            if is_oom(err):
-                raise
-            log.exception("image %s failed", group[0].image_path)
-            yield [error_response(r, f"{type(err).__name__}: {err}") for r in group]
+        encoded = encode_image(self.core, group, prompts, self.config.max_new_tokens)
+        if isinstance(encoded, list):
+            yield encoded
             return
-        if shared is None or not core.fits_window(shared, self.config.max_new_tokens):
-            core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); decoding them from full prompts")
-            yield from self.batching.run(group, self._answer_batch, core.empty_device_cache)
+        if encoded.shared is None:
+            self.core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); decoding them from full prompts")
+            yield from self.batching.run(group, self._answer_batch, self.core.empty_device_cache)
             return
         index = {p: i for i, p in enumerate(prompts)}
-        seconds = time.perf_counter() - started
-        queue.add(ImageRows(group[0].image_path, image, shared, [[r] for r in group], [index[r.prompt] for r in group], seconds))
+        queue.add(ImageRows(group[0].image_path, encoded.image, encoded.shared, [[r] for r in group], [index[r.prompt] for r in group], encoded.seconds))
 
     def prepare(self, group: Sequence[Request], image: Any) -> ImagePrefixes | None:
         """The image's prefixes for its questions ``group`` (exceptions pass), or ``None`` where
@@ -198,7 +187,6 @@ class PrefixDecodeEngine(DecodeEngine):
         """The next batch of queued rows: the prefixes of images new to it, then the loop over
         every row. Out of memory halves the batch and takes it again; a batch that fails
         otherwise is asked again row by row."""
-        core = self.core
         rows = queue.peek(self.batching.size)
         started = time.perf_counter()
         setup = sum(image.seconds for image in dict.fromkeys(row.image for row in rows) if image.state is None)

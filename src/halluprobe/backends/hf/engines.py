@@ -25,10 +25,21 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from halluprobe.backends.hf.core import Batching, FirstStep, ModelCore, error_response, is_oom
+from halluprobe.backends.hf.core import (
+    Batching,
+    FirstStep,
+    ModelCore,
+    error_response,
+    is_oom,
+)
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
-from halluprobe.backends.hf.image_rows import ImageRows, RowQueue, distinct_prompts
+from halluprobe.backends.hf.image_rows import (
+    ImageRows,
+    RowQueue,
+    distinct_prompts,
+    encode_image,
+)
 from halluprobe.backends.hf.prefix import rows_inputs, suffix_inputs
 from halluprobe.backends.hf.signal_passes import LayerSignals, SignalPasses
 from halluprobe.backends.hf.signals import parse_signals
@@ -144,27 +155,17 @@ class PrefixCacheEngine(PlainEngine):
     def _queue_image(self, group: list[Request], queue: RowQueue) -> Iterator[list[Response]]:
         """Read the image and encode its distinct prompts; queue its rows, or answer its requests
         here (an unreadable image, a failed encoding, prompts that share no prefix)."""
-        core = self.core
-        started = time.perf_counter()
-        image = core.load_image(group[0].image_path)
-        if isinstance(image, str):
-            yield [error_response(r, image) for r in group]
-            return
         by_prompt = distinct_prompts(group)
-        try:
-            shared = core.inputs.encode_shared(list(by_prompt), image)
-        except Exception as err:
-            if is_oom(err):
-                raise
-            log.exception("image %s failed", group[0].image_path)
-            yield [error_response(r, f"{type(err).__name__}: {err}") for r in group]
+        encoded = encode_image(self.core, group, list(by_prompt), self.max_new_tokens)
+        if isinstance(encoded, list):
+            yield encoded
             return
-        if shared is None or not core.fits_window(shared, self.max_new_tokens):
-            core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); answering them with full prompts")
+        if encoded.shared is None:
+            self.core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); answering them with full prompts")
             yield from PlainEngine.answer_sorted(self, group)
             return
-        seconds = time.perf_counter() - started
-        queue.add(ImageRows(group[0].image_path, image, shared, list(by_prompt.values()), list(range(len(by_prompt))), seconds))
+        rows = list(by_prompt.values())
+        queue.add(ImageRows(group[0].image_path, encoded.image, encoded.shared, rows, list(range(len(rows))), encoded.seconds))
 
     def _answer_rows(self, queue: RowQueue) -> Iterator[list[Response]]:
         """The next batch of queued rows: the prefixes of images new to it, then one pass (or one

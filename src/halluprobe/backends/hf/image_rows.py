@@ -9,26 +9,56 @@ when its last row has been answered: caches are held only for images whose rows 
 (at most a batch's worth of images, plus the one split at its end).
 
 Models whose cache layers cannot be stacked across images (sliding-window layers: Gemma 3)
-take their batches from one image at a time, as before. No torch here.
+take their batches from one image at a time, as before. No torch imported here.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from halluprobe.backends.hf.core import is_oom
-from halluprobe.records import Request
+from halluprobe.backends.hf.core import ModelCore, error_response, is_oom
+from halluprobe.records import Request, Response
 
 if TYPE_CHECKING:
     from halluprobe.backends.hf.inputs import SharedPrefix
 
-__all__ = ["ImageRows", "Row", "RowQueue", "distinct_prompts"]
+__all__ = ["Encoded", "ImageRows", "Row", "RowQueue", "distinct_prompts", "encode_image"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """An image read and its prompts encoded (``shared`` is ``None`` where they share no prefix,
+    or it exceeds a sliding-attention window)."""
+
+    image: Any
+    shared: SharedPrefix | None
+    seconds: float
+
+
+def encode_image(core: ModelCore, group: Sequence[Request], prompts: list[str], new_tokens: int) -> Encoded | list[Response]:
+    """Read the image of ``group`` (requests about one image) and encode ``prompts`` on it; or
+    every request's error response (an unreadable image, a failed encoding)."""
+    started = time.perf_counter()
+    image = core.load_image(group[0].image_path)
+    if isinstance(image, str):
+        return [error_response(r, image) for r in group]
+    try:
+        shared = core.inputs.encode_shared(prompts, image)
+    except Exception as err:
+        if is_oom(err):
+            raise
+        log.exception("image %s failed", group[0].image_path)
+        return [error_response(r, f"{type(err).__name__}: {err}") for r in group]
+    if shared is not None and not core.fits_window(shared, new_tokens):
+        shared = None
+    return Encoded(image, shared, time.perf_counter() - started)
 
 
 def distinct_prompts(group: Sequence[Request]) -> dict[str, list[Request]]:

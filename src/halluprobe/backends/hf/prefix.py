@@ -11,8 +11,8 @@ torch and transformers are imported inside the functions.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -157,7 +157,6 @@ def stacked_cache(config: Any, runs: Sequence[tuple[Any, int]], length: int) -> 
     """A DynamicCache whose rows are, in order, ``count`` copies of each batch-1 ``cache`` of
     ``runs``, each left-padded with zeros to ``length`` positions (their mask is 0 there), or
     ``None`` unless every layer is a plain DynamicLayer. One copy of the keys and values."""
-    import torch
     from transformers import DynamicCache
 
     stacked = DynamicCache(config=config)
