@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from halluprobe.readouts.benchmark_rules import BENCHMARK_LABEL_RULES, BENCHMARK_RULE_NOTES, BENCHMARK_RULES
 from halluprobe.readouts.literature import LABEL_DEPENDENT_RULES, LITERATURE_RULES
 from halluprobe.records import Decision, Label
 
@@ -304,6 +305,8 @@ TEXT_RULES: dict[str, Callable[[str], Decision]] = {
 # but not in the list a new run records (its audit columns stay those of TEXT_RULES).
 TEXT_RULE_VERSIONS: dict[str, Callable[[str], Decision]] = {
     "yorn@2024": yorn_2024,
+    # VLMEvalKit scores HallusionBench with YOrN_Extraction (then a judge for Unknown only)
+    "hallusionbench@vlmevalkit": yorn,
 }
 
 
@@ -320,13 +323,16 @@ ALL_TEXT_RULES: dict[str, Callable[[str], Decision]] = {
     **TEXT_RULES,
     **TEXT_RULE_VERSIONS,
     **LITERATURE_RULES,
-    **{rule: _label_needed(rule) for rule in LABEL_DEPENDENT_RULES},
+    **BENCHMARK_RULES,
+    **{rule: _label_needed(rule) for rule in (*LABEL_DEPENDENT_RULES, *BENCHMARK_LABEL_RULES)},
 }
 
 
 def label_dependence_note(readout: str) -> str | None:
     """The line every output of a label-dependent readout carries (None for any other)."""
     rule = readout.removeprefix("text:")
+    if rule in BENCHMARK_RULE_NOTES:
+        return BENCHMARK_RULE_NOTES[rule]
     if rule not in LABEL_DEPENDENT_RULES:
         return None
     return (
@@ -342,10 +348,11 @@ def parse_text(rule: str, text: str, *, label: Label | None = None) -> Decision:
     Raises :class:`UnknownTextRuleError` (a ``ValueError`` and a ``KeyError``) naming the valid
     rules when ``rule`` is not one of them.
     """
-    if rule in LABEL_DEPENDENT_RULES:
+    label_rule = LABEL_DEPENDENT_RULES.get(rule) or BENCHMARK_LABEL_RULES.get(rule)
+    if label_rule is not None:
         if label is None:
             return ALL_TEXT_RULES[rule](text)  # raises, naming the rule
-        return LABEL_DEPENDENT_RULES[rule](text, label)
+        return label_rule(text, label)
     try:
         fn = ALL_TEXT_RULES[rule]
     except KeyError:
