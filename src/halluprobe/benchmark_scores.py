@@ -119,7 +119,7 @@ def render_hallusion(results: dict[str, HallusionScores]) -> str:
             )
         overall = s.slices[-1]
         if overall.without_figure == 0:
-            lines.append("  note: no question asked without a figure is in this run (the official aAcc and qAcc include 178 such VS questions)")
+            lines.append("  note: no question asked without a figure is in this run; the official aAcc and qAcc include them (178 VS questions in the pinned file)")
     return "\n".join(lines)
 
 
