@@ -269,3 +269,50 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
     _fails(["build", "mme", "--release", str(root), "--out", out], "has no question file")
     with pytest.raises(InputError, match="no folder for subtask"):
         read_release_folder(root, ("OCR",))
+
+
+# -- imports --------------------------------------------------------------------------------------
+
+
+def test_eval_tool_results_import_and_score_as_calculation_py(tmp_path: Path) -> None:
+    run, _ = _mme_run(tmp_path)
+    files = tmp_path / "results"
+    assert runner.invoke(app, ["mme", str(run), "--readout", "text:mme", "--results-out", str(files), "--resamples", "0"]).exit_code == 0
+    imported = tmp_path / "imported"
+    result = runner.invoke(app, ["import", "mme", *sorted(str(p) for p in files.glob("*.txt")), "--out", str(imported)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["mme", str(imported), "--readout", "text:mme", "--json", "--resamples", "0"])
+    assert result.exit_code == 0, result.output
+    for t in json.loads(result.stdout)["text:mme"]["subtasks"]:
+        ref = calc_subtask(files / f"{t['subtask']}.txt")
+        assert (t["accuracy"], t["accuracy_plus"], t["other"]) == (pytest.approx(ref["acc"]), pytest.approx(ref["acc_plus"]), ref["other"])
+        assert t["score"] == pytest.approx(ref["score"])
+
+
+def test_lmms_eval_mme_logs_import_and_score_as_lmms_eval(tmp_path: Path) -> None:
+    answers = ["Yes", "no.", "Y", "  no", "Not sure", "yes", "Yes", "The answer is no"]
+    logs = []
+    for i, answer in enumerate(answers):
+        category = "existence" if i < 4 else "color"
+        image = f"{category}/{i // 2:012d}.jpg"
+        metric = {"question_id": image, "category": category, "score": 0.0}
+        log = {"doc_id": i, "target": "Yes" if i % 2 == 0 else "No", "filtered_resps": [answer], "mme_perception_score": metric}
+        if i % 3:  # v0.3 kept the document; v0.4+ only the prompt
+            log["doc"] = {"question_id": image, "question": f"Is there a thing {i}?", "answer": log["target"], "category": category}
+        else:
+            log["input"] = f"Is there a thing {i}?\nAnswer the question using a single word or phrase."
+        logs.append(log)
+    path = tmp_path / "20250101_samples_mme.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in logs))
+    imported = tmp_path / "imported"
+    result = runner.invoke(app, ["import", "lmms-eval-mme", str(path), "--out", str(imported)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["mme", str(imported), "--readout", "text:mme@lmms-eval", "--compat", "lmms-eval", "--json", "--resamples", "0"])
+    assert result.exit_code == 0, result.output
+    got = {t["subtask"]: t["score"] for t in json.loads(result.stdout)["text:mme@lmms-eval"]["subtasks"]}
+    for category in ("existence", "color"):
+        docs = [(x["mme_perception_score"]["question_id"], x["target"], x["filtered_resps"][0]) for x in logs if x["mme_perception_score"]["category"] == category]
+        assert got[category] == pytest.approx(lmms_category_score(docs))
+    bad = tmp_path / "bad_samples_mme.jsonl"
+    bad.write_text(json.dumps({"doc_id": 0, "target": "Yes", "filtered_resps": ["yes"]}) + "\n")
+    _fails(["import", "lmms-eval-mme", str(bad), "--out", str(tmp_path / "x")], "bad_samples_mme.jsonl:1:")
