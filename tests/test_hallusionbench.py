@@ -52,6 +52,18 @@ def hb_scores(records: list[dict[str, str]]) -> dict[str, float]:
     return {"aAcc": 100 * a, "fAcc": 100 * f, "qAcc": 100 * q}
 
 
+def tool_scores(records: list[dict[str, str]]) -> dict[str, float]:
+    """VLMEvalKit's Hallusion_rating (and EvalScope's aggregate_scores, which groups alike):
+    keys without the category, every question in some figure, ``score`` right or not."""
+    a = sum(r["score"] for r in records) / len(records)
+    figs: dict[str, list[int]] = {}
+    qs: dict[str, list[int]] = {}
+    for r in records:
+        figs.setdefault(f"{r['subcategory']}_{r['set_id']}_{r['figure_id']}", []).append(r["score"])
+        qs.setdefault(f"{r['subcategory']}_{r['set_id']}_{r['question_id']}", []).append(r["score"])
+    return {"aAcc": 100 * a, "fAcc": 100 * sum(all(v) for v in figs.values()) / len(figs), "qAcc": 100 * sum(all(v) for v in qs.values()) / len(qs)}
+
+
 # -- fixture ---------------------------------------------------------------------------------------
 
 _OBJ = ["cat", "dog", "cup", "bus", "kite", "fork"]
@@ -143,6 +155,32 @@ def test_grouping_equals_the_official_one_no_figure_questions_included() -> None
     unsure = [ScoreRow(r.split, r.question_id, r.image, r.label, "unknown") for r in vs0]
     assert hallusion_scores(unsure, n_resamples=0).slices[-1].a_acc == 1.0
     assert hallusion_scores(unsure, n_resamples=0).slices[-1].f_acc is None  # in no figure
+
+
+def test_tool_groupings_merge_vd_and_vs_ocr_sets() -> None:
+    rows = []
+    for cat, fig_start in (("VD", 0), ("VS", 1)):
+        for fig in range(fig_start, fig_start + 2):
+            for q in range(2):
+                label = "yes" if (fig + q) % 2 else "no"
+                decision = "no" if (cat, fig, q) == ("VS", 2, 1) else label  # one wrong answer, in VS
+                rows.append(ScoreRow(f"{cat}_ocr", pack_id(0, fig, q), f"{cat}/ocr/0_{fig}.png", label, decision))  # type: ignore[arg-type]
+    rows.append(ScoreRow("VS_ocr", pack_id(0, 0, 0), "VS/ocr/0_0.png", "no", "unknown"))  # no figure, uncertain
+    recs = []
+    for r in rows:
+        k = hallusion_key(r.split, r.question_id)
+        recs.append({"subcategory": k.subcategory, "set_id": str(k.set_id), "figure_id": str(k.figure_id), "question_id": str(k.question_id),
+                     "category": k.category, "score": int(r.decision == r.label)})  # fmt: skip
+    for grouping in ("vlmevalkit", "evalscope"):
+        got = hallusion_scores(rows, grouping=grouping, n_resamples=20)
+        for s in got.slices:
+            these = [x for x in recs if s.name == "Overall" or x["category"] == s.name]
+            ref = tool_scores(these)
+            assert (100 * s.a_acc, 100 * s.f_acc, 100 * s.q_acc) == (pytest.approx(ref["aAcc"]), pytest.approx(ref["fAcc"]), pytest.approx(ref["qAcc"]))
+    official = hallusion_scores(rows, n_resamples=0).slices[-1]
+    tools = hallusion_scores(rows, grouping="vlmevalkit", n_resamples=0).slices[-1]
+    assert official.q_acc != tools.q_acc  # VD's and VS's question 1 of set 0 are one group for the tools
+    _check(hallusion_scores(rows, n_resamples=0), rows)
 
 
 def test_every_rule_scores_one_run(tmp_path: Path) -> None:

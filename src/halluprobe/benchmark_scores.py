@@ -18,7 +18,7 @@ from halluprobe.benchmarks.mme import COGNITION, HALLUCINATION, PERCEPTION, resu
 from halluprobe.benchmarks.question_file import read_questions
 from halluprobe.errors import InputError
 from halluprobe.files import plain_component, refuse_outputs, write_atomic
-from halluprobe.metrics.hallusionbench import HallusionScores, hallusion_scores
+from halluprobe.metrics.hallusionbench import HallusionGrouping, HallusionScores, hallusion_scores
 from halluprobe.metrics.mme import MmeGrouping, MmeScores, mme_scores
 from halluprobe.readouts.apply import check_readout
 from halluprobe.readouts.text import label_dependence_note
@@ -65,11 +65,13 @@ def mme_run_scores(
     return {name: mme_scores(r, grouping=grouping, totals=MME_TOTALS, n_resamples=n_resamples, seed=seed) for name, r in rows.items()}
 
 
-def hallusion_run_scores(path: str | Path, readouts: Sequence[str], *, n_resamples: int = 1000, seed: int = 0) -> dict[str, HallusionScores]:
+def hallusion_run_scores(
+    path: str | Path, readouts: Sequence[str], *, grouping: HallusionGrouping = "official", n_resamples: int = 1000, seed: int = 0
+) -> dict[str, HallusionScores]:
     """Each readout's aAcc / fAcc / qAcc on a HallusionBench run (else one line, exit 2)."""
     _, _, rows = _rows_by_readout(path, readouts)
     try:
-        return {name: hallusion_scores(r, n_resamples=n_resamples, seed=seed) for name, r in rows.items()}
+        return {name: hallusion_scores(r, grouping=grouping, n_resamples=n_resamples, seed=seed) for name, r in rows.items()}
     except ValueError as e:
         raise InputError(f"not a HallusionBench run: {e} (build the questions with `halluprobe build hallusionbench`)", path) from e
 
@@ -110,7 +112,8 @@ def render_hallusion(results: dict[str, HallusionScores]) -> str:
     """One block per readout: aAcc, fAcc, qAcc per category and overall, in percent with CIs."""
     lines = _notes(list(results))
     for name, s in results.items():
-        lines.append(f"{name} (rule-based: not the official GPT-4-judged score; grouping as tianyi-lab/HallusionBench utils.py)")
+        source = "tianyi-lab/HallusionBench utils.py" if s.grouping == "official" else f"{s.grouping} (no category in its keys)"
+        lines.append(f"{name} (rule-based: not the official GPT-4-judged score; grouping: {source})")
         lines.append(f"  {'slice':<8} {'aAcc':>7} {'95% CI':<18} {'fAcc':>7} {'95% CI':<18} {'qAcc':>7} {'95% CI':<18} questions unknown")
         for t in s.slices:
             lines.append(

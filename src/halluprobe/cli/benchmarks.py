@@ -137,17 +137,21 @@ def mme_cmd(
 def hallusionbench_cmd(
     rundir: Annotated[Path, typer.Argument(help="Run directory of HallusionBench questions (`build hallusionbench`).")],
     readout: Annotated[Optional[list[str]], typer.Option(help=f"Readout (repeatable; default: {', '.join(_HB_READOUTS)} where the run has them).")] = None,
+    compat: Annotated[str, typer.Option(help="How questions group into figures and question variants: official (utils.py), vlmevalkit, evalscope.")] = "official",
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """HallusionBench's aAcc, fAcc and qAcc per category and overall, for each rule-based readout."""
     from halluprobe.benchmark_scores import hallusion_run_scores, render_hallusion, scores_json
+    from halluprobe.metrics.hallusionbench import HALLUSION_GROUPINGS
 
     with errors():
         refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
+        if compat not in HALLUSION_GROUPINGS:
+            raise InputError(f"unknown --compat {compat!r}; known: {', '.join(HALLUSION_GROUPINGS)}")
         names = readout or _available(rundir, _HB_READOUTS)
-        results = hallusion_run_scores(rundir, names, n_resamples=resamples, seed=seed)
+        results = hallusion_run_scores(rundir, names, grouping=compat, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
     typer.echo(json.dumps(scores_json(results), indent=2) if as_json else render_hallusion(results))
 
 

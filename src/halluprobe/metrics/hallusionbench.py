@@ -20,12 +20,21 @@ sample is uncertain, as an empty answer would be.
 
 CIs: percentile intervals from a bootstrap over sets (category, subcategory, set_id), the unit
 that contains every figure and every question variant, so each replicate keeps the groups whole.
+
+``grouping="vlmevalkit"`` / ``"evalscope"`` group as those tools do (VLMEvalKit's
+``Hallusion_rating``, EvalScope's ``HallusionBenchAdapter.aggregate_scores``; the two agree):
+figures keyed by subcategory, set and figure, questions by subcategory, set and question id,
+without the category, so in the overall figures VD's and VS's ``ocr`` sets of one ``set_id``
+merge into one group; a VS question without a figure is a figure of its own (figure 0); and an
+uncertain answer is wrong everywhere (VLMEvalKit's judge, when used, has resolved most before).
+Their sets are then (subcategory, set_id), the clusters of the bootstrap.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -33,9 +42,11 @@ from halluprobe.benchmarks.hallusionbench import HallusionKey, hallusion_key
 from halluprobe.metrics.score import ScoreRow
 from halluprobe.metrics.stats import check_level, draw_blocks, draw_weights, percentile_ci
 
-__all__ = ["HallusionScores", "HallusionSlice", "hallusion_correct", "hallusion_scores"]
+__all__ = ["HALLUSION_GROUPINGS", "HallusionGrouping", "HallusionScores", "HallusionSlice", "hallusion_correct", "hallusion_scores"]
 
 _METRICS = ("aAcc", "fAcc", "qAcc")
+HallusionGrouping = Literal["official", "vlmevalkit", "evalscope"]
+HALLUSION_GROUPINGS: tuple[HallusionGrouping, ...] = ("official", "vlmevalkit", "evalscope")
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class HallusionSlice:
 
 @dataclass(frozen=True)
 class HallusionScores:
+    grouping: HallusionGrouping
     slices: tuple[HallusionSlice, ...]
 
 
@@ -105,11 +117,19 @@ def _ratios(t: _Table, w: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def _table(pairs: list[tuple[HallusionKey, ScoreRow]], sets: dict[tuple[str, str, int], int]) -> _Table:
-    correct = np.array([hallusion_correct(k, r) for k, r in pairs], dtype=float)
-    figures = _codes([None if (k.category == "VS" and k.figure_id == 0) else (k.category, k.subcategory, k.set_id, k.figure_id) for k, _ in pairs])
-    groups = _codes([(k.category, k.subcategory, k.set_id, k.question_id) for k, _ in pairs])
-    cluster = np.array([sets[(k.category, k.subcategory, k.set_id)] for k, _ in pairs], dtype=np.int64)
+def _set_of(k: HallusionKey, grouping: HallusionGrouping) -> tuple[object, ...]:
+    return (k.category, k.subcategory, k.set_id) if grouping == "official" else (k.subcategory, k.set_id)
+
+
+def _table(pairs: list[tuple[HallusionKey, ScoreRow]], sets: dict[tuple[object, ...], int], grouping: HallusionGrouping) -> _Table:
+    if grouping == "official":
+        correct = np.array([hallusion_correct(k, r) for k, r in pairs], dtype=float)
+        figures = _codes([None if (k.category == "VS" and k.figure_id == 0) else (*_set_of(k, grouping), k.figure_id) for k, _ in pairs])
+    else:
+        correct = np.array([not r.error and r.decision == r.label for _, r in pairs], dtype=float)
+        figures = _codes([(*_set_of(k, grouping), k.figure_id) for k, _ in pairs])
+    groups = _codes([(*_set_of(k, grouping), k.question_id) for k, _ in pairs])
+    cluster = np.array([sets[_set_of(k, grouping)] for k, _ in pairs], dtype=np.int64)
     return _Table(correct, figures, groups, cluster)
 
 
@@ -117,16 +137,18 @@ def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-def hallusion_scores(rows: Sequence[ScoreRow], *, n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> HallusionScores:
+def hallusion_scores(
+    rows: Sequence[ScoreRow], *, grouping: HallusionGrouping = "official", n_resamples: int = 1000, seed: int = 0, level: float = 0.95
+) -> HallusionScores:
     """VD, VS (where present) and Overall; ValueError for a row whose split is no HallusionBench split."""
     check_level(level)
     pairs = [(hallusion_key(r.split, r.question_id), r) for r in rows]
-    sets: dict[tuple[str, str, int], int] = {}
+    sets: dict[tuple[object, ...], int] = {}
     for k, _ in pairs:
-        sets.setdefault((k.category, k.subcategory, k.set_id), len(sets))
+        sets.setdefault(_set_of(k, grouping), len(sets))
     chosen = [(c, [(k, r) for k, r in pairs if k.category == c]) for c in ("VD", "VS")]
     slices = [(name, members) for name, members in chosen if members] + [("Overall", pairs)]
-    tables = [(name, members, _table(members, sets)) for name, members in slices]
+    tables = [(name, members, _table(members, sets, grouping)) for name, members in slices]
     reps: dict[str, dict[str, list[np.ndarray]]] = {name: {m: [] for m in _METRICS} for name, _, _ in tables}
     if n_resamples > 0 and pairs:
         rng = np.random.default_rng(seed)
@@ -155,4 +177,4 @@ def hallusion_scores(rows: Sequence[ScoreRow], *, n_resamples: int = 1000, seed:
                 q_ci=cis["qAcc"],
             )
         )
-    return HallusionScores(slices=tuple(out))
+    return HallusionScores(grouping=grouping, slices=tuple(out))
