@@ -22,7 +22,6 @@ from halluprobe.errors import InputError
 from halluprobe.metrics.mme import mme_scores
 from halluprobe.metrics.score import ScoreRow
 from halluprobe.readouts.text import parse_text
-from halluprobe.records import Sample
 from halluprobe.rundir import RunDir
 
 runner = CliRunner()
@@ -316,3 +315,41 @@ def test_lmms_eval_mme_logs_import_and_score_as_lmms_eval(tmp_path: Path) -> Non
     bad = tmp_path / "bad_samples_mme.jsonl"
     bad.write_text(json.dumps({"doc_id": 0, "target": "Yes", "filtered_resps": ["yes"]}) + "\n")
     _fails(["import", "lmms-eval-mme", str(bad), "--out", str(tmp_path / "x")], "bad_samples_mme.jsonl:1:")
+
+
+def vlmevalkit_mme_rating(rows: list[dict[str, object]]) -> dict[str, float]:
+    """VLMEvalKit's MME_rating: per category, scores grouped by image_path; acc over every score,
+    acc+ the mean of the first two scores' product per image; both x 100, summed."""
+    stats: dict[str, dict[str, list[int]]] = {}
+    for r in rows:
+        stats.setdefault(str(r["category"]), {}).setdefault(str(r["image_path"]), []).append(int(bool(r["score"])))
+    out = {}
+    for cat, images in stats.items():
+        flat = [v for vals in images.values() for v in vals]
+        plus = [vals[0] * vals[1] for vals in images.values()]
+        out[cat] = 100 * sum(flat) / len(flat) + 100 * sum(plus) / len(plus)
+    return out
+
+
+def test_vlmevalkit_mme_sheet_imports_and_scores_as_mme_rating(tmp_path: Path) -> None:
+    from halluprobe.readouts.text import yorn
+
+    preds = ["Yes", "No", "yes and no", "No", "Yes, it is", "I think so", "no", "No"]
+    rows: list[dict[str, object]] = []
+    for i, pred in enumerate(preds):
+        cat = "count" if i < 4 else "OCR"
+        answer = "Yes" if i % 2 == 0 else "No"
+        extracted = {"yes": "Yes", "no": "No"}.get(yorn(pred), "Unknown")
+        rows.append({"index": 100 + i, "category": cat, "image_path": f"{cat}/{i // 2}.jpg", "question": f"Q{i}?", "answer": answer,
+                     "prediction": pred, "extracted": extracted, "score": extracted == answer})  # fmt: skip
+    sheet = tmp_path / "M_MME_auxmatch.json"
+    sheet.write_text(json.dumps(rows))
+    imported = tmp_path / "imported"
+    result = runner.invoke(app, ["import", "vlmevalkit", str(sheet), "--out", str(imported)])
+    assert result.exit_code == 0, result.output
+    ref = vlmevalkit_mme_rating(rows)
+    for readout in ("vlmevalkit:auxmatch", "text:yorn"):
+        result = runner.invoke(app, ["mme", str(imported), "--readout", readout, "--compat", "vlmevalkit", "--json", "--resamples", "0"])
+        assert result.exit_code == 0, result.output
+        got = {t["subtask"]: t["score"] for t in json.loads(result.stdout)[readout]["subtasks"]}
+        assert got == {k: pytest.approx(v) for k, v in ref.items()}
