@@ -267,3 +267,32 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
     qfile.write_text(json.dumps(bad, indent=4))
     _fails(["build", "hallusionbench", "--questions", str(qfile), "--out", out], "HallusionBench.json:2: gt_answer")
     assert hallusion_questions(_write(tmp_path, recs)).without_figure == 2
+
+
+def test_a_judged_result_file_imports_and_scores_as_evaluation_py(tmp_path: Path) -> None:
+    recs = _records()
+    qfile = _write(tmp_path, recs)
+    results = []
+    for i, r in enumerate(recs):
+        out = {k: v for k, v in r.items() if k not in ("gt_answer", "filename")}  # the repository's sample lacks both
+        out["model_prediction"] = _ANSWERS[i % len(_ANSWERS)]
+        out["gpt4v_output_gpt_check"] = str((i * 7) % 3)
+        results.append(out)
+    rfile = tmp_path / "HallusionBench_result.json"
+    rfile.write_text(json.dumps(results, indent=2))
+    run = tmp_path / "imported"
+    result = runner.invoke(app, ["import", "hallusionbench", str(rfile), "--labels", str(qfile), "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["hallusionbench", str(run), "--readout", "hallusionbench:judge", "--readout", "text:strict", "--json", "--resamples", "0"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    judged = [dict(r, correct_raw=res["gpt4v_output_gpt_check"]) for r, res in zip(recs, results)]
+    ref = {"Overall": hb_scores([dict(x) for x in judged])}
+    for cat in ("VD", "VS"):
+        ref[cat] = hb_scores([dict(x) for x in judged if x["category"] == cat])
+    for sl in got["hallusionbench:judge"]["slices"]:
+        assert (100 * sl["a_acc"], 100 * sl["f_acc"], 100 * sl["q_acc"]) == (
+            pytest.approx(ref[sl["name"]]["aAcc"]), pytest.approx(ref[sl["name"]]["fAcc"]), pytest.approx(ref[sl["name"]]["qAcc"]))  # fmt: skip
+    assert got["text:strict"]["slices"][-1]["without_figure"] == 2  # the no-figure questions came with the answers
+    # without the labels the sample layout cannot be scored: one line, exit 2
+    _fails(["import", "hallusionbench", str(rfile), "--out", str(tmp_path / "x")], "no gt_answer")

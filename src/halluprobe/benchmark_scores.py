@@ -18,6 +18,7 @@ from halluprobe.benchmarks.mme import COGNITION, HALLUCINATION, PERCEPTION, resu
 from halluprobe.benchmarks.question_file import read_questions
 from halluprobe.errors import InputError
 from halluprobe.files import plain_component, refuse_outputs, write_atomic
+from halluprobe.imports.hallusionbench import JUDGE_READOUT
 from halluprobe.metrics.hallusionbench import HallusionGrouping, HallusionScores, hallusion_scores
 from halluprobe.metrics.mme import MmeGrouping, MmeScores, mme_scores
 from halluprobe.readouts.apply import check_readout
@@ -113,7 +114,8 @@ def render_hallusion(results: dict[str, HallusionScores]) -> str:
     lines = _notes(list(results))
     for name, s in results.items():
         source = "tianyi-lab/HallusionBench utils.py" if s.grouping == "official" else f"{s.grouping} (no category in its keys)"
-        lines.append(f"{name} (rule-based: not the official GPT-4-judged score; grouping: {source})")
+        kind = "the judge's verdicts the result file stored" if name == JUDGE_READOUT else "rule-based: not the official GPT-4-judged score"
+        lines.append(f"{name} ({kind}; grouping: {source})")
         lines.append(f"  {'slice':<8} {'aAcc':>7} {'95% CI':<18} {'fAcc':>7} {'95% CI':<18} {'qAcc':>7} {'95% CI':<18} questions unknown")
         for t in s.slices:
             lines.append(

@@ -85,8 +85,9 @@ def _image_in(folder: Path, name: str) -> str | None:
     return None
 
 
-def read_eval_tool_file(path: str | Path, *, images_root: str | Path | None = None, results: bool = False) -> list[MmeLine]:
-    """An eval-tool file (``<subtask>.txt``): three columns, or four with ``results=True``.
+def read_eval_tool_file(path: str | Path, *, images_root: str | Path | None = None, results: bool | None = False) -> list[MmeLine]:
+    """An eval-tool file (``<subtask>.txt``): three columns, four with ``results=True``, either
+    (the response, if any, kept) with ``results=None``.
 
     With ``images_root`` (the release folder) each image must be found in its subtask's folder
     (beside the text files or in ``images/``) and gets that path; without it, ``<subtask>/<name>``.
@@ -96,12 +97,13 @@ def read_eval_tool_file(path: str | Path, *, images_root: str | Path | None = No
     folder = Path(images_root) / subtask if images_root is not None else None
     if folder is not None and not folder.is_dir():
         raise InputError(f"no image folder for subtask {subtask!r} in the MME release folder", folder)
-    columns = 4 if results else 3
+    columns = (3, 4) if results is None else ((4,) if results else (3,))
     out: list[MmeLine] = []
     for lineno, raw in _lines(p):
         fields = raw.split("\t")
-        if len(fields) != columns:
-            raise InputError(f"expected {columns} tab-separated columns (image, question, answer{', response' if results else ''}), got {len(fields)}", p, lineno)
+        if len(fields) not in columns:
+            want = " or ".join(str(c) for c in columns)
+            raise InputError(f"expected {want} tab-separated columns (image, question, answer{', response' if results is not False else ''}), got {len(fields)}", p, lineno)
         name, question = fields[0], fields[1]
         if not name.strip() or not question.strip():
             raise InputError("empty image name or question", p, lineno)
@@ -111,7 +113,7 @@ def read_eval_tool_file(path: str | Path, *, images_root: str | Path | None = No
             if found is None:
                 raise InputError(f"image {name!r} is not in {folder} (nor in its images/)", p, lineno)
             image = found
-        out.append(MmeLine(subtask, p, lineno, image, question, _answer(fields[2], p, lineno), fields[3] if results else None))
+        out.append(MmeLine(subtask, p, lineno, image, question, _answer(fields[2], p, lineno), fields[3] if len(fields) == 4 else None))
     return out
 
 

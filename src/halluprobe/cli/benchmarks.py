@@ -53,7 +53,7 @@ def build_mme_cmd(
             names = chosen or tuple(s for s in (*PERCEPTION, *COGNITION) if (eval_tool / f"{s}.txt").is_file())
             if not names:
                 raise InputError("no <subtask>.txt of MME's subtasks in it", eval_tool)
-            lines = {s: read_eval_tool_file(eval_tool / f"{s}.txt", images_root=release) for s in names}
+            lines = {s: read_eval_tool_file(eval_tool / f"{s}.txt", images_root=release, results=None) for s in names}
         else:
             lines = read_release_folder(release, chosen)  # type: ignore[arg-type]
         by_split = {s: mme_questions(found) for s, found in lines.items()}
