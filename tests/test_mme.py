@@ -353,3 +353,26 @@ def test_vlmevalkit_mme_sheet_imports_and_scores_as_mme_rating(tmp_path: Path) -
         assert result.exit_code == 0, result.output
         got = {t["subtask"]: t["score"] for t in json.loads(result.stdout)[readout]["subtasks"]}
         assert got == {k: pytest.approx(v) for k, v in ref.items()}
+
+
+def test_mme_verb_refuses_other_runs_and_unknown_groupings(tmp_path: Path) -> None:
+    run, _ = _mme_run(tmp_path)
+    _fails(["mme", str(run), "--compat", "bogus"], "unknown --compat")
+    _fails(["mme", str(run), "--readout", "text:nope"], "unknown text rule")
+    header = json.loads((run / "run.json").read_text())
+    header["benchmarks"] = {"random": "0" * 64}
+    (run / "run.json").write_text(json.dumps(header))
+    _fails(["mme", str(run)], "not an MME run")
+
+
+def test_a_logits_only_run_gets_the_logit_readouts(tmp_path: Path) -> None:
+    root = _release(tmp_path)
+    qdir = tmp_path / "questions"
+    assert runner.invoke(app, ["build", "mme", "--release", str(root), "--out", str(qdir), "--subtask", "existence"]).exit_code == 0
+    run = tmp_path / "run"
+    args = ["run", "--backend", "scripted", "--model", str(_script(tmp_path)), "--benchmark", str(qdir / "existence.jsonl"), "--images", str(root), "--out", str(run), "--no-text"]
+    assert runner.invoke(app, args).exit_code == 0
+    result = runner.invoke(app, ["mme", str(run), "--json", "--resamples", "0"])
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.stdout)) == ["dynamic"]
+    _fails(["mme", str(run), "--results-out", str(tmp_path / "r")], "stored no text")
