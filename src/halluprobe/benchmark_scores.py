@@ -21,6 +21,7 @@ from halluprobe.files import plain_component, refuse_outputs, write_atomic
 from halluprobe.imports.hallusionbench import JUDGE_READOUT
 from halluprobe.metrics.hallusionbench import HallusionGrouping, HallusionScores, hallusion_scores
 from halluprobe.metrics.mme import MmeGrouping, MmeScores, mme_scores
+from halluprobe.metrics.score import ScoreRow
 from halluprobe.readouts.apply import check_readout
 from halluprobe.readouts.text import label_dependence_note
 from halluprobe.readouts.value import Readout
@@ -45,7 +46,7 @@ MME_TOTALS: tuple[tuple[str, tuple[str, ...]], ...] = (
 _MME_SUBTASKS = frozenset((*PERCEPTION, *COGNITION))
 
 
-def _rows_by_readout(path: str | Path, readouts: Sequence[str]) -> tuple[RunHeader, list[Sample], dict[str, list[Any]]]:
+def _rows_by_readout(path: str | Path, readouts: Sequence[str]) -> tuple[RunHeader, list[Sample], dict[str, list[ScoreRow]]]:
     rundir, header, samples = read_run_samples(path)
     out = {}
     for name in dict.fromkeys(readouts):

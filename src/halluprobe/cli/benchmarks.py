@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, build_app, data_app, errors, refuse_over_limit
 from halluprobe.errors import InputError
+
+if TYPE_CHECKING:  # the verbs import the library inside themselves (a fast --help)
+    from halluprobe.records import Question
 
 __all__ = ["build_hallusionbench_cmd", "build_mme_cmd", "data_hallusionbench_cmd", "hallusionbench_cmd", "mme_cmd"]
 
@@ -18,7 +21,7 @@ _MME_READOUTS = ("dynamic", "text:mme", "text:mme@lmms-eval", "text:strict")
 _HB_READOUTS = ("dynamic", "text:strict", "text:hallusionbench@vlmevalkit", "text:hallusionbench@evalscope")
 
 
-def _write_question_files(by_split: dict[str, list], out: Path, overwrite: bool) -> list[Path]:  # type: ignore[type-arg]
+def _write_question_files(by_split: dict[str, list[Question]], out: Path, overwrite: bool) -> list[Path]:
     from halluprobe.benchmarks.question_file import write_questions
     from halluprobe.files import plain_component, refuse_outputs
 

@@ -20,6 +20,9 @@ stored run can be re-scored the way each of them would score it; the fourth is h
   scripts (:mod:`halluprobe.readouts.literature`), applied on request like ``yorn@2024``;
   ``vcd`` is label-dependent (:data:`LABEL_DEPENDENT_RULES`): :func:`parse_text` needs the
   question's label for it, and :func:`label_dependence_note` says so wherever it is shown.
+- ``mme``, ``mme@lmms-eval``, ``hallusionbench@vlmevalkit`` and the label-dependent
+  ``hallusionbench@evalscope``: the parsers of MME's and HallusionBench's own tools
+  (:mod:`halluprobe.readouts.benchmark_rules`), applied on request like the literature's.
 
 How each tool then *counts* a non-yes/no answer is a metric question (``--unknown`` policy in
 :mod:`halluprobe.metrics.binary`), not a parsing one; the notes on each rule say what the tool does.
