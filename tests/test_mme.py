@@ -137,6 +137,7 @@ def _mme_run(tmp: Path) -> tuple[Path, Path]:
     qdir = tmp / "questions"
     result = runner.invoke(app, ["build", "mme", "--release", str(root), "--out", str(qdir)])
     assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in qdir.glob("*.jsonl")) == sorted(f"{s}.jsonl" for s in _OBJECTS)
     benches = [a for s in _OBJECTS for a in ("--benchmark", str(qdir / f"{s}.jsonl"))]
     run = tmp / "run"
     args = ["run", "--backend", "scripted", "--model", str(_script(tmp)), *benches, "--images", str(root), "--out", str(run), "--text"]
@@ -254,6 +255,9 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
     root = _release(tmp_path)
     out = str(tmp_path / "q")
     _fails(["build", "mme", "--release", str(tmp_path / "nowhere"), "--out", out], "not a directory")
+    _fails(["build", "mme", "--release", str(root), "--hallucination", "--subtask", "count", "--out", out], "--hallucination")
+    hall = runner.invoke(app, ["build", "mme", "--release", str(root), "--hallucination", "--out", str(tmp_path / "h")])
+    assert hall.exit_code == 0 and sorted(p.name for p in (tmp_path / "h").glob("*")) == ["color.jsonl", "count.jsonl", "existence.jsonl", "position.jsonl"]
     tool = tmp_path / "tool"
     tool.mkdir()
     (tool / "existence.txt").write_text("000000000001.jpg\tIs there a cat?\tYes\n000000000001.jpg\tIs there a dog?\n")

@@ -41,15 +41,18 @@ def build_mme_cmd(
         Optional[Path], typer.Option(help="A folder of the eval tool's <subtask>.txt files (image, question, answer[, response]), in their line order.")
     ] = None,
     subtask: Annotated[Optional[list[str]], typer.Option(help="Only these subtasks (repeatable; default: every one present).")] = None,
+    hallucination: Annotated[bool, typer.Option("--hallucination", help="Only the hallucination subsets: existence, count, position, color.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace existing question files.")] = False,
 ) -> None:
     """Write MME's questions as question files `run` executes like POPE's (two per image, in the eval tool's order)."""
-    from halluprobe.benchmarks.mme import COGNITION, PERCEPTION, mme_questions, read_eval_tool_file, read_release_folder
+    from halluprobe.benchmarks.mme import COGNITION, HALLUCINATION, PERCEPTION, mme_questions, read_eval_tool_file, read_release_folder
 
     with errors():
         if release is None and eval_tool is None:
             raise InputError("give --release DIR (the release folder), or --eval-tool DIR (with --release to find the images)")
-        chosen = tuple(subtask) if subtask else None
+        if hallucination and subtask:
+            raise InputError("--hallucination names the subtasks itself: drop --subtask (or --hallucination)")
+        chosen = HALLUCINATION if hallucination else (tuple(subtask) if subtask else None)
         if eval_tool is not None:
             if not eval_tool.is_dir():
                 raise InputError("the eval tool's folder is not a directory", eval_tool)
