@@ -284,6 +284,7 @@ def test_eval_tool_results_import_and_score_as_calculation_py(tmp_path: Path) ->
     imported = tmp_path / "imported"
     result = runner.invoke(app, ["import", "mme", *sorted(str(p) for p in files.glob("*.txt")), "--out", str(imported)])
     assert result.exit_code == 0, result.output
+    _fails(["mme", str(imported), "--results-out", str(tmp_path / "again")], "an imported run")
     result = runner.invoke(app, ["mme", str(imported), "--readout", "text:mme", "--json", "--resamples", "0"])
     assert result.exit_code == 0, result.output
     for t in json.loads(result.stdout)["text:mme"]["subtasks"]:

@@ -138,6 +138,8 @@ def write_mme_results(path: str | Path, out_dir: str | Path, *, overwrite: bool 
     """The eval tool's results files (``<subtask>.txt``: image, question, answer, response) from a
     run's stored text, so the official ``calculation.py`` can score it as it is."""
     rundir, header, samples = read_run_samples(path)
+    if header.backend.startswith("import:"):  # its benchmark paths are the tool's answers files, not question files
+        raise InputError(f"an imported run ({header.backend}): write results files from a run halluprobe made", rundir.header_path)
     if not header.text_rules or header.max_new_tokens <= 0:
         raise InputError("the run stored no text (run it with --text): the eval tool reads the model's answers", rundir.header_path)
     out = Path(out_dir)
