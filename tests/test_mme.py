@@ -381,3 +381,13 @@ def test_a_logits_only_run_gets_the_logit_readouts(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert list(json.loads(result.stdout)) == ["dynamic"]
     _fails(["mme", str(run), "--results-out", str(tmp_path / "r")], "stored no text")
+
+
+def test_the_text_rule_comparison_keeps_its_columns(tmp_path: Path) -> None:
+    from halluprobe.readouts.text import ALL_TEXT_RULES, BENCHMARK_TEXT_RULES
+    from halluprobe.rule_changes import render_rule_changes, rule_changes_of_run
+
+    run, _ = _mme_run(tmp_path)
+    assert rule_changes_of_run(run).rules == [r for r in ALL_TEXT_RULES if r not in BENCHMARK_TEXT_RULES]
+    asked = render_rule_changes(rule_changes_of_run(run, ["mme", "hallusionbench@evalscope"]), "t")
+    assert "text:hallusionbench@evalscope (label-dependent)" in asked and "text:mme |" in asked

@@ -41,6 +41,8 @@ __all__ = [
     "TEXT_RULES",
     "TEXT_RULE_VERSIONS",
     "ALL_TEXT_RULES",
+    "BENCHMARK_TEXT_RULES",
+    "is_label_dependent",
     "LabelDependentRuleError",
     "UnknownTextRuleError",
     "exact",
@@ -329,6 +331,16 @@ ALL_TEXT_RULES: dict[str, Callable[[str], Decision]] = {
     **BENCHMARK_RULES,
     **{rule: _label_needed(rule) for rule in (*LABEL_DEPENDENT_RULES, *BENCHMARK_LABEL_RULES)},
 }
+
+
+# The rules of one benchmark's own tools (MME, HallusionBench): applied on request, and left out
+# of the lists shown for every run (the text-rule comparison of audit and report keeps its columns)
+BENCHMARK_TEXT_RULES: tuple[str, ...] = (*BENCHMARK_RULES, "hallusionbench@vlmevalkit", *BENCHMARK_LABEL_RULES)
+
+
+def is_label_dependent(rule: str) -> bool:
+    """Whether the text rule ``rule`` decides from the answer and the question's label."""
+    return rule in LABEL_DEPENDENT_RULES or rule in BENCHMARK_LABEL_RULES
 
 
 def label_dependence_note(readout: str) -> str | None:
