@@ -15,8 +15,7 @@ from pathlib import Path
 
 from halluprobe.errors import InputError
 from halluprobe.readouts.apply import apply
-from halluprobe.readouts.literature import LABEL_DEPENDENT_RULES
-from halluprobe.readouts.text import ALL_TEXT_RULES
+from halluprobe.readouts.text import ALL_TEXT_RULES, BENCHMARK_TEXT_RULES, is_label_dependent
 from halluprobe.readouts.value import TEXT_PREFIX, Readout
 from halluprobe.scoring import read_run_samples
 
@@ -51,7 +50,7 @@ def rule_changes_of_run(path: str | Path, rules: Sequence[str] | None = None) ->
     errored samples and samples without text are left out."""
 
     rundir, header, samples = read_run_samples(path)
-    names = list(rules) if rules is not None else list(ALL_TEXT_RULES)
+    names = list(rules) if rules is not None else [r for r in ALL_TEXT_RULES if r not in BENCHMARK_TEXT_RULES]
     unknown = [r for r in names if r not in ALL_TEXT_RULES]
     if unknown:
         raise InputError(f"unknown text rule {unknown[0]!r}; known: {', '.join(ALL_TEXT_RULES)}", rundir.header_path)
@@ -72,10 +71,10 @@ def render_rule_changes(table: RuleChanges, title: str) -> str:
     lines = [f"## {title}", "", f"Answers classified differently by each pair of text rules ({table.answers} answers).", "", head]
     lines.append("|" + "---|" * (4 + len(table.rules)))
     for a in table.rules:
-        name = f"text:{a}" + (" (label-dependent)" if a in LABEL_DEPENDENT_RULES else "")
+        name = f"text:{a}" + (" (label-dependent)" if is_label_dependent(a) else "")
         counts = table.classes[a]
         cells = " | ".join("" if a == b else str(table.changed[(a, b)]) for b in table.rules)
         lines.append(f"| {name} | {counts['yes']} | {counts['no']} | {counts['unknown']} | {cells} |")
-    if any(r in LABEL_DEPENDENT_RULES for r in table.rules):
+    if any(is_label_dependent(r) for r in table.rules):
         lines += ["", "A label-dependent rule decides from the answer and the question's label, not from the answer alone."]
     return "\n".join(lines) + "\n"

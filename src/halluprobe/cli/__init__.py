@@ -9,6 +9,7 @@ a model are one group, declared once (:mod:`halluprobe.cli._backend`).
 from __future__ import annotations
 
 from halluprobe.cli import amber as _amber  # noqa: F401
+from halluprobe.cli import benchmarks as _benchmarks  # noqa: F401
 from halluprobe.cli import chair as _chair  # noqa: F401
 from halluprobe.cli import check as _check  # noqa: F401
 from halluprobe.cli import corrections as _corrections  # noqa: F401

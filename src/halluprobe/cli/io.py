@@ -14,7 +14,7 @@ __all__ = ["import_cmd", "export_cmd"]
 
 @app.command("import")
 def import_cmd(
-    args: Annotated[list[str], typer.Argument(help="[FORMAT] FILE...: llava, lmms-eval, vlmevalkit, pope, answers, marine or dashb (or the caption formats opera, llava-captions, lmms-eval-chair, lmms-eval-amber), then the files.")],
+    args: Annotated[list[str], typer.Argument(help="[FORMAT] FILE...: llava, lmms-eval, vlmevalkit, pope, answers, marine, dashb, mme (the MME eval tool's results files), lmms-eval-mme, hallusionbench (its result JSON: records with model_prediction) (or the caption formats opera, llava-captions, lmms-eval-chair, lmms-eval-amber), then the files.")],
     out: Annotated[Path, typer.Option(help="Run directory to write.")],
     fmt: Annotated[Optional[str], typer.Option("--format", help="Force the format (else the first word, or detected).")] = None,
     labels: Annotated[

@@ -18,16 +18,18 @@ from halluprobe.imports.answers import read_answers_format
 from halluprobe.imports.captions import CAPTION_FORMATS
 from halluprobe.imports.common import ImportResult, InputFiles, LabelIndex, check_import_out, write_imported_run
 from halluprobe.imports.dashb import read_dashb
+from halluprobe.imports.hallusionbench import read_hallusionbench_results
 from halluprobe.imports.llava import read_llava, read_llava_by_labels
 from halluprobe.imports.lmms_eval import looks_like_lmms_eval, read_lmms_eval
 from halluprobe.imports.marine import read_marine
+from halluprobe.imports.mme import MME_FORMATS, read_lmms_eval_mme, read_mme_results
 from halluprobe.imports.vlmevalkit import read_vlmevalkit
 from halluprobe.jsonl import loads
 from halluprobe.rundir import RunDir
 
 __all__ = ["FORMATS", "SHEET_SUFFIXES", "detect_format", "read_import", "import_answers"]
 
-FORMATS = ("llava", "lmms-eval", "vlmevalkit", "pope", "answers", "marine", "dashb")
+FORMATS = ("llava", "lmms-eval", "vlmevalkit", "pope", "answers", "marine", "dashb", *MME_FORMATS, "hallusionbench")
 # VLMEvalKit writes its sheets as .xlsx by default, or .tsv / .csv; no other format uses them
 SHEET_SUFFIXES = (".xlsx", ".tsv", ".csv")
 
@@ -88,6 +90,14 @@ def read_import(
                              f"image, scored by `halluprobe chair`), import them with `halluprobe import llava-captions`", files[0])  # fmt: skip
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt in MME_FORMATS:  # MME's labels are in the answers files themselves (imports.mme)
+        if labels or questions is not None or split is not None:
+            raise InputError(f"the {fmt} format takes its labels from the answers files: drop --labels, --questions and --split")
+        return read_mme_results(list(files), inputs=inputs) if fmt == "mme" else read_lmms_eval_mme(list(files), inputs=inputs)
+    if fmt == "hallusionbench":  # labels: the records' gt_answer, else HallusionBench.json (imports.hallusionbench)
+        if len(labels) > 1 or questions is not None or split is not None:
+            raise InputError("the hallusionbench format takes at most one --labels (HallusionBench.json), and no --questions or --split")
+        return read_hallusionbench_results(list(files), labels[0] if labels else None, inputs=inputs)
     if fmt in ("marine", "dashb"):  # their labels are not POPE labels files (imports.marine, imports.dashb)
         return _read_published(fmt, files, labels, questions, split, inputs)
     try:

@@ -20,6 +20,9 @@ stored run can be re-scored the way each of them would score it; the fourth is h
   scripts (:mod:`halluprobe.readouts.literature`), applied on request like ``yorn@2024``;
   ``vcd`` is label-dependent (:data:`LABEL_DEPENDENT_RULES`): :func:`parse_text` needs the
   question's label for it, and :func:`label_dependence_note` says so wherever it is shown.
+- ``mme``, ``mme@lmms-eval``, ``hallusionbench@vlmevalkit`` and the label-dependent
+  ``hallusionbench@evalscope``: the parsers of MME's and HallusionBench's own tools
+  (:mod:`halluprobe.readouts.benchmark_rules`), applied on request like the literature's.
 
 How each tool then *counts* a non-yes/no answer is a metric question (``--unknown`` policy in
 :mod:`halluprobe.metrics.binary`), not a parsing one; the notes on each rule say what the tool does.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from halluprobe.readouts.benchmark_rules import BENCHMARK_LABEL_RULES, BENCHMARK_RULE_NOTES, BENCHMARK_RULES
 from halluprobe.readouts.literature import LABEL_DEPENDENT_RULES, LITERATURE_RULES
 from halluprobe.records import Decision, Label
 
@@ -37,6 +41,8 @@ __all__ = [
     "TEXT_RULES",
     "TEXT_RULE_VERSIONS",
     "ALL_TEXT_RULES",
+    "BENCHMARK_TEXT_RULES",
+    "is_label_dependent",
     "LabelDependentRuleError",
     "UnknownTextRuleError",
     "exact",
@@ -304,6 +310,8 @@ TEXT_RULES: dict[str, Callable[[str], Decision]] = {
 # but not in the list a new run records (its audit columns stay those of TEXT_RULES).
 TEXT_RULE_VERSIONS: dict[str, Callable[[str], Decision]] = {
     "yorn@2024": yorn_2024,
+    # VLMEvalKit scores HallusionBench with YOrN_Extraction (then a judge for Unknown only)
+    "hallusionbench@vlmevalkit": yorn,
 }
 
 
@@ -320,13 +328,26 @@ ALL_TEXT_RULES: dict[str, Callable[[str], Decision]] = {
     **TEXT_RULES,
     **TEXT_RULE_VERSIONS,
     **LITERATURE_RULES,
-    **{rule: _label_needed(rule) for rule in LABEL_DEPENDENT_RULES},
+    **BENCHMARK_RULES,
+    **{rule: _label_needed(rule) for rule in (*LABEL_DEPENDENT_RULES, *BENCHMARK_LABEL_RULES)},
 }
+
+
+# The rules of one benchmark's own tools (MME, HallusionBench): applied on request, and left out
+# of the lists shown for every run (the text-rule comparison of audit and report keeps its columns)
+BENCHMARK_TEXT_RULES: tuple[str, ...] = (*BENCHMARK_RULES, "hallusionbench@vlmevalkit", *BENCHMARK_LABEL_RULES)
+
+
+def is_label_dependent(rule: str) -> bool:
+    """Whether the text rule ``rule`` decides from the answer and the question's label."""
+    return rule in LABEL_DEPENDENT_RULES or rule in BENCHMARK_LABEL_RULES
 
 
 def label_dependence_note(readout: str) -> str | None:
     """The line every output of a label-dependent readout carries (None for any other)."""
     rule = readout.removeprefix("text:")
+    if rule in BENCHMARK_RULE_NOTES:
+        return BENCHMARK_RULE_NOTES[rule]
     if rule not in LABEL_DEPENDENT_RULES:
         return None
     return (
@@ -342,10 +363,11 @@ def parse_text(rule: str, text: str, *, label: Label | None = None) -> Decision:
     Raises :class:`UnknownTextRuleError` (a ``ValueError`` and a ``KeyError``) naming the valid
     rules when ``rule`` is not one of them.
     """
-    if rule in LABEL_DEPENDENT_RULES:
+    label_rule = LABEL_DEPENDENT_RULES.get(rule) or BENCHMARK_LABEL_RULES.get(rule)
+    if label_rule is not None:
         if label is None:
             return ALL_TEXT_RULES[rule](text)  # raises, naming the rule
-        return LABEL_DEPENDENT_RULES[rule](text, label)
+        return label_rule(text, label)
     try:
         fn = ALL_TEXT_RULES[rule]
     except KeyError:

@@ -1,0 +1,189 @@
+"""MME's questions in the official layouts, as question files a run executes like POPE's.
+
+Two layouts are read (both tab-separated text, one question per line, two questions per image):
+
+- the release folder (``MME_Benchmark_release_version``): one folder per subtask; either the
+  images and, beside each, ``<stem>.txt`` with ``question<TAB>answer`` lines (existence, count,
+  position, color, OCR, the cognition subtasks), or ``images/`` and ``questions_answers_YN/``
+  holding the same ``<stem>.txt`` files (artwork, celebrity, landmark, posters, scene);
+- the eval tool's files (``eval_tool/Your_Results/<subtask>.txt``): ``image<TAB>question<TAB>answer``
+  lines, with the model's response as a fourth column in a results file.
+
+A subtask becomes one question file, ``<subtask>.jsonl`` (so its split is the subtask's name),
+its questions numbered in the eval tool's line order: ``calculation.py`` pairs lines 2k and
+2k+1 as one image, so ``question_id // 2`` is that pair. Image paths are relative to the release
+folder (``existence/000000006040.jpg``, ``artwork/images/10002.jpg``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from halluprobe.errors import InputError
+from halluprobe.files import plain_component
+from halluprobe.jsonl import read_text
+from halluprobe.readouts.benchmark_rules import one_line
+from halluprobe.records import Label, Question
+
+__all__ = [
+    "COGNITION",
+    "HALLUCINATION",
+    "PERCEPTION",
+    "MmeLine",
+    "mme_questions",
+    "read_eval_tool_file",
+    "read_release_folder",
+    "results_lines",
+]
+
+# calculation.py's eval_type_dict, in its order
+PERCEPTION: tuple[str, ...] = ("existence", "count", "position", "color", "posters", "celebrity", "scene", "landmark", "artwork", "OCR")
+COGNITION: tuple[str, ...] = ("commonsense_reasoning", "numerical_calculation", "text_translation", "code_reasoning")
+# the hallucination subsets papers report (MME's object-level perception subtasks)
+HALLUCINATION: tuple[str, ...] = ("existence", "count", "position", "color")
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+@dataclass(frozen=True)
+class MmeLine:
+    """One question: its subtask, where it was read, the image path (relative to the release
+    folder), the question, the answer (yes/no) and, in a results file, the model's response."""
+
+    subtask: str
+    source: Path
+    line: int
+    image: str
+    question: str
+    answer: Label
+    response: str | None = None
+
+
+def _answer(value: str, path: Path, line: int) -> Label:
+    # calculation.py lower-cases the answer and asserts yes or no
+    answer = value.strip().lower()
+    if answer not in ("yes", "no"):
+        raise InputError(f"answer {value!r} is not Yes or No", path, line)
+    return answer  # type: ignore[return-value]
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    _, text = read_text(path, "MME question file")
+    rows = [(i, raw.rstrip("\r")) for i, raw in enumerate(text.split("\n"), start=1)]
+    if rows and rows[-1][1] == "":
+        rows.pop()  # the final newline
+    if not rows:
+        raise InputError("empty file: no questions", path)
+    return rows
+
+
+def _image_in(folder: Path, name: str) -> str | None:
+    """The image's path relative to the release folder's root, in either subtask layout."""
+    for candidate in (folder / name, folder / "images" / name):
+        if candidate.is_file():
+            return candidate.relative_to(folder.parent).as_posix()
+    return None
+
+
+def read_eval_tool_file(path: str | Path, *, images_root: str | Path | None = None, results: bool | None = False) -> list[MmeLine]:
+    """An eval-tool file (``<subtask>.txt``): three columns, four with ``results=True``, either
+    (the response, if any, kept) with ``results=None``.
+
+    With ``images_root`` (the release folder) each image must be found in its subtask's folder
+    (beside the text files or in ``images/``) and gets that path; without it, ``<subtask>/<name>``.
+    """
+    p = Path(path)
+    subtask = plain_component(p.stem, "MME subtask", p)
+    folder = Path(images_root) / subtask if images_root is not None else None
+    if folder is not None and not folder.is_dir():
+        raise InputError(f"no image folder for subtask {subtask!r} in the MME release folder", folder)
+    columns = (3, 4) if results is None else ((4,) if results else (3,))
+    out: list[MmeLine] = []
+    for lineno, raw in _lines(p):
+        fields = raw.split("\t")
+        if len(fields) not in columns:
+            want = " or ".join(str(c) for c in columns)
+            raise InputError(f"expected {want} tab-separated columns (image, question, answer{', response' if results is not False else ''}), got {len(fields)}", p, lineno)
+        name, question = fields[0], fields[1]
+        if not name.strip() or not question.strip():
+            raise InputError("empty image name or question", p, lineno)
+        image = f"{subtask}/{plain_component(name, 'image name', p, lineno)}"
+        if folder is not None:
+            found = _image_in(folder, name)
+            if found is None:
+                raise InputError(f"image {name!r} is not in {folder} (nor in its images/)", p, lineno)
+            image = found
+        out.append(MmeLine(subtask, p, lineno, image, question, _answer(fields[2], p, lineno), fields[3] if len(fields) == 4 else None))
+    return out
+
+
+def _subtask_lines(folder: Path) -> list[MmeLine]:
+    """A release subtask folder's questions: images sorted by name, each with its text file."""
+    subtask = folder.name
+    qa_dir = folder / "questions_answers_YN" if (folder / "questions_answers_YN").is_dir() else folder
+    image_dir = folder / "images" if (folder / "images").is_dir() else folder
+    images = sorted(p for p in image_dir.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES and p.is_file())
+    if not images:
+        raise InputError(f"no images in subtask folder {subtask!r}", image_dir)
+    out: list[MmeLine] = []
+    for image in images:
+        txt = qa_dir / f"{image.stem}.txt"
+        if not txt.is_file():
+            raise InputError(f"image {image.name!r} has no question file {txt.name!r}", qa_dir)
+        rel = image.relative_to(folder.parent).as_posix()
+        for lineno, raw in _lines(txt):
+            fields = raw.split("\t")
+            if len(fields) != 2 or not fields[0].strip():
+                raise InputError(f"expected question<TAB>answer, got {len(fields)} column(s)", txt, lineno)
+            out.append(MmeLine(subtask, txt, lineno, rel, fields[0], _answer(fields[1], txt, lineno)))
+    return out
+
+
+def read_release_folder(root: str | Path, subtasks: tuple[str, ...] | None = None) -> dict[str, list[MmeLine]]:
+    """The release folder's subtasks (those of ``subtasks``, default every MME subtask present;
+    a named one that is absent is bad input) -> their questions in eval-tool order."""
+    base = Path(root)
+    if not base.is_dir():
+        raise InputError("the MME release folder is not a directory", base)
+    wanted = subtasks if subtasks is not None else tuple(s for s in (*PERCEPTION, *COGNITION) if (base / s).is_dir())
+    if not wanted:
+        raise InputError(f"no MME subtask folder ({', '.join(PERCEPTION + COGNITION)}) in it", base)
+    out: dict[str, list[MmeLine]] = {}
+    for subtask in wanted:
+        folder = base / plain_component(subtask, "MME subtask")
+        if not folder.is_dir():
+            raise InputError(f"no folder for subtask {subtask!r}", folder)
+        out[subtask] = _subtask_lines(folder)
+    return out
+
+
+def mme_questions(lines: list[MmeLine]) -> list[Question]:
+    """One subtask's lines as questions, ``question_id`` = line order (``// 2``: the tool's pair).
+
+    An odd number of lines, or a pair whose two lines name different images, is refused: the
+    official tool pairs consecutive lines as one image, and such a file would pair strangers."""
+    if len(lines) % 2:
+        last = lines[-1]
+        raise InputError(f"{len(lines)} questions: MME asks two per image (the last has no partner)", last.source, last.line)
+    seen: dict[str, tuple[Path, int]] = {}
+    for first, second in zip(lines[::2], lines[1::2]):
+        if first.image != second.image:
+            raise InputError(f"consecutive questions pair images {first.image!r} and {second.image!r}: MME pairs two lines per image", second.source, second.line)
+        if first.image in seen:
+            where = seen[first.image]
+            raise InputError(f"duplicate image {first.image!r} (first at {where[0]}:{where[1]})", first.source, first.line)
+        seen[first.image] = (first.source, first.line)
+    return [
+        Question(split=line.subtask, question_id=i, image=line.image, text=line.question, label=line.answer, object=None)
+        for i, line in enumerate(lines)
+    ]
+
+
+def results_lines(rows: list[tuple[str, str, Label, str]]) -> str:
+    """The eval tool's results file for one subtask: ``image<TAB>question<TAB>Answer<TAB>response``
+    per question (the image's file name only; the response as :func:`one_line` makes it, so
+    ``text:mme`` reads what the tool reads)."""
+    out = []
+    for image, question, label, response in rows:
+        out.append(f"{image.rsplit('/', 1)[-1]}\t{question}\t{label.capitalize()}\t{one_line(response)}\n")
+    return "".join(out)
