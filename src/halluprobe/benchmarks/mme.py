@@ -301,36 +301,42 @@ def read_parquet(paths: Iterable[str | Path], subtasks: tuple[str, ...] | None =
     return {s: by_subtask[s] for s in wanted}
 
 
+def _image_rows(pq: Any, path: Path, rows: set[int]) -> Iterable[tuple[int, str, bytes]]:
+    """(row, question_id, image bytes) of the wanted rows of one file, a few rows at a time."""
+    row = 0
+    for batch in _open_parquet(pq, path).iter_batches(batch_size=64, columns=["question_id", "image"]):
+        image_col = batch.column(1)
+        # lmms-lab's image is a struct {bytes, path}; a bare binary column is read as the bytes
+        data = image_col.field("bytes").to_pylist() if hasattr(image_col, "field") else image_col.to_pylist()
+        for qid, blob in zip(batch.column(0).to_pylist(), data):
+            row += 1
+            if row in rows:
+                if not isinstance(blob, bytes) or not blob:
+                    raise InputError(f"no image bytes for {qid!r}", path, row)
+                yield row, qid, blob
+
+
 def write_parquet_images(lines: Iterable[MmeLine], images_dir: str | Path) -> list[Path]:
     """Write each distinct image of ``lines`` (read from its parquet row) once, to
-    ``images_dir/<question_id>``; a later row's bytes must equal the first's. Returns the files.
-    The caller checks for existing files first (``refuse_outputs``)."""
+    ``images_dir/<question_id>``; returns the files. Every row's bytes are checked first (an
+    image's rows must agree), so bad input writes nothing; the caller refuses existing files."""
     pq = _parquet_module()
     root = Path(images_dir)
     wanted: dict[Path, set[int]] = {}
     for line in lines:
         wanted.setdefault(line.source, set()).add(line.line)
-    written: dict[str, tuple[str, Path, int]] = {}  # image -> (sha256, where it came from)
-    out: list[Path] = []
+    first: dict[str, tuple[str, Path, int]] = {}  # image -> (sha256, the row whose bytes are written)
     for path, rows in wanted.items():
-        handle = _open_parquet(pq, path)
-        row = 0
-        for batch in handle.iter_batches(batch_size=64, columns=["question_id", "image"]):
-            image_col = batch.column(1)
-            # lmms-lab's image is a struct {bytes, path}; a bare binary column is read as the bytes
-            data = image_col.field("bytes").to_pylist() if hasattr(image_col, "field") else image_col.to_pylist()
-            for qid, blob in zip(batch.column(0).to_pylist(), data):
-                row += 1
-                if row not in rows:
-                    continue
-                if not isinstance(blob, bytes) or not blob:
-                    raise InputError(f"no image bytes for {qid!r}", path, row)
-                digest = hashlib.sha256(blob).hexdigest()
-                if qid in written:
-                    if written[qid][0] != digest:
-                        first = written[qid]
-                        raise InputError(f"image {qid!r} differs from its bytes at {first[1]}:{first[2]}", path, row)
-                    continue
-                written[qid] = (digest, path, row)
-                out.append(write_atomic(root / _image_path(qid, path, row), blob))
+        for row, qid, blob in _image_rows(pq, path, rows):
+            digest = hashlib.sha256(blob).hexdigest()
+            if qid not in first:
+                first[qid] = (digest, path, row)
+            elif first[qid][0] != digest:
+                raise InputError(f"image {qid!r} differs from its bytes at {first[qid][1]}:{first[qid][2]}", path, row)
+    # a second read writes them: holding every image (about 1 GB for MME) in memory is worse
+    out: list[Path] = []
+    for path in wanted:
+        rows = {row for _, src, row in first.values() if src == path}
+        for row, qid, blob in _image_rows(pq, path, rows):
+            out.append(write_atomic(root / _image_path(qid, path, row), blob))
     return out
