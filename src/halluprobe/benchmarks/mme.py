@@ -38,9 +38,9 @@ from halluprobe.records import Label, Question
 __all__ = [
     "COGNITION",
     "HALLUCINATION",
+    "PARQUET_COLUMNS",
     "PERCEPTION",
     "MmeLine",
-    "PARQUET_COLUMNS",
     "mme_questions",
     "parquet_files",
     "read_eval_tool_file",
