@@ -187,11 +187,18 @@ def test_bad_parquet_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
     _write(bad, [rows[0], {**rows[1], "image": {"bytes": None, "path": "x"}}])
     _fails(build(), "bad.parquet:2: no image bytes")
     assert not Path(out).exists()
+    pq.write_table(pa.table({**{c: pa.array([r[c] for r in rows[:2]]) for c in ("question_id", "question", "answer", "category")}, "image": pa.array([{"path": "x"}] * 2)}), bad)
+    _fails(build(), "column 'image' is struct<path: string>, not lmms-lab/MME's struct {bytes, path}")
     (tmp_path / "text.parquet").write_text("not parquet")
     _fails(build(tmp_path / "text.parquet"), "not a readable parquet file")
     _fails(build(tmp_path / "nowhere"), "no such parquet file or folder")
     _write(bad, rows[:3])
     _fails(build(), "the last has no partner")
+    # the dataset repository once held two copies of a shard: a folder with both is refused
+    twice = tmp_path / "twice"
+    _write(twice / "test-00000-of-00001-a.parquet", rows[:2])
+    _write(twice / "test-00000-of-00001-b.parquet", rows[:2])
+    _fails(build(twice), "test-00000-of-00001-b.parquet:1: duplicate question for image 'existence/000000000001.jpg' (first at ")
     _fails(["build", "mme", "--parquet", str(bad), "--release", str(tmp_path), "--out", out], "drop --release")
 
 
@@ -205,3 +212,15 @@ def test_without_pyarrow_one_line_says_install_it(tmp_path: Path, monkeypatch: p
 def test_pyarrow_is_imported_on_use_only() -> None:
     code = "import sys, halluprobe.benchmarks.mme, halluprobe.cli.benchmarks; sys.exit('pyarrow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_bare_binary_image_column_is_the_bytes(tmp_path: Path) -> None:
+    rows = _rows()[:4]
+    table = {c: pa.array([r[c] for r in rows]) for c in ("question_id", "question", "answer", "category")}
+    table["image"] = pa.array([r["image"]["bytes"] for r in rows], type=pa.binary())  # type: ignore[index]
+    path = tmp_path / "binary.parquet"
+    pq.write_table(pa.table(table), path)
+    out = tmp_path / "q"
+    result = runner.invoke(app, ["build", "mme", "--parquet", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "images" / "existence" / "000000000002.jpg").read_bytes() == rows[2]["image"]["bytes"]  # type: ignore[index]

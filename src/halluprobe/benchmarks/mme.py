@@ -246,6 +246,10 @@ def _open_parquet(pq: Any, path: Path) -> Any:
     missing = [c for c in PARQUET_COLUMNS if c not in names]
     if missing:
         raise InputError(f"no column {', '.join(repr(c) for c in missing)} (lmms-lab/MME has {', '.join(PARQUET_COLUMNS)})", path)
+    image = handle.schema_arrow.field("image").type
+    struct_bytes = hasattr(image, "get_field_index") and image.get_field_index("bytes") >= 0
+    if not (struct_bytes or str(image) in ("binary", "large_binary")):
+        raise InputError(f"column 'image' is {image}, not lmms-lab/MME's struct {{bytes, path}}", path)
     return handle
 
 
@@ -276,10 +280,11 @@ def read_parquet(paths: Iterable[str | Path], subtasks: tuple[str, ...] | None =
     by_subtask: dict[str, list[MmeLine]] = {}
     seen: dict[tuple[str, str], tuple[Path, int]] = {}
     for path in parquet_files(paths):
-        handle = _open_parquet(pq, path)
-        table = handle.read(columns=list(PARQUET_COLUMNS[:4]))
-        columns = {c: table.column(c).to_pylist() for c in PARQUET_COLUMNS[:4]}
-        for i in range(table.num_rows):
+        columns: dict[str, list[object]] = {c: [] for c in PARQUET_COLUMNS[:4]}
+        for batch in _batches(_open_parquet(pq, path), path, list(PARQUET_COLUMNS[:4])):
+            for c in columns:
+                columns[c].extend(batch.column(c).to_pylist())
+        for i in range(len(columns["question_id"])):
             row = i + 1
             qid = _image_path(_text(columns["question_id"][i], "question_id", path, row), path, row)
             question = _text(columns["question"][i], "question", path, row)
@@ -301,10 +306,23 @@ def read_parquet(paths: Iterable[str | Path], subtasks: tuple[str, ...] | None =
     return {s: by_subtask[s] for s in wanted}
 
 
+def _batches(handle: Any, path: Path, columns: list[str]) -> Iterable[Any]:
+    """The file's record batches; a corrupt file is bad input (pyarrow raises OSError or ArrowInvalid)."""
+    batches = handle.iter_batches(batch_size=64, columns=columns)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, ValueError) as e:
+            raise InputError(f"cannot read the parquet file: {str(e).splitlines()[0] if str(e) else type(e).__name__}", path) from None
+        yield batch
+
+
 def _image_rows(pq: Any, path: Path, rows: set[int]) -> Iterable[tuple[int, str, bytes]]:
     """(row, question_id, image bytes) of the wanted rows of one file, a few rows at a time."""
     row = 0
-    for batch in _open_parquet(pq, path).iter_batches(batch_size=64, columns=["question_id", "image"]):
+    for batch in _batches(_open_parquet(pq, path), path, ["question_id", "image"]):
         image_col = batch.column(1)
         # lmms-lab's image is a struct {bytes, path}; a bare binary column is read as the bytes
         data = image_col.field("bytes").to_pylist() if hasattr(image_col, "field") else image_col.to_pylist()
