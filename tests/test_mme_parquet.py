@@ -209,6 +209,12 @@ def test_without_pyarrow_one_line_says_install_it(tmp_path: Path, monkeypatch: p
     _fails(["build", "mme", "--parquet", str(bad), "--out", str(tmp_path / "q")], "pip install pyarrow")
 
 
+def test_a_pyarrow_that_could_unpickle_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = _write(tmp_path / "ok.parquet", _rows()[:2])
+    monkeypatch.setattr(pa, "__version__", "14.0.0")
+    _fails(["build", "mme", "--parquet", str(bad), "--out", str(tmp_path / "q")], "CVE-2023-47248")
+
+
 def test_pyarrow_is_imported_on_use_only() -> None:
     code = "import sys, halluprobe.benchmarks.mme, halluprobe.cli.benchmarks; sys.exit('pyarrow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

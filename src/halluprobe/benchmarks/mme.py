@@ -24,6 +24,7 @@ folder (``existence/000000006040.jpg``, ``artwork/images/10002.jpg``).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,12 +209,16 @@ def results_lines(rows: list[tuple[str, str, Label, str]]) -> str:
 
 
 def _parquet_module() -> Any:
-    # optional and heavy: imported on use only; tables are read as Arrow, never through pandas
-    # (whose metadata path is the one that could unpickle)
+    # optional and heavy: imported on use only, and tables are read as Arrow (no pandas)
     try:
+        import pyarrow
         import pyarrow.parquet as pq
     except ImportError:
         raise InputError("reading lmms-lab's MME parquet files needs pyarrow: pip install pyarrow") from None
+    # before 14.0.1 a parquet file could make pyarrow unpickle an extension type (CVE-2023-47248)
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", pyarrow.__version__)
+    if found is None or tuple(int(g) for g in found.groups()) < (14, 0, 1):
+        raise InputError(f"pyarrow {pyarrow.__version__} can unpickle data from a parquet file (CVE-2023-47248): pip install 'pyarrow>=14.0.1'")
     return pq
 
 
