@@ -9,6 +9,12 @@ Two layouts are read (both tab-separated text, one question per line, two questi
 - the eval tool's files (``eval_tool/Your_Results/<subtask>.txt``): ``image<TAB>question<TAB>answer``
   lines, with the model's response as a fourth column in a results file.
 
+A third input is lmms-lab's copy (the Hugging Face dataset ``lmms-lab/MME``, ``data/test-*.parquet``):
+one row per question with ``question_id`` (the image's path, ``code_reasoning/0020.png``),
+``question``, ``answer``, ``category`` (the subtask) and ``image`` (``{bytes, path}``). Its
+images are written out under their ``question_id`` (:func:`write_parquet_images`), so an image
+path is relative to that images folder and keeps the release's file name.
+
 A subtask becomes one question file, ``<subtask>.jsonl`` (so its split is the subtask's name),
 its questions numbered in the eval tool's line order: ``calculation.py`` pairs lines 2k and
 2k+1 as one image, so ``question_id // 2`` is that pair. Image paths are relative to the release
@@ -17,11 +23,15 @@ folder (``existence/000000006040.jpg``, ``artwork/images/10002.jpg``).
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from halluprobe.errors import InputError
-from halluprobe.files import plain_component
+from halluprobe.files import plain_component, write_atomic
 from halluprobe.jsonl import read_text
 from halluprobe.readouts.benchmark_rules import one_line
 from halluprobe.records import Label, Question
@@ -29,12 +39,16 @@ from halluprobe.records import Label, Question
 __all__ = [
     "COGNITION",
     "HALLUCINATION",
+    "PARQUET_COLUMNS",
     "PERCEPTION",
     "MmeLine",
     "mme_questions",
+    "parquet_files",
     "read_eval_tool_file",
+    "read_parquet",
     "read_release_folder",
     "results_lines",
+    "write_parquet_images",
 ]
 
 # calculation.py's eval_type_dict, in its order
@@ -43,6 +57,8 @@ COGNITION: tuple[str, ...] = ("commonsense_reasoning", "numerical_calculation", 
 # the hallucination subsets papers report (MME's object-level perception subtasks)
 HALLUCINATION: tuple[str, ...] = ("existence", "count", "position", "color")
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+# lmms-lab/MME's columns (lmms-eval's mme task reads these); the image is read in a second pass
+PARQUET_COLUMNS: tuple[str, ...] = ("question_id", "question", "answer", "category", "image")
 
 
 @dataclass(frozen=True)
@@ -187,3 +203,163 @@ def results_lines(rows: list[tuple[str, str, Label, str]]) -> str:
     for image, question, label, response in rows:
         out.append(f"{image.rsplit('/', 1)[-1]}\t{question}\t{label.capitalize()}\t{one_line(response)}\n")
     return "".join(out)
+
+
+# -- lmms-lab's parquet copy ------------------------------------------------------------------
+
+
+def _parquet_module() -> Any:
+    # optional and heavy: imported on use only, and tables are read as Arrow (no pandas)
+    try:
+        import pyarrow
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError("reading lmms-lab's MME parquet files needs pyarrow: pip install pyarrow") from None
+    # before 14.0.1 a parquet file could make pyarrow unpickle an extension type (CVE-2023-47248)
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", pyarrow.__version__)
+    if found is None or tuple(int(g) for g in found.groups()) < (14, 0, 1):
+        raise InputError(f"pyarrow {pyarrow.__version__} can unpickle data from a parquet file (CVE-2023-47248): pip install 'pyarrow>=14.0.1'")
+    return pq
+
+
+def parquet_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The parquet files named: a file as given, a folder's ``*.parquet`` (else its
+    ``data/*.parquet``, the dataset repository's layout) sorted by name; in the order given."""
+    out: list[Path] = []
+    for given in paths:
+        p = Path(given)
+        if p.is_dir():
+            found = sorted(p.glob("*.parquet")) or sorted(p.glob("data/*.parquet"))
+            if not found:
+                raise InputError("no *.parquet file in the folder (nor in its data/)", p)
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise InputError("no such parquet file or folder", p)
+    if len(set(out)) != len(out):
+        raise InputError("a parquet file is named twice", next(p for p in out if out.count(p) > 1))
+    return out
+
+
+def _open_parquet(pq: Any, path: Path) -> Any:
+    try:
+        handle = pq.ParquetFile(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise InputError(f"not a readable parquet file: {str(e).splitlines()[0] if str(e) else type(e).__name__}", path) from None
+    names = set(handle.schema_arrow.names)
+    missing = [c for c in PARQUET_COLUMNS if c not in names]
+    if missing:
+        raise InputError(f"no column {', '.join(repr(c) for c in missing)} (lmms-lab/MME has {', '.join(PARQUET_COLUMNS)})", path)
+    image = handle.schema_arrow.field("image").type
+    struct_bytes = hasattr(image, "get_field_index") and image.get_field_index("bytes") >= 0
+    if not (struct_bytes or str(image) in ("binary", "large_binary")):
+        raise InputError(f"column 'image' is {image}, not lmms-lab/MME's struct {{bytes, path}}", path)
+    return handle
+
+
+def _image_path(value: str, path: Path, row: int) -> str:
+    """``question_id`` as a path inside the images folder: relative, plain components only."""
+    parts = value.split("/")
+    try:
+        for part in parts:
+            plain_component(part, "image path component")
+    except InputError:
+        raise InputError(f"question_id {value!r} would land outside the images folder: it must be a relative path of plain names", path, row) from None
+    return value
+
+
+def _text(value: object, column: str, path: Path, row: int) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"column {column!r} is empty or not text", path, row)
+    return value
+
+
+def read_parquet(paths: Iterable[str | Path], subtasks: tuple[str, ...] | None = None) -> dict[str, list[MmeLine]]:
+    """lmms-lab's parquet files -> the subtasks' questions (those of ``subtasks``, default every
+    MME subtask present; a named one that is absent is bad input), each in file order.
+
+    A line's ``line`` is its row in its file (1-based) and ``image`` its ``question_id``. Only the
+    text columns are read here; :func:`write_parquet_images` reads the images."""
+    pq = _parquet_module()
+    by_subtask: dict[str, list[MmeLine]] = {}
+    seen: dict[tuple[str, str], tuple[Path, int]] = {}
+    for path in parquet_files(paths):
+        columns: dict[str, list[object]] = {c: [] for c in PARQUET_COLUMNS[:4]}
+        for batch in _batches(_open_parquet(pq, path), path, list(PARQUET_COLUMNS[:4])):
+            for c in columns:
+                columns[c].extend(batch.column(c).to_pylist())
+        for i in range(len(columns["question_id"])):
+            row = i + 1
+            qid = _image_path(_text(columns["question_id"][i], "question_id", path, row), path, row)
+            question = _text(columns["question"][i], "question", path, row)
+            answer = _answer(_text(columns["answer"][i], "answer", path, row), path, row)
+            subtask = plain_component(_text(columns["category"][i], "category", path, row), "MME subtask", path, row)
+            if (qid, question) in seen:
+                first = seen[(qid, question)]
+                raise InputError(f"duplicate question for image {qid!r} (first at {first[0]}:{first[1]})", path, row)
+            seen[(qid, question)] = (path, row)
+            by_subtask.setdefault(subtask, []).append(MmeLine(subtask, path, row, qid, question, answer))
+    if not by_subtask:
+        raise InputError("no rows in the parquet file(s)")
+    wanted = subtasks if subtasks is not None else tuple(s for s in (*PERCEPTION, *COGNITION) if s in by_subtask)
+    if not wanted:
+        raise InputError(f"no MME subtask ({', '.join(PERCEPTION + COGNITION)}) in the parquet category column")
+    absent = [s for s in wanted if s not in by_subtask]
+    if absent:
+        raise InputError(f"no rows of subtask {absent[0]!r} in the parquet file(s)")
+    return {s: by_subtask[s] for s in wanted}
+
+
+def _batches(handle: Any, path: Path, columns: list[str]) -> Iterable[Any]:
+    """The file's record batches; a corrupt file is bad input (pyarrow raises OSError or ArrowInvalid)."""
+    batches = handle.iter_batches(batch_size=64, columns=columns)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, ValueError) as e:
+            raise InputError(f"cannot read the parquet file: {str(e).splitlines()[0] if str(e) else type(e).__name__}", path) from None
+        yield batch
+
+
+def _image_rows(pq: Any, path: Path, rows: set[int]) -> Iterable[tuple[int, str, bytes]]:
+    """(row, question_id, image bytes) of the wanted rows of one file, a few rows at a time."""
+    row = 0
+    for batch in _batches(_open_parquet(pq, path), path, ["question_id", "image"]):
+        image_col = batch.column(1)
+        # lmms-lab's image is a struct {bytes, path}; a bare binary column is read as the bytes
+        data = image_col.field("bytes").to_pylist() if hasattr(image_col, "field") else image_col.to_pylist()
+        for qid, blob in zip(batch.column(0).to_pylist(), data):
+            row += 1
+            if row in rows:
+                if not isinstance(blob, bytes) or not blob:
+                    raise InputError(f"no image bytes for {qid!r}", path, row)
+                yield row, qid, blob
+
+
+def write_parquet_images(lines: Iterable[MmeLine], images_dir: str | Path) -> list[Path]:
+    """Write each distinct image of ``lines`` (read from its parquet row) once, to
+    ``images_dir/<question_id>``; returns the files. Every row's bytes are checked first (an
+    image's rows must agree), so bad input writes nothing; the caller refuses existing files."""
+    pq = _parquet_module()
+    root = Path(images_dir)
+    wanted: dict[Path, set[int]] = {}
+    for line in lines:
+        wanted.setdefault(line.source, set()).add(line.line)
+    first: dict[str, tuple[str, Path, int]] = {}  # image -> (sha256, the row whose bytes are written)
+    for path, rows in wanted.items():
+        for row, qid, blob in _image_rows(pq, path, rows):
+            digest = hashlib.sha256(blob).hexdigest()
+            if qid not in first:
+                first[qid] = (digest, path, row)
+            elif first[qid][0] != digest:
+                raise InputError(f"image {qid!r} differs from its bytes at {first[qid][1]}:{first[qid][2]}", path, row)
+    # a second read writes them: holding every image (about 1 GB for MME) in memory is worse
+    out: list[Path] = []
+    for path in wanted:
+        rows = {row for _, src, row in first.values() if src == path}
+        for row, qid, blob in _image_rows(pq, path, rows):
+            out.append(write_atomic(root / _image_path(qid, path, row), blob))
+    return out

@@ -13,6 +13,7 @@ from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app,
 from halluprobe.errors import InputError
 
 if TYPE_CHECKING:  # the verbs import the library inside themselves (a fast --help)
+    from halluprobe.benchmarks.mme import MmeLine
     from halluprobe.records import Question
 
 __all__ = ["build_hallusionbench_cmd", "build_mme_cmd", "data_hallusionbench_cmd", "hallusionbench_cmd", "mme_cmd"]
@@ -40,19 +41,30 @@ def build_mme_cmd(
     eval_tool: Annotated[
         Optional[Path], typer.Option(help="A folder of the eval tool's <subtask>.txt files (image, question, answer[, response]), in their line order.")
     ] = None,
+    parquet: Annotated[
+        Optional[list[Path]],
+        typer.Option(help="lmms-lab/MME's parquet files, or a folder of them (repeatable): the images are written to OUT/images, the --images root of `run`."),
+    ] = None,
     subtask: Annotated[Optional[list[str]], typer.Option(help="Only these subtasks (repeatable; default: every one present).")] = None,
     hallucination: Annotated[bool, typer.Option("--hallucination", help="Only the hallucination subsets: existence, count, position, color.")] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace existing question files.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace existing question files (and, with --parquet, images).")] = False,
 ) -> None:
     """Write MME's questions as question files `run` executes like POPE's (two per image, in the eval tool's order)."""
-    from halluprobe.benchmarks.mme import COGNITION, HALLUCINATION, PERCEPTION, mme_questions, read_eval_tool_file, read_release_folder
+    from halluprobe.benchmarks.mme import COGNITION, HALLUCINATION, PERCEPTION, mme_questions, read_eval_tool_file, read_parquet, read_release_folder
 
     with errors():
-        if release is None and eval_tool is None:
-            raise InputError("give --release DIR (the release folder), or --eval-tool DIR (with --release to find the images)")
+        if release is None and eval_tool is None and not parquet:
+            raise InputError("give --release DIR (the release folder), --eval-tool DIR (with --release to find the images), or --parquet FILE_OR_DIR")
+        if parquet and (release is not None or eval_tool is not None):
+            raise InputError("--parquet holds the questions and the images: drop --release and --eval-tool")
         if hallucination and subtask:
             raise InputError("--hallucination names the subtasks itself: drop --subtask (or --hallucination)")
         chosen = HALLUCINATION if hallucination else (tuple(subtask) if subtask else None)
+        if parquet:
+            paths = _parquet_build(read_parquet(parquet, chosen), out, overwrite)
+            for path in paths:
+                typer.echo(str(path))
+            return
         if eval_tool is not None:
             if not eval_tool.is_dir():
                 raise InputError("the eval tool's folder is not a directory", eval_tool)
@@ -66,6 +78,21 @@ def build_mme_cmd(
         paths = _write_question_files(by_split, out, overwrite)
     for path in paths:
         typer.echo(str(path))
+
+
+def _parquet_build(lines: dict[str, list[MmeLine]], out: Path, overwrite: bool) -> list[Path]:
+    """Question files and OUT/images from lmms-lab's parquet: every output refused before any write."""
+    from halluprobe.benchmarks.mme import mme_questions, write_parquet_images
+    from halluprobe.files import plain_component, refuse_outputs
+
+    by_split = {s: mme_questions(found) for s, found in lines.items()}
+    images = out / "images"
+    every = [line for found in lines.values() for line in found]
+    targets = dict.fromkeys(images / line.image for line in every)  # an image's two questions: one file
+    refuse_outputs([*(out / f"{plain_component(s, 'split')}.jsonl" for s in by_split), *targets], overwrite=overwrite)
+    written = write_parquet_images(every, images)
+    typer.echo(f"{len(written)} image(s) in {images} (the --images folder of `run`)", err=True)
+    return _write_question_files(by_split, out, overwrite=True)  # refused above, with the images
 
 
 def _hallusion_files(questions_file: Path, out: Path, images: Optional[Path], overwrite: bool) -> list[Path]:
