@@ -256,6 +256,8 @@ class Response(FrozenRecord):
     signals: dict[str, SignalLogprobs] = Field(default_factory=dict)
     latency_s: float = 0.0
     error: str | None = None
+    # the model a server named in its answer (a judge's ledger records it); never persisted in samples
+    served_model: str | None = absent_when_none()
 
     @property
     def key(self) -> QuestionKey:

@@ -317,6 +317,7 @@ class OpenAIBackend:
                 text=result.text,
                 latency_s=latency,
                 error=result.error,
+                served_model=result.served_model,
             )
             for r in group
         ]
