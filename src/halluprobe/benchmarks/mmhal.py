@@ -1,0 +1,120 @@
+"""MMHal-Bench (Sun et al. 2023): 96 open questions on 96 images, rated 0-6 by a judge.
+
+The released response template (a JSON array; RLAIF-V carries it as
+``eval/data/mmhal-bench_answer_template.json``) is read from a local file; its sha256 is compared
+with the pinned release and recorded. The judge prompt is the official evaluation script's,
+kept verbatim as data (``data/mmhal_judge_prompt.txt``: a reworded prompt would be another judge).
+
+A rating is read as the official script reads it: ``rating: N`` (N in 0..6) searched in the
+lower-cased reply; exactly one N found is the rating, none or several is unparseable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path, PurePosixPath
+
+from halluprobe.errors import InputError
+from halluprobe.jsonl import read_records, type_name
+from halluprobe.records import FrozenRecord
+
+__all__ = [
+    "MMHAL_TEMPLATE_URL",
+    "MMHAL_TEMPLATE_SHA256",
+    "MMHAL_N",
+    "MMHalItem",
+    "MMHalFile",
+    "judge_prompt_template",
+    "fill_judge_prompt",
+    "parse_rating",
+    "read_mmhal",
+]
+
+# RLAIF-V at a commit that holds the released template unchanged
+MMHAL_TEMPLATE_URL = (
+    "https://raw.githubusercontent.com/RLHF-V/RLAIF-V/83d917b2e8118ca8e7877a796d72af9bb3e6b356/"
+    "eval/data/mmhal-bench_answer_template.json"
+)
+MMHAL_TEMPLATE_SHA256 = "28ed24e19ffef292597c35f1dad37760b2e0a088b3b40ca3b50f105fc1b951bb"
+MMHAL_N = 96
+_FIELDS = ("question_type", "question_topic", "image_id", "image_src", "image_content", "question", "gt_answer")
+
+
+class MMHalItem(FrozenRecord):
+    """One question of the template; ``index`` is its position (the official summarizer's type is index % 8)."""
+
+    index: int
+    question_type: str
+    question_topic: str
+    image_id: str
+    image_src: str
+    image_content: tuple[str, ...]
+    question: str
+    gt_answer: str
+    model_answer: str | None = None  # a filled-in responses file carries the answers
+
+    @property
+    def image_file(self) -> str:
+        """The image's file name in a local images folder: the URL's last segment."""
+        return PurePosixPath(self.image_src.split("?")[0]).name
+
+
+class MMHalFile(FrozenRecord):
+    """The template as read, with its hash and whether it is the pinned release."""
+
+    path: str
+    sha256: str
+    pinned: bool
+    items: tuple[MMHalItem, ...]
+
+
+def read_mmhal(path: str | Path) -> MMHalFile:
+    """The template (or a responses file in its shape): 96 records, every field present; one line on bad input."""
+    p = Path(path)
+    try:
+        digest = hashlib.sha256(p.read_bytes()).hexdigest()
+    except OSError as err:
+        raise InputError(f"cannot read MMHal-Bench file: {err.strerror or err}", p) from None
+    items = []
+    for record in read_records(p, "MMHal-Bench"):
+        value = record.value
+        where = record.where
+        missing = [f for f in _FIELDS if f not in value]
+        if missing:
+            raise InputError(f"{where}missing field {missing[0]!r}", p, record.line)
+        content = value["image_content"]
+        if not isinstance(content, list) or not all(isinstance(c, str) for c in content):
+            raise InputError(f"{where}image_content must be a list of strings, not {type_name(content)}", p, record.line)
+        for name in _FIELDS:
+            if name != "image_content" and not isinstance(value[name], str):
+                raise InputError(f"{where}{name} must be a string, not {type_name(value[name])}", p, record.line)
+        answer = value.get("model_answer")
+        if answer is not None and not isinstance(answer, str):
+            raise InputError(f"{where}model_answer must be a string, not {type_name(answer)}", p, record.line)
+        items.append(MMHalItem(index=record.index, image_content=tuple(content), model_answer=answer or None,
+                               **{k: value[k] for k in _FIELDS if k != "image_content"}))  # fmt: skip
+    if len(items) != MMHAL_N:
+        raise InputError(f"{len(items)} records: MMHal-Bench has {MMHAL_N} (the official summarizer reads types by position)", p)
+    return MMHalFile(path=str(p), sha256=digest, pinned=digest == MMHAL_TEMPLATE_SHA256, items=tuple(items))
+
+
+def judge_prompt_template() -> str:
+    """The official judge prompt with four ``{}`` slots: image contents, question, ground truth, response."""
+    return resources.files("halluprobe.benchmarks").joinpath("data", "mmhal_judge_prompt.txt").read_text(encoding="utf-8")
+
+
+def fill_judge_prompt(template: str, item: MMHalItem, answer: str) -> str:
+    """The prompt for one answer, filled as the official script fills it (contents joined by ", ")."""
+    return template.format(", ".join(item.image_content), item.question, item.gt_answer, answer)
+
+
+def parse_rating(reply: str) -> tuple[int | None, str | None]:
+    """(rating, None), or (None, why): the official substring rule, so the same replies parse."""
+    low = reply.lower()
+    found = [s for s in range(7) if f"rating: {s}" in low]
+    if len(found) == 1:
+        return found[0], None
+    if not found:
+        return None, "no 'rating: N' (N in 0-6) in the reply"
+    return None, f"several ratings in the reply: {found}"
