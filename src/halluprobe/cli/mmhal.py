@@ -60,10 +60,9 @@ def mmhal_judge_cmd(
 ) -> None:
     """Judge every answer not yet judged (resumable by item id); no model under test is loaded."""
     from halluprobe.benchmarks.mmhal import parse_rating, read_mmhal
-    from halluprobe.judging.judge import judge_items
+    from halluprobe.judging.judge import judge_generation, judge_items
     from halluprobe.judging.mmhal_judge import mmhal_answers, mmhal_header, mmhal_judge_items
     from halluprobe.judging.store import JudgmentDir
-    from halluprobe.records import GenerateConfig
 
     with errors():
         if judge_spec is None:
@@ -72,8 +71,7 @@ def mmhal_judge_cmd(
         found, digest = mmhal_answers(mmhal, answers)
         items = mmhal_judge_items(mmhal, found, images)
         backend = judge_spec.load()
-        # temperature 0, as the official script asks: greedy decoding, no sampling settings
-        generation = GenerateConfig(max_new_tokens=max_new_tokens, stop_strings=())
+        generation = judge_generation(max_new_tokens)
         header = mmhal_header(backend=judge_spec.backend, model=judge_spec.model, info=backend.info(),
                               generation=generation, answers=answers, answers_sha256=digest)  # fmt: skip
         result = judge_items(backend, items, store=JudgmentDir(out), header=header, parse=parse_rating, overwrite=overwrite)

@@ -20,7 +20,7 @@ from halluprobe.judging.ledger import JudgeHeader, Judgment, Verdict
 from halluprobe.judging.store import JudgmentDir
 from halluprobe.records import GenerateConfig, Request
 
-__all__ = ["JudgeItem", "Parser", "JudgePass", "judge_items"]
+__all__ = ["JudgeItem", "Parser", "JudgePass", "judge_generation", "judge_items"]
 
 # reply text -> (verdict, None) or (None, why it is unparseable)
 Parser = Callable[[str], "tuple[Verdict | None, str | None]"]
@@ -43,6 +43,12 @@ class JudgePass:
     asked: int
     skipped: int
     errors: int
+
+
+def judge_generation(max_new_tokens: int) -> GenerateConfig:
+    """A judge's settings: greedy (the official scripts ask for temperature 0), a free-form reply
+    ended only by EOS or ``max_new_tokens`` (a verdict follows its explanation)."""
+    return GenerateConfig(max_new_tokens=max_new_tokens, stop_strings=())
 
 
 def judge_items(
