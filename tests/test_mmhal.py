@@ -156,3 +156,25 @@ def test_questions_for_a_run(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     first = json.loads((tmp_path / "q.jsonl").read_text().splitlines()[0])
     assert first["image"] == "img0.jpg" and first["kind"] == "open" and first["question_id"] == 0
+
+
+def test_a_stored_run_is_rejudged_without_the_model_under_test(tmp_path: Path) -> None:
+    template, images, _ = _fixture(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(app, ["mmhal", "questions", "--template", str(template), "--out", str(tmp_path / "q.jsonl")]).exit_code == 0
+    model = _judge_script(tmp_path, "model.json", {r"picture \d*[05]\?": "It is ANSone here.", "picture": "It is ANSsix here."})
+    run = runner.invoke(app, ["run", "--backend", "scripted", "--model", str(model), "--benchmark", str(tmp_path / "q.jsonl"),
+                              "--images", str(images), "--open-ended", "--max-new-tokens", "64", "--out", str(tmp_path / "run")])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    model.unlink()  # the model under test is gone: judging reads the stored answers only
+    for name, replies in (("a", REPLIES), ("b", {**REPLIES, "ANSone": "Rating: 3"})):
+        script = _judge_script(tmp_path, f"{name}.json", replies)
+        result = runner.invoke(app, ["mmhal", "judge", "--template", str(template), "--answers", str(tmp_path / "run"), "--images", str(images),
+                                     "--out", str(tmp_path / name), "--judge-model", str(script), "--judge-backend", "scripted"])  # fmt: skip
+        assert result.exit_code == 0, result.output
+    verdicts = {name: {j.item_id: j.verdict for j in JudgmentDir(tmp_path / name).read_judgments()} for name in "ab"}
+    assert verdicts["a"]["5"] == 1 and verdicts["b"]["5"] == 3 and verdicts["a"]["1"] == verdicts["b"]["1"] == 6
+    assert JudgmentDir(tmp_path / "a").read_header().answers_sha256 == JudgmentDir(tmp_path / "b").read_header().answers_sha256
+    again = runner.invoke(app, ["mmhal", "judge", "--template", str(template), "--answers", str(tmp_path / "run"), "--images", str(images),
+                                "--out", str(tmp_path / "a"), "--judge-model", str(tmp_path / "a.json"), "--judge-backend", "scripted"])  # fmt: skip
+    assert again.exit_code == 0 and "judged 0 (errors 0), 96 judged before" in again.output

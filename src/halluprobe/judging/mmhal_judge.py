@@ -36,9 +36,12 @@ def mmhal_answers(mmhal: MMHalFile, answers: Path) -> tuple[dict[int, str], str]
     if answers.is_dir():
         run = RunDir(answers)
         found: dict[int, str] = {}
+        images = {item.index: item.image_file for item in mmhal.items}
         for sample in run.read_samples():
-            if sample.split != MMHAL_SPLIT:
-                continue
+            # the split is the question file's name: the image tells a run of another benchmark
+            if images.get(sample.question_id) != sample.image:
+                raise InputError(f"sample {sample.question_id} asks about {sample.image!r}, not MMHal-Bench's "
+                                 f"{images.get(sample.question_id)!r}: not a run over `mmhal questions`", run.samples_path)  # fmt: skip
             if sample.error is not None or sample.text is None:
                 raise InputError(f"item {sample.question_id} has no answer ({sample.error or 'no text'}): resume the run first", run.samples_path)
             found[sample.question_id] = sample.text

@@ -23,7 +23,7 @@ __all__ = ["JudgmentDir", "header_mismatch"]
 def header_mismatch(old: JudgeHeader, new: JudgeHeader) -> list[str]:
     """Fields that differ between a stored header and a resumed pass's (backend_info aside: an
     endpoint or a cache path may move without changing the judge)."""
-    skip = {"backend_info"}
+    skip = {"backend_info", "answers"}  # the answers are known by their sha256, not by the path typed
     return [name for name in JudgeHeader.model_fields if name not in skip and getattr(old, name) != getattr(new, name)]
 
 
