@@ -12,13 +12,13 @@ import pytest
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh --server-tests)")
 pytest.importorskip("uvicorn", reason="uvicorn is not installed (llama.cpp's server needs it)")
 
-from PIL import Image  # noqa: E402
-from test_openai_llamacpp import llama_server  # noqa: E402,F401  (the module-scoped server fixture)
+from PIL import Image
+from test_openai_llamacpp import llama_server  # noqa: F401  (the module-scoped server fixture)
 
-from halluprobe.backends.base import load_backend  # noqa: E402
-from halluprobe.judging.judge import JudgeItem, judge_generation, judge_items  # noqa: E402
-from halluprobe.judging.ledger import JudgeHeader, template_sha256  # noqa: E402
-from halluprobe.judging.store import JudgmentDir  # noqa: E402
+from halluprobe.backends.base import load_backend
+from halluprobe.judging.judge import JudgeItem, judge_generation, judge_items
+from halluprobe.judging.ledger import JudgeHeader, template_sha256
+from halluprobe.judging.store import JudgmentDir
 
 pytestmark = pytest.mark.slow
 

@@ -20,13 +20,13 @@ from halluprobe.jsonl import read_records, type_name
 from halluprobe.records import FrozenRecord
 
 __all__ = [
-    "MMHAL_TEMPLATE_URL",
-    "MMHAL_TEMPLATE_SHA256",
     "MMHAL_N",
-    "MMHalItem",
+    "MMHAL_TEMPLATE_SHA256",
+    "MMHAL_TEMPLATE_URL",
     "MMHalFile",
-    "judge_prompt_template",
+    "MMHalItem",
     "fill_judge_prompt",
+    "judge_prompt_template",
     "parse_rating",
     "read_mmhal",
 ]

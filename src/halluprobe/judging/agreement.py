@@ -12,7 +12,7 @@ from halluprobe.judging.ledger import Judgment
 from halluprobe.metrics.stats import paired_bootstrap_diff
 from halluprobe.records import FrozenRecord
 
-__all__ = ["Agreement", "PairedDifference", "verdict_category", "agreement", "paired_difference"]
+__all__ = ["Agreement", "PairedDifference", "agreement", "paired_difference", "verdict_category"]
 
 
 class Agreement(FrozenRecord):

@@ -20,7 +20,7 @@ from halluprobe.judging.ledger import JudgeHeader, Judgment, Verdict
 from halluprobe.judging.store import JudgmentDir
 from halluprobe.records import GenerateConfig, Request
 
-__all__ = ["JudgeItem", "Parser", "JudgePass", "judge_generation", "judge_items"]
+__all__ = ["JudgeItem", "JudgePass", "Parser", "judge_generation", "judge_items"]
 
 # reply text -> (verdict, None) or (None, why it is unparseable)
 Parser = Callable[[str], "tuple[Verdict | None, str | None]"]

@@ -6,7 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from halluprobe.benchmarks.mmhal import MMHalFile, fill_judge_prompt, judge_prompt_template
+from halluprobe.benchmarks.mmhal import (
+    MMHalFile,
+    fill_judge_prompt,
+    judge_prompt_template,
+)
 from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
 from halluprobe.judging.judge import JudgeItem
@@ -14,7 +18,7 @@ from halluprobe.judging.ledger import JudgeHeader, template_sha256
 from halluprobe.records import GenerateConfig, Question
 from halluprobe.rundir import RunDir, sha256_file
 
-__all__ = ["MMHAL_SPLIT", "MMHAL_TEMPLATE_NAME", "mmhal_questions", "mmhal_answers", "mmhal_judge_items", "mmhal_header"]
+__all__ = ["MMHAL_SPLIT", "MMHAL_TEMPLATE_NAME", "mmhal_answers", "mmhal_header", "mmhal_judge_items", "mmhal_questions"]
 
 MMHAL_SPLIT = "mmhal"
 MMHAL_TEMPLATE_NAME = "mmhal-official"  # RLAIF-V eval/eval_gpt_mmhal.py's prompt, verbatim

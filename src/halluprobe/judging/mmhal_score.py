@@ -20,7 +20,7 @@ from halluprobe.judging.ledger import JudgeHeader, Judgment
 from halluprobe.metrics.stats import cluster_bootstrap
 from halluprobe.records import FrozenRecord
 
-__all__ = ["UnparseablePolicy", "TypeScore", "CompatScore", "MMHalScore", "ordered_judgments", "item_values", "mean_of", "score_mmhal", "compat_lines"]
+__all__ = ["CompatScore", "MMHalScore", "TypeScore", "UnparseablePolicy", "compat_lines", "item_values", "mean_of", "ordered_judgments", "score_mmhal"]
 
 UnparseablePolicy = Literal["zero", "wrong", "drop"]
 _TYPES_BY_POSITION = 8
@@ -112,8 +112,8 @@ def compat_lines(compat: CompatScore) -> list[str]:
     """The official summarizer's printout (its warnings first, then its three lines, its rounding)."""
     return [
         *compat.warnings,
-        "Average score: {:.2f}".format(compat.average),
-        "Hallucination rate: {:.2f}".format(compat.hallucination_rate),
+        f"Average score: {compat.average:.2f}",
+        f"Hallucination rate: {compat.hallucination_rate:.2f}",
         "Average score for each question type: " + ",".join(str(round(v, 2)) for v in compat.per_position_type),
     ]
 
