@@ -178,3 +178,19 @@ def test_a_stored_run_is_rejudged_without_the_model_under_test(tmp_path: Path) -
     again = runner.invoke(app, ["mmhal", "judge", "--template", str(template), "--answers", str(tmp_path / "run"), "--images", str(images),
                                 "--out", str(tmp_path / "a"), "--judge-model", str(tmp_path / "a.json"), "--judge-backend", "scripted"])  # fmt: skip
     assert again.exit_code == 0 and "judged 0 (errors 0), 96 judged before" in again.output
+
+
+def test_fetch_checks_the_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    import halluprobe.benchmarks.mmhal as mmhal_module
+
+    monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    template, _, _ = _fixture(tmp_path)
+    url = template.resolve().as_uri()  # a local mirror: no network
+    result = CliRunner().invoke(app, ["mmhal", "fetch", "--out", str(tmp_path / "t.json"), "--url", url])
+    assert result.exit_code == 2 and "sha256" in result.output and not (tmp_path / "t.json").exists()  # not the pinned file
+    monkeypatch.setattr(mmhal_module, "MMHAL_TEMPLATE_SHA256", hashlib.sha256(template.read_bytes()).hexdigest())
+    result = CliRunner().invoke(app, ["mmhal", "fetch", "--out", str(tmp_path / "t.json"), "--url", url])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "t.json").read_bytes() == template.read_bytes() and read_mmhal(tmp_path / "t.json").pinned

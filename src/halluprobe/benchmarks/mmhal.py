@@ -15,6 +15,7 @@ import hashlib
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
+from halluprobe.benchmarks.download import copy_pinned, default_cache_dir, fetch_pinned
 from halluprobe.errors import InputError
 from halluprobe.jsonl import read_records, type_name
 from halluprobe.records import FrozenRecord
@@ -25,6 +26,7 @@ __all__ = [
     "MMHAL_TEMPLATE_URL",
     "MMHalFile",
     "MMHalItem",
+    "fetch_mmhal_template",
     "fill_judge_prompt",
     "judge_prompt_template",
     "parse_rating",
@@ -97,6 +99,14 @@ def read_mmhal(path: str | Path) -> MMHalFile:
     if len(items) != MMHAL_N:
         raise InputError(f"{len(items)} records: MMHal-Bench has {MMHAL_N} (the official summarizer reads types by position)", p)
     return MMHalFile(path=str(p), sha256=digest, pinned=digest == MMHAL_TEMPLATE_SHA256, items=tuple(items))
+
+
+def fetch_mmhal_template(out: str | Path, *, url: str | None = None, cache_dir: Path | None = None, overwrite: bool = False) -> Path:
+    """Download the released template (``url``: a mirror of the same file) into the cache, check its
+    sha256 against the pin, and copy it to ``out``; a second call needs no network."""
+    cached = fetch_pinned(url or MMHAL_TEMPLATE_URL, "mmhal-bench_answer_template.json", MMHAL_TEMPLATE_SHA256,
+                          cache_dir=cache_dir or default_cache_dir(), kind="mmhal", size=1_000_000)  # fmt: skip
+    return copy_pinned(cached, Path(out), MMHAL_TEMPLATE_SHA256, overwrite=overwrite)
 
 
 def judge_prompt_template() -> str:

@@ -27,6 +27,20 @@ def _ledger(score: object) -> str:
             f"unparseable {score.unparseable}, errors {score.errors} of {score.n} (--unparseable {score.policy})")  # fmt: skip
 
 
+@mmhal_app.command("fetch")
+def mmhal_fetch_cmd(
+    out: Annotated[Path, typer.Option(help="Where the template goes (JSON).")],
+    url: Annotated[Optional[str], typer.Option(help="A mirror of the same file (http(s):// or file://); its sha256 must match the pin.")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace another file at --out.")] = False,
+) -> None:
+    """Download MMHal-Bench's response template (RLAIF-V at a pinned commit), checked by sha256."""
+    from halluprobe.benchmarks.mmhal import MMHAL_TEMPLATE_SHA256, fetch_mmhal_template
+
+    with errors():
+        path = fetch_mmhal_template(out, url=url, overwrite=overwrite)
+    typer.echo(f"{path}: sha256 {MMHAL_TEMPLATE_SHA256[:12]} (pinned)")
+
+
 @mmhal_app.command("questions")
 def mmhal_questions_cmd(
     template: _TEMPLATE,
