@@ -188,9 +188,9 @@ def test_fetch_checks_the_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("HALLUPROBE_CACHE_DIR", str(tmp_path / "cache"))
     template, _, _ = _fixture(tmp_path)
     url = template.resolve().as_uri()  # a local mirror: no network
-    result = CliRunner().invoke(app, ["mmhal", "fetch", "--out", str(tmp_path / "t.json"), "--url", url])
+    result = CliRunner().invoke(app, ["data", "mmhal", "--out", str(tmp_path / "t.json"), "--url", url])
     assert result.exit_code == 2 and "sha256" in result.output and not (tmp_path / "t.json").exists()  # not the pinned file
     monkeypatch.setattr(mmhal_module, "MMHAL_TEMPLATE_SHA256", hashlib.sha256(template.read_bytes()).hexdigest())
-    result = CliRunner().invoke(app, ["mmhal", "fetch", "--out", str(tmp_path / "t.json"), "--url", url])
+    result = CliRunner().invoke(app, ["data", "mmhal", "--out", str(tmp_path / "t.json"), "--url", url])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "t.json").read_bytes() == template.read_bytes() and read_mmhal(tmp_path / "t.json").pinned

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from halluprobe.cli._app import app, errors
+from halluprobe.cli._app import app, data_app, errors
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
 
@@ -27,8 +27,8 @@ def _ledger(score: object) -> str:
             f"unparseable {score.unparseable}, errors {score.errors} of {score.n} (--unparseable {score.policy})")  # fmt: skip
 
 
-@mmhal_app.command("fetch")
-def mmhal_fetch_cmd(
+@data_app.command("mmhal")
+def data_mmhal_cmd(
     out: Annotated[Path, typer.Option(help="Where the template goes (JSON).")],
     url: Annotated[Optional[str], typer.Option(help="A mirror of the same file (http(s):// or file://); its sha256 must match the pin.")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace another file at --out.")] = False,
