@@ -194,3 +194,14 @@ def test_fetch_checks_the_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(app, ["data", "mmhal", "--out", str(tmp_path / "t.json"), "--url", url])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "t.json").read_bytes() == template.read_bytes() and read_mmhal(tmp_path / "t.json").pinned
+
+
+def test_per_type_cis(tmp_path: Path) -> None:
+    template, images, _ = _fixture(tmp_path)
+    _judge(tmp_path, template, images, _judge_script(tmp_path, "judge.json", REPLIES), tmp_path / "j")
+    store = JudgmentDir(tmp_path / "j")
+    score = score_mmhal(read_mmhal(template), store.read_header(), store.read_judgments(), policy="drop", where="x", n_resamples=200)
+    for t in score.per_type:
+        assert t.average is not None and t.average_ci is not None and t.average_ci[0] <= t.average <= t.average_ci[1]
+    none = score_mmhal(read_mmhal(template), store.read_header(), store.read_judgments(), policy="drop", where="x", n_resamples=0)
+    assert none.average_ci is None and all(t.average_ci is None for t in none.per_type)

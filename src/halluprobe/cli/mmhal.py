@@ -123,8 +123,8 @@ def mmhal_score_cmd(
     typer.echo(f"average score {format_ratio(score.average, score.average_ci, digits=2, ci_digits=2, missing='n/a')}  "
                f"hallucination rate {format_ratio(score.hallucination_rate, score.hallucination_rate_ci, digits=3, missing='n/a')}")  # fmt: skip
     for t in score.per_type:
-        typer.echo(f"  {t.question_type:<12} n={t.n:<3} score {format_ratio(t.average, None, digits=2, missing='n/a')}  "
-                   f"hallucination {format_ratio(t.hallucination_rate, None, digits=3, missing='n/a')}")  # fmt: skip
+        typer.echo(f"  {t.question_type:<12} n={t.n:<3} score {format_ratio(t.average, t.average_ci, digits=2, ci_digits=2, missing='n/a')}  "
+                   f"hallucination {format_ratio(t.hallucination_rate, t.hallucination_rate_ci, digits=3, ci_digits=3, missing='n/a')}")  # fmt: skip
     typer.echo(f"official compat (unparseable = 0): average {score.compat.average:.2f}, hallucination rate "
                f"{score.compat.hallucination_rate:.2f}, {len(score.compat.warnings)} warning(s)")  # fmt: skip
 

@@ -31,6 +31,8 @@ class TypeScore(FrozenRecord):
     n: int
     average: float | None
     hallucination_rate: float | None
+    average_ci: tuple[float, float] | None = None
+    hallucination_rate_ci: tuple[float, float] | None = None
 
 
 class CompatScore(FrozenRecord):
@@ -124,16 +126,24 @@ def score_mmhal(mmhal: MMHalFile, header: JudgeHeader, judgments: Sequence[Judgm
     judged = ordered_judgments(mmhal, judgments, where)
     scores, halluc = item_values(judged, policy)
     images = [item.image_id for item in mmhal.items]
+
+    def ci(values: np.ndarray, rows: np.ndarray) -> tuple[float, float] | None:
+        # images resampled within the rows (one type's, or all); a draw with no kept item is skipped
+        if not n_resamples:
+            return None
+        return cluster_bootstrap([images[i] for i in rows], lambda r: mean_of(values[rows], r), n_resamples=n_resamples, seed=seed)
+
+    everything = np.arange(len(judged))
     per_type = []
     for qtype in dict.fromkeys(item.question_type for item in mmhal.items):
         rows = np.array([i for i, item in enumerate(mmhal.items) if item.question_type == qtype])
-        per_type.append(TypeScore(question_type=qtype, n=len(rows), average=mean_of(scores, rows), hallucination_rate=mean_of(halluc, rows)))
+        per_type.append(TypeScore(question_type=qtype, n=len(rows), average=mean_of(scores, rows), hallucination_rate=mean_of(halluc, rows),
+                                  average_ci=ci(scores, rows), hallucination_rate_ci=ci(halluc, rows)))  # fmt: skip
     return MMHalScore(
         judge_backend=header.backend, judge_model=header.model, template_sha256=header.template_sha256,
         template_file_sha256=mmhal.sha256, template_pinned=mmhal.pinned, n=len(judged),
         unparseable=sum(j.status == "unparseable" for j in judged), errors=sum(j.status == "error" for j in judged),
         policy=policy, average=mean_of(scores), hallucination_rate=mean_of(halluc),
-        average_ci=cluster_bootstrap(images, lambda r: mean_of(scores, r), n_resamples=n_resamples, seed=seed) if n_resamples else None,
-        hallucination_rate_ci=cluster_bootstrap(images, lambda r: mean_of(halluc, r), n_resamples=n_resamples, seed=seed) if n_resamples else None,
+        average_ci=ci(scores, everything), hallucination_rate_ci=ci(halluc, everything),
         per_type=tuple(per_type), compat=_compat(judged), n_resamples=n_resamples, seed=seed,
     )  # fmt: skip
