@@ -7,13 +7,16 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from halluprobe.backends.scripted import ScriptedBackend
 from halluprobe.errors import InputError
+from halluprobe.judging.agreement import agreement, paired_difference
 from halluprobe.judging.judge import JudgeItem, judge_items
-from halluprobe.judging.ledger import JudgeHeader, template_sha256
+from halluprobe.judging.ledger import JudgeHeader, Judgment, template_sha256
+from halluprobe.judging.mmhal_score import mean_of
 from halluprobe.judging.store import JudgmentDir
 from halluprobe.records import GenerateConfig, Request, Response
 
@@ -115,3 +118,27 @@ def test_errors_are_asked_again(tmp_path: Path) -> None:
     assert store.done_ids() == set()
     assert judge_items(backend, items, store=store, header=header, parse=_parse).asked == 3
     assert all(j.status != "error" for j in store.read_judgments())
+
+
+def _j(item: str, verdict: int | None) -> Judgment:
+    status = "parsed" if verdict is not None else "unparseable"
+    return Judgment(item_id=item, judge_model="m", template_sha256="0", prompt_sha256="0", generation=GenerateConfig(),
+                    reply="r", status=status, verdict=verdict, reason=None if verdict is not None else "none")  # fmt: skip
+
+
+def test_agreement_and_kappa_by_hand() -> None:
+    a = [_j("w", 1), _j("x", 1), _j("y", 0), _j("z", 0)]
+    b = [_j("z", 0), _j("y", 0), _j("x", 0), _j("w", 1)]  # paired by id, not by position
+    result = agreement(a, b)
+    # observed 3/4; chance 1/2 x 1/4 + 1/2 x 3/4 = 1/2; kappa (3/4 - 1/2) / (1 - 1/2)
+    assert (result.n, result.agreed, result.disagreements) == (4, 3, ("x",))
+    assert result.kappa == pytest.approx(0.5)
+    same = agreement([_j("a", 2), _j("b", None)], [_j("a", 2), _j("b", 3)])
+    assert same.agreed == 1 and same.disagreements == ("b",)  # unparseable is a category of its own
+    assert agreement([_j("a", 2)], [_j("a", 2)]).kappa is None  # one category throughout: chance agreement is 1
+
+
+def test_paired_difference_is_paired() -> None:
+    values_a, values_b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.0, 1.0, 2.0, 3.0])
+    diff = paired_difference(["i0", "i1", "i2", "i3"], lambda r: mean_of(values_a, r), lambda r: mean_of(values_b, r), n_resamples=200)
+    assert diff.difference == pytest.approx(1.0) and diff.ci == pytest.approx((1.0, 1.0))  # a constant shift: no spread

@@ -205,3 +205,37 @@ def test_per_type_cis(tmp_path: Path) -> None:
         assert t.average is not None and t.average_ci is not None and t.average_ci[0] <= t.average <= t.average_ci[1]
     none = score_mmhal(read_mmhal(template), store.read_header(), store.read_judgments(), policy="drop", where="x", n_resamples=0)
     assert none.average_ci is None and all(t.average_ci is None for t in none.per_type)
+
+
+def test_a_killed_judge_resumes_by_id_with_nothing_judged_twice(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    template, images, _ = _fixture(tmp_path)
+    script = tmp_path / "judge.json"
+    script.write_text(json.dumps({"delay_s": 0.1, "generate": [{"match": m, "text": t} for m, t in REPLIES.items()]}))
+    out = tmp_path / "j"
+    args = ["mmhal", "judge", "--template", str(template), "--answers", str(template), "--images", str(images), "--out", str(out),
+            "--judge-model", str(script), "--judge-backend", "scripted", "--judge-batch-size", "4"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "halluprobe.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    lines_file = out / "judgments.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if lines_file.exists() and lines_file.read_text().count("\n") >= 8:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first = {j.item_id for j in JudgmentDir(out).read_judgments()}
+    assert 8 <= len(first) < 96
+    with open(lines_file, "a") as fh:  # a write cut short by the kill
+        fh.write('{"item_id": "9')
+    script.write_text(json.dumps({"generate": [{"match": m, "text": t} for m, t in REPLIES.items()]}))
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"judged {96 - len(first)} (errors 0), {len(first)} judged before" in result.output
+    ids = [json.loads(line)["item_id"] for line in lines_file.read_text().splitlines()]
+    assert len(ids) == 96 and sorted(ids, key=int) == [str(i) for i in range(96)]
