@@ -30,6 +30,23 @@ REPLIES = {
 CYCLE = ["ANSsix", "ANSfour", "ANSone", "ANSnone", "ANSfour", "ANStwice", "ANSzero", "ANSsix", "ANSone", "ANSfour", "ANSsix"]
 
 
+# a stand-in for RLAIF-V's eval_gpt_mmhal.py (its prompt is fetched pinned, never copied here):
+# a module-level `template` string with the official four slots; the rest must never run
+PROMPT_SCRIPT = (
+    "import sys\n"
+    "open(__file__ + '.ran', 'w').write('executed')\n"
+    "template = '''Rate the response 0-6 as \"Rating: N\".\n"
+    "### Image Contents\n{}\n### Question\n{}\n### Standard Human-Generated Answer\n{}\n"
+    "### LMM Response to Evaluate\n{}'''\n"
+)
+
+
+def _prompt_script(tmp_path: Path) -> Path:
+    path = tmp_path / "eval_gpt_mmhal.py"
+    path.write_text(PROMPT_SCRIPT, encoding="utf-8")
+    return path
+
+
 def _official_summarizer(replies: list[str]) -> None:
     """A transcription of RLAIF-V eval/summarize_gpt_mmhal_review.py's cal_mmhalscore, on the replies."""
     scores = []
@@ -81,7 +98,7 @@ def _judge_script(tmp: Path, name: str, replies: dict[str, str]) -> Path:
 
 
 def _judge(tmp: Path, template: Path, images: Path, script: Path, out: Path) -> None:
-    result = CliRunner().invoke(app, ["mmhal", "judge", "--template", str(template), "--answers", str(template), "--images", str(images),
+    result = CliRunner().invoke(app, ["mmhal", "judge", "--prompt-script", str(_prompt_script(tmp)), "--template", str(template), "--answers", str(template), "--images", str(images),
                                       "--out", str(out), "--judge-model", str(script), "--judge-backend", "scripted"])  # fmt: skip
     assert result.exit_code == 0, result.output
 
@@ -169,13 +186,13 @@ def test_a_stored_run_is_rejudged_without_the_model_under_test(tmp_path: Path) -
     model.unlink()  # the model under test is gone: judging reads the stored answers only
     for name, replies in (("a", REPLIES), ("b", {**REPLIES, "ANSone": "Rating: 3"})):
         script = _judge_script(tmp_path, f"{name}.json", replies)
-        result = runner.invoke(app, ["mmhal", "judge", "--template", str(template), "--answers", str(tmp_path / "run"), "--images", str(images),
+        result = runner.invoke(app, ["mmhal", "judge", "--prompt-script", str(_prompt_script(tmp_path)), "--template", str(template), "--answers", str(tmp_path / "run"), "--images", str(images),
                                      "--out", str(tmp_path / name), "--judge-model", str(script), "--judge-backend", "scripted"])  # fmt: skip
         assert result.exit_code == 0, result.output
     verdicts = {name: {j.item_id: j.verdict for j in JudgmentDir(tmp_path / name).read_judgments()} for name in "ab"}
     assert verdicts["a"]["5"] == 1 and verdicts["b"]["5"] == 3 and verdicts["a"]["1"] == verdicts["b"]["1"] == 6
     assert JudgmentDir(tmp_path / "a").read_header().answers_sha256 == JudgmentDir(tmp_path / "b").read_header().answers_sha256
-    again = runner.invoke(app, ["mmhal", "judge", "--template", str(template), "--answers", str(tmp_path / "run"), "--images", str(images),
+    again = runner.invoke(app, ["mmhal", "judge", "--prompt-script", str(_prompt_script(tmp_path)), "--template", str(template), "--answers", str(tmp_path / "run"), "--images", str(images),
                                 "--out", str(tmp_path / "a"), "--judge-model", str(tmp_path / "a.json"), "--judge-backend", "scripted"])  # fmt: skip
     assert again.exit_code == 0 and "judged 0 (errors 0), 96 judged before" in again.output
 
@@ -191,7 +208,9 @@ def test_fetch_checks_the_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(app, ["data", "mmhal", "--out", str(tmp_path / "t.json"), "--url", url])
     assert result.exit_code == 2 and "sha256" in result.output and not (tmp_path / "t.json").exists()  # not the pinned file
     monkeypatch.setattr(mmhal_module, "MMHAL_TEMPLATE_SHA256", hashlib.sha256(template.read_bytes()).hexdigest())
-    result = CliRunner().invoke(app, ["data", "mmhal", "--out", str(tmp_path / "t.json"), "--url", url])
+    script = _prompt_script(tmp_path)
+    monkeypatch.setattr(mmhal_module, "MMHAL_JUDGE_SCRIPT_SHA256", hashlib.sha256(script.read_bytes()).hexdigest())
+    result = CliRunner().invoke(app, ["data", "mmhal", "--out", str(tmp_path / "t.json"), "--url", url, "--script-url", script.resolve().as_uri()])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "t.json").read_bytes() == template.read_bytes() and read_mmhal(tmp_path / "t.json").pinned
 
@@ -218,7 +237,7 @@ def test_a_killed_judge_resumes_by_id_with_nothing_judged_twice(tmp_path: Path) 
     script = tmp_path / "judge.json"
     script.write_text(json.dumps({"delay_s": 0.1, "generate": [{"match": m, "text": t} for m, t in REPLIES.items()]}))
     out = tmp_path / "j"
-    args = ["mmhal", "judge", "--template", str(template), "--answers", str(template), "--images", str(images), "--out", str(out),
+    args = ["mmhal", "judge", "--prompt-script", str(_prompt_script(tmp_path)), "--template", str(template), "--answers", str(template), "--images", str(images), "--out", str(out),
             "--judge-model", str(script), "--judge-backend", "scripted", "--judge-batch-size", "4"]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "halluprobe.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     lines_file = out / "judgments.jsonl"
@@ -239,3 +258,19 @@ def test_a_killed_judge_resumes_by_id_with_nothing_judged_twice(tmp_path: Path) 
     assert f"judged {96 - len(first)} (errors 0), {len(first)} judged before" in result.output
     ids = [json.loads(line)["item_id"] for line in lines_file.read_text().splitlines()]
     assert len(ids) == 96 and sorted(ids, key=int) == [str(i) for i in range(96)]
+
+
+def test_the_judge_prompt_is_read_from_the_scripts_syntax_tree_never_run(tmp_path: Path) -> None:
+    from halluprobe.benchmarks.mmhal import judge_prompt_template
+
+    script = _prompt_script(tmp_path)
+    prompt = judge_prompt_template(script)
+    assert prompt.startswith("Rate the response") and prompt.count("{}") == 4
+    assert not list(tmp_path.glob("*.ran"))  # its other statements did not run
+    bad = tmp_path / "other.py"
+    bad.write_text("prompt = 'no template here'\n", encoding="utf-8")
+    with pytest.raises(InputError, match="no module-level `template"):
+        judge_prompt_template(bad)
+    bad.write_text("x = 1\ntemplate = 'one slot {}'\n", encoding="utf-8")
+    with pytest.raises(InputError, match="four"):
+        judge_prompt_template(bad)

@@ -2,8 +2,10 @@
 
 The released response template (a JSON array; RLAIF-V carries it as
 ``eval/data/mmhal-bench_answer_template.json``) is read from a local file; its sha256 is compared
-with the pinned release and recorded. The judge prompt is the official evaluation script's,
-kept verbatim as data (``data/mmhal_judge_prompt.txt``: a reworded prompt would be another judge).
+with the pinned release and recorded. The judge prompt is the official evaluation script's
+(a reworded prompt would be another judge): the script (RLAIF-V's ``eval/eval_gpt_mmhal.py``) is
+fetched pinned by sha256 and cached, and its module-level ``template`` string is read from its
+syntax tree (never executed). halluprobe carries no copy of it.
 
 A rating is read as the official script reads it: ``rating: N`` (N in 0..6) searched in the
 lower-cased reply; exactly one N found is the rating, none or several is unparseable.
@@ -11,8 +13,8 @@ lower-cased reply; exactly one N found is the rating, none or several is unparse
 
 from __future__ import annotations
 
+import ast
 import hashlib
-from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from halluprobe.benchmarks.download import copy_pinned, default_cache_dir, fetch_pinned
@@ -26,6 +28,9 @@ __all__ = [
     "MMHAL_TEMPLATE_URL",
     "MMHalFile",
     "MMHalItem",
+    "MMHAL_JUDGE_SCRIPT_SHA256",
+    "MMHAL_JUDGE_SCRIPT_URL",
+    "fetch_mmhal_judge_script",
     "fetch_mmhal_template",
     "fill_judge_prompt",
     "judge_prompt_template",
@@ -39,6 +44,11 @@ MMHAL_TEMPLATE_URL = (
     "eval/data/mmhal-bench_answer_template.json"
 )
 MMHAL_TEMPLATE_SHA256 = "28ed24e19ffef292597c35f1dad37760b2e0a088b3b40ca3b50f105fc1b951bb"
+# the official judge script at the same commit: its prompt is read from it, never run
+MMHAL_JUDGE_SCRIPT_URL = (
+    "https://raw.githubusercontent.com/RLHF-V/RLAIF-V/83d917b2e8118ca8e7877a796d72af9bb3e6b356/eval/eval_gpt_mmhal.py"
+)
+MMHAL_JUDGE_SCRIPT_SHA256 = "35f8275a596715f5fff622db4bd0e017578ebb3d6cdec4eceb753ee3bc1ba348"
 MMHAL_N = 96
 _FIELDS = ("question_type", "question_topic", "image_id", "image_src", "image_content", "question", "gt_answer")
 
@@ -109,9 +119,29 @@ def fetch_mmhal_template(out: str | Path, *, url: str | None = None, cache_dir: 
     return copy_pinned(cached, Path(out), MMHAL_TEMPLATE_SHA256, overwrite=overwrite)
 
 
-def judge_prompt_template() -> str:
-    """The official judge prompt with four ``{}`` slots: image contents, question, ground truth, response."""
-    return resources.files("halluprobe.benchmarks").joinpath("data", "mmhal_judge_prompt.txt").read_text(encoding="utf-8")
+def fetch_mmhal_judge_script(*, url: str | None = None, cache_dir: Path | None = None) -> Path:
+    """The official judge script (``url``: a mirror of the same file), cached and checked against
+    its pin; a second call needs no network."""
+    return fetch_pinned(url or MMHAL_JUDGE_SCRIPT_URL, "eval_gpt_mmhal.py", MMHAL_JUDGE_SCRIPT_SHA256,
+                        cache_dir=cache_dir or default_cache_dir(), kind="mmhal", size=100_000)  # fmt: skip
+
+
+def judge_prompt_template(script: str | Path | None = None) -> str:
+    """The judge prompt with four ``{}`` slots (image contents, question, ground truth, response):
+    the module-level ``template`` string of ``script`` (default: the official script, fetched
+    pinned), read from its syntax tree, never executed."""
+    path = Path(script) if script is not None else fetch_mmhal_judge_script()
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError) as err:
+        raise InputError(f"cannot read the judge script: {err}", path) from None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "template" for t in node.targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):  # fmt: skip
+            if node.value.value.count("{}") != 4:
+                raise InputError("its `template` string has not the four {} slots of MMHal's judge prompt", path, node.lineno)
+            return node.value.value
+    raise InputError("no module-level `template = '...'` string: not MMHal-Bench's judge script", path)
 
 
 def fill_judge_prompt(template: str, item: MMHalItem, answer: str) -> str:

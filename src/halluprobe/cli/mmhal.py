@@ -32,13 +32,17 @@ def data_mmhal_cmd(
     out: Annotated[Path, typer.Option(help="Where the template goes (JSON).")],
     url: Annotated[Optional[str], typer.Option(help="A mirror of the same file (http(s):// or file://); its sha256 must match the pin.")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace another file at --out.")] = False,
+    script_url: Annotated[Optional[str], typer.Option(help="A mirror of the judge script (http(s):// or file://); its sha256 must match the pin.")] = None,
 ) -> None:
-    """Download MMHal-Bench's response template (RLAIF-V at a pinned commit), checked by sha256."""
-    from halluprobe.benchmarks.mmhal import MMHAL_TEMPLATE_SHA256, fetch_mmhal_template
+    """Download MMHal-Bench's response template and the official judge script (RLAIF-V at a pinned
+    commit, each checked by sha256; the script is cached for `mmhal judge`, which reads its prompt)."""
+    from halluprobe.benchmarks.mmhal import MMHAL_TEMPLATE_SHA256, fetch_mmhal_judge_script, fetch_mmhal_template
 
     with errors():
         path = fetch_mmhal_template(out, url=url, overwrite=overwrite)
+        script = fetch_mmhal_judge_script(url=script_url)
     typer.echo(f"{path}: sha256 {MMHAL_TEMPLATE_SHA256[:12]} (pinned)")
+    typer.echo(f"{script}: the judge prompt's script (pinned)")
 
 
 @mmhal_app.command("questions")
@@ -70,10 +74,11 @@ def mmhal_judge_cmd(
     out: Annotated[Path, typer.Option(help="Judgment dir (judge.json, judgments.jsonl); an existing one by the same judge is resumed.")],
     max_new_tokens: Annotated[int, typer.Option(help="The judge's reply length.")] = 1024,
     overwrite: Annotated[bool, typer.Option(help="Replace a judgment dir made by another judge or on other answers.")] = False,
+    prompt_script: Annotated[Optional[Path], typer.Option(help="The judge prompt's script (default: RLAIF-V's eval_gpt_mmhal.py at the pinned commit, fetched and cached; its `template` string is read, never run).")] = None,
     judge_spec: Optional[BackendSpec] = None,
 ) -> None:
     """Judge every answer not yet judged (resumable by item id); no model under test is loaded."""
-    from halluprobe.benchmarks.mmhal import parse_rating, read_mmhal
+    from halluprobe.benchmarks.mmhal import judge_prompt_template, parse_rating, read_mmhal
     from halluprobe.judging.judge import judge_generation, judge_items
     from halluprobe.judging.mmhal_judge import mmhal_answers, mmhal_header, mmhal_judge_items
     from halluprobe.judging.store import JudgmentDir
@@ -83,11 +88,12 @@ def mmhal_judge_cmd(
             raise InputError("--judge-model is required (the judge: any backend, e.g. --judge-backend openai --judge-endpoint URL)")
         mmhal = read_mmhal(template)
         found, digest = mmhal_answers(mmhal, answers)
-        items = mmhal_judge_items(mmhal, found, images)
+        prompt = judge_prompt_template(prompt_script)
+        items = mmhal_judge_items(mmhal, found, images, prompt)
         backend = judge_spec.load()
         generation = judge_generation(max_new_tokens)
         header = mmhal_header(backend=judge_spec.backend, model=judge_spec.model, info=backend.info(),
-                              generation=generation, answers=answers, answers_sha256=digest)  # fmt: skip
+                              generation=generation, answers=answers, answers_sha256=digest, template=prompt)  # fmt: skip
         result = judge_items(backend, items, store=JudgmentDir(out), header=header, parse=parse_rating, overwrite=overwrite)
     typer.echo(f"{out}: judged {result.asked} (errors {result.errors}), {result.skipped} judged before")
 

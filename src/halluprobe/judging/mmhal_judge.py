@@ -9,7 +9,6 @@ from typing import Any
 from halluprobe.benchmarks.mmhal import (
     MMHalFile,
     fill_judge_prompt,
-    judge_prompt_template,
 )
 from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
@@ -21,7 +20,7 @@ from halluprobe.rundir import RunDir, sha256_file
 __all__ = ["MMHAL_SPLIT", "MMHAL_TEMPLATE_NAME", "mmhal_answers", "mmhal_header", "mmhal_judge_items", "mmhal_questions"]
 
 MMHAL_SPLIT = "mmhal"
-MMHAL_TEMPLATE_NAME = "mmhal-official"  # RLAIF-V eval/eval_gpt_mmhal.py's prompt, verbatim
+MMHAL_TEMPLATE_NAME = "mmhal-official"  # the prompt of RLAIF-V eval/eval_gpt_mmhal.py (or --prompt-script's), by its sha256
 
 
 def mmhal_questions(mmhal: MMHalFile) -> list[Question]:
@@ -59,9 +58,10 @@ def mmhal_answers(mmhal: MMHalFile, answers: Path) -> tuple[dict[int, str], str]
     return found, digest
 
 
-def mmhal_judge_items(mmhal: MMHalFile, answers: dict[int, str], images: Path, template: str | None = None) -> list[JudgeItem]:
-    """One judge item per question; the id is the template index (stable across runs and judges)."""
-    text = judge_prompt_template() if template is None else template
+def mmhal_judge_items(mmhal: MMHalFile, answers: dict[int, str], images: Path, template: str) -> list[JudgeItem]:
+    """One judge item per question (``template``: the judge prompt, benchmarks.mmhal.judge_prompt_template);
+    the id is the template index (stable across runs and judges)."""
+    text = template
     return [
         JudgeItem(item_id=str(item.index), image_path=str(resolve_image(item.image_file, images, source=mmhal.path)),
                   prompt=fill_judge_prompt(text, item, answers[item.index]))  # fmt: skip
@@ -69,9 +69,9 @@ def mmhal_judge_items(mmhal: MMHalFile, answers: dict[int, str], images: Path, t
     ]
 
 
-def mmhal_header(*, backend: str, model: str, info: dict[str, Any], generation: GenerateConfig, answers: Path, answers_sha256: str) -> JudgeHeader:
-    """The ledger header of an MMHal-Bench judgment dir with the official prompt."""
-    text = judge_prompt_template()
+def mmhal_header(*, backend: str, model: str, info: dict[str, Any], generation: GenerateConfig, answers: Path, answers_sha256: str, template: str) -> JudgeHeader:
+    """The ledger header of an MMHal-Bench judgment dir judged with the prompt ``template``."""
+    text = template
     return JudgeHeader(benchmark="mmhal", backend=backend, model=model, backend_info=info, template_name=MMHAL_TEMPLATE_NAME,
                        template=text, template_sha256=template_sha256(text), generation=generation,
                        answers=str(answers), answers_sha256=answers_sha256)  # fmt: skip
