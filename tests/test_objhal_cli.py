@@ -108,3 +108,32 @@ def test_objhal_scores_equal_the_transcription(tmp_path: Path, monkeypatch: pyte
     syn.write_text(SYNONYMS_TEXT + "lamp, light\n")
     bad = runner.invoke(app, args)
     assert bad.exit_code == 2 and "not the pinned synonyms_refine.txt" in bad.output
+
+
+def test_fetched_questions_run_and_score(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """data objhal -> run --open-ended (scripted backend) -> objhal on the run dir."""
+    wordnet_or_skip()
+    from test_objhal_rules import COCO_CAPTIONS, INSTANCES
+
+    mirror = _mirror(tmp_path, monkeypatch, _question_bytes(list(range(1, 301))))
+    out = tmp_path / "objhal"
+    assert runner.invoke(app, ["data", "objhal", "--out", str(out), "--mirror", str(mirror)]).exit_code == 0
+    texts = {1: "a man and two dogs near a toilet seat", 2: "two buses and a motor bike", 3: "wine glasses , a mug , a mug", 4: "people in a taxi"}
+    rules = [{"match": "thorough", "image": f"COCO_val2014_{i:012d}.jpg", "text": t} for i, t in texts.items()]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"present": {}, "generate": [*rules, {"match": "thorough", "text": "a dog on a bench"}]}))
+    run = runner.invoke(app, ["run", "--backend", "scripted", "--model", str(script), "--benchmark", str(out / "objhal.jsonl"),
+                              "--images", str(out / "images"), "--open-ended", "--max-new-tokens", "64", "--out", str(tmp_path / "run")])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    coco = write_coco(tmp_path / "coco", "2014", INSTANCES, COCO_CAPTIONS)
+    (out / "synonyms_refine.txt").write_text(SYNONYMS_TEXT)
+    result = runner.invoke(app, ["objhal", str(tmp_path / "run"), "--coco", str(coco), "--synonyms", str(out / "synonyms_refine.txt"),
+                                 "--tokenizer", "line", "--families", "none", "--bootstrap", "20", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)["summary"]
+    answers = [(i, texts.get(i, "a dog on a bench")) for i in range(1, 301)]
+    want = transcribe_script(SYNONYMS_TEXT, str.split, lambda w: wordnet_lemmatize(w, "n"), answers, INSTANCES, COCO_CAPTIONS)
+    assert got["n_responses"] == 300
+    assert got["response_hallucination"] == pytest.approx(want["CHAIRs_refine"])
+    assert got["mention_hallucination"] == pytest.approx(want["CHAIRi"])
+    assert got["object_recall"] == pytest.approx(want["obj_rec"])
