@@ -137,3 +137,16 @@ def test_fetched_questions_run_and_score(tmp_path: Path, monkeypatch: pytest.Mon
     assert got["response_hallucination"] == pytest.approx(want["CHAIRs_refine"])
     assert got["mention_hallucination"] == pytest.approx(want["CHAIRi"])
     assert got["object_recall"] == pytest.approx(want["obj_rec"])
+
+
+def test_data_objhal_rerun_keeps_and_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror = _mirror(tmp_path, monkeypatch, _question_bytes(list(range(1, 301))))
+    args = ["data", "objhal", "--out", str(tmp_path / "out"), "--mirror", str(mirror)]
+    assert runner.invoke(app, args).exit_code == 0
+    assert runner.invoke(app, args).exit_code == 0  # the same bytes: kept
+    (tmp_path / "out" / "objhal.jsonl").write_text("mine\n")
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "objhal.jsonl" in refused.output
+    assert (tmp_path / "out" / "objhal.jsonl").read_text() == "mine\n"
+    assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
+    assert (tmp_path / "out" / "objhal.jsonl").read_text() != "mine\n"

@@ -24,6 +24,7 @@ def data_objhal_cmd(
     mirror: Annotated[
         Optional[str], typer.Option(help="GitHub raw mirror (URL or folder laid out <repo>/<commit>/<path>); else $HALLUPROBE_GITHUB_URL.")
     ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace output files that differ from what this writes.")] = False,
 ) -> None:
     """Fetch Object HalBench's question file and synonyms_refine.txt at a pinned RLAIF-V commit,
     write objhal.jsonl (run it with `halluprobe run --open-ended`) and the images it carries."""
@@ -32,7 +33,10 @@ def data_objhal_cmd(
 
     with errors(), removed_on_failure() as created:
         refuse_non_folder(out, "--out")
-        paths = fetch_objhal(out, images or out / "images", mirror=mirror or os.environ.get(ENV_GITHUB_MIRROR) or None, created=created)
+        if images is not None:
+            refuse_non_folder(images, "--images")
+        paths = fetch_objhal(out, images or out / "images", mirror=mirror or os.environ.get(ENV_GITHUB_MIRROR) or None,
+                             overwrite=overwrite, created=created)
     for path in paths:
         typer.echo(str(path))
 

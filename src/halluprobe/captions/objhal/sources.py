@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halluprobe.benchmarks.created import CreatedOutputs
-from halluprobe.benchmarks.question_file import write_questions
-from halluprobe.benchmarks.download import FileFailure, download, mirror_url, remove_quietly
+from halluprobe.benchmarks.question_file import questions_bytes
+from halluprobe.benchmarks.download import FileFailure, download, mirror_url, remove_quietly, sha256_of_file
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.files import write_atomic
 from halluprobe.records import Question
@@ -85,6 +85,18 @@ def git_blob_id(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 16), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _pinned_there(pin: PinnedFile, dest: Path, overwrite: bool) -> bool:
+    """Whether ``dest`` already holds the pinned bytes (kept); another file there is one line
+    unless ``overwrite``."""
+    if not (dest.exists() or dest.is_symlink()):
+        return False
+    if dest.is_file() and git_blob_id(dest) == pin.git_blob and pin.sha256 in (None, sha256_of_file(dest)):
+        return True
+    if not overwrite or not dest.is_file():
+        raise InputError("exists and is not the pinned file (--overwrite replaces it)", dest)
+    return False
 
 
 def _fetch(pin: PinnedFile, out: Path, mirror: str | None, created: CreatedOutputs) -> str:
@@ -167,23 +179,29 @@ def objhal_questions(items: list[ObjhalItem]) -> list[Question]:
     ]  # fmt: skip
 
 
-def fetch_objhal(out: Path, images: Path, *, mirror: str | None, created: CreatedOutputs) -> list[Path]:
-    """Fetch both pinned files into ``out``, check the question file, write ``objhal.jsonl``,
-    ``objhal_sources.json`` and the images (into ``images``); the paths written."""
+def _refuse_other(dest: Path, data: bytes, overwrite: bool) -> None:
+    # a rerun writes the same bytes; anything else there is the user's unless --overwrite
+    if dest.is_symlink() or dest.is_dir() or (dest.is_file() and not overwrite and dest.read_bytes() != data):
+        raise InputError("exists and differs from what data objhal writes (--overwrite replaces a file)", dest)
+
+
+def fetch_objhal(out: Path, images: Path, *, mirror: str | None, overwrite: bool, created: CreatedOutputs) -> list[Path]:
+    """Fetch both pinned files into ``out`` (kept where already there), check the question file,
+    write ``objhal.jsonl``, ``objhal_sources.json`` and the images (into ``images``): every
+    output is checked before any but the pinned files is written. The paths written."""
     created.folder(out)
-    digests = {pin.name: _fetch(pin, out, mirror, created) for pin in (SYNONYMS, QUESTIONS)}
+    pins = (SYNONYMS, QUESTIONS)
+    kept = {pin.name: _pinned_there(pin, out / pin.name, overwrite) for pin in pins}
+    digests = {pin.name: sha256_of_file(out / pin.name) if kept[pin.name] else _fetch(pin, out, mirror, created) for pin in pins}
     items = read_objhal_items(out / QUESTIONS.name)
-    created.folder(images)
-    for it in items:
-        dest = images / image_name(it.image_id)
-        created.new_files([dest])
-        write_atomic(dest, it.image)
-    questions = out / "objhal.jsonl"
-    created.new_files([questions])
-    write_questions(questions, objhal_questions(items))
-    note = out / "objhal_sources.json"
-    created.new_files([note])
     sources = {p.name: {"repository": RLAIFV_REPOSITORY, "commit": RLAIFV_COMMIT, "path": p.path, "git_blob": p.git_blob,
-                        "sha256": digests[p.name]} for p in (SYNONYMS, QUESTIONS)}  # fmt: skip
-    write_atomic(note, json.dumps(sources, indent=2) + "\n")
-    return [out / SYNONYMS.name, out / QUESTIONS.name, questions, note]
+                        "sha256": digests[p.name]} for p in pins}  # fmt: skip
+    outputs = {out / "objhal.jsonl": questions_bytes(objhal_questions(items)), out / "objhal_sources.json": (json.dumps(sources, indent=2) + "\n").encode()}
+    outputs.update({images / image_name(it.image_id): it.image for it in items})
+    for dest, data in outputs.items():
+        _refuse_other(dest, data, overwrite)
+    created.folder(images)
+    created.new_files(outputs)
+    for dest, data in outputs.items():
+        write_atomic(dest, data)
+    return [out / SYNONYMS.name, out / QUESTIONS.name, out / "objhal.jsonl", out / "objhal_sources.json"]
