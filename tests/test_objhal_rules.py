@@ -10,8 +10,18 @@ from _objhal import SYNONYMS_TEXT, transcribe_script
 
 from halluprobe.captions.chair.families import wordnet_lemmatize
 from halluprobe.captions.chair.groundtruth import coco_annotation_files
-from halluprobe.captions.objhal.rules import RuleExtractor, caption_objects, extracted_objects, parse_synonyms
-from halluprobe.captions.objhal.scoring import ObjhalResponse, objhal_ground_truth, score_responses, summarize
+from halluprobe.captions.objhal.rules import (
+    RuleExtractor,
+    caption_objects,
+    extracted_objects,
+    parse_synonyms,
+)
+from halluprobe.captions.objhal.scoring import (
+    ObjhalResponse,
+    objhal_ground_truth,
+    score_responses,
+    summarize,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,7 +10,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, data_app, errors, refuse_over_limit
+from halluprobe.cli._app import (
+    MAX_RESAMPLES,
+    ResamplesOption,
+    SeedOption,
+    app,
+    data_app,
+    errors,
+    refuse_over_limit,
+)
 from halluprobe.errors import InputError
 from halluprobe.files import refuse_existing, refuse_non_folder, write_atomic
 
@@ -59,7 +67,11 @@ def objhal_cmd(
     caption-length groups and CHAIR's families on the same answers."""
     from halluprobe.benchmarks.download import sha256_of_file
     from halluprobe.captions.chair.evaluate import chair_results
-    from halluprobe.captions.chair.families import NltkLineTools, NltkTools, counting_options
+    from halluprobe.captions.chair.families import (
+        NltkLineTools,
+        NltkTools,
+        counting_options,
+    )
     from halluprobe.captions.chair.groundtruth import coco_annotation_files
     from halluprobe.captions.chair.inputs import ground_truth_for
     from halluprobe.captions.chair.scoring import Caption, ChairSettings

@@ -10,7 +10,13 @@ from pathlib import Path
 from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.groundtruth import image_key
 from halluprobe.captions.chair.length import LengthGroup
-from halluprobe.captions.objhal.scoring import ObjhalResponse, ObjhalScore, ObjhalSummary, by_length, summarize
+from halluprobe.captions.objhal.scoring import (
+    ObjhalResponse,
+    ObjhalScore,
+    ObjhalSummary,
+    by_length,
+    summarize,
+)
 from halluprobe.errors import InputError
 from halluprobe.records import FrozenRecord
 from halluprobe.rundir import RunDir

@@ -24,8 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halluprobe.benchmarks.created import CreatedOutputs
+from halluprobe.benchmarks.download import (
+    FileFailure,
+    download,
+    mirror_url,
+    remove_quietly,
+    sha256_of_file,
+)
 from halluprobe.benchmarks.question_file import questions_bytes
-from halluprobe.benchmarks.download import FileFailure, download, mirror_url, remove_quietly, sha256_of_file
 from halluprobe.errors import InputError, RuntimeFailure
 from halluprobe.files import write_atomic
 from halluprobe.records import Question
