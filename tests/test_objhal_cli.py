@@ -102,6 +102,10 @@ def test_objhal_scores_equal_the_transcription(tmp_path: Path, monkeypatch: pyte
     assert got["summary"]["mention_hallucination"] == pytest.approx(want["CHAIRi"])
     assert got["summary"]["chair_s"] == pytest.approx(want["CHAIRs"])
     assert set(got["chair"]) == {"chair@singularize"} and len(got["length_groups"]) == 4
+    chair = got["chair"]["chair@singularize"]["summary"]
+    assert chair["n"] == len(ANSWERS) and set(chair["settings"]["ground_truth"]["files"]) >= {str(coco / "instances_val2014.json")}
+    human = runner.invoke(app, args)
+    assert human.exit_code == 0 and "response hallucination (CHAIRs_refine): 85.71" in human.output
     assert (tmp_path / "scores" / "objhal_summary.json").is_file()
     again = runner.invoke(app, args + ["--out", str(tmp_path / "scores")])
     assert again.exit_code == 2  # outputs there: --overwrite replaces them

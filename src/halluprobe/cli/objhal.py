@@ -71,9 +71,9 @@ def objhal_cmd(
         NltkLineTools,
         NltkTools,
         counting_options,
+        family_named,
     )
-    from halluprobe.captions.chair.groundtruth import coco_annotation_files
-    from halluprobe.captions.chair.inputs import ground_truth_for
+    from halluprobe.captions.chair.groundtruth import coco_annotation_files, ground_truth_from_coco
     from halluprobe.captions.chair.scoring import Caption, ChairSettings
     from halluprobe.captions.objhal.evaluate import objhal_result, read_responses
     from halluprobe.captions.objhal.rules import RuleExtractor, read_synonyms
@@ -105,7 +105,9 @@ def objhal_cmd(
         chair = None
         if names:
             caps = [Caption(image_id=r.image_id, text=r.caption, source=f"{answers}:{k}") for k, r in enumerate(responses, start=1)]
-            gts = {name: ground_truth_for(name, None, coco, "2014", tokenizer=tokenizer) for name in names}
+            ids = {r.image_id for r in responses}  # the answered images' captions alone are read
+            gts = {name: ground_truth_from_coco(instances, captions, family_named(name, tokenizer=tokenizer), year="2014", only=ids)
+                   for name in names}  # fmt: skip
             chair, _ = chair_results(caps, ChairSettings(captions=str(answers)), names, gts.__getitem__,
                                      n_resamples=bootstrap, seed=seed, tokenizer=tokenizer)  # fmt: skip
         result = objhal_result(
