@@ -96,12 +96,13 @@ def test_objhal_scores_equal_the_transcription(tmp_path: Path, monkeypatch: pyte
     args = ["objhal", str(answers), "--coco", str(coco), "--synonyms", str(syn), "--tokenizer", "line", "--families", "singularize", "--bootstrap", "50"]
     result = runner.invoke(app, [*args, "--json", "--out", str(tmp_path / "scores")])
     assert result.exit_code == 0, result.output
-    got = json.loads(result.output)
+    got = json.loads(result.stdout)
     want = transcribe_script(SYNONYMS_TEXT, str.split, lambda w: wordnet_lemmatize(w, "n"), ANSWERS, INSTANCES, COCO_CAPTIONS)
     assert got["summary"]["response_hallucination"] == pytest.approx(want["CHAIRs_refine"])
     assert got["summary"]["mention_hallucination"] == pytest.approx(want["CHAIRi"])
     assert got["summary"]["chair_s"] == pytest.approx(want["CHAIRs"])
     assert set(got["chair"]) == {"chair@singularize"} and len(got["length_groups"]) == 4
+    assert got["n_images"] == 4 and "4 images answered (Object HalBench has 300)" in result.stderr
     chair = got["chair"]["chair@singularize"]["summary"]
     assert chair["n"] == len(ANSWERS) and set(chair["settings"]["ground_truth"]["files"]) >= {str(coco / "instances_val2014.json")}
     human = runner.invoke(app, args)
@@ -134,10 +135,10 @@ def test_fetched_questions_run_and_score(tmp_path: Path, monkeypatch: pytest.Mon
     result = runner.invoke(app, ["objhal", str(tmp_path / "run"), "--coco", str(coco), "--synonyms", str(out / "synonyms_refine.txt"),
                                  "--tokenizer", "line", "--families", "none", "--bootstrap", "20", "--json"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    got = json.loads(result.output)["summary"]
+    got = json.loads(result.stdout)["summary"]
     answers = [(i, texts.get(i, "a dog on a bench")) for i in range(1, 301)]
     want = transcribe_script(SYNONYMS_TEXT, str.split, lambda w: wordnet_lemmatize(w, "n"), answers, INSTANCES, COCO_CAPTIONS)
-    assert got["n_responses"] == 300
+    assert got["n_responses"] == 300 and json.loads(result.stdout)["errors"] == 0 and not result.stderr
     assert got["response_hallucination"] == pytest.approx(want["CHAIRs_refine"])
     assert got["mention_hallucination"] == pytest.approx(want["CHAIRi"])
     assert got["object_recall"] == pytest.approx(want["obj_rec"])

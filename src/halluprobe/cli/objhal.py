@@ -78,7 +78,7 @@ def objhal_cmd(
     from halluprobe.captions.objhal.evaluate import objhal_result, read_responses
     from halluprobe.captions.objhal.rules import RuleExtractor, read_synonyms
     from halluprobe.captions.objhal.scoring import objhal_ground_truth, score_responses
-    from halluprobe.captions.objhal.sources import RLAIFV_COMMIT, SYNONYMS
+    from halluprobe.captions.objhal.sources import N_IMAGES, RLAIFV_COMMIT, SYNONYMS
 
     written = [out / "objhal_summary.json", out / "objhal_answers.jsonl"] if out is not None else []
     with errors():
@@ -96,7 +96,7 @@ def objhal_cmd(
         if digest != SYNONYMS.sha256:
             raise InputError(f"not the pinned synonyms_refine.txt (sha256 {digest}, pinned {SYNONYMS.sha256} at RLAIF-V {RLAIFV_COMMIT[:12]})", synonyms)
         vocab = read_synonyms(synonyms)
-        responses = read_responses(answers)
+        responses, dropped = read_responses(answers)
         tools = (NltkTools if tokenizer == "punkt" else NltkLineTools)(need_tagger=False)
         extractor = RuleExtractor(vocab, tools)
         instances, captions = coco_annotation_files(coco, "2014")
@@ -111,12 +111,14 @@ def objhal_cmd(
             chair, _ = chair_results(caps, ChairSettings(captions=str(answers)), names, gts.__getitem__,
                                      n_resamples=bootstrap, seed=seed, tokenizer=tokenizer)  # fmt: skip
         result = objhal_result(
-            scores, extractor.identity, chair, answers=str(answers), synonyms_sha256=str(digest), ground_truth=f"COCO 2014 train+val: {coco}",
+            scores, extractor.identity, chair, errors=dropped, answers=str(answers), synonyms_sha256=str(digest), ground_truth=f"COCO 2014 train+val: {coco}",
             rlaifv_commit=RLAIFV_COMMIT, n_resamples=bootstrap, seed=seed,
         )  # fmt: skip
         if out is not None:
             write_atomic(written[0], json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
             write_atomic(written[1], "".join(s.model_dump_json() + "\n" for s in scores))
+    if result.n_images != N_IMAGES or result.errors:  # on stderr: --json's stdout stays one JSON document
+        typer.echo(f"note: {result.n_images} images answered (Object HalBench has {N_IMAGES}), {result.errors} errored samples left out", err=True)
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
         return

@@ -28,20 +28,22 @@ def _clean(text: str) -> str:
     return text.replace("Assistant:", "").strip()  # the script's loader, applied to every answer
 
 
-def run_responses(path: Path) -> list[ObjhalResponse]:
-    """A ``run --open-ended`` dir's answers (errored samples left out), images keyed by COCO id."""
+def run_responses(path: Path) -> tuple[list[ObjhalResponse], int]:
+    """A ``run --open-ended`` dir's answers, images keyed by COCO id, and how many errored
+    samples were left out."""
     rundir = RunDir(path)
     if not rundir.read_header().open_ended:
         raise InputError("a run of yes/no answers: Object HalBench scores open-ended answers (run objhal.jsonl with --open-ended)", rundir.header_path)
     out = []
-    for line, s in enumerate(rundir.read_samples(), start=1):
+    samples = rundir.read_samples()
+    for line, s in enumerate(samples, start=1):
         if s.error or s.text is None:
             continue
         key = image_key(s.image, rundir.samples_path, line)
         if not isinstance(key, int):
             raise InputError(f"image {s.image!r} is no COCO image", rundir.samples_path, line)
         out.append(ObjhalResponse(image_id=key, question=s.prompt, caption=_clean(s.text)))
-    return out
+    return out, len(samples) - len(out)
 
 
 def answer_file_responses(path: Path) -> list[ObjhalResponse]:
@@ -68,11 +70,12 @@ def answer_file_responses(path: Path) -> list[ObjhalResponse]:
     return out
 
 
-def read_responses(path: Path) -> list[ObjhalResponse]:
-    responses = run_responses(path) if path.is_dir() else answer_file_responses(path)
+def read_responses(path: Path) -> tuple[list[ObjhalResponse], int]:
+    """(answers, errored samples left out) of a run dir or an answer file."""
+    responses, errors = run_responses(path) if path.is_dir() else (answer_file_responses(path), 0)
     if not responses:
         raise InputError("no answers to score", path)
-    return responses
+    return responses, errors
 
 
 class ObjhalResult(FrozenRecord):
@@ -80,6 +83,8 @@ class ObjhalResult(FrozenRecord):
     otherwise), the length groups, CHAIR's families on the same answers, and the inputs."""
 
     summary: ObjhalSummary
+    n_images: int  # distinct images answered: the script asserts 300
+    errors: int  # errored samples of the run, left out
     length_groups: list[LengthGroup]
     chair: ChairResults | None
     answers: str
@@ -89,10 +94,11 @@ class ObjhalResult(FrozenRecord):
 
 
 def objhal_result(
-    scores: Sequence[ObjhalScore], extractor: dict[str, str], chair: ChairResults | None, *,
+    scores: Sequence[ObjhalScore], extractor: dict[str, str], chair: ChairResults | None, *, errors: int,
     answers: str, synonyms_sha256: str, ground_truth: str, rlaifv_commit: str, n_resamples: int = 1000, seed: int = 0,
 ) -> ObjhalResult:  # fmt: skip
     return ObjhalResult(
         summary=summarize(scores, extractor, n_resamples=n_resamples, seed=seed), length_groups=by_length(scores),
+        n_images=len({s.image_id for s in scores}), errors=errors,
         chair=chair, answers=answers, synonyms_sha256=synonyms_sha256, ground_truth=ground_truth, rlaifv_commit=rlaifv_commit,
     )  # fmt: skip
