@@ -81,8 +81,9 @@ def test_scores_equal_the_transcription(tmp_path: Path) -> None:
     coco = write_coco(tmp_path / "coco", "2014", INSTANCES, COCO_CAPTIONS)
     instances, captions = coco_annotation_files(coco, "2014")
     extractor = RuleExtractor(VOCAB, TOOLS)
-    truth = objhal_ground_truth(extractor, VOCAB, instances, captions, {i for i, _ in ANSWERS})
+    truth, files = objhal_ground_truth(extractor, VOCAB, instances, captions, {i for i, _ in ANSWERS})
     responses = [ObjhalResponse(image_id=i, question="q", caption=t.replace("Assistant:", "").strip()) for i, t in ANSWERS]
+    assert len(files) == 4  # val and train, instances and captions, each with its sha256
     summary = summarize(score_responses(responses, truth, extractor), extractor.identity, n_resamples=50)
     want = transcribe_script(SYNONYMS_TEXT, str.split, lambda w: wordnet_lemmatize(w, "n"), ANSWERS, INSTANCES, COCO_CAPTIONS)
     assert summary.response_hallucination == pytest.approx(want["CHAIRs_refine"])

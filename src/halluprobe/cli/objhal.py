@@ -100,7 +100,7 @@ def objhal_cmd(
         tools = (NltkTools if tokenizer == "punkt" else NltkLineTools)(need_tagger=False)
         extractor = RuleExtractor(vocab, tools)
         instances, captions = coco_annotation_files(coco, "2014")
-        truth = objhal_ground_truth(extractor, vocab, instances, captions, {r.image_id for r in responses})
+        truth, coco_files = objhal_ground_truth(extractor, vocab, instances, captions, {r.image_id for r in responses})
         scores = score_responses(responses, truth, extractor)
         chair = None
         if names:
@@ -111,7 +111,7 @@ def objhal_cmd(
             chair, _ = chair_results(caps, ChairSettings(captions=str(answers)), names, gts.__getitem__,
                                      n_resamples=bootstrap, seed=seed, tokenizer=tokenizer)  # fmt: skip
         result = objhal_result(
-            scores, extractor.identity, chair, errors=dropped, answers=str(answers), synonyms_sha256=str(digest), ground_truth=f"COCO 2014 train+val: {coco}",
+            scores, extractor.identity, chair, errors=dropped, answers=str(answers), synonyms_sha256=str(digest), ground_truth=coco_files,
             rlaifv_commit=RLAIFV_COMMIT, n_resamples=bootstrap, seed=seed,
         )  # fmt: skip
         if out is not None:

@@ -89,13 +89,13 @@ class ObjhalResult(FrozenRecord):
     chair: ChairResults | None
     answers: str
     synonyms_sha256: str
-    ground_truth: str
+    ground_truth: dict[str, str]  # COCO 2014 file read -> its sha256
     rlaifv_commit: str
 
 
 def objhal_result(
     scores: Sequence[ObjhalScore], extractor: dict[str, str], chair: ChairResults | None, *, errors: int,
-    answers: str, synonyms_sha256: str, ground_truth: str, rlaifv_commit: str, n_resamples: int = 1000, seed: int = 0,
+    answers: str, synonyms_sha256: str, ground_truth: dict[str, str], rlaifv_commit: str, n_resamples: int = 1000, seed: int = 0,
 ) -> ObjhalResult:  # fmt: skip
     return ObjhalResult(
         summary=summarize(scores, extractor, n_resamples=n_resamples, seed=seed), length_groups=by_length(scores),

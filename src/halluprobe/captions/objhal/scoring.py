@@ -18,6 +18,7 @@ Every rate has a 95% CI from a bootstrap over images (``metrics.stats.cluster_bo
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -107,12 +108,23 @@ def objhal_ground_truth(
     instances: Sequence[CocoFile],
     captions: Sequence[CocoFile],
     image_ids: set[int],
-) -> dict[int, frozenset[str]]:
+) -> tuple[dict[int, frozenset[str]], dict[str, str]]:
     """The script's ``get_annotations``: instance categories (as their synonym line's first
-    entry) and every object the extractor reads in the COCO captions of each image."""
+    entry) and every object the extractor reads in the COCO captions of each image; and each
+    file read -> its sha256 (recorded with the result)."""
     truth: dict[int, set[str]] = {i: set() for i in image_ids}
+    files: dict[str, str] = {}
+
+    def load(source: CocoFile) -> Any:
+        raw = source.read()
+        files[source.label] = hashlib.sha256(raw).hexdigest()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise InputError("not JSON (a COCO annotation file expected)", source.label) from None
+
     for source in instances:
-        data = json.loads(source.read())
+        data = load(source)
         names = _categories(data, source)
         for ann in data.get("annotations", []):
             if ann.get("image_id") in truth:
@@ -121,11 +133,11 @@ def objhal_ground_truth(
                     raise InputError(f"COCO category {name!r} is not in synonyms_refine.txt", source.label)
                 truth[ann["image_id"]].add(vocab.node_of[name])
     for source in captions:
-        data = json.loads(source.read())
+        data = load(source)
         for ann in data.get("annotations", []):
             if ann.get("image_id") in truth:
                 truth[ann["image_id"]].update(extractor.objects("", str(ann.get("caption", ""))).objects)
-    return {i: frozenset(objs) for i, objs in truth.items()}
+    return {i: frozenset(objs) for i, objs in truth.items()}, files
 
 
 def score_responses(
