@@ -125,7 +125,11 @@ def _fetch(pin: PinnedFile, out: Path, mirror: str | None, created: CreatedOutpu
         have = f"sha256 {got}" if pin.sha256 else f"git blob {blob}"
         raise InputError(f"pin mismatch: expected {want}, got {have}; the download was removed", url)
     created.new_files([dest])
-    os.replace(part, dest)
+    try:
+        os.replace(part, dest)
+    except OSError as e:
+        remove_quietly(part)
+        raise InputError(f"cannot write: {e.strerror or e}", dest) from None
     return got
 
 
@@ -195,7 +199,10 @@ def fetch_objhal(out: Path, images: Path, *, mirror: str | None, overwrite: bool
     """Fetch both pinned files into ``out`` (kept where already there), check the question file,
     write ``objhal.jsonl``, ``objhal_sources.json`` and the images (into ``images``): every
     output is checked before any but the pinned files is written. The paths written."""
-    created.folder(out)
+    try:
+        created.folder(out)
+    except OSError as e:
+        raise InputError(f"cannot create the output folder: {e.strerror or e}", out) from None
     pins = (SYNONYMS, QUESTIONS)
     kept = {pin.name: _pinned_there(pin, out / pin.name, overwrite) for pin in pins}
     digests = {pin.name: sha256_of_file(out / pin.name) if kept[pin.name] else _fetch(pin, out, mirror, created) for pin in pins}
@@ -206,7 +213,10 @@ def fetch_objhal(out: Path, images: Path, *, mirror: str | None, overwrite: bool
     outputs.update({images / image_name(it.image_id): it.image for it in items})
     for dest, data in outputs.items():
         _refuse_other(dest, data, overwrite)
-    created.folder(images)
+    try:
+        created.folder(images)
+    except OSError as e:
+        raise InputError(f"cannot create the images folder: {e.strerror or e}", images) from None
     created.new_files(outputs)
     for dest, data in outputs.items():
         write_atomic(dest, data)
