@@ -27,7 +27,7 @@ import numpy as np
 
 from halluprobe.captions.chair.groundtruth import CocoFile
 from halluprobe.captions.chair.length import LengthGroup
-from halluprobe.captions.objhal.rules import ObjhalVocabulary, WordExtractor
+from halluprobe.captions.objhal.rules import ObjhalVocabulary, RuleExtractor, WordExtractor
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap
 from halluprobe.records import FrozenRecord
@@ -103,15 +103,16 @@ def _categories(data: Any, source: CocoFile) -> dict[int, str]:
 
 
 def objhal_ground_truth(
-    extractor: WordExtractor,
+    rules: RuleExtractor,
     vocab: ObjhalVocabulary,
     instances: Sequence[CocoFile],
     captions: Sequence[CocoFile],
     image_ids: set[int],
 ) -> tuple[dict[int, frozenset[str]], dict[str, str]]:
     """The script's ``get_annotations``: instance categories (as their synonym line's first
-    entry) and every object the extractor reads in the COCO captions of each image; and each
-    file read -> its sha256 (recorded with the result)."""
+    entry) and every object the rules read in the COCO captions of each image (the rules even
+    where a judge extracts the answers' words: the script's ``--use_gpt`` leaves the ground truth
+    alone); and each file read -> its sha256 (recorded with the result)."""
     truth: dict[int, set[str]] = {i: set() for i in image_ids}
     files: dict[str, str] = {}
 
@@ -136,7 +137,7 @@ def objhal_ground_truth(
         data = load(source)
         for ann in data.get("annotations", []):
             if ann.get("image_id") in truth:
-                truth[ann["image_id"]].update(extractor.objects("", str(ann.get("caption", ""))).objects)
+                truth[ann["image_id"]].update(rules.objects("", str(ann.get("caption", ""))).objects)
     return {i: frozenset(objs) for i, objs in truth.items()}, files
 
 
