@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data", ("rundir", "benchmarks", "readouts", "metrics")),
     ("backends", ("backends", "ask", "clip_signal", "tiny", "tiny_qwen2vl")),
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner
-    ("run", ("runner", "run_setup", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "captions", "captions.chair", "captions.amber", "judging")),
+    ("run", ("runner", "run_setup", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "captions", "captions.chair", "captions.amber", "captions.objhal", "judging")),
     ("present", ("audit", "corrections_table", "captions.comparison", "provenance", "tables", "study_table", "check", "report", "dataset_scores", "benchmark_scores", "rule_changes", "literature")),
     ("entry", ("demo", "demo_captions", "cli")),
 )

@@ -18,6 +18,7 @@ from halluprobe.cli import corrections as _corrections  # noqa: F401
 from halluprobe.cli import data as _data  # noqa: F401
 from halluprobe.cli import decoding as _decoding  # noqa: F401
 from halluprobe.cli import io as _io  # noqa: F401
+from halluprobe.cli import objhal as _objhal  # noqa: F401
 from halluprobe.cli import literature as _literature  # noqa: F401
 from halluprobe.cli import mmhal as _mmhal  # noqa: F401
 from halluprobe.cli import probe as _probe  # noqa: F401

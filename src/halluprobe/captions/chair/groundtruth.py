@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -227,9 +227,11 @@ def caption_objects(family: ChairFamily, text: str, path: str | Path | None, lin
 
 
 def ground_truth_from_coco(
-    instances: Iterable[Path | CocoFile], captions: Iterable[Path | CocoFile], family: ChairFamily, *, year: str | None = None
+    instances: Iterable[Path | CocoFile], captions: Iterable[Path | CocoFile], family: ChairFamily, *, year: str | None = None,
+    only: Collection[ImageKey] | None = None,
 ) -> GroundTruth:
-    """CHAIR's ground truth from COCO instance and caption files, as ``get_annotations`` builds it."""
+    """CHAIR's ground truth from COCO instance and caption files, as ``get_annotations`` builds it;
+    ``only``: these images alone (Object HalBench's 300: the other captions are never read)."""
     vocab = vocabulary()
     found: dict[ImageKey, set[str]] = {}
     files: dict[str, str] = {}
@@ -238,6 +240,8 @@ def ground_truth_from_coco(
         try:
             names = {cat["id"]: cat["name"] for cat in data["categories"]}
             for ann in data["annotations"]:
+                if only is not None and _coco_id(ann, source) not in only:
+                    continue
                 found.setdefault(_coco_id(ann, source), set()).add(vocab.node_of[names[ann["category_id"]]])
         except (KeyError, TypeError) as err:
             raise InputError(f"not a COCO instances file ({source.member or source.path.name}: missing or unknown {err})", source.path) from None
@@ -245,6 +249,8 @@ def ground_truth_from_coco(
         data, files[source.label] = _load_json(source)
         try:
             for ann in data["annotations"]:
+                if only is not None and _coco_id(ann, source) not in only:
+                    continue
                 found.setdefault(_coco_id(ann, source), set()).update(caption_objects(family, ann["caption"], source.label).objects)
         except (KeyError, TypeError) as err:
             raise InputError(f"not a COCO captions file ({source.member or source.path.name}: missing {err})", source.path) from None

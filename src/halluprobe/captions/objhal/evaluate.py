@@ -1,0 +1,104 @@
+"""Object HalBench end to end: answers (a run dir or RLAIF-V's answer file) -> its scores, the
+caption-length confound, and the records ``halluprobe objhal`` writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from halluprobe.captions.chair.evaluate import ChairResults
+from halluprobe.captions.chair.groundtruth import image_key
+from halluprobe.captions.chair.length import LengthGroup
+from halluprobe.captions.objhal.scoring import (
+    ObjhalResponse,
+    ObjhalScore,
+    ObjhalSummary,
+    by_length,
+    summarize,
+)
+from halluprobe.errors import InputError
+from halluprobe.records import FrozenRecord
+from halluprobe.rundir import RunDir
+
+__all__ = ["ObjhalResult", "answer_file_responses", "objhal_result", "read_responses", "run_responses"]
+
+
+def _clean(text: str) -> str:
+    return text.replace("Assistant:", "").strip()  # the script's loader, applied to every answer
+
+
+def run_responses(path: Path) -> tuple[list[ObjhalResponse], int]:
+    """A ``run --open-ended`` dir's answers, images keyed by COCO id, and how many errored
+    samples were left out."""
+    rundir = RunDir(path)
+    if not rundir.read_header().open_ended:
+        raise InputError("a run of yes/no answers: Object HalBench scores open-ended answers (run objhal.jsonl with --open-ended)", rundir.header_path)
+    out = []
+    samples = rundir.read_samples()
+    for line, s in enumerate(samples, start=1):
+        if s.error or s.text is None:
+            continue
+        key = image_key(s.image, rundir.samples_path, line)
+        if not isinstance(key, int):
+            raise InputError(f"image {s.image!r} is no COCO image", rundir.samples_path, line)
+        out.append(ObjhalResponse(image_id=key, question=s.prompt, caption=_clean(s.text)))
+    return out, len(samples) - len(out)
+
+
+def answer_file_responses(path: Path) -> list[ObjhalResponse]:
+    """RLAIF-V's answer file (JSON lines with ``image_id``, ``question`` or ``prompt``, ``text``
+    or ``answer``: the keys its loader reads, in its order of preference)."""
+    out = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the answer file: {e}", path) from None
+    for n, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+            image_id = int(rec["image_id"])
+            question = rec["prompt"] if "prompt" in rec else rec["question"]
+            answer = rec["text"] if "text" in rec else rec["answer"]
+        except (ValueError, TypeError, KeyError):
+            raise InputError("expected a JSON object with 'image_id', 'question' or 'prompt', 'text' or 'answer'", path, n) from None
+        if not isinstance(question, str) or not isinstance(answer, str):
+            raise InputError("'question'/'prompt' and 'text'/'answer' must be strings", path, n)
+        out.append(ObjhalResponse(image_id=image_id, question=question, caption=_clean(answer)))
+    return out
+
+
+def read_responses(path: Path) -> tuple[list[ObjhalResponse], int]:
+    """(answers, errored samples left out) of a run dir or an answer file."""
+    responses, errors = run_responses(path) if path.is_dir() else (answer_file_responses(path), 0)
+    if not responses:
+        raise InputError("no answers to score", path)
+    return responses, errors
+
+
+class ObjhalResult(FrozenRecord):
+    """What ``objhal`` writes: the script's rates (judge-free unless ``summary.extractor`` says
+    otherwise), the length groups, CHAIR's families on the same answers, and the inputs."""
+
+    summary: ObjhalSummary
+    n_images: int  # distinct images answered: the script asserts 300
+    errors: int  # errored samples of the run, left out
+    length_groups: list[LengthGroup]
+    chair: ChairResults | None
+    answers: str
+    synonyms_sha256: str
+    ground_truth: dict[str, str]  # COCO 2014 file read -> its sha256
+    rlaifv_commit: str
+
+
+def objhal_result(
+    scores: Sequence[ObjhalScore], extractor: dict[str, str], chair: ChairResults | None, *, errors: int,
+    answers: str, synonyms_sha256: str, ground_truth: dict[str, str], rlaifv_commit: str, n_resamples: int = 1000, seed: int = 0,
+) -> ObjhalResult:  # fmt: skip
+    return ObjhalResult(
+        summary=summarize(scores, extractor, n_resamples=n_resamples, seed=seed), length_groups=by_length(scores),
+        n_images=len({s.image_id for s in scores}), errors=errors,
+        chair=chair, answers=answers, synonyms_sha256=synonyms_sha256, ground_truth=ground_truth, rlaifv_commit=rlaifv_commit,
+    )  # fmt: skip

@@ -1,0 +1,141 @@
+"""Object HalBench (RLAIF-V): ``data objhal`` fetches its pinned files, ``objhal`` scores answers
+judge-free as RLAIF-V's script does without ``--use_gpt`` (docs/design/chair.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from halluprobe.cli._app import (
+    MAX_RESAMPLES,
+    ResamplesOption,
+    SeedOption,
+    app,
+    data_app,
+    errors,
+    refuse_over_limit,
+)
+from halluprobe.errors import InputError
+from halluprobe.files import refuse_existing, refuse_non_folder, write_atomic
+
+__all__ = ["data_objhal_cmd", "objhal_cmd"]
+
+
+@data_app.command("objhal")
+def data_objhal_cmd(
+    out: Annotated[Path, typer.Option(help="Folder for the pinned files and objhal.jsonl.")],
+    images: Annotated[Optional[Path], typer.Option(help="Folder for the 300 images the question file carries (default: OUT/images).")] = None,
+    mirror: Annotated[
+        Optional[str], typer.Option(help="GitHub raw mirror (URL or folder laid out <repo>/<commit>/<path>); else $HALLUPROBE_GITHUB_URL.")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace output files that differ from what this writes.")] = False,
+) -> None:
+    """Fetch Object HalBench's question file and synonyms_refine.txt at a pinned RLAIF-V commit,
+    write objhal.jsonl (run it with `halluprobe run --open-ended`) and the images it carries."""
+    from halluprobe.benchmarks.created import removed_on_failure
+    from halluprobe.captions.objhal.sources import ENV_GITHUB_MIRROR, fetch_objhal
+
+    with errors(), removed_on_failure() as created:
+        refuse_non_folder(out, "--out")
+        if images is not None:
+            refuse_non_folder(images, "--images")
+        paths = fetch_objhal(out, images or out / "images", mirror=mirror or os.environ.get(ENV_GITHUB_MIRROR) or None,
+                             overwrite=overwrite, created=created)
+    for path in paths:
+        typer.echo(str(path))
+
+
+@app.command("objhal")
+def objhal_cmd(
+    answers: Annotated[Path, typer.Argument(help="A `run --open-ended` dir of objhal.jsonl, or RLAIF-V's answer file (JSON lines).")],
+    coco: Annotated[Path, typer.Option(help="COCO 2014 annotations (folder or annotations_trainval2014.zip): train and val, as the script reads both.")],
+    synonyms: Annotated[Path, typer.Option(help="synonyms_refine.txt as `data objhal` fetched it (its sha256 is checked).")],
+    families: Annotated[str, typer.Option(help="CHAIR families scored beside: lemmatizer, singularize, both or none.")] = "both",
+    tokenizer: Annotated[str, typer.Option(help="punkt (NLTK's word_tokenize, the script's) or line (no punkt data; see docs/design/chair.md).")] = "punkt",
+    out: Annotated[Optional[Path], typer.Option(help="Write objhal_summary.json and objhal_answers.jsonl here.")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace those two files.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    bootstrap: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+) -> None:
+    """Object HalBench's response- and mention-level hallucination rates, exactly as RLAIF-V's
+    eval_gpt_obj_halbench.py counts them without --use_gpt, with 95% image-bootstrap CIs, the
+    caption-length groups and CHAIR's families on the same answers."""
+    from halluprobe.benchmarks.download import sha256_of_file
+    from halluprobe.captions.chair.evaluate import chair_results
+    from halluprobe.captions.chair.families import (
+        NltkLineTools,
+        NltkTools,
+        counting_options,
+        family_named,
+    )
+    from halluprobe.captions.chair.groundtruth import coco_annotation_files, ground_truth_from_coco
+    from halluprobe.captions.chair.scoring import Caption, ChairSettings
+    from halluprobe.captions.objhal.evaluate import objhal_result, read_responses
+    from halluprobe.captions.objhal.rules import RuleExtractor, read_synonyms
+    from halluprobe.captions.objhal.scoring import objhal_ground_truth, score_responses
+    from halluprobe.captions.objhal.sources import N_IMAGES, RLAIFV_COMMIT, SYNONYMS
+
+    written = [out / "objhal_summary.json", out / "objhal_answers.jsonl"] if out is not None else []
+    with errors():
+        refuse_over_limit("--bootstrap", bootstrap, MAX_RESAMPLES)
+        names: tuple[str, ...] = ()
+        if families != "none":
+            names, _ = counting_options(families, tokenizer, allow_both=True)
+        elif tokenizer not in ("punkt", "line"):
+            raise InputError(f"--tokenizer must be punkt or line, not {tokenizer!r}")
+        if out is not None:
+            refuse_non_folder(out, "--out")
+            for path in written:
+                refuse_existing(path, overwrite=overwrite)
+        digest = sha256_of_file(synonyms) if synonyms.is_file() else None
+        if digest != SYNONYMS.sha256:
+            raise InputError(f"not the pinned synonyms_refine.txt (sha256 {digest}, pinned {SYNONYMS.sha256} at RLAIF-V {RLAIFV_COMMIT[:12]})", synonyms)
+        vocab = read_synonyms(synonyms)
+        responses, dropped = read_responses(answers)
+        tools = (NltkTools if tokenizer == "punkt" else NltkLineTools)(need_tagger=False)
+        extractor = RuleExtractor(vocab, tools)
+        instances, captions = coco_annotation_files(coco, "2014")
+        truth, coco_files = objhal_ground_truth(extractor, vocab, instances, captions, {r.image_id for r in responses})
+        scores = score_responses(responses, truth, extractor)
+        chair = None
+        if names:
+            caps = [Caption(image_id=r.image_id, text=r.caption, source=f"{answers}:{k}") for k, r in enumerate(responses, start=1)]
+            ids = {r.image_id for r in responses}  # the answered images' captions alone are read
+            gts = {name: ground_truth_from_coco(instances, captions, family_named(name, tokenizer=tokenizer), year="2014", only=ids)
+                   for name in names}  # fmt: skip
+            chair, _ = chair_results(caps, ChairSettings(captions=str(answers)), names, gts.__getitem__,
+                                     n_resamples=bootstrap, seed=seed, tokenizer=tokenizer)  # fmt: skip
+        result = objhal_result(
+            scores, extractor.identity, chair, errors=dropped, answers=str(answers), synonyms_sha256=str(digest), ground_truth=coco_files,
+            rlaifv_commit=RLAIFV_COMMIT, n_resamples=bootstrap, seed=seed,
+        )  # fmt: skip
+        if out is not None:
+            write_atomic(written[0], json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
+            write_atomic(written[1], "".join(s.model_dump_json() + "\n" for s in scores))
+    if result.n_images != N_IMAGES or result.errors:  # on stderr: --json's stdout stays one JSON document
+        typer.echo(f"note: {result.n_images} images answered (Object HalBench has {N_IMAGES}), {result.errors} errored samples left out", err=True)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
+        return
+    s = result.summary
+
+    def pct(v: float | None, ci: tuple[float, float] | None) -> str:
+        shown = "n/a" if v is None else f"{100 * v:.2f}"
+        return shown + (f" [{100 * ci[0]:.2f}, {100 * ci[1]:.2f}]" if ci else "")
+
+    typer.echo(f"Object HalBench ({s.extractor['extractor']}, RLAIF-V {RLAIFV_COMMIT[:12]}): {s.n_responses} answers, "
+               f"{s.n_responses_with_objects} name a COCO object")  # fmt: skip
+    typer.echo(f"  response hallucination (CHAIRs_refine): {pct(s.response_hallucination, s.ci.response_hallucination)}")
+    typer.echo(f"  mention hallucination (CHAIRi):         {pct(s.mention_hallucination, s.ci.mention_hallucination)}")
+    typer.echo(f"  CHAIRs (over all answers):              {pct(s.chair_s, s.ci.chair_s)}")
+    typer.echo(f"  object recall:                          {pct(s.object_recall, s.ci.object_recall)}")
+    typer.echo(f"  average length (words):                 {s.avg_length:.2f}")
+    for g in result.length_groups:
+        typer.echo(f"  length {g.lengths[0]}-{g.lengths[1]} (n={g.n}): responses {100 * g.chair_s:.1f}, mentions {pct(g.chair_i, None)}")
+    for name, fam in (result.chair.families.items() if result.chair else []):
+        typer.echo(f"  {name}: CHAIR_s {pct(fam.summary.chair_s, None)}, CHAIR_i {pct(fam.summary.chair_i, None)}")
