@@ -11,7 +11,8 @@ so tables of earlier versions read back into the same records (docs/design/prove
 - ``halluprobe-chair-provenance``: chair (:class:`ChairProvenance`);
 - ``halluprobe-decoding-provenance``: decoding (:class:`DecodingProvenance`);
 - ``halluprobe literature audit:`` with ``key=value`` pairs: literature
-  (:class:`LiteratureProvenance`).
+  (:class:`LiteratureProvenance`);
+- ``halluprobe-mmhal-provenance``: mmhal, MMHal-Bench's judged table (:class:`MMHalProvenance`).
 
 :func:`marked_comment` writes any record, :func:`read_marked` reads any comment back (a
 comment without a ``table`` key takes its kind from its mark). The tables themselves are
@@ -38,7 +39,7 @@ from halluprobe.rundir import RunDir, sha256_file
 __all__ = [
     "PROVENANCE_MARK", "CHAIR_PROVENANCE_MARK", "DECODING_PROVENANCE_MARK", "LITERATURE_PROVENANCE_MARK", "PROVENANCE_SCHEMA",
     "RunSource", "FileSource", "Provenance", "ChairSource", "ChairProvenance", "DecodingRun", "ProveScores",
-    "DecodingProvenance", "LiteratureProvenance", "AnyProvenance", "Syntax", "run_source", "score_provenance",
+    "DecodingProvenance", "LiteratureProvenance", "MMHAL_PROVENANCE_MARK", "MMHalProvenance", "AnyProvenance", "Syntax", "run_source", "score_provenance",
     "answers_provenance", "readouts_provenance", "headline_provenance", "corrections_provenance", "marked_comment",
     "comment_payload", "read_marked", "read_payload"
 ]  # fmt: skip
@@ -47,6 +48,7 @@ PROVENANCE_MARK = "halluprobe-provenance"
 CHAIR_PROVENANCE_MARK = "halluprobe-chair-provenance"
 DECODING_PROVENANCE_MARK = "halluprobe-decoding-provenance"
 LITERATURE_PROVENANCE_MARK = "halluprobe literature audit:"
+MMHAL_PROVENANCE_MARK = "halluprobe-mmhal-provenance"
 PROVENANCE_SCHEMA = 1
 
 Syntax = Literal["markdown", "latex"]
@@ -184,7 +186,22 @@ class LiteratureProvenance(FrozenRecord):
         return BootstrapSettings(n_resamples=self.resamples, seed=self.seed)
 
 
-AnyProvenance = Annotated[Provenance | ChairProvenance | DecodingProvenance | LiteratureProvenance, Field(discriminator="table")]
+class MMHalProvenance(FrozenRecord):
+    """``halluprobe-mmhal-provenance``: MMHal-Bench's judged table. The stored verdicts are the
+    ledger: the template and the judgments recompute every cell, no judge needed."""
+
+    table: Literal["mmhal"]
+    template: FileSource  # the response template as given, sha256 of its bytes
+    judgments: FileSource  # the judgment dir as given, sha256 of its judgments.jsonl
+    judge: str  # backend:model as configured (judge.json)
+    prompt_sha256: str  # the judge prompt template's
+    unparseable: Literal["zero", "wrong", "drop"]
+    compat: bool  # the official summarizer's aggregation (unparseable = 0, types by position)
+    bootstrap: BootstrapSettings
+    halluprobe: str
+
+
+AnyProvenance = Annotated[Provenance | ChairProvenance | DecodingProvenance | LiteratureProvenance | MMHalProvenance, Field(discriminator="table")]
 _ANY = TypeAdapter(AnyProvenance)
 # the mark decides the kinds a comment may hold (and the kind of one without a ``table`` key)
 _KINDS: dict[str, tuple[str, ...]] = {
@@ -192,8 +209,9 @@ _KINDS: dict[str, tuple[str, ...]] = {
     CHAIR_PROVENANCE_MARK: ("chair",),
     DECODING_PROVENANCE_MARK: ("decoding",),
     LITERATURE_PROVENANCE_MARK: ("literature",),
+    MMHAL_PROVENANCE_MARK: ("mmhal",),
 }
-_LABELS = {PROVENANCE_MARK: "", CHAIR_PROVENANCE_MARK: "CHAIR ", DECODING_PROVENANCE_MARK: "decoding ", LITERATURE_PROVENANCE_MARK: "literature "}
+_LABELS = {PROVENANCE_MARK: "", CHAIR_PROVENANCE_MARK: "CHAIR ", DECODING_PROVENANCE_MARK: "decoding ", LITERATURE_PROVENANCE_MARK: "literature ", MMHAL_PROVENANCE_MARK: "MMHal "}
 
 
 def run_source(path: str | Path) -> RunSource:
@@ -241,7 +259,7 @@ def _mark_of(provenance: FrozenRecord) -> str:
     return next(mark for mark, kinds in _KINDS.items() if kind in kinds)
 
 
-def marked_comment(provenance: Provenance | ChairProvenance | DecodingProvenance | LiteratureProvenance, syntax: Syntax) -> str:
+def marked_comment(provenance: Provenance | ChairProvenance | DecodingProvenance | LiteratureProvenance | MMHalProvenance, syntax: Syntax) -> str:
     """The one comment line of any record, under its kind's mark, the form :func:`read_marked`
     reads back: JSON (the score tables' without null keys), or ``key=value`` pairs for
     ``literature.md`` (Markdown only), as each was always written."""

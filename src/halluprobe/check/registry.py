@@ -15,6 +15,7 @@ from halluprobe.check.chair import check_chair_table, extract_chair_tables
 from halluprobe.check.decoding import check_decoding_table, extract_decoding_tables
 from halluprobe.check.findings import CheckResult
 from halluprobe.check.literature import check_literature_table, extract_literature_tables
+from halluprobe.check.mmhal import check_mmhal_table, extract_mmhal_tables
 from halluprobe.check.parse import extract_tables
 from halluprobe.check.score import (
     check_corrections_table,
@@ -49,4 +50,5 @@ TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("chair", extract_chair_tables, lambda table, runs, cache, result: check_chair_table(table, runs, result)),
     TableKind("decoding", extract_decoding_tables, lambda table, runs, cache, result: check_decoding_table(table, runs, result)),
     TableKind("literature", extract_literature_tables, check_literature_table),
+    TableKind("mmhal", extract_mmhal_tables, lambda table, runs, cache, result: check_mmhal_table(table, runs, result)),
 )

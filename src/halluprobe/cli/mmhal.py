@@ -27,6 +27,24 @@ def _ledger(score: object) -> str:
             f"unparseable {score.unparseable}, errors {score.errors} of {score.n} (--unparseable {score.policy})")  # fmt: skip
 
 
+def _write_table(path: Path, syntax: Literal["markdown", "latex"], template: Path, judgments: Path, mmhal: object, store: object,
+                 score: object, *, compat: bool) -> None:  # fmt: skip
+    from halluprobe.benchmarks.mmhal import MMHalFile
+    from halluprobe.judging.mmhal_score import MMHalScore, ordered_judgments
+    from halluprobe.judging.store import JudgmentDir
+    from halluprobe.mmhal_table import mmhal_grid, mmhal_provenance, render_mmhal
+
+    assert isinstance(mmhal, MMHalFile) and isinstance(store, JudgmentDir) and isinstance(score, MMHalScore)
+    header = store.read_header()
+    judged = ordered_judgments(mmhal, store.read_judgments(), str(store.judgments_path))
+    provenance = mmhal_provenance(template, judgments, header, policy=score.policy, compat=compat, n_resamples=score.n_resamples, seed=score.seed)
+    text = render_mmhal(mmhal_grid(score, mmhal, judged, header, compat=compat, syntax=syntax), provenance, syntax)
+    try:
+        path.write_text(text + "\n", encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"cannot write the table: {err.strerror or err}", path) from None
+
+
 @data_app.command("mmhal")
 def data_mmhal_cmd(
     out: Annotated[Path, typer.Option(help="Where the template goes (JSON).")],
@@ -107,6 +125,8 @@ def mmhal_score_cmd(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     compat: Annotated[bool, typer.Option("--compat", help="Print the official summarizer's output (warnings included) only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+    markdown: Annotated[Optional[Path], typer.Option(help="Also write the table as Markdown to this file (with its provenance comment for `check`; --compat: the official aggregation).")] = None,
+    latex: Annotated[Optional[Path], typer.Option(help="Also write the table as booktabs LaTeX to this file (with its provenance comment for `check`).")] = None,
 ) -> None:
     """Average score (0-6) and hallucination rate (share < 3), overall and per type, with the ledger."""
     from halluprobe.benchmarks.mmhal import read_mmhal
@@ -119,6 +139,9 @@ def mmhal_score_cmd(
         store = JudgmentDir(judgments)
         score = score_mmhal(mmhal, store.read_header(), store.read_judgments(), policy=unparseable,
                             where=str(store.judgments_path), n_resamples=bootstrap, seed=seed)  # fmt: skip
+        for path, syntax in ((markdown, "markdown"), (latex, "latex")):
+            if path is not None:
+                _write_table(path, syntax, template, judgments, mmhal, store, score, compat=compat)
     if as_json:
         typer.echo(score.model_dump_json(indent=2))
         return

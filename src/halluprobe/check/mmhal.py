@@ -1,0 +1,79 @@
+"""MMHal-Bench's judged tables (``mmhal score --markdown/--latex``) recomputed from their
+``halluprobe-mmhal-provenance`` comment: the template and the judgment dir it names (the stored
+verdicts are the ledger: no model and no judge is run), scored again through
+:func:`halluprobe.judging.mmhal_score.score_mmhal` under the comment's ``--unparseable`` policy,
+aggregation and bootstrap, and compared cell by cell (:func:`halluprobe.mmhal_table.mmhal_grid`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from halluprobe.benchmarks.mmhal import read_mmhal
+from halluprobe.check.compare import compare_table
+from halluprobe.check.findings import CheckResult, Finding
+from halluprobe.check.parse import check_bounds, latex_table_under, markdown_table_under, marked_comments
+from halluprobe.check.sources import file_findings, locate_run
+from halluprobe.judging.mmhal_score import ordered_judgments, score_mmhal
+from halluprobe.judging.store import JudgmentDir
+from halluprobe.mmhal_table import mmhal_grid
+from halluprobe.provenance import MMHAL_PROVENANCE_MARK, MMHalProvenance, read_payload
+from halluprobe.rundir import sha256_file
+from halluprobe.tables import Style
+
+__all__ = ["MMHalTable", "check_mmhal_table", "extract_mmhal_tables"]
+
+
+@dataclass(frozen=True)
+class MMHalTable:
+    """An MMHal-Bench table as written under its provenance comment."""
+
+    path: str
+    line: int
+    provenance: MMHalProvenance
+    style: Style
+    header: tuple[int, list[str]]
+    rows: list[tuple[int, list[str]]]
+
+
+def extract_mmhal_tables(path: str | Path, text: str) -> list[MMHalTable]:
+    """Every table under an MMHal provenance comment in ``text``; a malformed comment, or one
+    whose bootstrap is out of bounds, is bad input (file:line)."""
+    found = []
+    for index, payload, style, lines in marked_comments(text, MMHAL_PROVENANCE_MARK):
+        provenance = read_payload(MMHAL_PROVENANCE_MARK, payload, str(path), index + 1)
+        assert isinstance(provenance, MMHalProvenance)  # the mark decides the kind
+        check_bounds(provenance, str(path), index + 1, "MMHal")
+        reader = markdown_table_under if style == "markdown" else latex_table_under
+        style, header, rows = reader(lines, index, str(path))
+        found.append(MMHalTable(str(path), index + 1, provenance, style, header, rows))
+    return found
+
+
+def check_mmhal_table(table: MMHalTable, runs: Sequence[Path], result: CheckResult) -> None:
+    """Recompute one MMHal-Bench table from its template and judgment dir; a finding for every
+    cell that differs, and for a template or judgments file missing or changed."""
+    prov = table.provenance
+    where = (table.path, table.line)
+    findings, template = file_findings(prov.template, runs, where)
+    result.findings.extend(findings)
+    store = JudgmentDir(locate_run(prov.judgments.path, runs))
+    if template is None or not store.header_path.is_file() or not store.judgments_path.is_file():
+        if template is not None:
+            result.findings.append(Finding("file-missing", *where, f"judgment dir {store.path} is missing (no judge.json or judgments.jsonl)"))
+        return
+    if sha256_file(store.judgments_path) != prov.judgments.sha256:
+        result.findings.append(Finding("file-changed", *where, f"{store.judgments_path} changed since this was written (sha256)"))
+    header = store.read_header()
+    mmhal = read_mmhal(template)
+    judgments = store.read_judgments()
+    boot = prov.bootstrap
+    score = score_mmhal(mmhal, header, judgments, policy=prov.unparseable, where=str(store.judgments_path),
+                        n_resamples=0 if prov.compat else boot.n_resamples, seed=boot.seed)  # fmt: skip
+    judged = ordered_judgments(mmhal, judgments, str(store.judgments_path))
+    grid = mmhal_grid(score, mmhal, judged, header, compat=prov.compat, syntax="latex" if table.style == "latex" else "markdown")
+    found, compared = compare_table(table, grid)
+    result.findings.extend(found)
+    result.cells += compared
