@@ -131,3 +131,19 @@ def test_a_check_comparing_no_cell_fails(judged: tuple[Path, Path], tmp_path: Pa
     empty.write_text(comment + "\n\n| type |\n|---|\n", encoding="utf-8")
     code, output = _check(str(empty))
     assert code == 2 and f"{empty}:" in output
+
+
+def test_moved_sources_are_found_through_runs(judged: tuple[Path, Path], tmp_path: Path) -> None:
+    template, judgments = judged
+    out = _write(template, judgments, tmp_path / "t.md")
+    elsewhere = tmp_path / "ci" / judgments.parent.name
+    (elsewhere / "j").mkdir(parents=True)
+    for name in ("judge.json", "judgments.jsonl"):
+        (elsewhere / "j" / name).write_bytes((judgments / name).read_bytes())
+    (elsewhere / template.name).write_bytes(template.read_bytes())
+    # the comment's paths only (the scripted judge's model is a path too, in the ledger cells)
+    text = out.read_text(encoding="utf-8").replace(f'"path": "{judgments.parent}', f'"path": "/gone/{judgments.parent.name}')
+    out.write_text(text, encoding="utf-8")
+    assert _check(str(out))[0] == 1  # the paths as written are gone
+    code, output = _check(str(out), "--runs", str(elsewhere / "j"), "--runs", str(elsewhere / template.name))
+    assert code == 0, output
