@@ -147,3 +147,9 @@ def test_moved_sources_are_found_through_runs(judged: tuple[Path, Path], tmp_pat
     assert _check(str(out))[0] == 1  # the paths as written are gone
     code, output = _check(str(out), "--runs", str(elsewhere / "j"), "--runs", str(elsewhere / template.name))
     assert code == 0, output
+
+
+def test_an_unwritable_table_file_is_one_line(judged: tuple[Path, Path], tmp_path: Path) -> None:
+    template, judgments = judged
+    result = runner.invoke(app, ["mmhal", "score", "--template", str(template), "--judgments", str(judgments), "--bootstrap", "0", "--markdown", str(tmp_path)])
+    assert result.exit_code == 2 and str(tmp_path) in result.output and "cannot write the table" in result.output

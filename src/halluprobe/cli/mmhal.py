@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
 from halluprobe.cli._app import app, data_app, errors
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
+
+if TYPE_CHECKING:
+    from halluprobe.benchmarks.mmhal import MMHalFile
+    from halluprobe.judging.mmhal_score import MMHalScore
+    from halluprobe.judging.store import JudgmentDir
 
 __all__ = ["mmhal_app"]
 
@@ -27,14 +32,12 @@ def _ledger(score: object) -> str:
             f"unparseable {score.unparseable}, errors {score.errors} of {score.n} (--unparseable {score.policy})")  # fmt: skip
 
 
-def _write_table(path: Path, syntax: Literal["markdown", "latex"], template: Path, judgments: Path, mmhal: object, store: object,
-                 score: object, *, compat: bool) -> None:  # fmt: skip
-    from halluprobe.benchmarks.mmhal import MMHalFile
-    from halluprobe.judging.mmhal_score import MMHalScore, ordered_judgments
-    from halluprobe.judging.store import JudgmentDir
+def _write_table(path: Path, syntax: Literal["markdown", "latex"], template: Path, judgments: Path, mmhal: MMHalFile, store: JudgmentDir,
+                 score: MMHalScore, *, compat: bool) -> None:  # fmt: skip
+    """`mmhal score --markdown/--latex`: the table `check` recomputes, under its provenance comment."""
+    from halluprobe.judging.mmhal_score import ordered_judgments
     from halluprobe.mmhal_table import mmhal_grid, mmhal_provenance, render_mmhal
 
-    assert isinstance(mmhal, MMHalFile) and isinstance(store, JudgmentDir) and isinstance(score, MMHalScore)
     header = store.read_header()
     judged = ordered_judgments(mmhal, store.read_judgments(), str(store.judgments_path))
     provenance = mmhal_provenance(template, judgments, header, policy=score.policy, compat=compat, n_resamples=score.n_resamples, seed=score.seed)
