@@ -16,7 +16,7 @@ __all__ = ["check_cmd"]
 
 @app.command("check")
 def check_cmd(
-    files: Annotated[list[Path], typer.Argument(help=".tex / .md files with tables written by `score`, `audit`, `corrections`, `chair` or `decoding` --latex/--markdown, or report.md.")],
+    files: Annotated[list[Path], typer.Argument(help=".tex / .md files with tables written by `score`, `audit`, `corrections`, `chair`, `decoding` or `mmhal score` --latex/--markdown, or report.md.")],
     runs: Annotated[
         Optional[list[Path]],
         typer.Option(help="Run dir (or answers / labels file) to recompute from, serving the tables and claims whose path it ends with; repeatable."),
@@ -29,7 +29,8 @@ def check_cmd(
     """Check every table with a provenance comment, and every claim, against the run dirs:
     reports each cell that differs (file:line, expected, found) and each run that is missing,
     incomplete or changed since. Tables of score, audit, corrections, report.md, chair,
-    decoding and literature audit (literature.md, against its literature.json) are read."""
+    decoding, mmhal score (against its judgment dir: no model or judge runs) and literature audit
+    (literature.md, against its literature.json) are read."""
     from halluprobe.check import check_files
 
     with errors():
