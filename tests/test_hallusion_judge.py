@@ -20,6 +20,7 @@ from halluprobe.cli import app
 from halluprobe.errors import InputError
 from halluprobe.judging.store import JudgmentDir
 from halluprobe.rundir import RunDir
+from halluprobe.scoring import read_run_samples, readout_rows
 
 runner = CliRunner()
 
@@ -155,7 +156,13 @@ def test_judged_scores_equal_the_official_computation(tmp_path: Path) -> None:
     assert got["template_sha256"] == hashlib.sha256(store.read_header().template.encode()).hexdigest()
     # disagreement with text:strict: the rule reads Yes/No, the judge its own verdict
     strict = next(d for d in got["disagreements"] if d["readout"] == "text:strict")
-    assert strict["n"] == len(samples) and 0 < strict["verdicts"] <= len(samples)
+    _, header, _ = read_run_samples(run)
+    verdict_of = {"1": "correct", "0": "incorrect", "2": "unclear"}
+    reading = ["unclear" if row.decision == "unknown" else ("correct" if row.decision == row.label else "incorrect") for row in readout_rows("text:strict", header, samples)]
+    assert strict["n"] == len(samples)
+    assert strict["verdicts"] == sum(verdict_of[r["gpt_check"]] != b for r, b in zip(records, reading)) > 0
+    rule_correct = [int(b == "correct" or (b == "unclear" and r["category"] == "VS" and r["figure_id"] == "0")) for r, b in zip(records, reading)]
+    assert strict["correctness"] == sum(r["correct"] != c for r, c in zip(records, rule_correct))
     text = runner.invoke(app, ["hallusion", "score", str(run), "--judgments", str(tmp_path / "j"), "--resamples", "0"])
     assert text.exit_code == 0, text.output
     assert f"sha256 {got['template_sha256'][:12]}" in text.output and "judge scripted:" in text.output

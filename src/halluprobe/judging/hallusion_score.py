@@ -117,18 +117,19 @@ def render_judged(result: JudgedHallusion) -> str:
     """Per slice: the judged row (named by its judge and prompt sha256) above each rule-based row,
     then each readout's disagreement with the judge."""
     judge = f"judge {result.judge_backend}:{result.judge_model} sha256 {result.template_sha256[:12]}"
+    named = [(judge, result.judged), *((f"{n} (rule-based)", s) for n, s in result.rules)]
+    width = max(len(label) for label, _ in named)
     lines = [
         f"{judge} ({result.template_name}: tianyi-lab/HallusionBench utils.py's prompt and grouping); "
         f"unparseable {result.unparseable}, errors {result.errors} of {result.n} (scored as the official script does: unclear)",
-        f"  {'slice':<8} {'reading':<44} {'aAcc':>7} {'95% CI':<16} {'fAcc':>7} {'95% CI':<16} {'qAcc':>7} {'95% CI':<16} questions",
+        f"  {'slice':<8} {'reading':<{width}} {'aAcc':>7} {'95% CI':<16} {'fAcc':>7} {'95% CI':<16} {'qAcc':>7} {'95% CI':<16} questions",
     ]
-    named = [(judge, result.judged), *((f"{n} (rule-based)", s) for n, s in result.rules)]
     for sl in result.judged.slices:
         for label, scores in named:
             t = next((x for x in scores.slices if x.name == sl.name), None)
             if t is None:
                 continue
-            lines.append(f"  {sl.name if label == judge else '':<8} {label[:44]:<44} {_pct(t.a_acc, t.a_ci)} {_pct(t.f_acc, t.f_ci)} {_pct(t.q_acc, t.q_ci)} {t.questions:>9}")
+            lines.append(f"  {sl.name if label == judge else '':<8} {label:<{width}} {_pct(t.a_acc, t.a_ci)} {_pct(t.f_acc, t.f_ci)} {_pct(t.q_acc, t.q_ci)} {t.questions:>9}")
     for d in result.disagreements:
         lines.append(f"  disagreement with {d.readout}: verdict on {d.verdicts} of {d.n} questions, correctness on {d.correctness}")
     if result.judged.slices[-1].without_figure == 0:
