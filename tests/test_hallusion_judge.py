@@ -238,3 +238,22 @@ def test_data_fetches_the_pinned_judge_script(tmp_path: Path, monkeypatch: pytes
     assert result.exit_code == 0, result.output
     assert "utils.py: the judge prompt's script (pinned)" in result.output
     assert not list((tmp_path / "cache").rglob("*.ran"))
+
+
+def test_two_judges_agree_on_the_same_answers(tmp_path: Path) -> None:
+    qfile, images, run = _fixture(tmp_path)
+    _judge(tmp_path, qfile, images, run, tmp_path / "a")
+    other = tmp_path / "other"
+    other.mkdir()
+    flipped = {**REPLIES, "ANSwrong": "correct", "ANSnone": "incorrect"}
+    (other / "judge.json").write_text(json.dumps({"generate": [{"match": m, "text": t} for m, t in flipped.items()]}))
+    (other / "utils.py").write_text(PROMPT_SCRIPT)
+    result = runner.invoke(app, ["hallusion", "judge", str(run), "--images", str(images), "--out", str(tmp_path / "b"), "--questions", str(qfile),
+                                 "--prompt-script", str(other / "utils.py"), "--judge-model", str(other / "judge.json"), "--judge-backend", "scripted"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    markers = [next(m for m in REPLIES if m in (s.text or "")) for s in RunDir(run).read_samples()]
+    result = runner.invoke(app, ["hallusion", "agree", str(run), "--a", str(tmp_path / "a"), "--b", str(tmp_path / "b"), "--resamples", "50"])
+    assert result.exit_code == 0, result.output
+    differ = sum(m in ("ANSwrong", "ANSnone") for m in markers)
+    assert f"agreement {len(markers) - differ}/{len(markers)} questions" in result.output
+    assert "a: judge scripted:" in result.output and "a-b" in result.output

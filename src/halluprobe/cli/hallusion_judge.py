@@ -83,3 +83,39 @@ def hallusion_score_cmd(
         result = score_judged(header, samples, judge, store.read_judgments(), names, where=str(store.judgments_path),
                               source=rundir, n_resamples=resamples, seed=seed)  # fmt: skip
     typer.echo(json.dumps(asdict(result), indent=2) if as_json else render_judged(result))
+
+
+@hallusion_app.command("agree")
+def hallusion_agree_cmd(
+    rundir: _RUN,
+    a: Annotated[Path, typer.Option("--a", help="Judgment dir of the first judge.")],
+    b: Annotated[Path, typer.Option("--b", help="Judgment dir of the second judge (the same answers).")],
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+) -> None:
+    """Two judges on the same answers: per-question agreement, Cohen's kappa, and the paired difference of aAcc (sets resampled)."""
+    from halluprobe.formatting import format_ratio
+    from halluprobe.judging.agreement import agreement, paired_difference
+    from halluprobe.judging.hallusion_judge import hallusion_answers
+    from halluprobe.judging.hallusion_score import correct_and_sets, judged_rows
+    from halluprobe.judging.store import JudgmentDir
+
+    with errors():
+        refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
+        _, samples, digest = hallusion_answers(rundir)
+        dirs = [JudgmentDir(a), JudgmentDir(b)]
+        headers = [d.read_header() for d in dirs]
+        for d, h in zip(dirs, headers):
+            if h.benchmark != "hallusionbench" or h.answers_sha256 != digest:
+                raise InputError("not a HallusionBench judgment of this run's answers (benchmark or answers_sha256 differ)", d.header_path)
+        judged = [d.read_judgments() for d in dirs]
+        agree = agreement(judged[0], judged[1])
+        (ca, sets), (cb, _) = (correct_and_sets(judged_rows(samples, j, str(d.judgments_path))) for j, d in zip(judged, dirs))
+        diff = paired_difference(sets, lambda r: float(ca.mean() if r is None else ca[r].mean()),
+                                 lambda r: float(cb.mean() if r is None else cb[r].mean()), n_resamples=resamples, seed=seed)  # fmt: skip
+    for label, h in zip("ab", headers):
+        typer.echo(f"{label}: judge {h.backend}:{h.model} prompt sha256 {h.template_sha256[:12]}")
+    kappa = "n/a" if agree.kappa is None else f"{agree.kappa:.3f}"
+    typer.echo(f"agreement {agree.agreed}/{agree.n} questions (correct / incorrect / unclear / unparseable), Cohen's kappa {kappa}")
+    typer.echo(f"aAcc: a {format_ratio(diff.a, None, digits=4, missing='n/a')}  b {format_ratio(diff.b, None, digits=4, missing='n/a')}  "
+               f"a-b {format_ratio(diff.difference, diff.ci, digits=4, ci_digits=4, missing='n/a')}")  # fmt: skip

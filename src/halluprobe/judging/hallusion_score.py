@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from halluprobe.benchmarks.hallusionbench import hallusion_key
 from halluprobe.errors import InputError
 from halluprobe.judging.hallusion_judge import hallusion_item_id
@@ -24,7 +26,9 @@ from halluprobe.readouts.apply import available_readouts, check_readout
 from halluprobe.records import RunHeader, Sample
 from halluprobe.scoring import readout_rows
 
-__all__ = ["DEFAULT_RULE_READOUTS", "JudgedHallusion", "ReadingDisagreement", "default_readouts", "judged_rows", "render_judged", "score_judged"]
+__all__ = [
+    "DEFAULT_RULE_READOUTS", "JudgedHallusion", "ReadingDisagreement", "correct_and_sets", "default_readouts", "judged_rows", "render_judged", "score_judged",
+]  # fmt: skip
 
 DEFAULT_RULE_READOUTS = ("dynamic", "text:strict", "text:hallusionbench@vlmevalkit", "text:hallusionbench@evalscope")
 
@@ -71,6 +75,14 @@ def judged_rows(samples: Sequence[Sample], judgments: Sequence[Judgment], where:
         decision = {"correct": s.label, "incorrect": other}.get(str(verdict), "unknown")
         rows.append(ScoreRow(s.split, s.question_id, s.image, s.label, decision))  # type: ignore[arg-type]
     return rows
+
+
+def correct_and_sets(rows: Sequence[ScoreRow]) -> tuple[np.ndarray, list[str]]:
+    """Per row: assign_correctness (1.0 / 0.0) and its set (category, subcategory, set_id), the
+    cluster a paired bootstrap of aAcc resamples."""
+    keys = [hallusion_key(r.split, r.question_id) for r in rows]
+    correct = np.array([float(hallusion_correct(k, r)) for k, r in zip(keys, rows)])
+    return correct, [f"{k.category}_{k.subcategory}_{k.set_id}" for k in keys]
 
 
 def default_readouts(header: RunHeader, samples: Sequence[Sample]) -> list[str]:
