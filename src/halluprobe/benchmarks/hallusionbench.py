@@ -17,10 +17,11 @@ asked by a backend that answers about an image; they are left out and counted
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from halluprobe.benchmarks.datasets import SourceFile
 from halluprobe.errors import InputError
@@ -29,7 +30,14 @@ from halluprobe.jsonl import loads, read_text, type_name
 from halluprobe.records import Question
 
 __all__ = [
+    "HALLUSIONBENCH_JUDGE_SCRIPT",
     "HALLUSIONBENCH_SOURCE",
+    "HallusionVerdict",
+    "answer_details",
+    "fill_hallusion_prompt",
+    "hallusion_judge_template",
+    "official_code",
+    "parse_hallusion_verdict",
     "HallusionKey",
     "HallusionQuestions",
     "hallusion_key",
@@ -45,6 +53,15 @@ HALLUSIONBENCH_SOURCE = SourceFile(
     path="HallusionBench.json",
     sha256="ca6e0fb677dd56e5fb0e2700d06c58d01f8a6ae66e0f1773b2ac48c0a095d051",
     size=431987,
+)
+# utils.py as last changed (commit d0114ff; unchanged at 744007c): its judge prompt is read from
+# the syntax tree of evaluate_by_chatgpt, never run; halluprobe carries no copy of it
+HALLUSIONBENCH_JUDGE_SCRIPT = SourceFile(
+    repository="tianyi-lab/HallusionBench",
+    commit="d0114ffe754ad411b80a1e22264ed582febcee97",
+    path="utils.py",
+    sha256="535734ad70c8ea14253131ea59e4d2df6af4fae5341f044d226a8e78eaeb9c30",
+    size=17600,
 )
 _FIELDS = ("category", "subcategory", "visual_input", "set_id", "figure_id", "question_id", "question", "gt_answer", "filename")
 _FIELD_LIMIT = 100  # figure_id and question_id below this, so the packed id is unambiguous
@@ -163,3 +180,90 @@ def missing_figures(questions: HallusionQuestions, images_root: str | Path) -> l
         raise InputError("the HallusionBench images folder is not a directory", root)
     names = sorted({q.image for qs in questions.by_split.values() for q in qs})
     return [name for name in names if not (root / name).is_file()]
+
+
+# -- the official judge (utils.py's evaluate_by_chatgpt) ------------------------------------------
+
+HallusionVerdict = Literal["correct", "incorrect", "unclear"]
+_JUDGE_FUNCTION = "evaluate_by_chatgpt"
+_SLOTS = {"question": "{question}", "gt_answer_details": "{gt_answer_details}"}
+_PREDICTION = "{prediction}"  # sample[output_entry]: the model's answer
+
+
+def _prompt_part(node: ast.expr, path: Path) -> str:
+    """One piece the official prompt is concatenated from: literal text (braces escaped) or a slot."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.replace("{", "{{").replace("}", "}}")
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "sample":
+        key = node.slice
+        if isinstance(key, ast.Constant) and key.value in _SLOTS:
+            return _SLOTS[key.value]
+        if isinstance(key, ast.Name):
+            return _PREDICTION
+    raise InputError("the prompt is built from something other than strings and sample[...] fields", path, node.lineno)
+
+
+def hallusion_judge_template(script: str | Path) -> str:
+    """The judge prompt with the slots ``{question}``, ``{gt_answer_details}`` and ``{prediction}``:
+    the ``prompt = ...`` / ``prompt += ...`` statements of ``evaluate_by_chatgpt`` in ``script``
+    (HallusionBench's utils.py), read from its syntax tree in source order, never executed."""
+    path = Path(script)
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError) as err:
+        raise InputError(f"cannot read the judge script: {err}", path) from None
+    func = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == _JUDGE_FUNCTION), None)
+    if func is None:
+        raise InputError(f"no function {_JUDGE_FUNCTION}: not HallusionBench's utils.py", path)
+    steps = sorted(
+        (n for n in ast.walk(func)
+         if (isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["prompt"])
+         or (isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and getattr(n.target, "id", None) == "prompt")),
+        key=lambda n: (n.lineno, n.col_offset),
+    )  # fmt: skip
+    if not steps or not isinstance(steps[0], ast.Assign) or any(isinstance(n, ast.Assign) for n in steps[1:]):
+        raise InputError(f"{_JUDGE_FUNCTION} does not build `prompt` as one assignment then `+=` steps", path, func.lineno)
+    template = "".join(_prompt_part(n.value, path) for n in steps)
+    for slot in (*_SLOTS.values(), _PREDICTION):
+        if template.count(slot) != 1:
+            raise InputError(f"the prompt has {template.count(slot)} {slot} slot(s), not one", path, func.lineno)
+    return template
+
+
+def fill_hallusion_prompt(template: str, question: str, details: str, prediction: str) -> str:
+    return template.format(question=question, gt_answer_details=details, prediction=prediction)
+
+
+def parse_hallusion_verdict(reply: str) -> tuple[HallusionVerdict | None, str | None]:
+    """The official substring rule ('incorrect' first, since 'correct' is in it); a reply with none of
+    the three words is unparseable here (the official script reads it as unclear, code 2)."""
+    low = reply.lower()
+    if "incorrect" in low:
+        return "incorrect", None
+    if "correct" in low:
+        return "correct", None
+    if "unclear" in low:
+        return "unclear", None
+    return None, "none of 'incorrect', 'correct', 'unclear' in the reply"
+
+
+def official_code(verdict: HallusionVerdict | None) -> int:
+    """utils.py's correctness code: 1 correct, 0 incorrect, 2 anything else (unclear, no verdict)."""
+    return {"correct": 1, "incorrect": 0}.get(verdict or "", 2)
+
+
+def answer_details(path: str | Path) -> dict[tuple[str, int], tuple[str, str]]:
+    """(question, gt_answer_details) by (split, packed id), what the judge prompt needs; the file is
+    checked by :func:`hallusion_questions` first."""
+    p = Path(path)
+    hallusion_questions(p)
+    _, text = read_text(p, "HallusionBench question file")
+    data = loads(text)
+    out = {}
+    for rec, line in zip(data, _record_lines(text, len(data))):
+        details = rec.get("gt_answer_details")
+        if not isinstance(details, str):
+            raise InputError(f"gt_answer_details must be a string (the judge's reference answer), got {type_name(details)}", p, line)
+        key = (f"{rec['category']}_{rec['subcategory']}", pack_id(int(rec["set_id"]), int(rec["figure_id"]), int(rec["question_id"])))
+        out[key] = (rec["question"], details)
+    return out

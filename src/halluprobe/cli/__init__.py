@@ -17,6 +17,7 @@ from halluprobe.cli import corrections as _corrections  # noqa: F401
 # the verb modules register their commands on the app when imported (order = --help order)
 from halluprobe.cli import data as _data  # noqa: F401
 from halluprobe.cli import decoding as _decoding  # noqa: F401
+from halluprobe.cli import hallusion_judge as _hallusion_judge  # noqa: F401
 from halluprobe.cli import io as _io  # noqa: F401
 from halluprobe.cli import objhal as _objhal  # noqa: F401
 from halluprobe.cli import literature as _literature  # noqa: F401

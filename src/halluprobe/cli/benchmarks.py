@@ -127,14 +127,18 @@ def data_hallusionbench_cmd(
     out: Annotated[Path, typer.Option(help="Directory for the question files.")],
     images: Annotated[Optional[Path], typer.Option(help="Folder of the figures (the authors' archive, unpacked): checked, not fetched.")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace existing question files.")] = False,
+    judge_script: Annotated[bool, typer.Option("--judge-script", help="Also fetch the official utils.py (pinned; `hallusion judge` reads its prompt).")] = False,
 ) -> None:
     """Fetch HallusionBench.json at the authors' commit (pinned sha256, cached) and write its question files."""
     from halluprobe.benchmarks.dataset_files import fetch_source
-    from halluprobe.benchmarks.hallusionbench import HALLUSIONBENCH_SOURCE
+    from halluprobe.benchmarks.hallusionbench import HALLUSIONBENCH_JUDGE_SCRIPT, HALLUSIONBENCH_SOURCE
 
     with errors():
         cached = fetch_source(HALLUSIONBENCH_SOURCE)
+        script = fetch_source(HALLUSIONBENCH_JUDGE_SCRIPT) if judge_script else None
         paths = _hallusion_files(cached, out, images, overwrite)
+    if script is not None:
+        typer.echo(f"{script}: the judge prompt's script (pinned)", err=True)
     for path in paths:
         typer.echo(str(path))
 
