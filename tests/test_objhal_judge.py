@@ -206,3 +206,22 @@ def test_tampered_verdict_is_one_line(tmp_path: Path, monkeypatch: pytest.Monkey
     path.write_text(path.read_text().replace('"verdict":"[]"', '"verdict":"oops"', 1))
     bad = runner.invoke(app, args)
     assert bad.exit_code == 2 and "not a JSON list of names" in bad.output and "judgments.jsonl" in bad.output
+
+
+def test_two_extractors_compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args, judge = _setup(tmp_path, monkeypatch)
+    assert runner.invoke(app, [*args, *_judge_args(tmp_path, judge)]).exit_code == 0
+    second = tmp_path / "judge2.json"
+    replies = {i: reply for i, (_, reply) in CASES.items() if reply is not None}
+    replies.update({1: '["man", "toilet"]', 3: '["mug"]'})  # no dog on image 1; image 3 parsed
+    second.write_text(json.dumps({"generate": [{"match": CASES[i][0].split()[-1], "text": t} for i, t in replies.items()],
+                                  "errors": [image_name(i) for i in ERRORED]}))  # fmt: skip
+    b_args = [*args[:-1], str(tmp_path / "judged2"), *_judge_args(tmp_path, second)]
+    assert runner.invoke(app, b_args).exit_code == 0
+    result = runner.invoke(app, [*args, "--compare", str(tmp_path / "judged2")])
+    assert result.exit_code == 0, result.output
+    # items 1 and 3 differ; both unparseable (4) and both errored (8) agree
+    assert "same COCO objects on 6/8 answers" in result.output and "5 answers both kept" in result.output
+    # on images 1, 2, 5, 6, 7: a hallucinates on 1 and 2 of the 3 naming objects, b on 2 only
+    assert "response hallucination: this 0.6667, compared 0.3333, difference +0.3333" in result.output
+    assert runner.invoke(app, [*args, "--compare", str(tmp_path / "judged2"), "--json"]).exit_code == 2

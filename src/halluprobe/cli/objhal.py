@@ -74,6 +74,7 @@ def objhal_cmd(
     prompt_script: Annotated[Optional[Path], typer.Option(help="The extraction prompt's script (default: RLAIF-V's eval_gpt_obj_halbench.py, pinned, fetched and cached; read, never run).")] = None,
     spacy_model: Annotated[str, typer.Option(help="spaCy pipeline normalising the judge's words (the script's: en_core_web_trf).")] = "en_core_web_trf",
     max_new_tokens: Annotated[int, typer.Option(help="The judge's reply length.")] = 512,
+    compare: Annotated[Optional[Path], typer.Option(help="A second extractor's judgment dir on the same answers: agreement, kappa and the paired differences.")] = None,
     judge_spec: Optional[BackendSpec] = None,
 ) -> None:
     """Object HalBench's response- and mention-level hallucination rates, exactly as RLAIF-V's
@@ -118,12 +119,15 @@ def objhal_cmd(
         truth, coco_files = objhal_ground_truth(extractor, vocab, instances, captions, {r.image_id for r in responses})
         identity = extractor.identity
         if judgments is None:
-            if judge_spec is not None:
-                raise InputError("--judge-model needs --judgments (the dir its extractions go to)")
+            if judge_spec is not None or compare is not None:
+                raise InputError("--judge-model and --compare need --judgments (the extractions' dir)")
+            compared = []
             scores = score_responses(responses, truth, extractor)
         else:
-            scores, identity = _judged(answers, responses, truth, vocab, judgments, images, unparseable, prompt_script, spacy_model,
-                                       max_new_tokens, overwrite, judge_spec)  # fmt: skip
+            if compare is not None and as_json:
+                raise InputError("--compare prints a table: leave out --json")
+            scores, identity, compared = _judged(answers, responses, truth, vocab, judgments, images, unparseable, prompt_script,
+                                                 spacy_model, max_new_tokens, overwrite, judge_spec, compare, bootstrap, seed)  # fmt: skip
         chair = None
         if names:
             caps = [Caption(image_id=r.image_id, text=r.caption, source=f"{answers}:{k}") for k, r in enumerate(responses, start=1)]
@@ -165,14 +169,19 @@ def objhal_cmd(
         typer.echo(f"  length {g.lengths[0]}-{g.lengths[1]} (n={g.n}): responses {100 * g.chair_s:.1f}, mentions {pct(g.chair_i, None)}")
     for name, fam in (result.chair.families.items() if result.chair else []):
         typer.echo(f"  {name}: CHAIR_s {pct(fam.summary.chair_s, None)}, CHAIR_i {pct(fam.summary.chair_i, None)}")
+    for line in compared:
+        typer.echo(line)
 
 
 def _judged(answers: Path, responses: list[ObjhalResponse], truth: dict[int, frozenset[str]], vocab: ObjhalVocabulary, judgments: Path,
             images: Optional[Path], policy: Literal["drop", "empty"], prompt_script: Optional[Path], spacy_model: str, max_new_tokens: int,
-            overwrite: bool, spec: Optional[BackendSpec]) -> tuple[list[ObjhalScore], dict[str, str]]:  # fmt: skip
-    """The judge pass (with --judge-model) into ``judgments``, then the scores on its words."""
+            overwrite: bool, spec: Optional[BackendSpec], compare: Optional[Path], bootstrap: int, seed: int,
+            ) -> tuple[list[ObjhalScore], dict[str, str], list[str]]:  # fmt: skip
+    """The judge pass (with --judge-model) into ``judgments``, then the scores on its words (and
+    the lines comparing them with ``compare``'s)."""
     from halluprobe.captions.objhal.extract import SpacyTagger, extraction_prompt_template
     from halluprobe.judging.judge import judge_generation
+    from halluprobe.judging.objhal_compare import compare_extractions
     from halluprobe.judging.objhal_judge import answers_sha256, judge_objhal, objhal_header, objhal_judge_items, score_judged
     from halluprobe.judging.store import JudgmentDir
 
@@ -186,11 +195,24 @@ def _judged(answers: Path, responses: list[ObjhalResponse], truth: dict[int, fro
                                answers=answers, answers_sha256=answers_sha256(answers), template=template)  # fmt: skip
         done = judge_objhal(backend, responses, objhal_judge_items(responses, images, template), store=store, header=header, overwrite=overwrite)
         typer.echo(f"{judgments}: extracted {done.asked} (errors {done.errors}), {done.short} short, {done.skipped} extracted before", err=True)
-    header = store.read_header()
-    if header.benchmark != "objhal":
-        raise InputError(f"a judgment dir of {header.benchmark!r}, not of Object HalBench's extractions", store.header_path)
-    if header.answers_sha256 != answers_sha256(answers):
-        raise InputError("extractions of other answers (answers_sha256 differs)", store.header_path)
-    scores, ledger = score_judged(responses, truth, vocab, SpacyTagger(spacy_model), header, store.read_judgments(),
-                                  policy=policy, where=str(store.judgments_path))  # fmt: skip
-    return scores, ledger.identity()
+    digest, tagger = answers_sha256(answers), SpacyTagger(spacy_model)
+    stored = []
+    for d in [store] + ([JudgmentDir(compare)] if compare is not None else []):
+        header = d.read_header()
+        if header.benchmark != "objhal":
+            raise InputError(f"a judgment dir of {header.benchmark!r}, not of Object HalBench's extractions", d.header_path)
+        if header.answers_sha256 != digest:
+            raise InputError("extractions of other answers (answers_sha256 differs)", d.header_path)
+        stored.append((header, d.read_judgments(), str(d.judgments_path)))
+    scores, ledger = score_judged(responses, truth, vocab, tagger, stored[0][0], stored[0][1], policy=policy, where=stored[0][2])
+    if compare is None:
+        return scores, ledger.identity(), []
+    c = compare_extractions(responses, truth, vocab, tagger, stored[0], stored[1], policy=policy, n_resamples=bootstrap, seed=seed)
+    kappa = "n/a" if c.agreement.kappa is None else f"{c.agreement.kappa:.3f}"
+    lines = [f"compared with {compare} (judge {stored[1][0].backend}:{stored[1][0].model}, prompt sha256 {stored[1][0].template_sha256[:12]}): "
+             f"same COCO objects on {c.agreement.agreed}/{c.agreement.n} answers, Cohen's kappa {kappa}; {c.n_both} answers both kept"]  # fmt: skip
+    for name, d in (("response hallucination", c.response_hallucination), ("mention hallucination", c.mention_hallucination)):
+        ci = f" [{d.ci[0]:+.4f}, {d.ci[1]:+.4f}]" if d.ci else ""
+        shown = [("n/a" if v is None else f"{v:.4f}") for v in (d.a, d.b)]
+        lines.append(f"  {name}: this {shown[0]}, compared {shown[1]}, difference " + ("n/a" if d.difference is None else f"{d.difference:+.4f}") + ci)
+    return scores, ledger.identity(), lines
