@@ -211,8 +211,8 @@ def _judged(answers: Path, responses: list[ObjhalResponse], truth: dict[int, fro
     kappa = "n/a" if c.agreement.kappa is None else f"{c.agreement.kappa:.3f}"
     lines = [f"compared with {compare} (judge {stored[1][0].backend}:{stored[1][0].model}, prompt sha256 {stored[1][0].template_sha256[:12]}): "
              f"same COCO objects on {c.agreement.agreed}/{c.agreement.n} answers, Cohen's kappa {kappa}; {c.n_both} answers both kept"]  # fmt: skip
-    for name, d in (("response hallucination", c.response_hallucination), ("mention hallucination", c.mention_hallucination)):
-        ci = f" [{d.ci[0]:+.4f}, {d.ci[1]:+.4f}]" if d.ci else ""
-        shown = [("n/a" if v is None else f"{v:.4f}") for v in (d.a, d.b)]
-        lines.append(f"  {name}: this {shown[0]}, compared {shown[1]}, difference " + ("n/a" if d.difference is None else f"{d.difference:+.4f}") + ci)
+    for name, pd in (("response hallucination", c.response_hallucination), ("mention hallucination", c.mention_hallucination)):
+        ci = f" [{pd.ci[0]:+.4f}, {pd.ci[1]:+.4f}]" if pd.ci else ""
+        shown = [("n/a" if v is None else f"{v:.4f}") for v in (pd.a, pd.b)]
+        lines.append(f"  {name}: this {shown[0]}, compared {shown[1]}, difference " + ("n/a" if pd.difference is None else f"{pd.difference:+.4f}") + ci)
     return scores, ledger.identity(), lines
