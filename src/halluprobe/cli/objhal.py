@@ -1,12 +1,13 @@
 """Object HalBench (RLAIF-V): ``data objhal`` fetches its pinned files, ``objhal`` scores answers
-judge-free as RLAIF-V's script does without ``--use_gpt`` (docs/design/chair.md)."""
+judge-free as RLAIF-V's script does without ``--use_gpt``, or with a judge as word extractor
+(``--judge-model``: its ``--use_gpt``, the extractions in a judgment dir) (docs/design/chair.md)."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
@@ -19,6 +20,11 @@ from halluprobe.cli._app import (
     errors,
     refuse_over_limit,
 )
+from halluprobe.cli._backend import BackendSpec, with_secondary_backend
+
+if TYPE_CHECKING:  # for the annotations only: the command imports its modules when it runs
+    from halluprobe.captions.objhal.rules import ObjhalVocabulary
+    from halluprobe.captions.objhal.scoring import ObjhalResponse, ObjhalScore
 from halluprobe.errors import InputError
 from halluprobe.files import refuse_existing, refuse_non_folder, write_atomic
 
@@ -50,6 +56,7 @@ def data_objhal_cmd(
 
 
 @app.command("objhal")
+@with_secondary_backend("judge", dest="judge_spec", label="the word extractor (RLAIF-V's --use_gpt)")
 def objhal_cmd(
     answers: Annotated[Path, typer.Argument(help="A `run --open-ended` dir of objhal.jsonl, or RLAIF-V's answer file (JSON lines).")],
     coco: Annotated[Path, typer.Option(help="COCO 2014 annotations (folder or annotations_trainval2014.zip): train and val, as the script reads both.")],
@@ -57,14 +64,23 @@ def objhal_cmd(
     families: Annotated[str, typer.Option(help="CHAIR families scored beside: lemmatizer, singularize, both or none.")] = "both",
     tokenizer: Annotated[str, typer.Option(help="punkt (NLTK's word_tokenize, the script's) or line (no punkt data; see docs/design/chair.md).")] = "punkt",
     out: Annotated[Optional[Path], typer.Option(help="Write objhal_summary.json and objhal_answers.jsonl here.")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace those two files.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace those two files (and a judgment dir made by another judge or on other answers).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     bootstrap: ResamplesOption = 1000,
     seed: SeedOption = 0,
+    judgments: Annotated[Optional[Path], typer.Option(help="Judgment dir of the judge's extractions: filled (resumed by id) with --judge-model, else re-scored as stored.")] = None,
+    images: Annotated[Optional[Path], typer.Option(help="Images the judge requests carry (`data objhal`'s; the script sends none: --judge-backend-option send_images=false).")] = None,
+    unparseable: Annotated[Literal["drop", "empty"], typer.Option(help="An unparseable or errored extraction: drop (out of every rate) or empty (no objects).")] = "drop",
+    prompt_script: Annotated[Optional[Path], typer.Option(help="The extraction prompt's script (default: RLAIF-V's eval_gpt_obj_halbench.py, pinned, fetched and cached; read, never run).")] = None,
+    spacy_model: Annotated[str, typer.Option(help="spaCy pipeline normalising the judge's words (the script's: en_core_web_trf).")] = "en_core_web_trf",
+    max_new_tokens: Annotated[int, typer.Option(help="The judge's reply length.")] = 512,
+    compare: Annotated[Optional[Path], typer.Option(help="A second extractor's judgment dir on the same answers: agreement, kappa and the paired differences.")] = None,
+    judge_spec: Optional[BackendSpec] = None,
 ) -> None:
     """Object HalBench's response- and mention-level hallucination rates, exactly as RLAIF-V's
-    eval_gpt_obj_halbench.py counts them without --use_gpt, with 95% image-bootstrap CIs, the
-    caption-length groups and CHAIR's families on the same answers."""
+    eval_gpt_obj_halbench.py counts them without --use_gpt (or with a judge as extractor:
+    --judgments, --judge-model), with 95% image-bootstrap CIs, the caption-length groups and
+    CHAIR's families on the same answers."""
     from halluprobe.benchmarks.download import sha256_of_file
     from halluprobe.captions.chair.evaluate import chair_results
     from halluprobe.captions.chair.families import (
@@ -101,7 +117,17 @@ def objhal_cmd(
         extractor = RuleExtractor(vocab, tools)
         instances, captions = coco_annotation_files(coco, "2014")
         truth, coco_files = objhal_ground_truth(extractor, vocab, instances, captions, {r.image_id for r in responses})
-        scores = score_responses(responses, truth, extractor)
+        identity = extractor.identity
+        if judgments is None:
+            if judge_spec is not None or compare is not None:
+                raise InputError("--judge-model and --compare need --judgments (the extractions' dir)")
+            compared = []
+            scores = score_responses(responses, truth, extractor)
+        else:
+            if compare is not None and as_json:
+                raise InputError("--compare prints a table: leave out --json")
+            scores, identity, compared = _judged(answers, responses, truth, vocab, judgments, images, unparseable, prompt_script,
+                                                 spacy_model, max_new_tokens, overwrite, judge_spec, compare, bootstrap, seed)  # fmt: skip
         chair = None
         if names:
             caps = [Caption(image_id=r.image_id, text=r.caption, source=f"{answers}:{k}") for k, r in enumerate(responses, start=1)]
@@ -111,7 +137,7 @@ def objhal_cmd(
             chair, _ = chair_results(caps, ChairSettings(captions=str(answers)), names, gts.__getitem__,
                                      n_resamples=bootstrap, seed=seed, tokenizer=tokenizer)  # fmt: skip
         result = objhal_result(
-            scores, extractor.identity, chair, errors=dropped, answers=str(answers), synonyms_sha256=str(digest), ground_truth=coco_files,
+            scores, identity, chair, errors=dropped, answers=str(answers), synonyms_sha256=str(digest), ground_truth=coco_files,
             rlaifv_commit=RLAIFV_COMMIT, n_resamples=bootstrap, seed=seed,
         )  # fmt: skip
         if out is not None:
@@ -130,6 +156,10 @@ def objhal_cmd(
 
     typer.echo(f"Object HalBench ({s.extractor['extractor']}, RLAIF-V {RLAIFV_COMMIT[:12]}): {s.n_responses} answers, "
                f"{s.n_responses_with_objects} name a COCO object")  # fmt: skip
+    if s.extractor["extractor"] == "judge":
+        x = s.extractor
+        typer.echo(f"  judge {x['judge']} (reported {x['judge_reported']}), prompt sha256 {x['template_sha256'][:12]}; unparseable {x['unparseable']}, "
+                   f"errors {x['errors']} of {x['extractions']} ({x['short']} short, not asked; --unparseable {x['unparseable_policy']}: {x['dropped']} dropped)")  # fmt: skip
     typer.echo(f"  response hallucination (CHAIRs_refine): {pct(s.response_hallucination, s.ci.response_hallucination)}")
     typer.echo(f"  mention hallucination (CHAIRi):         {pct(s.mention_hallucination, s.ci.mention_hallucination)}")
     typer.echo(f"  CHAIRs (over all answers):              {pct(s.chair_s, s.ci.chair_s)}")
@@ -139,3 +169,50 @@ def objhal_cmd(
         typer.echo(f"  length {g.lengths[0]}-{g.lengths[1]} (n={g.n}): responses {100 * g.chair_s:.1f}, mentions {pct(g.chair_i, None)}")
     for name, fam in (result.chair.families.items() if result.chair else []):
         typer.echo(f"  {name}: CHAIR_s {pct(fam.summary.chair_s, None)}, CHAIR_i {pct(fam.summary.chair_i, None)}")
+    for line in compared:
+        typer.echo(line)
+
+
+def _judged(answers: Path, responses: list[ObjhalResponse], truth: dict[int, frozenset[str]], vocab: ObjhalVocabulary, judgments: Path,
+            images: Optional[Path], policy: Literal["drop", "empty"], prompt_script: Optional[Path], spacy_model: str, max_new_tokens: int,
+            overwrite: bool, spec: Optional[BackendSpec], compare: Optional[Path], bootstrap: int, seed: int,
+            ) -> tuple[list[ObjhalScore], dict[str, str], list[str]]:  # fmt: skip
+    """The judge pass (with --judge-model) into ``judgments``, then the scores on its words (and
+    the lines comparing them with ``compare``'s)."""
+    from halluprobe.captions.objhal.extract import SpacyTagger, extraction_prompt_template
+    from halluprobe.judging.judge import judge_generation
+    from halluprobe.judging.objhal_compare import compare_extractions
+    from halluprobe.judging.objhal_judge import answers_sha256, judge_objhal, objhal_header, objhal_judge_items, score_judged
+    from halluprobe.judging.store import JudgmentDir
+
+    store = JudgmentDir(judgments)
+    if spec is not None:
+        if images is None:
+            raise InputError("--judge-model needs --images (the folder `data objhal` wrote)")
+        template = extraction_prompt_template(prompt_script)
+        backend = spec.load()
+        header = objhal_header(backend=spec.backend, model=spec.model, info=backend.info(), generation=judge_generation(max_new_tokens),
+                               answers=answers, answers_sha256=answers_sha256(answers), template=template)  # fmt: skip
+        done = judge_objhal(backend, responses, objhal_judge_items(responses, images, template), store=store, header=header, overwrite=overwrite)
+        typer.echo(f"{judgments}: extracted {done.asked} (errors {done.errors}), {done.short} short, {done.skipped} extracted before", err=True)
+    digest, tagger = answers_sha256(answers), SpacyTagger(spacy_model)
+    stored = []
+    for d in [store] + ([JudgmentDir(compare)] if compare is not None else []):
+        header = d.read_header()
+        if header.benchmark != "objhal":
+            raise InputError(f"a judgment dir of {header.benchmark!r}, not of Object HalBench's extractions", d.header_path)
+        if header.answers_sha256 != digest:
+            raise InputError("extractions of other answers (answers_sha256 differs)", d.header_path)
+        stored.append((header, d.read_judgments(), str(d.judgments_path)))
+    scores, ledger = score_judged(responses, truth, vocab, tagger, stored[0][0], stored[0][1], policy=policy, where=stored[0][2])
+    if compare is None:
+        return scores, ledger.identity(), []
+    c = compare_extractions(responses, truth, vocab, tagger, stored[0], stored[1], policy=policy, n_resamples=bootstrap, seed=seed)
+    kappa = "n/a" if c.agreement.kappa is None else f"{c.agreement.kappa:.3f}"
+    lines = [f"compared with {compare} (judge {stored[1][0].backend}:{stored[1][0].model}, prompt sha256 {stored[1][0].template_sha256[:12]}): "
+             f"same COCO objects on {c.agreement.agreed}/{c.agreement.n} answers, Cohen's kappa {kappa}; {c.n_both} answers both kept"]  # fmt: skip
+    for name, pd in (("response hallucination", c.response_hallucination), ("mention hallucination", c.mention_hallucination)):
+        ci = f" [{pd.ci[0]:+.4f}, {pd.ci[1]:+.4f}]" if pd.ci else ""
+        shown = [("n/a" if v is None else f"{v:.4f}") for v in (pd.a, pd.b)]
+        lines.append(f"  {name}: this {shown[0]}, compared {shown[1]}, difference " + ("n/a" if pd.difference is None else f"{pd.difference:+.4f}") + ci)
+    return scores, ledger.identity(), lines

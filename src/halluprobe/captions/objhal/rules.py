@@ -13,7 +13,7 @@ How it differs from the CHAIR families (``captions/chair/families.py``):
 
 The word extractor is a seam (:class:`WordExtractor`): the judge-free one reads the caption;
 ``--use_gpt``'s role (a language model lists the objects, :func:`extracted_objects` maps them) is
-a second implementation for the judge path, not built here.
+the judge path (:mod:`.extract`, ``judging/objhal_judge.py``).
 """
 
 from __future__ import annotations
