@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, UnknownOption, app, console, errors, refuse_over_limit
+from halluprobe.cli.judged import JudgmentsOption, MMHalTemplateOption, UnparseableOption, judged_part
 from halluprobe.cli.overlap import ImagesOption, say_notes, score_part
 from halluprobe.errors import InputError
 from halluprobe.rundir import RunDir, refuse_run_file
@@ -221,6 +222,9 @@ def report_cmd(
         typer.Option(help="CHAIR ground truth for captions: object lines {image_id|image, objects} or a saved ground truth "
                      "(default: the sets shipped for the standard lists)."),
     ] = None,
+    judgments: JudgmentsOption = None,
+    mmhal_template: MMHalTemplateOption = None,
+    unparseable: UnparseableOption = "zero",
 ) -> None:
     """Write one self-contained HTML page (and Markdown) from run dirs: tables, tests and plots.
     Runs of open answers to CHAIR questions (or imported captions) get the CHAIR page instead.
@@ -239,6 +243,7 @@ def report_cmd(
             _refuse_foreign_report(target, overwrite)
         yes_no, captions = _split_runs(rundirs)
         counting = chair_counting(family, tokenizer, ground_truth)
+        judged = judged_part(judgments, mmhal_template, unparseable, resamples, seed)  # cli/judged.py; none without --judgments
         if not captions and (family, tokenizer, ground_truth) != (None, None, None):
             raise InputError("--family, --tokenizer and --ground-truth count CHAIR of captions; these runs hold yes/no answers")
         if not yes_no:
@@ -247,26 +252,21 @@ def report_cmd(
                     raise InputError(f"{flag} applies to yes/no runs; these runs hold open answers (their report is CHAIR's)")
             from halluprobe.report.chair_page import render_chair_report
 
-            html, md = render_chair_report(rundirs, out, n_resamples=resamples, seed=seed, counting=counting)
-            typer.echo(str(html))
-            typer.echo(str(md))
-            return
+            html, md = render_chair_report(rundirs, out, n_resamples=resamples, seed=seed, counting=counting, judged=judged)
+            return typer.echo(f"{html}\n{md}")
         if captions:
             from halluprobe.report.decoding_section import decoding_comparison
 
             if decoding_comparison(captions) is None:  # refused before any audit is computed
                 raise InputError("a run of open answers (captions) shares a report with yes/no runs only when the caption runs are a decoding "
                                  "comparison (one greedy run, method runs, at most one sampled run): report them apart", captions[0] / "run.json")
-        audits = [
-            audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in yes_no
-        ]
+        audits = [audit_run(rundir, headline=headline, labels=labels or (), n_resamples=resamples, seed=seed) for rundir in yes_no]
         for rundir, audit in zip(yes_no, audits):
             say_notes(rundir, audit)
         comparison = compare_runs(yes_no, readout=headline, n_resamples=resamples, seed=seed) if len(yes_no) > 1 else None
         html, md = render_report(yes_no, out, audits=audits, comparison=comparison, captions=captions, chair=counting,
-                                 n_resamples=resamples, seed=seed)  # fmt: skip
-    typer.echo(str(html))
-    typer.echo(str(md))
+                                 n_resamples=resamples, seed=seed, judged=judged)  # fmt: skip
+    typer.echo(f"{html}\n{md}")
 
 
 def _split_runs(rundirs: list[Path]) -> tuple[list[Path], list[Path]]:

@@ -124,11 +124,13 @@ def _coco_ground_truth(run: ChairRunView) -> bool:
 
 
 def render_chair_report(
-    rundirs: Sequence[str | Path], out_html: str | Path, *, n_resamples: int = 1000, seed: int = 0, counting: ChairCounting | None = None
+    rundirs: Sequence[str | Path], out_html: str | Path, *, n_resamples: int = 1000, seed: int = 0, counting: ChairCounting | None = None,
+    judged: Sequence[tuple[tuple[str, str], tuple[str, str]]] = (),
 ) -> tuple[Path, Path]:
     """Write the CHAIR page ``out_html`` and its Markdown twin (``.md``); return both paths.
     ``counting``: the families, tokenizer and ground truth of every CHAIR number (default: both
-    families in the CHAIR sections, the lemmatizer in the decoding table, punkt, shipped ground truth)."""
+    families in the CHAIR sections, the lemmatizer in the decoding table, punkt, shipped ground truth).
+    ``judged``: the judged benchmarks' sections (:func:`~halluprobe.report.judged_section.judged_sections`), last."""
     from importlib.resources import files
 
     import jinja2
@@ -151,6 +153,8 @@ def render_chair_report(
     overlap = caption_overlap_section([(Path(run.path), _coco_ground_truth(run)) for run in runs])
     if overlap is not None:  # captions of COCO images only: other pages are unchanged
         html, md = add_section(html, md, overlap, OVERLAP_SECTION)
+    for entry, section in judged:  # report --judgments (report/judged_section.py): none, the page is unchanged
+        html, md = add_section(html, md, section, entry)
     write_atomic(out_html, html)
     write_atomic(out_md, md)
     return out_html, out_md

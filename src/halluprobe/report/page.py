@@ -55,6 +55,7 @@ def render_report(
     corrections: Sequence[Any] | None = None,
     captions: Sequence[str | Path] = (),
     chair: ChairCounting | None = None,
+    judged: Sequence[tuple[tuple[str, str], tuple[str, str]]] = (),
 ) -> tuple[Path, Path]:
     """Write ``out_html`` and its Markdown twin (same name, ``.md``); return both paths.
 
@@ -67,6 +68,7 @@ def render_report(
     runs, at most one sampled run; anything else is bad input), shown as the Decoding section
     after the yes/no runs' sections, CHAIR counted as ``chair`` says (default: lemmatizer, punkt,
     the shipped ground truth) with this report's bootstrap; they are never scored as yes/no runs.
+    ``judged``: the judged benchmarks' sections (:func:`~halluprobe.report.judged_section.judged_sections`), last.
     """
     paths = [Path(p) for p in rundirs]
     out_html = Path(out_html)
@@ -99,6 +101,8 @@ def render_report(
     if paths:  # a run that is a registered published answers file: its figures, recomputed (report/literature.py)
 
         page, markdown = add_literature_section(page, markdown, literature_matches(paths, n_resamples=n_resamples, seed=seed))
+    for entry, section in judged:  # report --judgments (report/judged_section.py): none, the page is unchanged
+        page, markdown = add_section(page, markdown, section, entry)
     write_atomic(out_html, page)
     write_atomic(out_md, markdown)
     log.info("wrote %s and %s", out_html, out_md)
