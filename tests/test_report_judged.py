@@ -105,3 +105,37 @@ def test_bad_judged_input_is_one_line(world: dict[str, Path], tmp_path: Path) ->
     bad = runner.invoke(app, ["report", str(world["run"]), "--out", str(tmp_path / "r.html"), "--judgments", str(broken),
                               "--mmhal-template", str(world["template"])])  # fmt: skip
     assert bad.exit_code == 2 and "judge.json" in bad.output and "Traceback" not in bad.output
+
+
+def test_the_hallusionbench_section_carries_hallusion_scores_numbers(tmp_path: Path) -> None:
+    import test_hallusion_judge as hj
+
+    from halluprobe.report.hallusion_section import hallusion_cell
+
+    qfile, images, run = hj._fixture(tmp_path)
+    hj._judge(tmp_path, qfile, images, run, tmp_path / "j")
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(app, ["report", str(run), "--out", str(out), "--resamples", "50", "--judgments", str(tmp_path / "j"),
+                                      "--judgments", str(tmp_path / "j")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    page, md = html.unescape(out.read_text(encoding="utf-8")), out.with_suffix(".md").read_text(encoding="utf-8")
+    scored = CliRunner().invoke(app, ["hallusion", "score", str(run), "--judgments", str(tmp_path / "j"), "--json", "--resamples", "50"])
+    assert scored.exit_code == 0, scored.output
+    got = json.loads(scored.stdout)
+    header = json.loads((tmp_path / "j" / "judge.json").read_text())
+    for text in (page, md):
+        assert "HallusionBench (judged)" in text and f"judge as configured: scripted:{header['model']}" in text
+        assert header["template_sha256"] in text
+        assert f"unparseable {got['unparseable']}, errors {got['errors']} of {got['n']} (scored as the official script does: unclear)" in text
+        for sl in got["judged"]["slices"]:
+            for field, ci in (("a_acc", "a_ci"), ("f_acc", "f_ci"), ("q_acc", "q_ci")):
+                assert hallusion_cell(sl[field], tuple(sl[ci]) if sl[ci] else None) in text, (sl["name"], field)
+        for d in got["disagreements"]:
+            assert f"disagreement with {d['readout']}: verdict on {d['verdicts']} of {d['n']} questions, correctness on {d['correctness']}" in text
+        assert f"agreement {got['n']}/{got['n']} questions" in text  # one judge twice: full agreement
+    other = tmp_path / "other_run"  # other answers: the judgments are of none of the report's runs
+    shutil.copytree(run, other)
+    samples = other / "samples.jsonl"
+    samples.write_text(samples.read_text().replace("ANSright", "ANSwrong", 1))
+    refused = CliRunner().invoke(app, ["report", str(other), "--out", str(tmp_path / "o.html"), "--judgments", str(tmp_path / "j")])
+    assert refused.exit_code == 2 and "none of this report's runs" in refused.output

@@ -243,7 +243,7 @@ def report_cmd(
             _refuse_foreign_report(target, overwrite)
         yes_no, captions = _split_runs(rundirs)
         counting = chair_counting(family, tokenizer, ground_truth)
-        judged = judged_part(judgments, mmhal_template, unparseable, resamples, seed)  # cli/judged.py; none without --judgments
+        judged = judged_part(judgments, mmhal_template, unparseable, rundirs, resamples, seed)  # cli/judged.py; none without --judgments
         if not captions and (family, tokenizer, ground_truth) != (None, None, None):
             raise InputError("--family, --tokenizer and --ground-truth count CHAIR of captions; these runs hold yes/no answers")
         if not yes_no:

@@ -1,23 +1,21 @@
 """The report's judged-benchmark sections (``report --judgments DIR``): per judged benchmark its
-headline numbers with CIs (the numbers of ``mmhal score``, same policy, bootstrap and seed), the
-judge ledger of every judgment dir (the judge as configured and as served, the prompt's sha256,
-unparseable and errored verdicts, the --unparseable policy) and, for two dirs of one benchmark on
-the same answers, their agreement. Without judgment dirs there is no section: the page is unchanged.
-
-Only MMHal-Bench is rendered so far; a judgment dir of another benchmark is refused (one line)."""
+headline numbers with CIs (the numbers of ``mmhal score`` / ``hallusion score``, same policy,
+bootstrap and seed), the judge ledger of every judgment dir (the judge as configured and as served,
+the prompt's sha256, unparseable and errored verdicts, the unparseable policy) and, for two dirs
+of one benchmark on the same answers, their agreement. Without judgment dirs there is no section:
+the page is unchanged. MMHal-Bench and HallusionBench are rendered; another benchmark's judgment
+dir (Object HalBench's) is refused, one line."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
 
 from halluprobe.benchmarks.mmhal import MMHalFile, read_mmhal
 from halluprobe.errors import InputError
-from halluprobe.formatting import format_ratio, markdown_table
+from halluprobe.formatting import format_ratio
 from halluprobe.judging.agreement import agreement, paired_difference
-from halluprobe.judging.ledger import JudgeHeader, Judgment
 from halluprobe.judging.mmhal_score import (
     MMHalScore,
     UnparseablePolicy,
@@ -26,45 +24,21 @@ from halluprobe.judging.mmhal_score import (
     ordered_judgments,
     score_mmhal,
 )
-from halluprobe.judging.store import JudgmentDir
 from halluprobe.mmhal_table import mmhal_grid
-from halluprobe.records import FrozenRecord
+from halluprobe.report.hallusion_section import HALLUSION_SECTION, hallusion_section
+from halluprobe.report.judged_common import (
+    JudgedDir,
+    SectionWriter,
+    ledger_lines,
+    read_judged,
+)
 
-__all__ = ["MMHAL_SECTION", "JudgedDir", "judged_sections", "ledger_lines", "mmhal_section"]
+__all__ = ["MMHAL_SECTION", "judged_sections", "mmhal_section"]
 
 MMHAL_SECTION = ("judged-mmhal", "MMHal-Bench (judged)")  # id, table-of-contents entry
-_RENDERED = {"mmhal": "mmhal"}  # the benchmarks a judge.json may name that get a section
+_BENCHMARKS = ("mmhal", "hallusionbench")  # the benchmarks a judge.json may name that get a section
 _MMHAL_LEDE = ("Open answers rated 0-6 by a judge (hallucination: a rating under 3). halluprobe's score: "
                "unparseable and errored verdicts counted and scored by the --unparseable policy; 95% CIs: bootstrap over images.")  # fmt: skip
-
-
-class JudgedDir(FrozenRecord):
-    """One judgment dir as read for the report: its path (as given), judge header and verdicts."""
-
-    path: str
-    header: JudgeHeader
-    judgments: tuple[Judgment, ...]
-
-
-def _read(path: Path) -> JudgedDir:
-    store = JudgmentDir(path)
-    header = store.read_header()
-    if header.benchmark not in _RENDERED:
-        raise InputError(f"a judgment dir of {header.benchmark!r}: the report renders MMHal-Bench's judgments only so far "
-                         f"(score it with its own verb)", store.header_path)  # fmt: skip
-    return JudgedDir(path=str(path), header=header, judgments=tuple(store.read_judgments()))
-
-
-def ledger_lines(judged: JudgedDir, score: MMHalScore) -> list[str]:
-    """The ledger of one judgment dir, one line per fact."""
-    h = judged.header
-    served = sorted({j.judge_model_reported for j in judged.judgments if j.judge_model_reported})
-    return [
-        f"judge as configured: {h.backend}:{h.model}",
-        f"judge as served: {', '.join(served) if served else 'not reported by the backend'}",
-        f"prompt ({h.template_name}) sha256: {h.template_sha256}",
-        f"unparseable {score.unparseable}, errors {score.errors} of {score.n} (--unparseable {score.policy})",
-    ]
 
 
 def _headline(score: MMHalScore) -> str:
@@ -75,7 +49,7 @@ def _headline(score: MMHalScore) -> str:
 def _agreement_lines(mmhal: MMHalFile, a: JudgedDir, b: JudgedDir, policy: UnparseablePolicy, *, n_resamples: int, seed: int) -> list[str]:
     if a.header.answers_sha256 != b.header.answers_sha256:
         return [f"{a.path} and {b.path} judged different answers (answers_sha256 differ): no agreement"]
-    judged = [ordered_judgments(mmhal, d.judgments, str(JudgmentDir(d.path).judgments_path)) for d in (a, b)]
+    judged = [ordered_judgments(mmhal, d.judgments, d.judgments_path) for d in (a, b)]
     agree = agreement(judged[0], judged[1])
     kappa = "n/a" if agree.kappa is None else f"{agree.kappa:.3f}"
     lines = [f"{a.path} vs {b.path}: agreement {agree.agreed}/{agree.n} items, Cohen's kappa {kappa}"]
@@ -90,37 +64,31 @@ def _agreement_lines(mmhal: MMHalFile, a: JudgedDir, b: JudgedDir, policy: Unpar
 def mmhal_section(dirs: Sequence[JudgedDir], template: Path, policy: UnparseablePolicy, *, n_resamples: int, seed: int) -> tuple[str, str]:
     """(Markdown, HTML) of MMHal-Bench's section over its judgment dirs."""
     mmhal = read_mmhal(template)
-    sid, title = MMHAL_SECTION
-    md = [f"## {title}", "", _MMHAL_LEDE, ""]
-    page = [f'<section id="{sid}">', f"<h2>{title}</h2>", f'<p class="lede">{html.escape(_MMHAL_LEDE)}</p>']
+    out = SectionWriter(MMHAL_SECTION, _MMHAL_LEDE)
     for d in dirs:
-        where = str(JudgmentDir(d.path).judgments_path)
-        score = score_mmhal(mmhal, d.header, d.judgments, policy=policy, where=where, n_resamples=n_resamples, seed=seed)
-        grid = mmhal_grid(score, mmhal, ordered_judgments(mmhal, d.judgments, where), d.header, compat=False, syntax="markdown")
-        lines = [_headline(score), *ledger_lines(d, score)]
-        md += [f"**{d.path}**", "", *[f"- {line}" for line in lines], ""]
-        md += [*markdown_table(grid.header, [[c.text for c in row] for row in grid.rows]), ""]
-        page.append(f"<h3>{html.escape(d.path)}</h3>")
-        page.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>")
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in grid.header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c.text)}</td>" for c in row) + "</tr>" for row in grid.rows)
-        page.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        score = score_mmhal(mmhal, d.header, d.judgments, policy=policy, where=d.judgments_path, n_resamples=n_resamples, seed=seed)
+        grid = mmhal_grid(score, mmhal, ordered_judgments(mmhal, d.judgments, d.judgments_path), d.header, compat=False, syntax="markdown")
+        out.heading(d.path)
+        out.lines([_headline(score), *ledger_lines(d, n=score.n, unparseable=score.unparseable, errors=score.errors, policy=f"--unparseable {policy}")])
+        out.table(grid.header, [[c.text for c in row] for row in grid.rows])
     for a, b in combinations(dirs, 2):
-        lines = _agreement_lines(mmhal, a, b, policy, n_resamples=n_resamples, seed=seed)
-        md += ["**Agreement**", "", *[f"- {line}" for line in lines], ""]
-        page.append("<h3>Agreement</h3><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>")
-    page.append("</section>")
-    return "\n".join(md).rstrip("\n") + "\n", "\n".join(page) + "\n"
+        out.heading("Agreement")
+        out.lines(_agreement_lines(mmhal, a, b, policy, n_resamples=n_resamples, seed=seed))
+    return out.done()
 
 
-def judged_sections(paths: Sequence[Path], *, mmhal_template: Path | None, policy: UnparseablePolicy, n_resamples: int,
-                    seed: int) -> list[tuple[tuple[str, str], tuple[str, str]]]:  # fmt: skip
-    """(table-of-contents entry, (Markdown, HTML)) per judged benchmark, in the order first given."""
-    dirs = [_read(Path(p)) for p in paths]
+def judged_sections(paths: Sequence[Path], *, runs: Sequence[Path], mmhal_template: Path | None, policy: UnparseablePolicy,
+                    n_resamples: int, seed: int) -> list[tuple[tuple[str, str], tuple[str, str]]]:  # fmt: skip
+    """(table-of-contents entry, (Markdown, HTML)) per judged benchmark: MMHal-Bench, then
+    HallusionBench (whose judgment dirs must have judged one of ``runs``, the report's run dirs)."""
+    dirs = [read_judged(Path(p), _BENCHMARKS) for p in paths]
     mmhal = [d for d in dirs if d.header.benchmark == "mmhal"]
+    hallusion = [d for d in dirs if d.header.benchmark == "hallusionbench"]
     sections = []
     if mmhal:
         if mmhal_template is None:
             raise InputError("--mmhal-template is required to report MMHal-Bench's judgments (its items and types)", mmhal[0].path)
         sections.append((MMHAL_SECTION, mmhal_section(mmhal, mmhal_template, policy, n_resamples=n_resamples, seed=seed)))
+    if hallusion:
+        sections.append((HALLUSION_SECTION, hallusion_section(hallusion, runs, n_resamples=n_resamples, seed=seed)))
     return sections
