@@ -13,11 +13,11 @@ lower-cased reply; exactly one N found is the rating, none or several is unparse
 
 from __future__ import annotations
 
-import ast
 import hashlib
 from pathlib import Path, PurePosixPath
 
 from halluprobe.benchmarks.download import copy_pinned, default_cache_dir, fetch_pinned
+from halluprobe.benchmarks.script_strings import module_string
 from halluprobe.errors import InputError
 from halluprobe.jsonl import read_records, type_name
 from halluprobe.records import FrozenRecord
@@ -131,17 +131,10 @@ def judge_prompt_template(script: str | Path | None = None) -> str:
     the module-level ``template`` string of ``script`` (default: the official script, fetched
     pinned), read from its syntax tree, never executed."""
     path = Path(script) if script is not None else fetch_mmhal_judge_script()
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, UnicodeDecodeError, SyntaxError) as err:
-        raise InputError(f"cannot read the judge script: {err}", path) from None
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "template" for t in node.targets)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):  # fmt: skip
-            if node.value.value.count("{}") != 4:
-                raise InputError("its `template` string has not the four {} slots of MMHal's judge prompt", path, node.lineno)
-            return node.value.value
-    raise InputError("no module-level `template = '...'` string: not MMHal-Bench's judge script", path)
+    text, line = module_string(path, "template", "MMHal-Bench's judge script")
+    if text.count("{}") != 4:
+        raise InputError("its `template` string has not the four {} slots of MMHal's judge prompt", path, line)
+    return text
 
 
 def fill_judge_prompt(template: str, item: MMHalItem, answer: str) -> str:

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from halluprobe.benchmarks.autoprobe.wordnet import load_wordnet
 from halluprobe.captions.chair.singularize import singularize
-from halluprobe.captions.chair.vocabulary import vocabulary
+from halluprobe.captions.chair.vocabulary import merge_double_words, vocabulary
 from halluprobe.errors import InputError, RuntimeFailure
 
 __all__ = [
@@ -219,18 +219,7 @@ class ChairFamily:
     def caption_objects(self, caption: str) -> CaptionObjects:
         vocab = vocabulary()
         words = self._normalise(self.tools.tokenize(caption.lower()))
-        merged: list[str] = []
-        starts: list[int] = []
-        i = 0
-        while i < len(words):
-            starts.append(i)
-            pair = " ".join(words[i : i + 2])
-            if pair in vocab.double_words:
-                merged.append(vocab.double_words[pair])
-                i += 2
-            else:
-                merged.append(words[i])
-                i += 1
+        merged, starts = merge_double_words(words, vocab.double_words)
         kept = merged
         if "toilet" in kept and "seat" in kept:  # "the seat of the toilet" is no chair
             kept = [w for w in kept if w != "seat"]

@@ -10,6 +10,7 @@ on ``", "``, so an entry written after a double space (``"scooter,  motor bike"`
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -19,7 +20,9 @@ __all__ = [
     "COCO_DOUBLE_WORDS",
     "VEHICLE_WORDS",
     "ChairVocabulary",
+    "merge_double_words",
     "vocabulary",
+    "with_modifier_words",
 ]
 
 # the 80 COCO detection categories (instances_*.json names; id order)
@@ -91,7 +94,13 @@ def vocabulary() -> ChairVocabulary:
         objects.update(synonyms)
         for word in synonyms:
             node_of[word] = synonyms[0]
-    double_words = {word: word for word in COCO_DOUBLE_WORDS}
+    double_words = with_modifier_words({word: word for word in COCO_DOUBLE_WORDS})
+    return ChairVocabulary(frozenset(objects), node_of, double_words)
+
+
+def with_modifier_words(double_words: dict[str, str]) -> dict[str, str]:
+    """``double_words`` plus the pairs CHAIR (and Object HalBench's script after it) reads as one
+    object: "baby/adult ANIMAL", "passenger VEHICLE", "bow tie", "toilet seat", "wine glas"."""
     for animal in ANIMAL_WORDS:
         double_words[f"baby {animal}"] = animal
         double_words[f"adult {animal}"] = animal
@@ -100,4 +109,22 @@ def vocabulary() -> ChairVocabulary:
     double_words["bow tie"] = "tie"
     double_words["toilet seat"] = "toilet"
     double_words["wine glas"] = "wine glass"  # singularize("glass") is "glas"
-    return ChairVocabulary(frozenset(objects), node_of, double_words)
+    return double_words
+
+
+def merge_double_words(words: Sequence[str], double_words: Mapping[str, str]) -> tuple[list[str], list[int]]:
+    """Words with each known pair of adjacent words read as one (``double_words``' value), and the
+    index in ``words`` where each merged word starts."""
+    merged: list[str] = []
+    starts: list[int] = []
+    i = 0
+    while i < len(words):
+        starts.append(i)
+        pair = " ".join(words[i : i + 2])
+        if pair in double_words:
+            merged.append(double_words[pair])
+            i += 2
+        else:
+            merged.append(words[i])
+            i += 1
+    return merged, starts

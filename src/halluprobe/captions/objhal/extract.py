@@ -20,13 +20,13 @@ The script's steps, and where halluprobe differs (docs/design/chair.md):
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 from halluprobe.benchmarks.download import default_cache_dir, fetch_pinned
+from halluprobe.benchmarks.script_strings import module_string
 from halluprobe.captions.chair.families import CaptionObjects
 from halluprobe.captions.objhal.rules import ObjhalVocabulary, extracted_objects
 from halluprobe.captions.objhal.sources import RLAIFV_COMMIT, RLAIFV_REPOSITORY
@@ -65,17 +65,10 @@ def extraction_prompt_template(script: str | Path | None = None) -> str:
     """The module-level ``prompt_template`` string of ``script`` (default: the official script,
     fetched pinned), read from its syntax tree, never executed."""
     path = Path(script) if script is not None else fetch_objhal_judge_script()
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, UnicodeDecodeError, SyntaxError) as err:
-        raise InputError(f"cannot read the extraction script: {err}", path) from None
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "prompt_template" for t in node.targets)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):  # fmt: skip
-            if not all(slot in node.value.value for slot in _SLOTS):
-                raise InputError("its `prompt_template` has not the {question} and {answer} slots", path, node.lineno)
-            return node.value.value
-    raise InputError("no module-level `prompt_template = '...'` string: not Object HalBench's script", path)
+    text, line = module_string(path, "prompt_template", "Object HalBench's script")
+    if not all(slot in text for slot in _SLOTS):
+        raise InputError("its `prompt_template` has not the {question} and {answer} slots", path, line)
+    return text
 
 
 def fill_extraction_prompt(template: str, question: str, answer: str) -> str:

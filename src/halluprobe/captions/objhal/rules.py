@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Protocol
 
 from halluprobe.captions.chair.families import CaptionObjects
+from halluprobe.captions.chair.vocabulary import merge_double_words, with_modifier_words
 from halluprobe.errors import InputError
 
 __all__ = [
-    "ANIMAL_WORDS",
     "EXTRA_DOUBLE_WORDS",
-    "VEHICLE_WORDS",
     "ObjhalVocabulary",
     "RuleExtractor",
     "WordExtractor",
@@ -40,10 +39,6 @@ __all__ = [
 ]
 
 EXTRA_DOUBLE_WORDS: tuple[str, ...] = ("home plate", "train track")
-ANIMAL_WORDS: tuple[str, ...] = (
-    "bird", "cat", "dog", "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe", "animal", "cub",
-)  # fmt: skip
-VEHICLE_WORDS: tuple[str, ...] = ("jet", "train")
 
 
 @dataclass(frozen=True)
@@ -66,15 +61,7 @@ def parse_synonyms(text: str) -> ObjhalVocabulary:
         for word in entries:
             node_of[word] = entries[0]
     doubles = [w for w in node_of if len(w.strip().split(" ")) >= 2] + list(EXTRA_DOUBLE_WORDS)
-    double_words = {w: w for w in doubles}
-    for animal in ANIMAL_WORDS:
-        double_words[f"baby {animal}"] = animal
-        double_words[f"adult {animal}"] = animal
-    for vehicle in VEHICLE_WORDS:
-        double_words[f"passenger {vehicle}"] = vehicle
-    double_words["bow tie"] = "tie"
-    double_words["toilet seat"] = "toilet"
-    double_words["wine glas"] = "wine glass"
+    double_words = with_modifier_words({w: w for w in doubles})
     return ObjhalVocabulary(frozenset(objects), node_of, double_words)
 
 
@@ -110,18 +97,7 @@ def _coco_words(vocab: ObjhalVocabulary, kept: list[str], starts: list[int], mer
 def caption_objects(vocab: ObjhalVocabulary, tools: WordTools, caption: str) -> CaptionObjects:
     """The script's ``caption_to_words``: lower-case, tokenize, noun lemmas, double words."""
     words = [tools.lemmatize(w, "n") for w in tools.tokenize(caption.lower())]
-    merged: list[str] = []
-    starts: list[int] = []
-    i = 0
-    while i < len(words):
-        starts.append(i)
-        pair = " ".join(words[i : i + 2])
-        if pair in vocab.double_words:
-            merged.append(vocab.double_words[pair])
-            i += 2
-        else:
-            merged.append(words[i])
-            i += 1
+    merged, starts = merge_double_words(words, vocab.double_words)
     return _coco_words(vocab, merged, starts, merged)
 
 

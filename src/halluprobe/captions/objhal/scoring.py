@@ -27,7 +27,11 @@ import numpy as np
 
 from halluprobe.captions.chair.groundtruth import CocoFile
 from halluprobe.captions.chair.length import LengthGroup
-from halluprobe.captions.objhal.rules import ObjhalVocabulary, RuleExtractor, WordExtractor
+from halluprobe.captions.objhal.rules import (
+    ObjhalVocabulary,
+    RuleExtractor,
+    WordExtractor,
+)
 from halluprobe.errors import InputError
 from halluprobe.metrics.stats import cluster_bootstrap
 from halluprobe.records import FrozenRecord
