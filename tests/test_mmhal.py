@@ -274,3 +274,10 @@ def test_the_judge_prompt_is_read_from_the_scripts_syntax_tree_never_run(tmp_pat
     bad.write_text("x = 1\ntemplate = 'one slot {}'\n", encoding="utf-8")
     with pytest.raises(InputError, match="four"):
         judge_prompt_template(bad)
+
+
+def test_a_bootstrap_beyond_the_limit_is_one_line(tmp_path: Path) -> None:
+    template, _, _ = _fixture(tmp_path)
+    for verb in (["score", "--judgments", str(tmp_path)], ["agree", "--a", str(tmp_path), "--b", str(tmp_path)]):
+        result = CliRunner().invoke(app, ["mmhal", *verb, "--template", str(template), "--bootstrap", "100000000"])
+        assert result.exit_code == 2 and "--bootstrap" in result.output and len(result.output.strip().splitlines()) == 1, result.output

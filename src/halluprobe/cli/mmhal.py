@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
-from halluprobe.cli._app import app, data_app, errors
+from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, data_app, errors, refuse_over_limit
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
 
@@ -124,8 +124,8 @@ def mmhal_score_cmd(
     template: _TEMPLATE,
     judgments: Annotated[Path, typer.Option(help="Judgment dir of `mmhal judge`.")],
     unparseable: Annotated[Literal["zero", "wrong", "drop"], typer.Option(help="An unparseable verdict: zero (score 0, the official rule), wrong (a hallucination, out of the average), drop.")] = "zero",
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples (by image) for the CIs; 0: none.")] = 1000,
-    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    bootstrap: ResamplesOption = 1000,
+    seed: SeedOption = 0,
     compat: Annotated[bool, typer.Option("--compat", help="Print the official summarizer's output (warnings included) only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     markdown: Annotated[Optional[Path], typer.Option(help="Also write the table as Markdown to this file (with its provenance comment for `check`; --compat: the official aggregation).")] = None,
@@ -138,6 +138,7 @@ def mmhal_score_cmd(
     from halluprobe.judging.store import JudgmentDir
 
     with errors():
+        refuse_over_limit("--bootstrap", bootstrap, MAX_RESAMPLES)
         mmhal = read_mmhal(template)
         store = JudgmentDir(judgments)
         score = score_mmhal(mmhal, store.read_header(), store.read_judgments(), policy=unparseable,
@@ -167,8 +168,8 @@ def mmhal_agree_cmd(
     a: Annotated[Path, typer.Option("--a", help="Judgment dir of the first judge.")],
     b: Annotated[Path, typer.Option("--b", help="Judgment dir of the second judge (the same answers).")],
     unparseable: Annotated[Literal["zero", "wrong", "drop"], typer.Option(help="How both judges' unparseable verdicts are scored.")] = "zero",
-    bootstrap: Annotated[int, typer.Option(help="Paired bootstrap resamples (by image); 0: none.")] = 1000,
-    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    bootstrap: ResamplesOption = 1000,
+    seed: SeedOption = 0,
 ) -> None:
     """Two judges on the same answers: per-item agreement, Cohen's kappa, and the paired difference."""
     from halluprobe.benchmarks.mmhal import read_mmhal
@@ -178,6 +179,7 @@ def mmhal_agree_cmd(
     from halluprobe.judging.store import JudgmentDir
 
     with errors():
+        refuse_over_limit("--bootstrap", bootstrap, MAX_RESAMPLES)
         mmhal = read_mmhal(template)
         dirs = [JudgmentDir(a), JudgmentDir(b)]
         headers = [d.read_header() for d in dirs]

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 from halluprobe.captions.chair.scoring import CaptionScore
 from halluprobe.records import FrozenRecord
 
-__all__ = ["LengthGroup", "QuartileBin", "chair_by_baseline_quartiles", "chair_by_equal_count_groups", "quartile_bin", "quartile_bounds"]
+__all__ = ["LengthGroup", "QuartileBin", "ScoredCaption", "chair_by_baseline_quartiles", "chair_by_equal_count_groups", "quartile_bin", "quartile_bounds"]
 
 
 class QuartileBin(FrozenRecord):
@@ -69,9 +70,22 @@ class LengthGroup(FrozenRecord):
     chair_i: float | None
 
 
-def chair_by_equal_count_groups(scores: Sequence[CaptionScore], bins: int = 4) -> list[LengthGroup]:
+class ScoredCaption(Protocol):
+    """What the length groups read of a scored caption (CHAIR's ``CaptionScore``, Object
+    HalBench's ``ObjhalScore``)."""
+
+    @property
+    def length(self) -> int: ...
+    @property
+    def objects(self) -> Sequence[str]: ...
+    @property
+    def hallucinated(self) -> Sequence[str]: ...
+
+
+def chair_by_equal_count_groups(scores: Sequence[ScoredCaption], bins: int = 4) -> list[LengthGroup]:
     """Captions split into ``bins`` groups of caption length (equal counts, by length order):
-    each group's length range, CHAIR_s and CHAIR_i (the CHAIR report's table, figure and page)."""
+    each group's length range, CHAIR_s and CHAIR_i (the CHAIR report's table, figure and page;
+    Object HalBench's length confound)."""
     ordered = sorted(scores, key=lambda s: s.length)
     out = []
     for k in range(bins):

@@ -9,12 +9,11 @@ from pathlib import Path
 
 from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.groundtruth import image_key
-from halluprobe.captions.chair.length import LengthGroup
+from halluprobe.captions.chair.length import LengthGroup, chair_by_equal_count_groups
 from halluprobe.captions.objhal.scoring import (
     ObjhalResponse,
     ObjhalScore,
     ObjhalSummary,
-    by_length,
     summarize,
 )
 from halluprobe.errors import InputError
@@ -98,7 +97,7 @@ def objhal_result(
     answers: str, synonyms_sha256: str, ground_truth: dict[str, str], rlaifv_commit: str, n_resamples: int = 1000, seed: int = 0,
 ) -> ObjhalResult:  # fmt: skip
     return ObjhalResult(
-        summary=summarize(scores, extractor, n_resamples=n_resamples, seed=seed), length_groups=by_length(scores),
+        summary=summarize(scores, extractor, n_resamples=n_resamples, seed=seed), length_groups=chair_by_equal_count_groups(scores),
         n_images=len({s.image_id for s in scores}), errors=errors,
         chair=chair, answers=answers, synonyms_sha256=synonyms_sha256, ground_truth=ground_truth, rlaifv_commit=rlaifv_commit,
     )  # fmt: skip

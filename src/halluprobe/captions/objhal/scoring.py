@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from halluprobe.captions.chair.groundtruth import CocoFile
-from halluprobe.captions.chair.length import LengthGroup
 from halluprobe.captions.objhal.rules import (
     ObjhalVocabulary,
     RuleExtractor,
@@ -42,7 +41,6 @@ __all__ = [
     "ObjhalResponse",
     "ObjhalScore",
     "ObjhalSummary",
-    "by_length",
     "objhal_ground_truth",
     "score_responses",
     "summarize",
@@ -206,21 +204,3 @@ def summarize(scores: Sequence[ObjhalScore], extractor: dict[str, str], *, n_res
         ci=ObjhalCIs(**ci),
         extractor=dict(extractor),
     )
-
-
-def by_length(scores: Sequence[ObjhalScore], bins: int = 4) -> list[LengthGroup]:
-    """The caption-length confound: responses in ``bins`` groups of equal counts by the script's
-    length, each group's hallucinated-response share and mention rate (CHAIR's report groups)."""
-    ordered = sorted(scores, key=lambda s: s.length)
-    out = []
-    for k in range(bins):
-        part = ordered[k * len(ordered) // bins : (k + 1) * len(ordered) // bins]
-        if not part:
-            continue
-        mentions = sum(len(s.objects) for s in part)
-        out.append(LengthGroup(
-            lengths=(part[0].length, part[-1].length), n=len(part),
-            chair_s=sum(s.hallucinating for s in part) / len(part),
-            chair_i=sum(len(s.hallucinated) for s in part) / mentions if mentions else None,
-        ))  # fmt: skip
-    return out
