@@ -10,7 +10,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, errors, refuse_over_limit
+from halluprobe.cli._app import (
+    MAX_RESAMPLES,
+    ResamplesOption,
+    SeedOption,
+    app,
+    errors,
+    refuse_over_limit,
+)
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
 
@@ -36,9 +43,20 @@ def hallusion_judge_cmd(
 ) -> None:
     """Judge every stored answer not yet judged; no model under test is loaded."""
     from halluprobe.benchmarks.dataset_files import fetch_source
-    from halluprobe.benchmarks.hallusionbench import HALLUSIONBENCH_JUDGE_SCRIPT, HALLUSIONBENCH_SOURCE, answer_details, hallusion_judge_template, parse_hallusion_verdict
-    from halluprobe.judging.hallusion_judge import hallusion_answers, hallusion_header, hallusion_judge_items
+    from halluprobe.benchmarks.hallusionbench import (
+        HALLUSIONBENCH_JUDGE_SCRIPT,
+        HALLUSIONBENCH_SOURCE,
+        answer_details,
+        hallusion_judge_template,
+        parse_hallusion_verdict,
+    )
+    from halluprobe.judging.hallusion_judge import (
+        HALLUSION_TEMPLATE_NAME,
+        hallusion_answers,
+        hallusion_judge_items,
+    )
     from halluprobe.judging.judge import judge_generation, judge_items
+    from halluprobe.judging.ledger import judge_header
     from halluprobe.judging.store import JudgmentDir
 
     with errors():
@@ -50,7 +68,7 @@ def hallusion_judge_cmd(
         items = hallusion_judge_items(samples, answer_details(qfile), images, template, source=qfile)
         backend = judge_spec.load()
         generation = judge_generation(max_new_tokens)
-        header = hallusion_header(backend=judge_spec.backend, model=judge_spec.model, info=backend.info(),
+        header = judge_header(benchmark="hallusionbench", template_name=HALLUSION_TEMPLATE_NAME, backend=judge_spec.backend, model=judge_spec.model, info=backend.info(),
                                   generation=generation, answers=rundir, answers_sha256=digest, template=template)  # fmt: skip
         result = judge_items(backend, items, store=JudgmentDir(out), header=header, parse=parse_hallusion_verdict, overwrite=overwrite)
     typer.echo(f"{out}: judged {result.asked} (errors {result.errors}), {result.skipped} judged before")
@@ -67,7 +85,11 @@ def hallusion_score_cmd(
 ) -> None:
     """The judged aAcc, fAcc, qAcc (official grouping) beside each rule-based reading, with their disagreement."""
     from halluprobe.judging.hallusion_judge import hallusion_answers
-    from halluprobe.judging.hallusion_score import default_readouts, render_judged, score_judged
+    from halluprobe.judging.hallusion_score import (
+        default_readouts,
+        render_judged,
+        score_judged,
+    )
     from halluprobe.judging.store import JudgmentDir
 
     with errors():

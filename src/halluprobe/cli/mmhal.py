@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
-from halluprobe.cli._app import MAX_RESAMPLES, ResamplesOption, SeedOption, app, data_app, errors, refuse_over_limit
+from halluprobe.cli._app import (
+    MAX_RESAMPLES,
+    ResamplesOption,
+    SeedOption,
+    app,
+    data_app,
+    errors,
+    refuse_over_limit,
+)
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
 
@@ -57,7 +65,11 @@ def data_mmhal_cmd(
 ) -> None:
     """Download MMHal-Bench's response template and the official judge script (RLAIF-V at a pinned
     commit, each checked by sha256; the script is cached for `mmhal judge`, which reads its prompt)."""
-    from halluprobe.benchmarks.mmhal import MMHAL_TEMPLATE_SHA256, fetch_mmhal_judge_script, fetch_mmhal_template
+    from halluprobe.benchmarks.mmhal import (
+        MMHAL_TEMPLATE_SHA256,
+        fetch_mmhal_judge_script,
+        fetch_mmhal_template,
+    )
 
     with errors():
         path = fetch_mmhal_template(out, url=url, overwrite=overwrite)
@@ -99,9 +111,18 @@ def mmhal_judge_cmd(
     judge_spec: Optional[BackendSpec] = None,
 ) -> None:
     """Judge every answer not yet judged (resumable by item id); no model under test is loaded."""
-    from halluprobe.benchmarks.mmhal import judge_prompt_template, parse_rating, read_mmhal
+    from halluprobe.benchmarks.mmhal import (
+        judge_prompt_template,
+        parse_rating,
+        read_mmhal,
+    )
     from halluprobe.judging.judge import judge_generation, judge_items
-    from halluprobe.judging.mmhal_judge import mmhal_answers, mmhal_header, mmhal_judge_items
+    from halluprobe.judging.ledger import judge_header
+    from halluprobe.judging.mmhal_judge import (
+        MMHAL_TEMPLATE_NAME,
+        mmhal_answers,
+        mmhal_judge_items,
+    )
     from halluprobe.judging.store import JudgmentDir
 
     with errors():
@@ -113,7 +134,7 @@ def mmhal_judge_cmd(
         items = mmhal_judge_items(mmhal, found, images, prompt)
         backend = judge_spec.load()
         generation = judge_generation(max_new_tokens)
-        header = mmhal_header(backend=judge_spec.backend, model=judge_spec.model, info=backend.info(),
+        header = judge_header(benchmark="mmhal", template_name=MMHAL_TEMPLATE_NAME, backend=judge_spec.backend, model=judge_spec.model, info=backend.info(),
                               generation=generation, answers=answers, answers_sha256=digest, template=prompt)  # fmt: skip
         result = judge_items(backend, items, store=JudgmentDir(out), header=header, parse=parse_rating, overwrite=overwrite)
     typer.echo(f"{out}: judged {result.asked} (errors {result.errors}), {result.skipped} judged before")

@@ -89,7 +89,10 @@ def objhal_cmd(
         counting_options,
         family_named,
     )
-    from halluprobe.captions.chair.groundtruth import coco_annotation_files, ground_truth_from_coco
+    from halluprobe.captions.chair.groundtruth import (
+        coco_annotation_files,
+        ground_truth_from_coco,
+    )
     from halluprobe.captions.chair.scoring import Caption, ChairSettings
     from halluprobe.captions.objhal.evaluate import objhal_result, read_responses
     from halluprobe.captions.objhal.rules import RuleExtractor, read_synonyms
@@ -179,10 +182,20 @@ def _judged(answers: Path, responses: list[ObjhalResponse], truth: dict[int, fro
             ) -> tuple[list[ObjhalScore], dict[str, str], list[str]]:  # fmt: skip
     """The judge pass (with --judge-model) into ``judgments``, then the scores on its words (and
     the lines comparing them with ``compare``'s)."""
-    from halluprobe.captions.objhal.extract import SpacyTagger, extraction_prompt_template
+    from halluprobe.captions.objhal.extract import (
+        SpacyTagger,
+        extraction_prompt_template,
+    )
     from halluprobe.judging.judge import judge_generation
+    from halluprobe.judging.ledger import judge_header
     from halluprobe.judging.objhal_compare import compare_extractions
-    from halluprobe.judging.objhal_judge import answers_sha256, judge_objhal, objhal_header, objhal_judge_items, score_judged
+    from halluprobe.judging.objhal_judge import (
+        OBJHAL_TEMPLATE_NAME,
+        answers_sha256,
+        judge_objhal,
+        objhal_judge_items,
+        score_judged,
+    )
     from halluprobe.judging.store import JudgmentDir
 
     store = JudgmentDir(judgments)
@@ -191,7 +204,7 @@ def _judged(answers: Path, responses: list[ObjhalResponse], truth: dict[int, fro
             raise InputError("--judge-model needs --images (the folder `data objhal` wrote)")
         template = extraction_prompt_template(prompt_script)
         backend = spec.load()
-        header = objhal_header(backend=spec.backend, model=spec.model, info=backend.info(), generation=judge_generation(max_new_tokens),
+        header = judge_header(benchmark="objhal", template_name=OBJHAL_TEMPLATE_NAME, backend=spec.backend, model=spec.model, info=backend.info(), generation=judge_generation(max_new_tokens),
                                answers=answers, answers_sha256=answers_sha256(answers), template=template)  # fmt: skip
         done = judge_objhal(backend, responses, objhal_judge_items(responses, images, template), store=store, header=header, overwrite=overwrite)
         typer.echo(f"{judgments}: extracted {done.asked} (errors {done.errors}), {done.short} short, {done.skipped} extracted before", err=True)

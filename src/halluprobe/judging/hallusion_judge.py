@@ -7,18 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from halluprobe.benchmarks.hallusionbench import fill_hallusion_prompt, hallusion_key
 from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
 from halluprobe.judging.judge import JudgeItem
-from halluprobe.judging.ledger import JudgeHeader, template_sha256
-from halluprobe.records import GenerateConfig, RunHeader, Sample
+from halluprobe.records import RunHeader, Sample
 from halluprobe.rundir import sha256_file
 from halluprobe.scoring import read_run_samples
 
-__all__ = ["HALLUSION_TEMPLATE_NAME", "hallusion_answers", "hallusion_header", "hallusion_item_id", "hallusion_judge_items"]
+__all__ = ["HALLUSION_TEMPLATE_NAME", "hallusion_answers", "hallusion_item_id", "hallusion_judge_items"]
 
 HALLUSION_TEMPLATE_NAME = "hallusionbench-official"  # evaluate_by_chatgpt's prompt in utils.py (or --prompt-script's), by its sha256
 
@@ -60,8 +58,3 @@ def hallusion_judge_items(
     return items
 
 
-def hallusion_header(*, backend: str, model: str, info: dict[str, Any], generation: GenerateConfig, answers: Path, answers_sha256: str, template: str) -> JudgeHeader:
-    """The ledger header of a HallusionBench judgment dir judged with the prompt ``template``."""
-    return JudgeHeader(benchmark="hallusionbench", backend=backend, model=model, backend_info=info, template_name=HALLUSION_TEMPLATE_NAME,
-                       template=template, template_sha256=template_sha256(template), generation=generation,
-                       answers=str(answers), answers_sha256=answers_sha256)  # fmt: skip

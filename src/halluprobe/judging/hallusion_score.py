@@ -20,7 +20,11 @@ from halluprobe.benchmarks.hallusionbench import hallusion_key
 from halluprobe.errors import InputError
 from halluprobe.judging.hallusion_judge import hallusion_item_id
 from halluprobe.judging.ledger import JudgeHeader, Judgment
-from halluprobe.metrics.hallusionbench import HallusionScores, hallusion_correct, hallusion_scores
+from halluprobe.metrics.hallusionbench import (
+    HallusionScores,
+    hallusion_correct,
+    hallusion_scores,
+)
 from halluprobe.metrics.score import ScoreRow
 from halluprobe.readouts.apply import available_readouts, check_readout
 from halluprobe.records import RunHeader, Sample

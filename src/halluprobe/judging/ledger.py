@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
 from halluprobe.records import SCHEMA_VERSION, FrozenRecord, GenerateConfig
 
-__all__ = ["JUDGMENTS_SCHEMA", "JudgeHeader", "Judgment", "Verdict", "template_sha256"]
+__all__ = ["JUDGMENTS_SCHEMA", "JudgeHeader", "Judgment", "Verdict", "judge_header", "template_sha256"]
 
 JUDGMENTS_SCHEMA = 1
 
@@ -54,3 +55,12 @@ class Judgment(FrozenRecord):
     status: Literal["parsed", "unparseable", "error"]
     verdict: Verdict | None = None
     reason: str | None = None  # why unparseable, or the backend's error
+
+
+def judge_header(*, benchmark: str, template_name: str, backend: str, model: str, info: dict[str, Any],
+                 generation: GenerateConfig, answers: Path, answers_sha256: str, template: str) -> JudgeHeader:  # fmt: skip
+    """The ledger header of a judgment dir: ``benchmark``'s answers (``answers``, their sha256)
+    judged by ``backend``/``model`` with the prompt ``template`` (named ``template_name``)."""
+    return JudgeHeader(benchmark=benchmark, backend=backend, model=model, backend_info=info, template_name=template_name,
+                       template=template, template_sha256=template_sha256(template), generation=generation,
+                       answers=str(answers), answers_sha256=answers_sha256)  # fmt: skip

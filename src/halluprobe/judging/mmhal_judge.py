@@ -4,7 +4,6 @@ and the judge items and header built from them."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from halluprobe.benchmarks.mmhal import (
     MMHalFile,
@@ -13,11 +12,10 @@ from halluprobe.benchmarks.mmhal import (
 from halluprobe.errors import InputError
 from halluprobe.files import resolve_image
 from halluprobe.judging.judge import JudgeItem
-from halluprobe.judging.ledger import JudgeHeader, template_sha256
-from halluprobe.records import GenerateConfig, Question
+from halluprobe.records import Question
 from halluprobe.rundir import RunDir, sha256_file
 
-__all__ = ["MMHAL_SPLIT", "MMHAL_TEMPLATE_NAME", "mmhal_answers", "mmhal_header", "mmhal_judge_items", "mmhal_questions"]
+__all__ = ["MMHAL_SPLIT", "MMHAL_TEMPLATE_NAME", "mmhal_answers", "mmhal_judge_items", "mmhal_questions"]
 
 MMHAL_SPLIT = "mmhal"
 MMHAL_TEMPLATE_NAME = "mmhal-official"  # the prompt of RLAIF-V eval/eval_gpt_mmhal.py (or --prompt-script's), by its sha256
@@ -69,9 +67,3 @@ def mmhal_judge_items(mmhal: MMHalFile, answers: dict[int, str], images: Path, t
     ]
 
 
-def mmhal_header(*, backend: str, model: str, info: dict[str, Any], generation: GenerateConfig, answers: Path, answers_sha256: str, template: str) -> JudgeHeader:
-    """The ledger header of an MMHal-Bench judgment dir judged with the prompt ``template``."""
-    text = template
-    return JudgeHeader(benchmark="mmhal", backend=backend, model=model, backend_info=info, template_name=MMHAL_TEMPLATE_NAME,
-                       template=text, template_sha256=template_sha256(text), generation=generation,
-                       answers=str(answers), answers_sha256=answers_sha256)  # fmt: skip

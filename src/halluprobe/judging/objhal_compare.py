@@ -17,7 +17,12 @@ import numpy as np
 from halluprobe.captions.objhal.extract import Tagger
 from halluprobe.captions.objhal.rules import ObjhalVocabulary
 from halluprobe.captions.objhal.scoring import ObjhalResponse, ObjhalScore
-from halluprobe.judging.agreement import Agreement, PairedDifference, agreement, paired_difference
+from halluprobe.judging.agreement import (
+    Agreement,
+    PairedDifference,
+    agreement,
+    paired_difference,
+)
 from halluprobe.judging.ledger import JudgeHeader, Judgment
 from halluprobe.judging.objhal_judge import UnparseablePolicy, score_judged
 from halluprobe.records import FrozenRecord

@@ -14,19 +14,29 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from halluprobe.backends.base import Backend
 from halluprobe.captions.chair.families import CaptionObjects
-from halluprobe.captions.objhal.extract import Tagger, fill_extraction_prompt, is_short, judged_objects, parse_object_list
+from halluprobe.captions.objhal.extract import (
+    Tagger,
+    fill_extraction_prompt,
+    is_short,
+    judged_objects,
+    parse_object_list,
+)
 from halluprobe.captions.objhal.rules import ObjhalVocabulary
-from halluprobe.captions.objhal.scoring import ObjhalResponse, ObjhalScore, score_responses
+from halluprobe.captions.objhal.scoring import (
+    ObjhalResponse,
+    ObjhalScore,
+    score_responses,
+)
 from halluprobe.captions.objhal.sources import image_name
 from halluprobe.errors import InputError
 from halluprobe.judging.judge import JudgeItem, JudgePass, judge_items
-from halluprobe.judging.ledger import JudgeHeader, Judgment, Verdict, template_sha256
+from halluprobe.judging.ledger import JudgeHeader, Judgment, Verdict
 from halluprobe.judging.store import JudgmentDir, header_mismatch
-from halluprobe.records import FrozenRecord, GenerateConfig
+from halluprobe.records import FrozenRecord
 from halluprobe.rundir import RunDir, sha256_file
 
 __all__ = [
@@ -37,7 +47,6 @@ __all__ = [
     "UnparseablePolicy",
     "answers_sha256",
     "judge_objhal",
-    "objhal_header",
     "objhal_judge_items",
     "parse_extraction",
     "score_judged",
@@ -100,12 +109,6 @@ def objhal_judge_items(responses: Sequence[ObjhalResponse], images: Path, templa
         raise InputError("two answers for one image: the extraction ledger is keyed by image id")
     return [JudgeItem(item_id=_item_id(r), image_path=str(images / image_name(r.image_id)),
                       prompt=fill_extraction_prompt(template, r.question, r.caption)) for r in responses]  # fmt: skip
-
-
-def objhal_header(*, backend: str, model: str, info: dict[str, Any], generation: GenerateConfig, answers: Path, answers_sha256: str, template: str) -> JudgeHeader:
-    return JudgeHeader(benchmark="objhal", backend=backend, model=model, backend_info=info, template_name=OBJHAL_TEMPLATE_NAME,
-                       template=template, template_sha256=template_sha256(template), generation=generation,
-                       answers=str(answers), answers_sha256=answers_sha256)  # fmt: skip
 
 
 def judge_objhal(backend: Backend, responses: Sequence[ObjhalResponse], items: Sequence[JudgeItem], *, store: JudgmentDir,
