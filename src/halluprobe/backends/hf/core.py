@@ -16,6 +16,7 @@ torch and transformers are imported inside the methods.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -58,12 +59,22 @@ class Batching:
         self.size = max(1, self.size // 2)
         log.warning("out of memory: batch size halved to %d", self.size)
 
-    def run(self, pending: Sequence[Any], answer_batch: Callable[[Sequence[Any]], list[Any]], on_halve: Callable[[], None]) -> Iterator[list[Any]]:
+    def run(
+        self,
+        pending: Sequence[Any],
+        answer_batch: Callable[[Sequence[Any]], list[Any]],
+        on_halve: Callable[[], None],
+        upcoming: Callable[[Sequence[Any]], None] | None = None,
+    ) -> Iterator[list[Any]]:
         """``answer_batch`` over ``pending`` in batches of the current size, in order; out of
-        memory halves the size (``on_halve`` frees the device) and retries the same batch."""
+        memory halves the size (``on_halve`` frees the device) and retries the same batch.
+        ``upcoming`` is told each next batch (at the current size) as its predecessor begins."""
         start = 0
         while start < len(pending):
             batch = pending[start : start + self.size]
+            following = pending[start + len(batch) : start + len(batch) + self.size]
+            if upcoming is not None and len(following):
+                upcoming(following)
             try:
                 yield answer_batch(batch)
             except RuntimeError as err:
@@ -119,6 +130,16 @@ class ModelCore:
         # distinct one runs once per loaded model
         self.no_image_cache: dict[str, SignalLogprobs] = {}
         self._said: set[str] = set()
+        # the next images' CPU side on a worker thread while the accelerator runs (hf/ahead.py)
+        self.prefetch: bool = self.model.device.type != "cpu"
+        self._worker_inputs: VLMInputs | None = None
+
+    def worker_inputs(self) -> VLMInputs:
+        """A copy of the processor for the worker thread of hf/ahead.py (a fast tokenizer must
+        not be used by two threads at once), made on first use."""
+        if self._worker_inputs is None:
+            self._worker_inputs = copy.deepcopy(self.inputs)
+        return self._worker_inputs
 
     @property
     def n_layers(self) -> int:

@@ -22,8 +22,10 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from halluprobe.backends.hf.ahead import BatchAhead
 from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
 from halluprobe.backends.hf.decode import Decoded, contrast_decode
 from halluprobe.backends.hf.decode_rules import BRANCHES, GreedyRule, Sampling, StepRule, decode_rule
@@ -31,9 +33,27 @@ from halluprobe.backends.hf.signals import VCD_NOISE_STEP, noised_inputs
 from halluprobe.errors import InputError
 from halluprobe.records import GenerateConfig, Request, Response
 
-__all__ = ["DecodeEngine", "check_decode_config", "question_seed"]
+if TYPE_CHECKING:
+    from halluprobe.backends.hf.inputs import VLMInputs
+
+__all__ = ["DecodeEngine", "Prepared", "check_decode_config", "question_seed"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch's CPU side, made ahead (hf/ahead.py): its images read (and each unreadable one's
+    error), and the readable rows' encoded base and contrast inputs (``base`` ``None``: none)."""
+
+    images: list[Any]
+    errors: dict[int, str]
+    base: dict[str, Any] | None
+    contrast: dict[str, Any] | None
+
+
+def _keys(batch: Sequence[Request]) -> tuple[tuple[str, int], ...]:
+    return tuple(r.key for r in batch)
 
 
 def question_seed(seed: int, request: Request) -> int:
@@ -76,19 +96,46 @@ class DecodeEngine:
         # base and contrast rows in one forward pass per step where shapes allow (hf_decode.joined_inputs);
         # False: a pass per branch (the bench compares both)
         self.joint = joint
+        self._ready: BatchAhead[Sequence[Request], Prepared] | None = None  # the next batch's CPU side (run_full)
 
     def answer(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
-        yield from self.batching.run([requests[i] for i in order], self._answer_batch, self.core.empty_device_cache)
+        yield from self.run_full([requests[i] for i in order])
+
+    def run_full(self, requests: Sequence[Request]) -> Iterator[list[Response]]:
+        """``requests`` in batches of full prompts through the loop; with ``core.prefetch`` each
+        next batch's images are read and encoded on a worker thread meanwhile (hf/ahead.py)."""
+        if not self.core.prefetch:
+            yield from self.batching.run(requests, self._answer_batch, self.core.empty_device_cache)
+            return
+        inputs = self.core.worker_inputs()
+        self._ready = BatchAhead(lambda batch: self._prepare(batch, inputs))
+        try:
+            yield from self.batching.run(
+                requests, self._answer_batch, self.core.empty_device_cache, lambda batch: self._ready.start(_keys(batch), batch)
+            )
+        finally:
+            self._ready.close()
+            self._ready = None
+
+    def _prepare(self, batch: Sequence[Request], inputs: VLMInputs) -> Prepared:
+        """A batch's CPU side: its images read, the readable rows' base and contrast inputs."""
+        images, errors = self.core.load_images(batch)
+        ok = [r for i, r in enumerate(batch) if i not in errors]
+        if not ok:
+            return Prepared(images, errors, None, None)
+        base = inputs.encode([r.prompt for r in ok], images)
+        return Prepared(images, errors, base, self._contrast_inputs(ok, images, base, inputs))
 
     def _answer_batch(self, batch: Sequence[Request]) -> list[Response]:
         started = time.perf_counter()
-        images, errors = self.core.load_images(batch)
+        ready = self._ready.take(_keys(batch)) if self._ready is not None else None
+        images, errors = (ready.images, ready.errors) if ready is not None else self.core.load_images(batch)
         ok = [r for i, r in enumerate(batch) if i not in errors]
         results: dict[tuple[str, int], Response] = {batch[i].key: error_response(batch[i], msg) for i, msg in errors.items()}
         if ok:
             try:
-                results.update(self._decode(ok, images, started))
+                results.update(self._decode(ok, images, started, ready))
             except Exception as err:
                 if is_oom(err):
                     raise
@@ -109,8 +156,9 @@ class DecodeEngine:
             log.exception("decoding failed")
             return {request.key: error_response(request, f"{type(err).__name__}: {err}")}
 
-    def _contrast_inputs(self, rows: Sequence[Request], images: list[Any], base: dict[str, Any]) -> dict[str, Any] | None:
-        core = self.core
+    def _contrast_inputs(
+        self, rows: Sequence[Request], images: list[Any], base: dict[str, Any], inputs: VLMInputs
+    ) -> dict[str, Any] | None:
         branch = BRANCHES[self.method] if self.method is not None else None
         if branch == "noised":
             try:
@@ -118,30 +166,30 @@ class DecodeEngine:
             except InputError:
                 if len(rows) == 1:
                     raise
-                return self._noised_tiles(rows, images, base)
+                return self._noised_tiles(rows, images, base, inputs)
         if branch is None:
             return None
         missing = next((r for r in rows if branch not in r.variants), None)
         if missing is not None:
             raise ValueError(f"request {missing.key} has no {branch!r} variant for {self.method}")
-        return core.inputs.encode([r.variants[branch] for r in rows], images if branch != "no-image" else [])
+        return inputs.encode([r.variants[branch] for r in rows], images if branch != "no-image" else [])
 
-    def _noised_tiles(self, rows: Sequence[Request], images: list[Any], base: dict[str, Any]) -> dict[str, Any]:
+    def _noised_tiles(self, rows: Sequence[Request], images: list[Any], base: dict[str, Any], inputs: VLMInputs) -> dict[str, Any]:
         """VCD's contrast inputs where one pixel tensor holds several images' tiles (InternVL):
         each image's tiles (from its prompt alone) noised with its own seed, then stacked in row
         order, the batch's own layout (checked), so a batch gives each row's noise alone."""
         import torch
 
-        alone = [self.core.inputs.encode([r.prompt], [image]) for r, image in zip(rows, images)]
+        alone = [inputs.encode([r.prompt], [image]) for r, image in zip(rows, images)]
         clean = [one["pixel_values"] for one in alone]
         if {p.shape[1:] for p in clean} != {base["pixel_values"].shape[1:]} or not torch.equal(torch.cat(clean), base["pixel_values"]):
             raise InputError(f"the noised signal cannot split this model's pixel tensor {tuple(base['pixel_values'].shape)} by image")
         parts = [noised_inputs(one, [r.image_path], VCD_NOISE_STEP)["pixel_values"] for one, r in zip(alone, rows)]
         return {**base, "pixel_values": torch.cat(parts)}
 
-    def _decode(self, rows: Sequence[Request], images: list[Any], started: float) -> dict[tuple[str, int], Response]:
+    def _decode(self, rows: Sequence[Request], images: list[Any], started: float, ready: Prepared | None = None) -> dict[tuple[str, int], Response]:
         core = self.core
-        decoded = self.decode_full(rows, images)
+        decoded = self.decode_full(rows, images, ready=ready)
         texts = core.tokenizer.batch_decode(decoded.tokens, skip_special_tokens=True)
         latency = (time.perf_counter() - started) / len(rows)
         return core.responses([[r] for r in rows], decoded.first_logits, texts, latency, self.config.top_k)
@@ -150,12 +198,15 @@ class DecodeEngine:
         """One batch through the loop (``images``: the rows' images, in order); exceptions pass."""
         return self.decode_full(rows, images, keep_steps=keep_steps)
 
-    def decode_full(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
+    def decode_full(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False, ready: Prepared | None = None) -> Decoded:
         """One batch of full prompts through the loop (the prefix engine's way for images it
-        cannot or need not share a prefix of); exceptions pass."""
+        cannot or need not share a prefix of), encoded here unless ``ready``; exceptions pass."""
         core = self.core
-        base = core.inputs.encode([r.prompt for r in rows], images)
-        contrast = self._contrast_inputs(rows, images, base)
+        if ready is not None and ready.base is not None:
+            base, contrast = ready.base, ready.contrast
+        else:
+            base = core.inputs.encode([r.prompt for r in rows], images)
+            contrast = self._contrast_inputs(rows, images, base, core.inputs)
         return self.loop(rows, core.to_device(base), core.to_device(contrast) if contrast is not None else None, keep_steps=keep_steps)
 
     def loop(

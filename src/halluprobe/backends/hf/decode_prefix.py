@@ -41,7 +41,7 @@ from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_
 from halluprobe.backends.hf.decode import Decoded
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_rules import BRANCHES
-from halluprobe.backends.hf.image_rows import ImageRows, RowQueue, encode_image
+from halluprobe.backends.hf.image_rows import Encoded, ImageRows, RowQueue, ahead_images, encoded_images
 from halluprobe.backends.hf.prefix import Prefix, padded_prefix_ids, rows_inputs
 from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan
@@ -85,31 +85,30 @@ class PrefixDecodeEngine(DecodeEngine):
         order = sorted(range(len(requests)), key=lambda i: requests[i].image_path)
         alone: list[Request] = []
         queue = RowQueue(across_images=self.core.stacks_caches)
+        shared: list[list[Request]] = []
         for _, grouped in itertools.groupby([requests[i] for i in order], key=lambda r: r.image_path):
             group = list(grouped)
-            if len({r.prompt for r in group}) < 2:
-                alone.extend(group)
-                continue
-            yield from self._queue_image(group, queue)
+            (alone.extend if len({r.prompt for r in group}) < 2 else shared.append)(group)
+        for group, encoded in encoded_images(self.core, shared, self.config.max_new_tokens, ahead_images(self.batching.size)):
+            yield from self._queue_image(group, encoded, queue)
             while queue.full(self.batching.size):
                 yield from self._answer_queued(queue)
         while len(queue):
             yield from self._answer_queued(queue)
         if alone:
             self.core.say_once("images asked one question share their prefix with no other prompt: decoding them in batches of full prompts")
-            yield from self.batching.run(alone, self._answer_batch, self.core.empty_device_cache)
+            yield from self.run_full(alone)
 
-    def _queue_image(self, group: list[Request], queue: RowQueue) -> Iterator[list[Response]]:
-        """Read the image and encode its prompts; queue a row per request (sampling draws per
-        question, so identical prompts are decoded apart), or answer the image's requests here."""
+    def _queue_image(self, group: list[Request], encoded: Encoded | list[Response], queue: RowQueue) -> Iterator[list[Response]]:
+        """Queue a row per request of an image whose distinct prompts are ``encoded`` (sampling
+        draws per question, so identical prompts are decoded apart), or answer its requests here."""
         prompts = list(dict.fromkeys(r.prompt for r in group))
-        encoded = encode_image(self.core, group, prompts, self.config.max_new_tokens)
         if isinstance(encoded, list):
             yield encoded
             return
         if encoded.shared is None:
             self.core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); decoding them from full prompts")
-            yield from self.batching.run(group, self._answer_batch, self.core.empty_device_cache)
+            yield from self.run_full(group)
             return
         index = {p: i for i, p in enumerate(prompts)}
         queue.add(ImageRows(group[0].image_path, encoded.image, encoded.shared, [[r] for r in group], [index[r.prompt] for r in group], encoded.seconds))

@@ -35,10 +35,12 @@ from halluprobe.backends.hf.core import (
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
 from halluprobe.backends.hf.image_rows import (
+    Encoded,
     ImageRows,
     RowQueue,
+    ahead_images,
     distinct_prompts,
-    encode_image,
+    encoded_images,
 )
 from halluprobe.backends.hf.prefix import rows_inputs, suffix_inputs
 from halluprobe.backends.hf.signal_passes import LayerSignals, SignalPasses
@@ -145,18 +147,18 @@ class PrefixCacheEngine(PlainEngine):
                 yield from self._answer_image(list(group))
             return
         queue = RowQueue(across_images=self.core.stacks_caches)
-        for _, grouped in itertools.groupby(pending, key=lambda r: r.image_path):
-            yield from self._queue_image(list(grouped), queue)
+        groups = (list(grouped) for _, grouped in itertools.groupby(pending, key=lambda r: r.image_path))
+        for group, encoded in encoded_images(self.core, groups, self.max_new_tokens, ahead_images(self.batching.size)):
+            yield from self._queue_image(group, encoded, queue)
             while queue.full(self.batching.size):
                 yield from self._answer_rows(queue)
         while len(queue):
             yield from self._answer_rows(queue)
 
-    def _queue_image(self, group: list[Request], queue: RowQueue) -> Iterator[list[Response]]:
-        """Read the image and encode its distinct prompts; queue its rows, or answer its requests
-        here (an unreadable image, a failed encoding, prompts that share no prefix)."""
+    def _queue_image(self, group: list[Request], encoded: Encoded | list[Response], queue: RowQueue) -> Iterator[list[Response]]:
+        """Queue the rows of an image whose distinct prompts are ``encoded``, or answer its
+        requests here (an unreadable image, a failed encoding, prompts that share no prefix)."""
         by_prompt = distinct_prompts(group)
-        encoded = encode_image(self.core, group, list(by_prompt), self.max_new_tokens)
         if isinstance(encoded, list):
             yield encoded
             return
@@ -178,9 +180,8 @@ class PrefixCacheEngine(PlainEngine):
         try:
             failed = queue.start_images(rows, lambda images: core.run_prefixes([image.shared.prefix for image in images]))
             if not failed:
-                inputs: dict[str, Any] | None = rows_inputs(
-                    core.model, [row.image.state for row in rows], [row.suffix for row in rows], self.max_new_tokens, core.pad_id
-                )
+                states, suffixes = [row.image.state for row in rows], [row.suffix for row in rows]
+                inputs: dict[str, Any] | None = rows_inputs(core.model, states, suffixes, self.max_new_tokens, core.pad_id, room=True)
                 step, _ = self.base_pass(inputs)
                 inputs = None  # the stacked cache
         except Exception as err:

@@ -17,17 +17,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from halluprobe.backends.hf.ahead import ahead
 from halluprobe.backends.hf.core import ModelCore, error_response, is_oom
 from halluprobe.records import Request, Response
 
 if TYPE_CHECKING:
-    from halluprobe.backends.hf.inputs import SharedPrefix
+    from halluprobe.backends.hf.inputs import SharedPrefix, VLMInputs
 
-__all__ = ["Encoded", "ImageRows", "Row", "RowQueue", "distinct_prompts", "encode_image"]
+__all__ = ["Encoded", "ImageRows", "Row", "RowQueue", "ahead_images", "distinct_prompts", "encode_image", "encoded_images"]
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +43,18 @@ class Encoded:
     seconds: float
 
 
-def encode_image(core: ModelCore, group: Sequence[Request], prompts: list[str], new_tokens: int) -> Encoded | list[Response]:
-    """Read the image of ``group`` (requests about one image) and encode ``prompts`` on it; or
-    every request's error response (an unreadable image, a failed encoding)."""
+def encode_image(
+    core: ModelCore, group: Sequence[Request], prompts: list[str], new_tokens: int, inputs: VLMInputs | None = None
+) -> Encoded | list[Response]:
+    """Read the image of ``group`` (requests about one image) and encode ``prompts`` on it (with
+    ``inputs``, the worker thread's processor, else the core's); or every request's error
+    response (an unreadable image, a failed encoding)."""
     started = time.perf_counter()
     image = core.load_image(group[0].image_path)
     if isinstance(image, str):
         return [error_response(r, image) for r in group]
     try:
-        shared = core.inputs.encode_shared(prompts, image)
+        shared = (inputs or core.inputs).encode_shared(prompts, image)
     except Exception as err:
         if is_oom(err):
             raise
@@ -59,6 +63,27 @@ def encode_image(core: ModelCore, group: Sequence[Request], prompts: list[str], 
     if shared is not None and not core.fits_window(shared, new_tokens):
         shared = None
     return Encoded(image, shared, time.perf_counter() - started)
+
+
+def ahead_images(batch_size: int) -> int:
+    """How many images :func:`encoded_images` encodes early: a batch's worth (a batch may be
+    rows of that many images), at most 64 (their pixels wait in memory)."""
+    return min(64, max(2, batch_size))
+
+
+def encoded_images(
+    core: ModelCore, groups: Iterable[list[Request]], new_tokens: int, ahead_images: int
+) -> Iterator[tuple[list[Request], Encoded | list[Response]]]:
+    """Each group (requests about one image) with :func:`encode_image` of its distinct prompts,
+    in order; with ``core.prefetch``, encoded up to ``ahead_images`` images early on a worker
+    thread (hf/ahead.py) while the caller runs batches."""
+    depth = ahead_images if core.prefetch else 0
+    inputs = core.worker_inputs() if depth else None
+
+    def encode(group: list[Request]) -> Encoded | list[Response]:
+        return encode_image(core, group, list(dict.fromkeys(r.prompt for r in group)), new_tokens, inputs)
+
+    yield from ahead(groups, encode, depth)
 
 
 def distinct_prompts(group: Sequence[Request]) -> dict[str, list[Request]]:

@@ -243,9 +243,12 @@ class VLMInputs:
             first = self.encode(prompts[:1], [image])
             ids0 = first["input_ids"][0].tolist()
             n_image = ids0.count(self.image_token_id)
-            expanded = [p.replace(self.image_token, self.image_token * n_image) for p in prompts]
-            encoded = self.tokenizer(expanded, add_special_tokens=self._add_special_tokens(prompts))
-            token_lists = [list(t) for t in encoded["input_ids"]]
+            # Each prompt tokenized with its one placeholder, which then becomes n_image ids:
+            # the image token is an added token, so the text on either side tokenizes alone
+            # (tokenizing hundreds of placeholders per prompt was most of an image's encoding).
+            # The first prompt's ids are checked against the processor's below.
+            encoded = self.tokenizer(prompts, add_special_tokens=self._add_special_tokens(prompts))
+            token_lists = [_expanded(list(t), self.image_token_id, n_image) for t in encoded["input_ids"]]
             if token_lists[0] != ids0:
                 # The processor expands the placeholder into more than copies of the image token
                 # (Gemma 3's start/end-of-image block, Idefics3's crop grid, InternVL's <img>
@@ -331,3 +334,12 @@ def _image_processed_once(processor: Any) -> Iterator[None]:
         yield
     finally:
         processor.image_processor = original
+
+
+def _expanded(ids: list[int], image_token_id: int, count: int) -> list[int]:
+    """``ids`` with its one ``image_token_id`` repeated ``count`` times (unchanged when it does
+    not hold exactly one: the caller's check against the processor's ids then fails)."""
+    if ids.count(image_token_id) != 1:
+        return ids
+    at = ids.index(image_token_id)
+    return ids[:at] + [image_token_id] * count + ids[at + 1 :]

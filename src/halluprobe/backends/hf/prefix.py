@@ -68,7 +68,13 @@ def suffix_inputs(
 
 
 def rows_inputs(
-    model: Any, prefixes: Sequence[Prefix], suffixes: Sequence[list[int]], max_new_tokens: int, pad_id: int
+    model: Any,
+    prefixes: Sequence[Prefix],
+    suffixes: Sequence[list[int]],
+    max_new_tokens: int,
+    pad_id: int,
+    *,
+    room: bool = False,
 ) -> dict[str, Any]:
     """Model inputs for a batch of rows, row ``i`` being ``suffixes[i]`` after the cached prefix
     ``prefixes[i]`` (rows of one image sit together and share its ``Prefix`` object).
@@ -80,7 +86,9 @@ def rows_inputs(
     the row's own prefix, so a row's numbers do not depend on its neighbours. ``generate``
     gets the prefix ids in front (it slices off what the cache covers); a plain forward gets
     the suffix only. One image's rows get broadcast views of its cache (:func:`expand_cache`);
-    several images' rows a stacked copy (:func:`stacked_cache`).
+    several images' rows a stacked copy (:func:`stacked_cache`). With ``room`` the cache takes
+    the suffixes and ``max_new_tokens`` more positions in place (:func:`make_room`): no
+    ``torch.cat`` copy of the whole cache at each of ``generate``'s steps.
     """
     import torch
 
@@ -104,11 +112,14 @@ def rows_inputs(
     if max_new_tokens > 0:
         ids = torch.cat([padded_prefix_ids(prefixes, pad_id).to(device), ids], dim=-1)
     runs = image_runs(prefixes)
+    extra = width + max(max_new_tokens, 0) if room else 0
     with torch.inference_mode():
         if len(runs) == 1:
             cache = expand_cache(model.config, prefixes[0].cache, rows)
+            if extra:
+                make_room(cache, extra)  # the one copy of the broadcast rows that the first append made
         else:
-            cache = stacked_cache(model.config, [(prefixes[start].cache, count) for start, count in runs], longest)
+            cache = stacked_cache(model.config, [(prefixes[start].cache, count) for start, count in runs], longest, room=extra)
             if cache is None:
                 raise ValueError("these cache layers cannot be stacked across images")
     return {
@@ -153,10 +164,11 @@ def stackable(cache: Any) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
-def stacked_cache(config: Any, runs: Sequence[tuple[Any, int]], length: int) -> Any:
+def stacked_cache(config: Any, runs: Sequence[tuple[Any, int]], length: int, *, room: int = 0) -> Any:
     """A DynamicCache whose rows are, in order, ``count`` copies of each batch-1 ``cache`` of
     ``runs``, each left-padded with zeros to ``length`` positions (their mask is 0 there), or
-    ``None`` unless every layer is a plain DynamicLayer. One copy of the keys and values."""
+    ``None`` unless every layer is a plain DynamicLayer. One copy of the keys and values; with
+    ``room``, into buffers that take ``room`` more positions in place (:func:`make_room`)."""
     from transformers import DynamicCache
 
     stacked = DynamicCache(config=config)
@@ -168,17 +180,20 @@ def stacked_cache(config: Any, runs: Sequence[tuple[Any, int]], length: int) -> 
         heads, dim = first.shape[1], first.shape[3]
         padded = any(cache.layers[i].keys.shape[2] != length for cache, _ in runs)
         make = first.new_zeros if padded else first.new_empty  # every position written: no fill
-        keys = make((rows, heads, length, dim))
-        values = make((rows, heads, length, runs[0][0].layers[i].values.shape[3]))
+        keys = make((rows, heads, length + room, dim))
+        values = make((rows, heads, length + room, runs[0][0].layers[i].values.shape[3]))
         row = 0
         for cache, count in runs:
             layer = cache.layers[i]
             size = layer.keys.shape[2]
-            keys[row : row + count, :, length - size :] = layer.keys
-            values[row : row + count, :, length - size :] = layer.values
+            keys[row : row + count, :, length - size : length] = layer.keys
+            values[row : row + count, :, length - size : length] = layer.values
             row += count
         mine.lazy_initialization(keys, values)
-        mine.keys, mine.values = keys, values
+        if room:
+            mine.__class__ = _appending_layer()
+            mine.key_room, mine.value_room = keys, values
+        mine.keys, mine.values = keys[:, :, :length], values[:, :, :length]
     return stacked
 
 
