@@ -87,6 +87,12 @@ def main() -> None:
                         help="distinct questions per image (the prefix engine shares each image's prefix among them)")  # fmt: skip
     parser.add_argument("--engines", default="plain,prefix", help="plain (full prompts), prefix (each image's prefix once), or both")
     parser.add_argument("--passes", default="joint,separate", help="contrast methods: joint (one forward pass for base and contrast rows), separate, or both")
+    parser.add_argument("--methods", default="", help="only these methods (comma-separated names: greedy, vcd, icd, m3id, pai, dola); default all")
+    parser.add_argument("--via", default="direct", choices=["direct", "answer"],
+                        help="direct: the loop on images read before timing (the figures so far); answer: the engine's own answer() "
+                             "over the requests, images read from disk and the next batch's CPU side ahead as --prefetch says")  # fmt: skip
+    parser.add_argument("--prefetch", default="auto",
+                        help="with --via answer: auto (the model's default: on for a GPU), on, off, or several comma-separated (a setting each)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
@@ -100,6 +106,8 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="build the model here (a tokenizer/ folder there is used as is: a machine without mistral-common)")  # fmt: skip
     args = parser.parse_args()
+    if args.via == "direct" and args.prefetch != "auto":
+        parser.error("--prefetch applies to --via answer (the direct loop reads no images)")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the table
@@ -168,9 +176,16 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     # the prefix engine's: the same rows, each image's prefixes made once (run_prefix)
     batches = [(requests[i : i + args.batch_size], images[i : i + args.batch_size]) for i in range(0, len(requests), args.batch_size)]
     per_image = [(requests[i : i + len(questions)], images[i]) for i in range(0, len(requests), len(questions))]
+    if args.methods:
+        unknown = set(args.methods.split(",")) - set(methods)
+        if unknown:
+            raise SystemExit(f"unknown methods {sorted(unknown)}: choose from {sorted(methods)}")
+        methods = {name: spec for name, spec in methods.items() if name in args.methods.split(",") or name == "greedy"}
+    prefetches = args.prefetch.split(",")
     engines: dict[str, DecodeEngine] = {}
+    prefetch_of: dict[str, bool] = {}
     settings: list[tuple[str, str, str, str]] = []  # (setting, method, engine, passes)
-    for engine_name in args.engines.split(","):
+    for engine_name, prefetch in ((e, f) for e in args.engines.split(",") for f in prefetches):
         for name, spec in methods.items():
             # one pass for both branches where the engine joins them: VCD (both engines) and ICD on full
             # prompts; the no-image rows of M3ID and PAI do not join (hf_decode.JOIN_PADDING)
@@ -182,8 +197,11 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
                 engine = kind(core, backend.batching, config, joint=passes != "separate")
                 engine.end_ids = []  # every row decodes exactly --new-tokens tokens
                 label = f"{name} {engine_name}" + ("" if passes == "one" or not joinable else f" {passes}")
+                if len(prefetches) > 1:
+                    label += f" ahead-{prefetch}"
                 engines[label] = engine
-                settings.append((label, name, engine_name, passes))
+                prefetch_of[label] = core.prefetch if prefetch == "auto" else prefetch == "on"
+                settings.append((label, name, engine_name + (f" ahead-{prefetch}" if len(prefetches) > 1 else ""), passes))
 
     def run_plain(engine: DecodeEngine, which: list[tuple[list[Request], list[Any]]]) -> int:
         done = 0
@@ -225,8 +243,17 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
             done += (out.shape[1] - inputs["input_ids"].shape[1]) * out.shape[0]
         return done
 
+    def run_answer(engine: DecodeEngine, which: list[Request]) -> int:
+        """The engine's own path (``answer``): images read from disk, batches formed by the engine."""
+        answered = [r for batch in engine.answer(which) for r in batch]
+        assert not any(r.error for r in answered), next(r.error for r in answered if r.error)
+        return len(answered) * args.new_tokens
+
     def one(name: str, warm_up: bool = False) -> int:
-        if name == "generate":
+        if name != "generate" and args.via == "answer":
+            core.prefetch = prefetch_of[name]
+            done = run_answer(engines[name], requests[: args.batch_size] if warm_up else requests)
+        elif name == "generate":
             done = run_generate(batches[:1] if warm_up else batches)
         elif isinstance(engines[name], PrefixDecodeEngine) and len(questions) > 1:
             done = run_prefix(engines[name], per_image[:1] if warm_up else per_image)  # type: ignore[arg-type]
@@ -258,6 +285,9 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
     print(f"{where}{args.device} {args.dtype}, torch {torch.__version__}, transformers {transformers.__version__}; "
           f"{len(paths)} images x {len(questions)} questions x {args.new_tokens} new tokens, batch {args.batch_size}, "
           f"threads {torch.get_num_threads()}, median of {args.runs}; load average {load_before:.1f} -> {load_after:.1f}")  # fmt: skip
+    if args.via == "answer":
+        print("  via answer(): images read from disk in the timed runs, the engine's own batches; ahead-on/off: the next batch's "
+              "CPU side on a worker thread or not (hf/ahead.py)")  # fmt: skip
     if cuda:
         print(f"GPU memory after loading: {loaded_mb:.0f} MB (peak per setting below: torch.cuda.max_memory_allocated, reset before each run)")
     for name, spec in methods.items():
@@ -266,7 +296,7 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
           "forward pass where shapes allow) or separate; x greedy: against greedy on the same engine")  # fmt: skip
     generate = statistics.median(times["generate"])
     memory_head = f" {'peak MB':>8} {'above load':>10} {'x greedy mem':>12}" if cuda else ""
-    print(f"{'setting':<22} {'tokens':>7} {'median s':>9} {'tokens/s':>9} {'x greedy':>9} {'x generate':>10}{memory_head}  runs (s)")
+    print(f"{'setting':<30} {'tokens':>7} {'median s':>9} {'tokens/s':>9} {'x greedy':>9} {'x generate':>10}{memory_head}  runs (s)")
     rows_out = [("generate", "greedy", "plain", "one"), *settings]
     for name, method, engine_name, _ in rows_out:
         values = times[name]
@@ -278,7 +308,7 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
             above, above_greedy = peak_mb[name] - loaded_mb, peak_mb.get(greedy_name, float("nan")) - loaded_mb
             memory = f" {peak_mb[name]:>8.0f} {above:>10.0f} {above / above_greedy:>12.2f}"
         runs = " ".join(f"{v:.3f}" for v in values)
-        print(f"{name:<22} {tokens[name]:>7} {median:>9.3f} {tokens[name] / median:>9.0f} {median / greedy:>9.2f} {median / generate:>10.2f}{memory}  {runs}")
+        print(f"{name:<30} {tokens[name]:>7} {median:>9.3f} {tokens[name] / median:>9.0f} {median / greedy:>9.2f} {median / generate:>10.2f}{memory}  {runs}")
 
 
 def whole_process(args: argparse.Namespace) -> None:

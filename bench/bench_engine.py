@@ -190,8 +190,12 @@ def _worker(args: argparse.Namespace) -> None:
         return out
 
     one_pass(requests[:2])  # warm-up: first-call costs (stop-string tables, allocator)
-    for size in sizes:  # one loaded model, each batch size in turn (a line each)
+    prefetches = args.prefetch.split(",")
+    default_prefetch = getattr(backend.core, "prefetch", None)  # None: a --src tree from before hf/ahead.py
+    for size, prefetch in ((size, prefetch) for size in sizes for prefetch in prefetches):  # a line each
         backend.batching.size = size
+        if default_prefetch is not None:
+            backend.core.prefetch = default_prefetch if prefetch == "auto" else prefetch == "on"
         one_pass(requests[: 2 * size])  # this size's shapes once before timing
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -200,7 +204,9 @@ def _worker(args: argparse.Namespace) -> None:
             started = time.perf_counter()
             responses = one_pass(requests)
             seconds.append(time.perf_counter() - started)
-        _print_result(mode if len(sizes) == 1 else f"{mode}/{size}", requests, responses, seconds, rss_loaded, cuda)
+        label = mode if len(sizes) == 1 else f"{mode}/{size}"
+        label += f"/ahead-{prefetch}" if len(prefetches) > 1 else ""
+        _print_result(label, requests, responses, seconds, rss_loaded, cuda)
 
 
 def _print_result(mode: str, requests: list[Any], responses: list[Any], seconds: list[float], rss_loaded: float, cuda: bool) -> None:
@@ -365,6 +371,9 @@ def main() -> None:
         "every worker runs once per tree with PYTHONPATH=PATH, interleaved; repeatable",
     )  # fmt: skip
     parser.add_argument("--inner-runs", type=int, default=1, help="timed passes per worker process (default 1: a fresh process per pass)")
+    parser.add_argument("--prefetch", default="auto",
+                        help="the next images' CPU side on a worker thread (hf/ahead.py): auto (on for a GPU model), on, off, "
+                             "or several comma-separated (each in turn in one worker, a line each)")  # fmt: skip
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--images-json", default=None, help=argparse.SUPPRESS)
@@ -403,7 +412,7 @@ def main() -> None:
                     command = [
                         sys.executable, __file__, "--worker", mode, "--model-dir", str(model_dir),
                         "--images-json", json.dumps(images), "--runs", str(args.inner_runs),
-                        "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype,
+                        "--batch-size", str(args.batch_size), "--prefetch", args.prefetch, "--device", args.device, "--dtype", args.dtype,
                         "--threads", str(args.threads),
                     ]  # fmt: skip
                     process_started = time.perf_counter()

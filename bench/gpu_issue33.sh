@@ -1,25 +1,40 @@
 #!/usr/bin/env bash
-# Issue 33's GPU figures in one prepared run (a time limit per step; outputs under $OUT):
-# POPE-shaped work on the prefix-cache engine before (.gpu/old/src: the tree before issue 33)
-# and after, batch sizes that cross images, and captions through the decoding loop, all on
-# LLaVA-1.5-7B's shape with random weights in bf16. Needs .whl (pydantic and friends: the GPU
-# machine lacks them) and .gpu/work/tokenizer (the Mistral v1 tokenizer: no mistral-common there).
+# Issue 33's GPU figures in one prepared run (a time limit per step; outputs under $OUT), on
+# LLaVA-1.5-7B's shape with random weights in bf16. Prepare here first: bash bench/gpu_prepare.sh
+# (wheels the GPU machine lacks, the Mistral tokenizer, the older source trees), then carry .whl
+# and .gpu. STEPS picks the steps; two calls of about 6 and 5 minutes (timeout_s 600 each):
+#   STEPS="compare greedy" bash bench/gpu_issue33.sh, then STEPS=methods bash bench/gpu_issue33.sh
+#   compare   POPE-shaped work, 32 images x 18 questions, batch 144: the first GPU measurement's
+#             tree (.gpu/prev) and this one, each with the next images' CPU side on a worker
+#             thread (hf/ahead.py) on and off (prev has no worker: its two lines are one code)
+#   greedy    128 captions of 64 tokens at batch 64 (two batches: the second one's images are
+#             read and encoded while the first decodes) through the engine's own answer(),
+#             greedy decoding in the loop, the worker thread on and off
+#   methods   the same captions, every method, the worker thread on (the GPU default)
+#   sizes     this tree's POPE-shaped work at batch 18, 72 and 144 rows
+#   old       the tree before issue 33 (.gpu/old) against this one, batch 144
 set -u
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+STEPS=${STEPS:-compare greedy}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/src:/tmp/site
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
 SHAPE="--device cuda --dtype bfloat16 --hidden 4096 --layers 32 --head-dim 128 --vision-hidden 1024 --vision-layers 24"
 W=/tmp/work; mkdir -p $W; cp -r .gpu/work/tokenizer $W/
-step() { local limit=$1 name=$2; shift 2; echo "== $name ($(date +%T))"; timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "exit $?"; tail -n 25 "$OUT/$name.txt"; }
-step ${COMPARE_LIMIT:-230} engine_compare python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --runs 1 --inner-runs 3 \
-    --work-dir $W --src old=.gpu/old/src --src new=src --json "$OUT/engine_compare.json"
-if [ "${SIZES:-1}" = 1 ]; then
-step 120 engine_sizes python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 18,36,72,144 --runs 1 --inner-runs 3 \
-    --work-dir $W --json "$OUT/engine_sizes.json"
-fi
-step ${DECODE_LIMIT:-210} decode_captions python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 64 \
-    --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --passes joint --work-dir $W
+step() { local limit=$1 name=$2; shift 2; echo "== $name ($(date +%T), limit $limit s)"; timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "exit $?"; tail -n 25 "$OUT/$name.txt"; }
+for s in $STEPS; do case $s in
+compare) step ${COMPARE_LIMIT:-230} engine_compare python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --prefetch on,off \
+    --runs 1 --inner-runs 3 --work-dir $W --src prev=.gpu/prev/src --src new=src --json "$OUT/engine_compare.json" ;;
+greedy) step ${GREEDY_LIMIT:-150} decode_greedy python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 128 \
+    --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --via answer --prefetch on,off --methods greedy --work-dir $W ;;
+methods) step ${METHODS_LIMIT:-330} decode_methods python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 128 \
+    --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --passes joint --via answer --work-dir $W ;;
+sizes) step ${SIZES_LIMIT:-150} engine_sizes python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 18,72,144 \
+    --runs 1 --inner-runs 3 --work-dir $W --json "$OUT/engine_sizes.json" ;;
+old) step ${OLD_LIMIT:-200} engine_old python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --runs 1 --inner-runs 3 \
+    --work-dir $W --src old=.gpu/old/src --src new=src --json "$OUT/engine_old.json" ;;
+*) echo "unknown step $s" ;;
+esac; done
 echo "== done $(date +%T)"
