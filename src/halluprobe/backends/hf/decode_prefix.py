@@ -108,7 +108,8 @@ class PrefixDecodeEngine(DecodeEngine):
             return
         if encoded.shared is None:
             self.core.say_once("prompts share no image prefix (or it exceeds a sliding-attention window); decoding them from full prompts")
-            yield from self.run_full(group)
+            # not run_full: its worker thread would share the processor copy with encoded_images' worker
+            yield from self.batching.run(group, self._answer_batch, self.core.empty_device_cache)
             return
         index = {p: i for i, p in enumerate(prompts)}
         queue.add(ImageRows(group[0].image_path, encoded.image, encoded.shared, [[r] for r in group], [index[r.prompt] for r in group], encoded.seconds))
