@@ -7,10 +7,11 @@
 #   compare   POPE-shaped work, 32 images x 18 questions, batch 144: the first GPU measurement's
 #             tree (.gpu/prev) and this one, each with the next images' CPU side on a worker
 #             thread (hf/ahead.py) on and off (prev has no worker: its two lines are one code)
-#   greedy    128 captions of 64 tokens at batch 64 (two batches: the second one's images are
+#   greedy    256 captions of 64 tokens at batch 128 (two batches: the second one's images are
 #             read and encoded while the first decodes) through the engine's own answer(),
-#             greedy decoding in the loop, the worker thread on and off
-#   methods   the same captions, every method, the worker thread on (the GPU default)
+#             greedy decoding in the loop, the worker thread on and off (a step at 128 rows
+#             costs about what one at 64 does where the Python of a step, not the GPU, decides)
+#   methods   128 captions at batch 64, every method, the worker thread on (the GPU default)
 #   sizes     this tree's POPE-shaped work at batch 18, 72 and 144 rows
 #   old       the tree before issue 33 (.gpu/old) against this one, batch 144
 set -u
@@ -27,8 +28,8 @@ step() { local limit=$1 name=$2; shift 2; echo "== $name ($(date +%T), limit $li
 for s in $STEPS; do case $s in
 compare) step ${COMPARE_LIMIT:-230} engine_compare python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --prefetch on,off \
     --runs 1 --inner-runs 3 --work-dir $W --src prev=.gpu/prev/src --src new=src --json "$OUT/engine_compare.json" ;;
-greedy) step ${GREEDY_LIMIT:-150} decode_greedy python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 128 \
-    --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --via answer --prefetch on,off --methods greedy --work-dir $W ;;
+greedy) step ${GREEDY_LIMIT:-170} decode_greedy python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 256 \
+    --batch-size 128 --new-tokens 64 --runs 3 --engines prefix --via answer --prefetch on,off --methods greedy --work-dir $W ;;
 methods) step ${METHODS_LIMIT:-330} decode_methods python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 128 \
     --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --passes joint --via answer --work-dir $W ;;
 sizes) step ${SIZES_LIMIT:-150} engine_sizes python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 18,72,144 \

@@ -17,11 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
-from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
-from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine  # noqa: E402
-from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Response  # noqa: E402
-from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
-from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend
+from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
+from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request, Response
+from halluprobe.tiny import build_tiny_llava, demo_photos
+from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl
 
 pytestmark = pytest.mark.slow
 

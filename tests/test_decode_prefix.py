@@ -415,3 +415,19 @@ def test_appending_in_place_gives_the_steps_of_copying_caches(setup: Any, spec: 
     assert appended.tokens == copied.tokens
     for a, b in zip(appended.base_logits, copied.base_logits):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", [None, "vcd:alpha=1,beta=0.1", "icd:alpha=1,beta=0.1"], ids=lambda s: (s or "greedy").split(":")[0])
+def test_a_batchs_new_images_run_their_prefixes_in_one_pass(setup: Any, spec: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: both images enter the one batch of 64 rows; their base prefixes (and VCD's noised
+    prefixes) run as one batched pass each, and the texts are the plain engine's."""
+    fast, plain, requests, _ = setup
+    config = GenerateConfig(max_new_tokens=STEPS, stop_strings=(), decode=spec)
+    want = {r.key: r.text for batch in DecodeEngine(plain.core, plain.batching, config).answer(requests) for r in batch}
+    spy = PrefixSpy(fast, monkeypatch)
+    monkeypatch.setattr(fast.batching, "size", 64)
+    got = {r.key: r.text for batch in PrefixDecodeEngine(fast.core, fast.batching, config).answer(requests) for r in batch}
+    assert got == want
+    images = len({r.image_path for r in requests})
+    kinds = 2 if spec is not None and spec.startswith("vcd") else 1
+    assert images == 2 and spy.batched == images * kinds and spy.prefixes >= images * kinds

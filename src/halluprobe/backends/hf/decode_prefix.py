@@ -34,7 +34,7 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
@@ -44,7 +44,7 @@ from halluprobe.backends.hf.decode_rules import BRANCHES
 from halluprobe.backends.hf.image_rows import Encoded, ImageRows, RowQueue, ahead_images, encoded_images
 from halluprobe.backends.hf.prefix import Prefix, padded_prefix_ids, rows_inputs
 from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
-from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan
+from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan, noised_inputs
 from halluprobe.records import GenerateConfig, Request, Response
 
 if TYPE_CHECKING:
@@ -124,22 +124,40 @@ class PrefixDecodeEngine(DecodeEngine):
             return None
         return self._prefixes(group, image, shared, prompts, started)
 
-    def _prefixes(self, group: Sequence[Request], image: Any, shared: SharedPrefix, prompts: list[str], started: float) -> ImagePrefixes:
-        """The image's prefix passes: the base prefix and the method's contrast prefix."""
-        prefix = self.core.run_prefix(shared.prefix)
+    def _prefixes(
+        self, group: Sequence[Request], image: Any, shared: SharedPrefix, prompts: list[str], started: float,
+        prefix: Prefix | None = None, noised: Prefix | None = None,
+    ) -> ImagePrefixes:  # fmt: skip
+        """The image's prefix passes: the base prefix and the method's contrast prefix (``prefix``
+        and VCD's ``noised`` prefix where a batched pass made them already)."""
+        if prefix is None:
+            prefix = self.core.run_prefix(shared.prefix)
         first = {r.prompt: r for r in reversed(group)}  # each prompt's first request holds its variants
         if self._contrast_variant() == "instruction":  # its prefix needs every question's variant
             missing = next((r for r in group if "instruction" not in r.variants), None)
             if missing is not None:
                 raise ValueError(f"request {missing.key} has no 'instruction' variant for {self.method}")
-        extra = self.prefix_passes.prefixes(shared, prefix, image, [first[p] for p in prompts])
+        extra = self.prefix_passes.prefixes(shared, prefix, image, [first[p] for p in prompts], noised=noised)
         suffix_of = {p: i for i, p in enumerate(prompts)}
         return ImagePrefixes(image, prefix, extra, suffix_of, shared.suffixes, time.perf_counter() - started)
 
-    def _prepare_queued(self, image: ImageRows) -> ImagePrefixes:
-        group = [r for requests in image.requests for r in requests]
-        prompts = list(dict.fromkeys(r.prompt for r in group))
-        return self._prefixes(group, image.image, image.shared, prompts, time.perf_counter())
+    def _prepare_queued(self, images: list[ImageRows]) -> list[ImagePrefixes]:
+        """The prefixes of a batch's new images: their base prefixes, and VCD's noised ones, each
+        kind in one batched pass where their inputs have one shape (``ModelCore.run_prefixes``),
+        the other contrast prefixes image by image; each image's time is its share."""
+        started = time.perf_counter()
+        bases = self.core.run_prefixes([image.shared.prefix for image in images])
+        step = self.prefix_passes.plan.noise_step
+        noised: list[Prefix | None] = [None] * len(images)
+        if step is not None:
+            noised = list(self.core.run_prefixes([noised_inputs(image.shared.prefix, [image.path], step) for image in images]))
+        out = []
+        for image, base, noisy in zip(images, bases, noised, strict=True):
+            group = [r for requests in image.requests for r in requests]
+            prompts = list(dict.fromkeys(r.prompt for r in group))
+            out.append(self._prefixes(group, image.image, image.shared, prompts, time.perf_counter(), prefix=base, noised=noisy))
+        share = (time.perf_counter() - started) / len(images)
+        return [replace(one, seconds=share) for one in out]
 
     def _contrast_variant(self) -> str | None:
         return BRANCHES[self.method] if self.method is not None else None
@@ -191,7 +209,7 @@ class PrefixDecodeEngine(DecodeEngine):
         started = time.perf_counter()
         setup = sum(image.seconds for image in dict.fromkeys(row.image for row in rows) if image.state is None)
         try:
-            failed = queue.start_images(rows, lambda images: [self._prepare_queued(image) for image in images])
+            failed = queue.start_images(rows, self._prepare_queued)
         except Exception as err:
             if is_oom(err) and self.batching.size > 1:
                 self._halve()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.backends.hf.core import Batching, FirstStep, ModelCore
@@ -121,16 +121,16 @@ class SignalPasses:
 
     # -- cached prefixes -----------------------------------------------------------------------------
 
-    def prefixes(self, shared: SharedPrefix, prefix: Prefix, image: Any, requests: list[Request]) -> SignalPrefixes:
+    def prefixes(self, shared: SharedPrefix, prefix: Prefix, image: Any, requests: list[Request], noised: Prefix | None = None) -> SignalPrefixes:
         """The image's inputs for the asked signals (``requests[i]`` holds prompt i's variants):
-        a second prefix with noised pixels (VCD), the instruction variants' own shared prefix
-        (ICD), continued from the image's prefix ``prefix`` where it can be, else a pass of its
-        own (``None`` where the variants share none: full prompts then)."""
+        a second prefix with noised pixels (VCD; ``noised`` where a batched pass made it), the
+        instruction variants' own shared prefix (ICD), continued from the image's prefix
+        ``prefix`` where it can be, else a pass of its own (``None`` where the variants share
+        none: full prompts then)."""
         core, plan = self.core, self.plan
         extra = SignalPrefixes()
         if plan.noise_step is not None:
-            noised = noised_inputs(shared.prefix, [requests[0].image_path], plan.noise_step)
-            extra.noised = core.run_prefix(replace(shared, prefix=noised).prefix)
+            extra.noised = noised if noised is not None else core.run_prefix(noised_inputs(shared.prefix, [requests[0].image_path], plan.noise_step))
         if plan.instruction:
             extra.instruction_prompts = [r.variants["instruction"] for r in requests]
             variants = core.inputs.encode_shared(extra.instruction_prompts, image)
