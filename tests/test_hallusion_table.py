@@ -96,7 +96,17 @@ def test_an_edited_cell_is_a_drift_named(judged: tuple[Path, Path], tmp_path: Pa
     out.write_text("\n".join(lines), encoding="utf-8")
     code, output = _check(str(out))
     assert code == 1
-    assert f"{out}:{at + 1}" in output and "VD / questions" in output
+    assert f"{out}:{at + 1}" in output and "VD / questions" in output and output.count("differs from the recomputed value") == 1
+    lines[at] = " | ".join([*cells[:2], str(int(cells[2]) - 1), *cells[3:]])  # back as written
+    judge = next(i for i, line in enumerate(lines) if line.startswith("| Overall"))
+    cells = lines[judge].split(" | ")
+    value, _, ci = cells[5].partition(" ")
+    cells[5] = f"{float(value) + 0.01:.2f} {ci}"  # aAcc, one in the last written digit
+    lines[judge] = " | ".join(cells)
+    out.write_text("\n".join(lines), encoding="utf-8")
+    code, output = _check(str(out))
+    assert code == 1
+    assert f"{out}:{judge + 1}" in output and "Overall / aAcc [95% CI]" in output and output.count("differs from the recomputed value") == 1
 
 
 def test_a_changed_judgment_is_a_drift(judged: tuple[Path, Path], tmp_path: Path) -> None:
