@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from halluprobe.check.mmhal import extract_mmhal_tables
 from halluprobe.cli import app
-from halluprobe.provenance import MMHAL_PROVENANCE_MARK, MMHalProvenance, read_marked
+from halluprobe.provenance import read_marked
+from halluprobe.provenance_judged import MMHAL_PROVENANCE_MARK, MMHalProvenance
 from test_mmhal import REPLIES, _fixture, _judge, _judge_script
 
 runner = CliRunner()

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backends", ("backends", "ask", "clip_signal", "tiny", "tiny_qwen2vl")),
     # the question builders that ask a model (Auto-Probe, PROVE) sit with the runner
     ("run", ("runner", "run_setup", "shards", "diagnose", "scoring", "imports", "benchmarks.autoprobe", "benchmarks.prove", "captions", "captions.chair", "captions.amber", "captions.objhal", "judging")),
-    ("present", ("audit", "corrections_table", "captions.comparison", "provenance", "tables", "study_table", "check", "report", "dataset_scores", "benchmark_scores", "rule_changes", "literature", "mmhal_table")),
+    ("present", ("audit", "corrections_table", "captions.comparison", "provenance", "provenance_sources", "provenance_judged", "hallusion_table", "tables", "study_table", "check", "report", "dataset_scores", "benchmark_scores", "rule_changes", "literature", "mmhal_table")),
     ("entry", ("demo", "demo_captions", "cli")),
 )
 

@@ -18,10 +18,10 @@ from halluprobe.provenance import (
     DecodingProvenance,
     LiteratureProvenance,
     Provenance,
-    RunSource,
     marked_comment,
     read_marked,
 )
+from halluprobe.provenance_sources import RunSource
 from halluprobe.records_scores import BootstrapSettings, Metrics, ScoreReport
 
 # comments as earlier versions wrote them (the CHAIR and decoding ones by hand-built dicts)

@@ -17,7 +17,9 @@ from halluprobe.formatting import format_ratio, markdown_table
 from halluprobe.judging.ledger import JudgeHeader, Judgment
 from halluprobe.judging.mmhal_score import MMHalScore, UnparseablePolicy
 from halluprobe.judging.store import JudgmentDir
-from halluprobe.provenance import FileSource, MMHalProvenance, Syntax, marked_comment
+from halluprobe.provenance import Syntax, marked_comment
+from halluprobe.provenance_judged import MMHalProvenance
+from halluprobe.provenance_sources import FileSource
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.rundir import sha256_file
 from halluprobe.tables import Cell, Grid, latex_escape

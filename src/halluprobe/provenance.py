@@ -12,7 +12,10 @@ so tables of earlier versions read back into the same records (docs/design/prove
 - ``halluprobe-decoding-provenance``: decoding (:class:`DecodingProvenance`);
 - ``halluprobe literature audit:`` with ``key=value`` pairs: literature
   (:class:`LiteratureProvenance`);
-- ``halluprobe-mmhal-provenance``: mmhal, MMHal-Bench's judged table (:class:`MMHalProvenance`).
+- ``halluprobe-mmhal-provenance``, ``halluprobe-hallusion-provenance``: mmhal and hallusion,
+  the judged benchmarks' tables (:mod:`halluprobe.provenance_judged`).
+
+The sources a record names (run dirs, files) are :mod:`halluprobe.provenance_sources`'.
 
 :func:`marked_comment` writes any record, :func:`read_marked` reads any comment back (a
 comment without a ``table`` key takes its kind from its mark). The tables themselves are
@@ -32,14 +35,16 @@ from pydantic import Field, SerializerFunctionWrapHandler, TypeAdapter, Validati
 from halluprobe import __version__
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads
+from halluprobe.provenance_judged import HALLUSION_PROVENANCE_MARK, MMHAL_PROVENANCE_MARK, HallusionProvenance, MMHalProvenance
+from halluprobe.provenance_sources import FileSource, RunSource, run_source
 from halluprobe.records import FrozenRecord, UnknownPolicy
 from halluprobe.records_scores import BootstrapSettings, ScoreReport
-from halluprobe.rundir import RunDir, sha256_file
+from halluprobe.rundir import sha256_file
 
 __all__ = [
-    "PROVENANCE_MARK", "CHAIR_PROVENANCE_MARK", "DECODING_PROVENANCE_MARK", "LITERATURE_PROVENANCE_MARK", "PROVENANCE_SCHEMA",
-    "RunSource", "FileSource", "Provenance", "ChairSource", "ChairProvenance", "DecodingRun", "ProveScores",
-    "DecodingProvenance", "LiteratureProvenance", "MMHAL_PROVENANCE_MARK", "MMHalProvenance", "AnyProvenance", "Syntax", "run_source", "score_provenance",
+    "AnyRecord", "PROVENANCE_MARK", "CHAIR_PROVENANCE_MARK", "DECODING_PROVENANCE_MARK", "LITERATURE_PROVENANCE_MARK", "PROVENANCE_SCHEMA",
+    "Provenance", "ChairSource", "ChairProvenance", "DecodingRun", "ProveScores",
+    "DecodingProvenance", "LiteratureProvenance", "AnyProvenance", "Syntax", "score_provenance",
     "answers_provenance", "readouts_provenance", "headline_provenance", "corrections_provenance", "marked_comment",
     "comment_payload", "read_marked", "read_payload"
 ]  # fmt: skip
@@ -48,27 +53,9 @@ PROVENANCE_MARK = "halluprobe-provenance"
 CHAIR_PROVENANCE_MARK = "halluprobe-chair-provenance"
 DECODING_PROVENANCE_MARK = "halluprobe-decoding-provenance"
 LITERATURE_PROVENANCE_MARK = "halluprobe literature audit:"
-MMHAL_PROVENANCE_MARK = "halluprobe-mmhal-provenance"
 PROVENANCE_SCHEMA = 1
 
 Syntax = Literal["markdown", "latex"]
-
-
-class RunSource(FrozenRecord):
-    """One run dir a table was computed from. Without ``fingerprint`` and ``samples_sha256``
-    (a run anyone regenerates, such as the README's demo run) only the numbers are checked."""
-
-    path: str
-    fingerprint: str | None = None
-    samples_sha256: str | None = None
-
-
-class FileSource(FrozenRecord):
-    """A file a table was computed from (``score --answers``: the answers and labels files),
-    the path as given and the sha256 of its bytes."""
-
-    path: str
-    sha256: str
 
 
 class Provenance(FrozenRecord):
@@ -186,22 +173,8 @@ class LiteratureProvenance(FrozenRecord):
         return BootstrapSettings(n_resamples=self.resamples, seed=self.seed)
 
 
-class MMHalProvenance(FrozenRecord):
-    """``halluprobe-mmhal-provenance``: MMHal-Bench's judged table. The stored verdicts are the
-    ledger: the template and the judgments recompute every cell, no judge needed."""
-
-    table: Literal["mmhal"]
-    template: FileSource  # the response template as given, sha256 of its bytes
-    judgments: FileSource  # the judgment dir as given, sha256 of its judgments.jsonl
-    judge: str  # backend:model as configured (judge.json)
-    prompt_sha256: str  # the judge prompt template's
-    unparseable: Literal["zero", "wrong", "drop"]
-    compat: bool  # the official summarizer's aggregation (unparseable = 0, types by position)
-    bootstrap: BootstrapSettings
-    halluprobe: str
-
-
-AnyProvenance = Annotated[Provenance | ChairProvenance | DecodingProvenance | LiteratureProvenance | MMHalProvenance, Field(discriminator="table")]
+AnyRecord = Provenance | ChairProvenance | DecodingProvenance | LiteratureProvenance | MMHalProvenance | HallusionProvenance
+AnyProvenance = Annotated[AnyRecord, Field(discriminator="table")]
 _ANY = TypeAdapter(AnyProvenance)
 # the mark decides the kinds a comment may hold (and the kind of one without a ``table`` key)
 _KINDS: dict[str, tuple[str, ...]] = {
@@ -210,15 +183,10 @@ _KINDS: dict[str, tuple[str, ...]] = {
     DECODING_PROVENANCE_MARK: ("decoding",),
     LITERATURE_PROVENANCE_MARK: ("literature",),
     MMHAL_PROVENANCE_MARK: ("mmhal",),
+    HALLUSION_PROVENANCE_MARK: ("hallusion",),
 }
-_LABELS = {PROVENANCE_MARK: "", CHAIR_PROVENANCE_MARK: "CHAIR ", DECODING_PROVENANCE_MARK: "decoding ", LITERATURE_PROVENANCE_MARK: "literature ", MMHAL_PROVENANCE_MARK: "MMHal "}
-
-
-def run_source(path: str | Path) -> RunSource:
-    """A run dir as a table names it: the path as given, its fingerprint and samples sha256."""
-    rundir = RunDir(path)
-    header = rundir.read_header()
-    return RunSource(path=str(path), fingerprint=header.fingerprint, samples_sha256=sha256_file(rundir.samples_path))
+_LABELS = {PROVENANCE_MARK: "", CHAIR_PROVENANCE_MARK: "CHAIR ", DECODING_PROVENANCE_MARK: "decoding ", LITERATURE_PROVENANCE_MARK: "literature ",
+           MMHAL_PROVENANCE_MARK: "MMHal ", HALLUSION_PROVENANCE_MARK: "HallusionBench "}
 
 
 def _bootstrap(report: Any) -> BootstrapSettings:
@@ -259,7 +227,7 @@ def _mark_of(provenance: FrozenRecord) -> str:
     return next(mark for mark, kinds in _KINDS.items() if kind in kinds)
 
 
-def marked_comment(provenance: Provenance | ChairProvenance | DecodingProvenance | LiteratureProvenance | MMHalProvenance, syntax: Syntax) -> str:
+def marked_comment(provenance: AnyRecord, syntax: Syntax) -> str:
     """The one comment line of any record, under its kind's mark, the form :func:`read_marked`
     reads back: JSON (the score tables' without null keys), or ``key=value`` pairs for
     ``literature.md`` (Markdown only), as each was always written."""

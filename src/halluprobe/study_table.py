@@ -10,7 +10,8 @@ from typing import Literal
 
 from halluprobe import __version__
 from halluprobe.formatting import format_ratio, markdown_table
-from halluprobe.provenance import Provenance, marked_comment, run_source
+from halluprobe.provenance import Provenance, marked_comment
+from halluprobe.provenance_sources import run_source
 from halluprobe.readouts.apply import available_readouts
 from halluprobe.records import UnknownPolicy
 from halluprobe.scoring import read_run_samples, score_readouts

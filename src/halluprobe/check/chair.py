@@ -22,7 +22,8 @@ from halluprobe.check.findings import CheckResult, Finding
 from halluprobe.check.parse import check_bounds, latex_table_under, markdown_table_under, marked_comments
 from halluprobe.check.sources import file_findings, locate_run
 from halluprobe.errors import InputError
-from halluprobe.provenance import CHAIR_PROVENANCE_MARK, ChairProvenance, FileSource, read_payload
+from halluprobe.provenance import CHAIR_PROVENANCE_MARK, ChairProvenance, read_payload
+from halluprobe.provenance_sources import FileSource
 from halluprobe.report.chair import chair_grid
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.tables import Style

@@ -24,7 +24,7 @@ from halluprobe.check.compare import MAX_NUMBER_CHARS, compare_number
 from halluprobe.check.findings import Finding
 from halluprobe.check.sources import RunCache, locate_run, run_findings
 from halluprobe.errors import InputError
-from halluprobe.provenance import RunSource
+from halluprobe.provenance_sources import RunSource
 from halluprobe.records import UNKNOWN_POLICIES, UnknownPolicy
 from halluprobe.tomlfile import loads_toml
 

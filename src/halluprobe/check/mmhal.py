@@ -19,7 +19,8 @@ from halluprobe.check.sources import file_findings, locate_run
 from halluprobe.judging.mmhal_score import ordered_judgments, score_mmhal
 from halluprobe.judging.store import JudgmentDir
 from halluprobe.mmhal_table import mmhal_grid
-from halluprobe.provenance import MMHAL_PROVENANCE_MARK, MMHalProvenance, read_payload
+from halluprobe.provenance import read_payload
+from halluprobe.provenance_judged import MMHAL_PROVENANCE_MARK, MMHalProvenance
 from halluprobe.rundir import sha256_file
 from halluprobe.tables import Style
 

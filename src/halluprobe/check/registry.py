@@ -14,6 +14,7 @@ from typing import Any
 from halluprobe.check.chair import check_chair_table, extract_chair_tables
 from halluprobe.check.decoding import check_decoding_table, extract_decoding_tables
 from halluprobe.check.findings import CheckResult
+from halluprobe.check.hallusion import check_hallusion_table, extract_hallusion_tables
 from halluprobe.check.literature import check_literature_table, extract_literature_tables
 from halluprobe.check.mmhal import check_mmhal_table, extract_mmhal_tables
 from halluprobe.check.parse import extract_tables
@@ -51,4 +52,5 @@ TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("decoding", extract_decoding_tables, lambda table, runs, cache, result: check_decoding_table(table, runs, result)),
     TableKind("literature", extract_literature_tables, check_literature_table),
     TableKind("mmhal", extract_mmhal_tables, lambda table, runs, cache, result: check_mmhal_table(table, runs, result)),
+    TableKind("hallusion", extract_hallusion_tables, lambda table, runs, cache, result: check_hallusion_table(table, runs, result)),
 )

@@ -16,7 +16,7 @@ from halluprobe.check.sources import RunCache, file_findings, locate_run, run_fi
 from halluprobe.corrections_table import corrections_table
 from halluprobe.errors import InputError
 from halluprobe.formatting import score_rows_named
-from halluprobe.provenance import FileSource
+from halluprobe.provenance_sources import FileSource
 from halluprobe.scoring import score_answers_file
 from halluprobe.study_table import study_grid
 from halluprobe.tables import Grid, corrections_grid, headline_grid, readouts_grid, score_grid

@@ -11,7 +11,7 @@ from pathlib import Path
 from halluprobe.check.findings import Finding
 from halluprobe.errors import InputError
 from halluprobe.jsonl import loads, read_text
-from halluprobe.provenance import FileSource, RunSource
+from halluprobe.provenance_sources import FileSource, RunSource
 from halluprobe.records import UnknownPolicy
 from halluprobe.records_scores import ScoreReport
 from halluprobe.rundir import RunDir, sha256_file

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
@@ -21,12 +21,28 @@ from halluprobe.cli._app import (
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
 
+if TYPE_CHECKING:
+    from halluprobe.judging.hallusion_score import JudgedHallusion
+
 __all__ = ["hallusion_app"]
 
 hallusion_app = typer.Typer(help="HallusionBench's official score: the judge's correct / incorrect / unclear per question, with the ledger.", no_args_is_help=True)
 app.add_typer(hallusion_app, name="hallusion")
 
 _RUN = Annotated[Path, typer.Argument(help="Run directory of HallusionBench questions (`build hallusionbench`, run with --text).")]
+
+
+def _write_table(path: Path, syntax: Literal["markdown", "latex"], rundir: Path, digest: str, judgments: Path, result: JudgedHallusion,
+                 *, n_resamples: int, seed: int) -> None:  # fmt: skip
+    """`hallusion score --markdown/--latex`: the table `check` recomputes, under its provenance comment."""
+    from halluprobe.hallusion_table import hallusion_grid, hallusion_provenance, render_hallusion
+
+    provenance = hallusion_provenance(rundir, digest, judgments, result, n_resamples=n_resamples, seed=seed)
+    text = render_hallusion(hallusion_grid(result, syntax=syntax), provenance, syntax, without_figure=result.judged.slices[-1].without_figure > 0)
+    try:
+        path.write_text(text + "\n", encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"cannot write the table: {err.strerror or err}", path) from None
 
 
 @hallusion_app.command("judge")
@@ -82,8 +98,11 @@ def hallusion_score_cmd(
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    markdown: Annotated[Optional[Path], typer.Option(help="Also write the table as Markdown to this file (with its provenance comment for `check`).")] = None,
+    latex: Annotated[Optional[Path], typer.Option(help="Also write the table as booktabs LaTeX to this file (with its provenance comment for `check`).")] = None,
 ) -> None:
-    """The judged aAcc, fAcc, qAcc (official grouping) beside each rule-based reading, with their disagreement."""
+    """The judged aAcc, fAcc, qAcc (official grouping) beside each rule-based reading, with their disagreement;
+    --markdown / --latex write it as a table that `halluprobe check` recomputes from the stored verdicts."""
     from halluprobe.judging.hallusion_judge import hallusion_answers
     from halluprobe.judging.hallusion_score import (
         default_readouts,
@@ -104,6 +123,9 @@ def hallusion_score_cmd(
         names = readout or default_readouts(header, samples)
         result = score_judged(header, samples, judge, store.read_judgments(), names, where=str(store.judgments_path),
                               source=rundir, n_resamples=resamples, seed=seed)  # fmt: skip
+        for path, syntax in ((markdown, "markdown"), (latex, "latex")):
+            if path is not None:
+                _write_table(path, syntax, rundir, digest, judgments, result, n_resamples=resamples, seed=seed)
     typer.echo(json.dumps(asdict(result), indent=2) if as_json else render_judged(result))
 
 
