@@ -12,6 +12,8 @@
 #             greedy decoding in the loop, the worker thread on and off (a step at 128 rows
 #             costs about what one at 64 does where the Python of a step, not the GPU, decides)
 #   methods   128 captions at batch 64, every method, the worker thread on (the GPU default)
+#   questions 32 images x 6 questions (192 rows of 64 tokens) at batch 64: rows across images after
+#             each image's cached prefixes, a batch's new images' prefixes in one pass; greedy, VCD
 #   sizes     this tree's POPE-shaped work at batch 18, 72 and 144 rows
 #   old       the tree before issue 33 (.gpu/old) against this one, batch 144
 set -u
@@ -32,6 +34,8 @@ greedy) step ${GREEDY_LIMIT:-170} decode_greedy python3 bench/bench_decode.py --
     --batch-size 128 --new-tokens 64 --runs 3 --engines prefix --via answer --prefetch on,off --methods greedy --work-dir $W ;;
 methods) step ${METHODS_LIMIT:-330} decode_methods python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 128 \
     --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --passes joint --via answer --work-dir $W ;;
+questions) step ${QUESTIONS_LIMIT:-200} decode_questions python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 32 \
+    --questions 6 --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --passes joint --via answer --methods vcd --work-dir $W ;;
 sizes) step ${SIZES_LIMIT:-150} engine_sizes python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 18,72,144 \
     --runs 1 --inner-runs 3 --work-dir $W --json "$OUT/engine_sizes.json" ;;
 old) step ${OLD_LIMIT:-200} engine_old python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --runs 1 --inner-runs 3 \
