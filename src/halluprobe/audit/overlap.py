@@ -24,6 +24,8 @@ from halluprobe.benchmarks.coco_split import (
     coco_part,
     image_overlap,
 )
+from halluprobe.captions.chair.held_out import ChairHeldOut
+from halluprobe.captions.objhal.evaluate import ObjhalOverlap
 from halluprobe.errors import InputError
 from halluprobe.formatting import format_ci, format_ratio
 from halluprobe.metrics.score import score_rows
@@ -38,7 +40,10 @@ __all__ = [
     "NOT_COCO",
     "ImagePart",
     "audit_overlap",
+    "chair_overlap_lines",
+    "held_out_line",
     "image_parts",
+    "objhal_overlap_lines",
     "overlap_counts_line",
     "overlap_lines",
     "score_image_part",
@@ -118,6 +123,29 @@ def overlap_lines(overlap: TrainingOverlap) -> list[str]:
         _tables_line("train2017 images", overlap.in_train2017, overlap.readout),
         trained_on_line(),
     ]
+
+
+def held_out_line(what: str, n: int | None, rates: Sequence[tuple[str, float | None, Sequence[float] | None]], *, digits: int = 1) -> str:
+    """The held-out part's rates in % with their CIs, one line (``n`` None: the part is empty)."""
+    if n is None:
+        return f"held out, val2017 images: no {what}"
+    cells = ", ".join(f"{name} {format_ratio(v, ci, digits=digits, ci_digits=digits, scale=100, missing='n/a')}" for name, v, ci in rates)
+    return f"held out, val2017 images ({n} {what}): {cells}"
+
+
+def chair_overlap_lines(overlap: ChairHeldOut) -> list[str]:
+    """``chair``'s lines and the CHAIR page's: counts, each family's CHAIR over val2017 images, the source."""
+    held = [held_out_line("captions", s.n, [(f"{family} CHAIR_s", s.chair_s, s.ci.chair_s), ("CHAIR_i", s.chair_i, s.ci.chair_i)])
+            for family, s in overlap.held_out.items()] or [held_out_line("captions", None, [])]  # fmt: skip
+    return [overlap_counts_line(overlap.counts), *held, trained_on_line()]
+
+
+def objhal_overlap_lines(overlap: ObjhalOverlap) -> list[str]:
+    """``objhal``'s lines: counts, the response- and mention-level rates over val2017 images, the source."""
+    s = overlap.held_out
+    rates = [] if s is None else [("response hallucination", s.response_hallucination, s.ci.response_hallucination),
+                                  ("mention hallucination", s.mention_hallucination, s.ci.mention_hallucination)]  # fmt: skip
+    return [overlap_counts_line(overlap.counts), held_out_line("answers", None if s is None else s.n_responses, rates, digits=2), trained_on_line()]
 
 
 def score_image_part(

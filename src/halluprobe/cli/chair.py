@@ -152,13 +152,16 @@ def chair_cmd(
     ] = False,
 ) -> None:
     """CHAIR_s, CHAIR_i, recall and length of captions, per normaliser family, with image-bootstrap CIs."""
+    from halluprobe.audit.overlap import chair_overlap_lines
     from halluprobe.audit.table import bootstrap_settings
     from halluprobe.captions.chair.evaluate import chair_results
     from halluprobe.captions.chair.families import counting_options, family_named
+    from halluprobe.captions.chair.held_out import chair_held_out
     from halluprobe.captions.chair.inputs import caption_source, ground_truth_for, read_captions
     from halluprobe.captions.chair.scoring import caption_lines, paired_comparison, score_captions
     from halluprobe.files import write_atomic
     from halluprobe.formatting import format_ratio
+    from halluprobe.rundir import RunDir
 
     with errors():
         refuse_over_limit("--bootstrap", bootstrap, MAX_RESAMPLES)
@@ -180,6 +183,8 @@ def chair_cmd(
                                         str(against), n_resamples=bootstrap, seed=seed)
                 for name, truth in truths.items()
             })  # fmt: skip
+        runs_images = [x.image for x in RunDir(captions).read_samples()] if captions.is_dir() and not as_json else None
+        held = None if as_json else chair_held_out(results, per_caption, names=runs_images, n_resamples=bootstrap, seed=seed)
         summary_json = json.dumps(results.model_dump(mode="json"), indent=2, ensure_ascii=False)
         if out is not None:
             from halluprobe.report.chair import chair_latex_table, chair_section
@@ -206,6 +211,9 @@ def chair_cmd(
             if d.diff is not None:
                 scale = 1 if metric == "length" else 100
                 typer.echo(f"  {metric} - against: {format_ratio(d.diff, d.ci, digits=1, ci_digits=1, scale=scale)}")
+    if held is not None:  # captions of COCO images: how many are train2017, CHAIR over val2017's alone
+        for line in chair_overlap_lines(held):
+            typer.echo(line)
     gt = results.families[names[0]].summary.settings.ground_truth
     typer.echo(f"ground truth: {gt.source if gt else None}{' ' + gt.year if gt and gt.year else ''}; prompt: {settings.prompt}; "
                f"max_new_tokens: {settings.max_new_tokens}; truncate_incomplete: {truncate_incomplete}")  # fmt: skip

@@ -81,6 +81,7 @@ def objhal_cmd(
     eval_gpt_obj_halbench.py counts them without --use_gpt (or with a judge as extractor:
     --judgments, --judge-model), with 95% image-bootstrap CIs, the caption-length groups and
     CHAIR's families on the same answers."""
+    from halluprobe.audit.overlap import objhal_overlap_lines
     from halluprobe.benchmarks.download import sha256_of_file
     from halluprobe.captions.chair.evaluate import chair_results
     from halluprobe.captions.chair.families import (
@@ -172,6 +173,9 @@ def objhal_cmd(
         typer.echo(f"  length {g.lengths[0]}-{g.lengths[1]} (n={g.n}): responses {100 * g.chair_s:.1f}, mentions {pct(g.chair_i, None)}")
     for name, fam in (result.chair.families.items() if result.chair else []):
         typer.echo(f"  {name}: CHAIR_s {pct(fam.summary.chair_s, None)}, CHAIR_i {pct(fam.summary.chair_i, None)}")
+    if result.training_overlap is not None:  # COCO images: how many are train2017, the rates over val2017's alone
+        for line in objhal_overlap_lines(result.training_overlap):
+            typer.echo(f"  {line}")
     for line in compared:
         typer.echo(line)
 

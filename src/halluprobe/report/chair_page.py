@@ -21,6 +21,7 @@ from typing import Any
 from halluprobe import __version__
 from halluprobe.audit.table import bootstrap_settings
 from halluprobe.captions.chair.evaluate import ChairResults, chair_results, refuse_unknown_images
+from halluprobe.captions.chair.held_out import chair_held_out
 from halluprobe.captions.chair.inputs import caption_source
 from halluprobe.captions.chair.length import LengthGroup, chair_by_equal_count_groups
 from halluprobe.captions.chair.runs import run_captions
@@ -33,6 +34,7 @@ from halluprobe.report.figure_style import PALETTE, figure, svg
 from halluprobe.report.overlap_section import OVERLAP_SECTION, caption_overlap_section
 from halluprobe.report.page import stylesheet
 from halluprobe.report.view import add_section
+from halluprobe.rundir import RunDir
 from halluprobe.tables import Grid
 
 __all__ = ["ChairRunView", "chair_length_plot", "chair_run_view", "render_chair_report", "OPEN_ENDED_HINT"]
@@ -118,11 +120,6 @@ def _markdown(runs: Sequence[ChairRunView], html_name: str, bootstrap: Bootstrap
     return "\n".join(lines)
 
 
-def _coco_ground_truth(run: ChairRunView) -> bool:
-    note = run.results.first.settings.ground_truth
-    return note is not None and note.year in ("2014", "2017")
-
-
 def render_chair_report(
     rundirs: Sequence[str | Path], out_html: str | Path, *, n_resamples: int = 1000, seed: int = 0, counting: ChairCounting | None = None,
     judged: Sequence[tuple[tuple[str, str], tuple[str, str]]] = (),
@@ -149,8 +146,9 @@ def render_chair_report(
                                           tokenizer=counting.tokenizer, recompute=counting.options)  # fmt: skip
     out_md = out_html.with_suffix(".md")
     md = _markdown(runs, out_html.name, bootstrap) + ("\n" + decoding[0] if decoding else "")
-    # a COCO ground truth (shipped, or COCO's annotation files) holds train/val images only
-    overlap = caption_overlap_section([(Path(run.path), _coco_ground_truth(run)) for run in runs])
+    held = [chair_held_out(run.results, run.scores, names=[s.image for s in RunDir(run.path).read_samples()], n_resamples=n_resamples,
+                           seed=seed) for run in runs]  # fmt: skip
+    overlap = caption_overlap_section([(run.path, h) for run, h in zip(runs, held)])
     if overlap is not None:  # captions of COCO images only: other pages are unchanged
         html, md = add_section(html, md, overlap, OVERLAP_SECTION)
     for entry, section in judged:  # report --judgments (report/judged_section.py): none, the page is unchanged

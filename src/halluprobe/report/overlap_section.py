@@ -1,17 +1,16 @@
 """The report's "Training images" section: for runs on COCO images, how many of the images are
-COCO train2017 images and the headline over the held-out (val2017) part with its CI. Runs of
-other images get no section (the CLI says so on stderr), so a page of such runs is unchanged."""
+COCO train2017 images and the headline (on the CHAIR page, CHAIR) over the held-out (val2017)
+part with its CI. Runs of other images get no section (the CLI says so on stderr), so a page of
+such runs is unchanged."""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from pathlib import Path
 
-from halluprobe.audit.overlap import overlap_counts_line, overlap_lines, trained_on_line
-from halluprobe.benchmarks.coco_split import image_overlap
+from halluprobe.audit.overlap import chair_overlap_lines, overlap_lines
+from halluprobe.captions.chair.held_out import ChairHeldOut
 from halluprobe.records_audit import AuditReport
-from halluprobe.rundir import RunDir
 
 __all__ = ["OVERLAP_SECTION", "caption_overlap_section", "overlap_section"]
 
@@ -26,17 +25,13 @@ def overlap_section(audits: Sequence[AuditReport], labels: Sequence[str]) -> tup
     return _section(found, _LEDE, multi=len(audits) > 1)
 
 
-def caption_overlap_section(runs: Sequence[tuple[Path, bool]]) -> tuple[str, str] | None:
-    """The CHAIR page's section: each caption run's images by COCO 2017 split (counts only: CHAIR
-    over the held-out part alone is not computed here); None when no run has a COCO image.
-    ``runs``: (run dir, whether its ground truth came from COCO annotations, so every image it
-    counted is a train/val image: one outside val2017 is a train2017 image)."""
-    found = []
-    for path, annotated in runs:
-        counts = image_overlap((s.image for s in RunDir(path).read_samples()), annotated=annotated)
-        if counts.is_coco:
-            found.append((str(path), [overlap_counts_line(counts), trained_on_line()]))
-    lede = "A benchmark image a model was trained on is not held out. Counts use the COCO val2017 id list halluprobe ships (pinned by sha256)."
+def caption_overlap_section(runs: Sequence[tuple[str, ChairHeldOut | None]]) -> tuple[str, str] | None:
+    """The CHAIR page's section: each caption run's images by COCO 2017 split and its CHAIR over
+    the held-out (val2017) images alone (``runs``: label, ``captions.chair.held_out.chair_held_out``'s
+    record, None where no image has a COCO name); None when no run has a COCO image."""
+    found = [(label, chair_overlap_lines(held)) for label, held in runs if held is not None]
+    lede = ("A benchmark image a model was trained on is not held out. Counts use the COCO val2017 id list halluprobe ships "
+            "(pinned by sha256); CHAIR over the held-out images alone, image-clustered 95% CIs.")  # fmt: skip
     return _section(found, lede, multi=len(runs) > 1)
 
 

@@ -7,8 +7,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import Field
+
 from halluprobe.captions.chair.evaluate import ChairResults
 from halluprobe.captions.chair.groundtruth import image_key
+from halluprobe.captions.chair.held_out import OverlapCounts, in_val2017, key_overlap
 from halluprobe.captions.chair.length import LengthGroup, chair_by_equal_count_groups
 from halluprobe.captions.objhal.scoring import (
     ObjhalResponse,
@@ -20,7 +23,7 @@ from halluprobe.errors import InputError
 from halluprobe.records import FrozenRecord
 from halluprobe.rundir import RunDir
 
-__all__ = ["ObjhalResult", "answer_file_responses", "objhal_result", "read_responses", "run_responses"]
+__all__ = ["ObjhalOverlap", "ObjhalResult", "answer_file_responses", "objhal_overlap", "objhal_result", "read_responses", "run_responses"]
 
 
 def _clean(text: str) -> str:
@@ -77,6 +80,17 @@ def read_responses(path: Path) -> tuple[list[ObjhalResponse], int]:
     return responses, errors
 
 
+class ObjhalOverlap(OverlapCounts):
+    """The answered images by COCO 2017 split, and the same rates over the answers about val2017
+    images alone (None: no answered image is in val2017)."""
+
+    held_out: ObjhalSummary | None
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class ObjhalResult(FrozenRecord):
     """What ``objhal`` writes: the script's rates (judge-free unless ``summary.extractor`` says
     otherwise), the length groups, CHAIR's families on the same answers, and the inputs."""
@@ -90,6 +104,19 @@ class ObjhalResult(FrozenRecord):
     synonyms_sha256: str
     ground_truth: dict[str, str]  # COCO 2014 file read -> its sha256
     rlaifv_commit: str
+    training_overlap: ObjhalOverlap | None = Field(default=None, exclude_if=_is_none)  # absent where no image is COCO's
+
+
+def objhal_overlap(scores: Sequence[ObjhalScore], extractor: dict[str, str], *, n_resamples: int = 1000, seed: int = 0) -> ObjhalOverlap | None:
+    """The answered images by COCO 2017 split (scored against COCO's 2014 train/val annotations, so
+    an image outside val2017 is train2017), and ``summarize`` over the val2017 images' answers."""
+    counts = key_overlap((s.image_id for s in scores), annotated=True)
+    if not counts.is_coco:
+        return None
+    part = [s for s in scores if in_val2017(s.image_id)]
+    held = summarize(part, extractor, n_resamples=n_resamples, seed=seed) if part else None
+    return ObjhalOverlap(images=counts.images, coco_images=counts.coco_images, val2017=counts.val2017, train2017=counts.train2017,
+                         unplaced=counts.unplaced, held_out=held)  # fmt: skip
 
 
 def objhal_result(
@@ -100,4 +127,5 @@ def objhal_result(
         summary=summarize(scores, extractor, n_resamples=n_resamples, seed=seed), length_groups=chair_by_equal_count_groups(scores),
         n_images=len({s.image_id for s in scores}), errors=errors,
         chair=chair, answers=answers, synonyms_sha256=synonyms_sha256, ground_truth=ground_truth, rlaifv_commit=rlaifv_commit,
+        training_overlap=objhal_overlap(scores, extractor, n_resamples=n_resamples, seed=seed),
     )  # fmt: skip
