@@ -65,3 +65,22 @@ def test_batch_ahead_gives_the_started_batch_only() -> None:
     finally:
         worker.close()
     assert runs[0] == (1, 2)
+
+
+def test_batch_ahead_under_batching_run_gives_each_next_batch() -> None:
+    """``Batching.run`` starts the next batch before the current one is taken: the current
+    one's start must survive it (it was cancelled there, so no prefetched batch was ever used)."""
+    from halluprobe.backends.hf.core import Batching
+
+    worker = BatchAhead(lambda batch: tuple(batch))
+    taken = []
+
+    def answer(batch: list[int]) -> list[int]:
+        taken.append(worker.take(tuple(batch)))
+        return batch
+
+    try:
+        list(Batching(size=2).run(list(range(7)), answer, lambda: None, lambda batch: worker.start(tuple(batch), batch)))
+    finally:
+        worker.close()
+    assert taken == [None, (2, 3), (4, 5), (6,)]

@@ -59,38 +59,41 @@ _END = object()
 class BatchAhead(Generic[T, R]):
     """The next batch's ``compute`` on one worker thread: :meth:`start` it when the current
     batch begins, :meth:`take` it when it comes up. Batches are matched by key, so a batch
-    re-formed at another size (out of memory halves it) is computed afresh by the caller."""
+    re-formed at another size (out of memory halves it) is computed afresh by the caller.
+    The next batch is started before the current one is taken (``Batching.run``'s
+    ``upcoming``), so the two latest started batches are held."""
 
     def __init__(self, compute: Callable[[T], R]) -> None:
         self._compute = compute
         self._pool: ThreadPoolExecutor | None = None
-        self._key: Hashable = None
-        self._future: Future[R] | None = None
+        self._started: deque[tuple[Hashable, Future[R]]] = deque()
 
     def start(self, key: Hashable, batch: T) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="halluprobe-ahead")
-        if self._future is not None:
-            self._future.cancel()
-        self._key, self._future = key, self._pool.submit(self._compute, batch)
+        self._started.append((key, self._pool.submit(self._compute, batch)))
+        while len(self._started) > 2:
+            self._started.popleft()[1].cancel()
 
     def take(self, key: Hashable) -> R | None:
         """The result started for ``key``; ``None`` where none was, or it failed (the caller
-        computes it again itself, and meets the failure where it would have without this)."""
-        future, self._future = self._future, None
-        if future is None or key != self._key:
-            if future is not None:
-                future.cancel()
+        computes it again itself, and meets the failure where it would have without this).
+        Batches started before ``key``'s are dropped."""
+        if all(k != key for k, _ in self._started):
             return None
+        while True:
+            started, future = self._started.popleft()
+            if started == key:
+                break
+            future.cancel()
         try:
             return future.result()
         except Exception:  # noqa: BLE001 - the caller's own computation meets it where it belongs
             return None
 
     def close(self) -> None:
-        if self._future is not None:
-            self._future.cancel()
-            self._future = None
+        while self._started:
+            self._started.popleft()[1].cancel()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
