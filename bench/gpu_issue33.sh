@@ -4,7 +4,7 @@
 # (wheels the GPU machine lacks, the Mistral tokenizer, the older source trees), then carry .whl
 # and .gpu. STEPS picks the steps; two calls of about 6 and 5 minutes (timeout_s 600 each):
 #   STEPS="compare greedy" bash bench/gpu_issue33.sh, then STEPS=methods bash bench/gpu_issue33.sh
-#   compare   POPE-shaped work, 32 images x 18 questions, batch 144: the first GPU measurement's
+#   compare   POPE-shaped work, 32 images x 18 questions, batch 144: the first GPU session's final
 #             tree (.gpu/prev) and this one, each with the next images' CPU side on a worker
 #             thread (hf/ahead.py) on and off (prev has no worker: its two lines are one code)
 #   greedy    256 captions of 64 tokens at batch 128 (two batches: the second one's images are

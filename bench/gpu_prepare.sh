@@ -4,7 +4,7 @@
 #   .whl/         wheels of the packages it lacks (CPython 3.12, manylinux)
 #   .gpu/work/    the Mistral v1 tokenizer, saved as a transformers folder
 #   .gpu/old/src  the source tree before issue 33 (76259e8)
-#   .gpu/prev/src the tree of the first GPU measurement's last commit (6647022)
+#   .gpu/prev/src the first GPU session's final tree (6647022)
 # Both folders are ignored by git (.git/info/exclude) and travel with `carry`.
 set -eu
 cd "$(dirname "$0")/.."
