@@ -8,55 +8,32 @@ and compared cell by cell (:func:`halluprobe.hallusion_table.hallusion_grid`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import check_bounds, latex_table_under, markdown_table_under, marked_comments
+from halluprobe.check.parse import MarkedTable, marked_tables
 from halluprobe.check.sources import locate_run
 from halluprobe.hallusion_table import hallusion_grid
 from halluprobe.judging.hallusion_judge import hallusion_answers
 from halluprobe.judging.hallusion_score import score_judged
 from halluprobe.judging.store import JudgmentDir
-from halluprobe.provenance import read_payload
 from halluprobe.provenance_judged import HALLUSION_PROVENANCE_MARK, HallusionProvenance
 from halluprobe.rundir import RunDir, sha256_file
-from halluprobe.tables import Style
 
-__all__ = ["HallusionTable", "check_hallusion_table", "extract_hallusion_tables"]
-
-
-@dataclass(frozen=True)
-class HallusionTable:
-    """A HallusionBench judged table as written under its provenance comment."""
-
-    path: str
-    line: int
-    provenance: HallusionProvenance
-    style: Style
-    header: tuple[int, list[str]]
-    rows: list[tuple[int, list[str]]]
+__all__ = ["check_hallusion_table", "extract_hallusion_tables"]
 
 
-def extract_hallusion_tables(path: str | Path, text: str) -> list[HallusionTable]:
-    """Every table under a HallusionBench provenance comment in ``text``; a malformed comment, or
-    one whose bootstrap is out of bounds, is bad input (file:line)."""
-    found = []
-    for index, payload, style, lines in marked_comments(text, HALLUSION_PROVENANCE_MARK):
-        provenance = read_payload(HALLUSION_PROVENANCE_MARK, payload, str(path), index + 1)
-        assert isinstance(provenance, HallusionProvenance)  # the mark decides the kind
-        check_bounds(provenance, str(path), index + 1, "HallusionBench")
-        reader = markdown_table_under if style == "markdown" else latex_table_under
-        style, header, rows = reader(lines, index, str(path))
-        found.append(HallusionTable(str(path), index + 1, provenance, style, header, rows))
-    return found
+def extract_hallusion_tables(path: str | Path, text: str) -> list[MarkedTable]:
+    """Every table under a HallusionBench provenance comment in ``text`` (:func:`marked_tables`)."""
+    return marked_tables(path, text, HALLUSION_PROVENANCE_MARK, "HallusionBench")
 
 
-def check_hallusion_table(table: HallusionTable, runs: Sequence[Path], result: CheckResult) -> None:
+def check_hallusion_table(table: MarkedTable, runs: Sequence[Path], result: CheckResult) -> None:
     """Recompute one HallusionBench table from its run dir and judgment dir; a finding for every
     cell that differs, and for a samples or judgments file missing or changed."""
     prov = table.provenance
+    assert isinstance(prov, HallusionProvenance)  # the mark decides the kind
     where = (table.path, table.line)
     rundir = RunDir(locate_run(prov.samples.path, runs))
     store = JudgmentDir(locate_run(prov.judgments.path, runs))

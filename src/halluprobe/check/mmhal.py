@@ -8,55 +8,32 @@ aggregation and bootstrap, and compared cell by cell (:func:`halluprobe.mmhal_ta
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from halluprobe.benchmarks.mmhal import read_mmhal
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
-from halluprobe.check.parse import check_bounds, latex_table_under, markdown_table_under, marked_comments
+from halluprobe.check.parse import MarkedTable, marked_tables
 from halluprobe.check.sources import file_findings, locate_run
 from halluprobe.judging.mmhal_score import ordered_judgments, score_mmhal
 from halluprobe.judging.store import JudgmentDir
 from halluprobe.mmhal_table import mmhal_grid
-from halluprobe.provenance import read_payload
 from halluprobe.provenance_judged import MMHAL_PROVENANCE_MARK, MMHalProvenance
 from halluprobe.rundir import sha256_file
-from halluprobe.tables import Style
 
-__all__ = ["MMHalTable", "check_mmhal_table", "extract_mmhal_tables"]
-
-
-@dataclass(frozen=True)
-class MMHalTable:
-    """An MMHal-Bench table as written under its provenance comment."""
-
-    path: str
-    line: int
-    provenance: MMHalProvenance
-    style: Style
-    header: tuple[int, list[str]]
-    rows: list[tuple[int, list[str]]]
+__all__ = ["check_mmhal_table", "extract_mmhal_tables"]
 
 
-def extract_mmhal_tables(path: str | Path, text: str) -> list[MMHalTable]:
-    """Every table under an MMHal provenance comment in ``text``; a malformed comment, or one
-    whose bootstrap is out of bounds, is bad input (file:line)."""
-    found = []
-    for index, payload, style, lines in marked_comments(text, MMHAL_PROVENANCE_MARK):
-        provenance = read_payload(MMHAL_PROVENANCE_MARK, payload, str(path), index + 1)
-        assert isinstance(provenance, MMHalProvenance)  # the mark decides the kind
-        check_bounds(provenance, str(path), index + 1, "MMHal")
-        reader = markdown_table_under if style == "markdown" else latex_table_under
-        style, header, rows = reader(lines, index, str(path))
-        found.append(MMHalTable(str(path), index + 1, provenance, style, header, rows))
-    return found
+def extract_mmhal_tables(path: str | Path, text: str) -> list[MarkedTable]:
+    """Every table under a MMHal provenance comment in ``text`` (:func:`marked_tables`)."""
+    return marked_tables(path, text, MMHAL_PROVENANCE_MARK, "MMHal")
 
 
-def check_mmhal_table(table: MMHalTable, runs: Sequence[Path], result: CheckResult) -> None:
+def check_mmhal_table(table: MarkedTable, runs: Sequence[Path], result: CheckResult) -> None:
     """Recompute one MMHal-Bench table from its template and judgment dir; a finding for every
     cell that differs, and for a template or judgments file missing or changed."""
     prov = table.provenance
+    assert isinstance(prov, MMHalProvenance)  # the mark decides the kind
     where = (table.path, table.line)
     findings, template = file_findings(prov.template, runs, where)
     result.findings.extend(findings)

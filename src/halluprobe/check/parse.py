@@ -14,10 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halluprobe.errors import InputError
-from halluprobe.provenance import PROVENANCE_MARK, Provenance, comment_payload, read_marked
+from halluprobe.provenance import PROVENANCE_MARK, AnyProvenance, Provenance, comment_payload, read_marked, read_payload
 from halluprobe.tables import Style
 
-__all__ = ["MAX_RESAMPLES", "MAX_SEED", "FoundTable", "check_bounds", "extract_tables", "latex_table_under", "marked_comments", "markdown_table_under"]
+__all__ = [
+    "MAX_RESAMPLES",
+    "MAX_SEED",
+    "FoundTable",
+    "MarkedTable",
+    "check_bounds",
+    "extract_tables",
+    "latex_table_under",
+    "marked_comments",
+    "marked_tables",
+    "markdown_table_under",
+]
 
 # bootstrap work a comment may ask for: 0 (no CIs, `score --resamples 0`) up to 100 000
 # resamples; a seed numpy's generators take the same way on every platform (below 2**32)
@@ -179,3 +190,30 @@ def marked_comments(text: str, mark: str) -> Iterator[tuple[int, str, Style, lis
         found = comment_payload(line, mark) if mark in line else None
         if found is not None:
             yield index, found[1], found[0], lines
+
+
+@dataclass(frozen=True)
+class MarkedTable:
+    """A table under a comment of one mark (the judged benchmarks' tables: MMHal-Bench,
+    HallusionBench), its record read and its bootstrap bounded."""
+
+    path: str
+    line: int
+    provenance: AnyProvenance
+    style: Style
+    header: tuple[int, list[str]]
+    rows: list[tuple[int, list[str]]]
+
+
+def marked_tables(path: str | Path, text: str, mark: str, label: str) -> list[MarkedTable]:
+    """Every table under a ``mark`` comment in ``text`` (LaTeX or Markdown); a malformed comment,
+    or one whose bootstrap is out of bounds, is bad input (file:line, the comment named by
+    ``label``)."""
+    found = []
+    for index, payload, style, lines in marked_comments(text, mark):
+        provenance = read_payload(mark, payload, str(path), index + 1)
+        check_bounds(provenance, str(path), index + 1, label)
+        reader = markdown_table_under if style == "markdown" else latex_table_under
+        style, header, rows = reader(lines, index, str(path))
+        found.append(MarkedTable(str(path), index + 1, provenance, style, header, rows))
+    return found
