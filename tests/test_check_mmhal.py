@@ -153,4 +153,19 @@ def test_moved_sources_are_found_through_runs(judged: tuple[Path, Path], tmp_pat
 def test_an_unwritable_table_file_is_one_line(judged: tuple[Path, Path], tmp_path: Path) -> None:
     template, judgments = judged
     result = runner.invoke(app, ["mmhal", "score", "--template", str(template), "--judgments", str(judgments), "--bootstrap", "0", "--markdown", str(tmp_path)])
-    assert result.exit_code == 2 and str(tmp_path) in result.output and "cannot write the table" in result.output
+    assert result.exit_code == 2 and str(tmp_path) in result.output and "a folder stands where this command writes a file" in result.output
+
+
+def test_an_existing_table_file_is_kept_without_overwrite(judged: tuple[Path, Path], tmp_path: Path) -> None:
+    """A --markdown / --latex path that holds a file (a paper's own .tex) is one line and stays
+    as it was; --overwrite replaces it."""
+    template, judgments = judged
+    paper = tmp_path / "main.tex"
+    paper.write_text("my paper\n", encoding="utf-8")
+    args = ["mmhal", "score", "--template", str(template), "--judgments", str(judgments), "--bootstrap", "0", "--latex", str(paper)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "pass --overwrite" in result.output and str(paper) in result.output
+    assert paper.read_text(encoding="utf-8") == "my paper\n"
+    result = runner.invoke(app, [*args, "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert "provenance" in paper.read_text(encoding="utf-8")

@@ -20,6 +20,7 @@ from halluprobe.cli._app import (
 )
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
+from halluprobe.files import refuse_outputs, write_atomic
 
 if TYPE_CHECKING:
     from halluprobe.judging.hallusion_score import JudgedHallusion
@@ -39,10 +40,7 @@ def _write_table(path: Path, syntax: Literal["markdown", "latex"], rundir: Path,
 
     provenance = hallusion_provenance(rundir, digest, judgments, result, n_resamples=n_resamples, seed=seed)
     text = render_hallusion(hallusion_grid(result, syntax=syntax), provenance, syntax, without_figure=result.judged.slices[-1].without_figure > 0)
-    try:
-        path.write_text(text + "\n", encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"cannot write the table: {err.strerror or err}", path) from None
+    write_atomic(path, text + "\n")
 
 
 @hallusion_app.command("judge")
@@ -100,6 +98,7 @@ def hallusion_score_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     markdown: Annotated[Optional[Path], typer.Option(help="Also write the table as Markdown to this file (with its provenance comment for `check`).")] = None,
     latex: Annotated[Optional[Path], typer.Option(help="Also write the table as booktabs LaTeX to this file (with its provenance comment for `check`).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing --markdown / --latex file.")] = False,
 ) -> None:
     """The judged aAcc, fAcc, qAcc (official grouping) beside each rule-based reading, with their disagreement;
     --markdown / --latex write it as a table that `halluprobe check` recomputes from the stored verdicts."""
@@ -113,6 +112,7 @@ def hallusion_score_cmd(
 
     with errors():
         refuse_over_limit("--resamples", resamples, MAX_RESAMPLES)
+        refuse_outputs([p for p in (markdown, latex) if p is not None], overwrite=overwrite, flag="--markdown/--latex")
         header, samples, digest = hallusion_answers(rundir)
         store = JudgmentDir(judgments)
         judge = store.read_header()

@@ -18,6 +18,7 @@ from halluprobe.cli._app import (
 )
 from halluprobe.cli._backend import BackendSpec, with_secondary_backend
 from halluprobe.errors import InputError
+from halluprobe.files import refuse_outputs, write_atomic
 
 if TYPE_CHECKING:
     from halluprobe.benchmarks.mmhal import MMHalFile
@@ -50,10 +51,7 @@ def _write_table(path: Path, syntax: Literal["markdown", "latex"], template: Pat
     judged = ordered_judgments(mmhal, store.read_judgments(), str(store.judgments_path))
     provenance = mmhal_provenance(template, judgments, header, policy=score.policy, compat=compat, n_resamples=score.n_resamples, seed=score.seed)
     text = render_mmhal(mmhal_grid(score, mmhal, judged, header, compat=compat, syntax=syntax), provenance, syntax)
-    try:
-        path.write_text(text + "\n", encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"cannot write the table: {err.strerror or err}", path) from None
+    write_atomic(path, text + "\n")
 
 
 @data_app.command("mmhal")
@@ -151,6 +149,7 @@ def mmhal_score_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     markdown: Annotated[Optional[Path], typer.Option(help="Also write the table as Markdown to this file (with its provenance comment for `check`; --compat: the official aggregation).")] = None,
     latex: Annotated[Optional[Path], typer.Option(help="Also write the table as booktabs LaTeX to this file (with its provenance comment for `check`).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing --markdown / --latex file.")] = False,
 ) -> None:
     """Average score (0-6) and hallucination rate (share < 3), overall and per type, with the ledger."""
     from halluprobe.benchmarks.mmhal import read_mmhal
@@ -160,6 +159,7 @@ def mmhal_score_cmd(
 
     with errors():
         refuse_over_limit("--bootstrap", bootstrap, MAX_RESAMPLES)
+        refuse_outputs([p for p in (markdown, latex) if p is not None], overwrite=overwrite, flag="--markdown/--latex")
         mmhal = read_mmhal(template)
         store = JudgmentDir(judgments)
         score = score_mmhal(mmhal, store.read_header(), store.read_judgments(), policy=unparseable,
