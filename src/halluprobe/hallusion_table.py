@@ -11,16 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from halluprobe import __version__
-from halluprobe.formatting import format_percent, markdown_table
+from halluprobe.formatting import format_percent
 from halluprobe.judging.hallusion_score import JudgedHallusion
 from halluprobe.judging.store import JudgmentDir
 from halluprobe.metrics.hallusionbench import HallusionSlice
-from halluprobe.provenance import Syntax, marked_comment
+from halluprobe.provenance import Syntax
 from halluprobe.provenance_judged import HallusionProvenance
 from halluprobe.provenance_sources import FileSource
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.rundir import sha256_file
-from halluprobe.tables import Cell, Grid, latex_escape
+from halluprobe.tables import Cell, Grid, latex_escape, render_grid
 
 __all__ = ["hallusion_grid", "hallusion_provenance", "render_hallusion"]
 
@@ -106,15 +106,5 @@ def render_hallusion(grid: Grid, provenance: HallusionProvenance, syntax: Syntax
     note += " Unparseable and errored verdicts are scored unclear, as the official script does. Disagreement with the judge over all questions."
     if not without_figure:
         note += " No question asked without a figure is in this run; the official aAcc and qAcc include them."
-    lines = [marked_comment(prov, syntax)]
-    if syntax == "markdown":
-        lines += [f"**{title}**", "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows]), "", note]
-        return "\n".join(lines)
-    lines += [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(title)}}}",
-              r"\begin{tabular}{ll" + "r" * 8 + "}", r"\toprule", " & ".join(grid.header) + r" \\", r"\midrule"]  # fmt: skip
-    for index, row in enumerate(grid.rows):
-        if index and row[0].text != grid.rows[index - 1][0].text:
-            lines.append(r"\midrule")  # a rule between slices
-        lines.append(" & ".join(c.text for c in row) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip{\footnotesize " + latex_escape(note) + "}", r"\end{table}"]
-    return "\n".join(lines)
+    slices = {index for index in range(1, len(grid.rows)) if grid.rows[index][0].text != grid.rows[index - 1][0].text}
+    return render_grid(grid, title, note, prov, syntax, columns="ll" + "r" * 8, rules_before=slices)  # a rule between slices

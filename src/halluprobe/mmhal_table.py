@@ -13,16 +13,16 @@ from pathlib import Path
 
 from halluprobe import __version__
 from halluprobe.benchmarks.mmhal import MMHalFile
-from halluprobe.formatting import format_ratio, markdown_table
+from halluprobe.formatting import format_ratio
 from halluprobe.judging.ledger import JudgeHeader, Judgment
 from halluprobe.judging.mmhal_score import MMHalScore, UnparseablePolicy
 from halluprobe.judging.store import JudgmentDir
-from halluprobe.provenance import Syntax, marked_comment
+from halluprobe.provenance import Syntax
 from halluprobe.provenance_judged import MMHalProvenance
 from halluprobe.provenance_sources import FileSource
 from halluprobe.records_scores import BootstrapSettings
 from halluprobe.rundir import sha256_file
-from halluprobe.tables import Cell, Grid, latex_escape
+from halluprobe.tables import Cell, Grid, latex_escape, render_grid
 
 __all__ = ["mmhal_grid", "mmhal_provenance", "render_mmhal"]
 
@@ -102,18 +102,5 @@ def render_mmhal(grid: Grid, provenance: MMHalProvenance, syntax: Syntax) -> str
         title = f"MMHal-Bench, halluprobe's score (--unparseable {prov.unparseable})"
     boot = prov.bootstrap
     note = None if prov.compat or not boot.n_resamples else f"95% CIs: bootstrap over images, {boot.n_resamples} resamples, seed {boot.seed}."
-    lines = [marked_comment(prov, syntax)]
-    if syntax == "markdown":
-        lines += [f"**{title}**", "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])]
-        return "\n".join(lines + (["", note] if note else []))
-    lines += [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(title)}}}",
-              r"\begin{tabular}{l" + "r" * 5 + "ll}", r"\toprule", " & ".join(grid.header) + r" \\", r"\midrule"]  # fmt: skip
-    for index, row in enumerate(grid.rows):
-        if index == len(grid.rows) - 1:
-            lines.append(r"\midrule")  # overall under a rule of its own
-        lines.append(" & ".join(c.text for c in row) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    if note:
-        lines.append(r"\par\smallskip{\footnotesize " + latex_escape(note) + "}")
-    lines.append(r"\end{table}")
-    return "\n".join(lines)
+    # the overall row under a rule of its own
+    return render_grid(grid, title, note, prov, syntax, columns="l" + "r" * 5 + "ll", rules_before={len(grid.rows) - 1})

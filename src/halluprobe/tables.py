@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from halluprobe.errors import InputError
 from halluprobe.formatting import MARKDOWN_COLUMNS, fmt_ci, fmt_count, fmt_pct, fmt_score, format_ratio, markdown_table, score_rows_named
-from halluprobe.provenance import Provenance, marked_comment
+from halluprobe.provenance import AnyProvenance, Provenance, marked_comment
 from halluprobe.records_scores import Metrics, ScoreReport
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "latex_escape",
     "corrections_grid",
     "render_corrections",
+    "render_grid",
 ]
 
 # markdown: a pipe table; latex: a booktabs tabular; terminal: the rich table `score` prints
@@ -103,14 +104,14 @@ def _bootstrap_note(report: ScoreReport) -> str | None:
 
 def render_score_markdown(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
     """A score table as a pipe table to paste into a paper or an issue, under its provenance comment."""
-    return _markdown(score_grid(report, "markdown"), title, _bootstrap_note(report), provenance)
+    return render_grid(score_grid(report, "markdown"), title, _bootstrap_note(report), provenance, "markdown")
 
 
 def render_latex(report: ScoreReport, title: str, provenance: Provenance | None = None) -> str:
     """A booktabs table (``\\usepackage{booktabs}``), one row a line, under its provenance comment;
     pooled and macro under a rule of their own."""
     grid = score_grid(report, "latex")
-    return _latex(grid, title, _bootstrap_note(report), provenance, rule_before=len(grid.rows) - 2)
+    return render_grid(grid, title, _bootstrap_note(report), provenance, "latex", rules_before={len(grid.rows) - 2})
 
 
 def score_table(report: ScoreReport, title: str) -> Any:
@@ -126,27 +127,34 @@ def score_table(report: ScoreReport, title: str) -> Any:
     return table
 
 
-def _markdown(grid: Grid, title: str, note: str | None, provenance: Provenance | None) -> str:
-    lines = [marked_comment(provenance, "markdown")] if provenance is not None else []
-    lines += [f"**{title}**", "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])]
-    if note:
-        lines += ["", note]
-    return "\n".join(lines)
-
-
-def _latex(grid: Grid, title: str, note: str | None, provenance: Provenance | None, rule_before: int | None = None) -> str:
-    lines = [marked_comment(provenance, "latex")] if provenance is not None else []
+def render_grid(
+    grid: Grid,
+    title: str,
+    note: str | None,
+    provenance: AnyProvenance | None,
+    syntax: Literal["markdown", "latex"],
+    *,
+    columns: str | None = None,
+    rules_before: Collection[int] = (),
+) -> str:
+    """A grid under its provenance comment: a bold title, the pipe table and the note
+    (Markdown), or a booktabs table with caption (LaTeX: ``columns``, default a left column then
+    right-aligned ones; a ``\\midrule`` above each row of ``rules_before``) and the note below."""
+    lines = [marked_comment(provenance, syntax)] if provenance is not None else []
+    if syntax == "markdown":
+        lines += [f"**{title}**", "", *markdown_table(grid.header, [[c.text for c in row] for row in grid.rows])]
+        return "\n".join(lines + (["", note] if note else []))
     lines += [
         r"\begin{table}[t]",
         r"\centering",
         rf"\caption{{{latex_escape(title)}}}",
-        r"\begin{tabular}{l" + "r" * (len(grid.header) - 1) + "}",
+        r"\begin{tabular}{" + (columns or "l" + "r" * (len(grid.header) - 1)) + "}",
         r"\toprule",
         " & ".join(grid.header) + r" \\",
         r"\midrule",
     ]
     for index, row in enumerate(grid.rows):
-        if index == rule_before:
+        if index in rules_before:
             lines.append(r"\midrule")
         lines.append(" & ".join(c.text for c in row) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
@@ -202,7 +210,7 @@ def render_readouts(
     """Every readout side by side, as Markdown or booktabs LaTeX, under its provenance comment."""
     grid = readouts_grid(reports, forced, syntax)
     note = _bootstrap_note(next(iter(reports.values())))
-    return _markdown(grid, title, note, provenance) if syntax == "markdown" else _latex(grid, title, note, provenance)
+    return render_grid(grid, title, note, provenance, syntax)
 
 
 # -- the report's headline metrics (report.md) ------------------------------------------------
@@ -296,4 +304,4 @@ def render_corrections(report: Any, title: str, syntax: Literal["markdown", "lat
     )
     if report.any_unknown:
         note += f" unknown: answers read as neither yes nor no, counted as {report.policy}; a row whose answers are all unknown reads nothing."
-    return _markdown(grid, title, note, provenance) if syntax == "markdown" else _latex(grid, title, note, provenance)
+    return render_grid(grid, title, note, provenance, syntax)
