@@ -221,3 +221,36 @@ def test_out_of_memory_halves_a_batch_across_images_and_loses_nothing(
     got = _answer(fast, requests, 0)
     assert sizes[:2] == [8, 4] and fast.batching.size == 2
     _assert_same(want, got, texts=False)
+
+
+@pytest.mark.parametrize("model", ["llava", "qwen2vl"])
+def test_a_batchs_cache_takes_generates_steps_in_place(
+    backends: dict[str, dict[bool, HFBackend]], photos: Path, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine asks rows_inputs for room: every cache layer (one image's broadcast rows, and
+    several images' stacked rows) is then written in place by each of generate's steps, into the
+    buffer it started with, never copied (issue 33: a 7B batch's copy is ~45 GB per step)."""
+    from halluprobe.backends.hf.prefix import _appending_layer
+
+    fast = backends[model][True]
+    requests = _requests(fast, photos)
+    caches: list[tuple[Any, list[Any]]] = []
+    real_rows = engines.rows_inputs
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        assert kwargs.get("room") is True
+        inputs = real_rows(*args, **kwargs)
+        cache = inputs["past_key_values"]
+        caches.append((cache, [layer.key_room for layer in cache.layers]))
+        return inputs
+
+    monkeypatch.setattr(engines, "rows_inputs", spied)
+    for size in (2, 64):  # one image's rows; several images' rows
+        monkeypatch.setattr(fast.batching, "size", size)
+        _answer(fast, requests, 5)
+    assert caches
+    for cache, buffers in caches:
+        for layer, buffer in zip(cache.layers, buffers, strict=True):
+            assert type(layer) is _appending_layer()
+            assert layer.key_room is buffer  # never re-allocated: generate's steps fit the room
+            assert layer.keys.data_ptr() == buffer.data_ptr() and layer.keys.shape[-2] > 0
