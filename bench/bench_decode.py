@@ -106,6 +106,8 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="build the model here (a tokenizer/ folder there is used as is: a machine without mistral-common)")  # fmt: skip
     args = parser.parse_args()
+    if not set(args.prefetch.split(",")) <= {"auto", "on", "off"}:
+        parser.error(f"--prefetch takes auto, on or off (comma-separated), not {args.prefetch!r}")
     if args.via == "direct" and args.prefetch != "auto":
         parser.error("--prefetch applies to --via answer (the direct loop reads no images)")
     from transformers.utils import logging as hf_logging

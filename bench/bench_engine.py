@@ -378,6 +378,8 @@ def main() -> None:
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--images-json", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not set(args.prefetch.split(",")) <= {"auto", "on", "off"}:
+        parser.error(f"--prefetch takes auto, on or off (comma-separated), not {args.prefetch!r}")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the table
