@@ -41,7 +41,7 @@ from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_
 from halluprobe.backends.hf.decode import Decoded
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_rules import BRANCHES
-from halluprobe.backends.hf.image_rows import Encoded, ImageRows, RowQueue, ahead_images, encoded_images
+from halluprobe.backends.hf.image_rows import Encoded, ImageRows, RowQueue, ahead_images, distinct_prompts, encoded_images
 from halluprobe.backends.hf.prefix import Prefix, padded_prefix_ids, rows_inputs
 from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan, noised_inputs
@@ -102,7 +102,7 @@ class PrefixDecodeEngine(DecodeEngine):
     def _queue_image(self, group: list[Request], encoded: Encoded | list[Response], queue: RowQueue) -> Iterator[list[Response]]:
         """Queue a row per request of an image whose distinct prompts are ``encoded`` (sampling
         draws per question, so identical prompts are decoded apart), or answer its requests here."""
-        prompts = list(dict.fromkeys(r.prompt for r in group))
+        prompts = list(distinct_prompts(group))
         if isinstance(encoded, list):
             yield encoded
             return
@@ -118,7 +118,7 @@ class PrefixDecodeEngine(DecodeEngine):
         """The image's prefixes for its questions ``group`` (exceptions pass), or ``None`` where
         its prompts share no prefix (or it exceeds a sliding-attention window)."""
         started = time.perf_counter()
-        prompts = list(dict.fromkeys(r.prompt for r in group))
+        prompts = list(distinct_prompts(group))
         shared = self.core.inputs.encode_shared(prompts, image)
         if shared is None or not self.core.fits_window(shared, self.config.max_new_tokens):
             return None
@@ -154,7 +154,7 @@ class PrefixDecodeEngine(DecodeEngine):
         out = []
         for image, base, noisy in zip(images, bases, noised, strict=True):
             group = [r for requests in image.requests for r in requests]
-            prompts = list(dict.fromkeys(r.prompt for r in group))
+            prompts = list(distinct_prompts(group))
             out.append(self._prefixes(group, image.image, image.shared, prompts, time.perf_counter(), prefix=base, noised=noisy))
         share = (time.perf_counter() - started) / len(images)
         return [replace(one, seconds=share) for one in out]

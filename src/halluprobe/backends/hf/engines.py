@@ -213,10 +213,7 @@ class PrefixCacheEngine(PlainEngine):
         if isinstance(image, str):
             yield [error_response(r, image) for r in group]
             return
-        # Identical prompts about one image are one computation (POPE's splits repeat questions).
-        by_prompt: dict[str, list[Request]] = {}
-        for r in group:
-            by_prompt.setdefault(r.prompt, []).append(r)
+        by_prompt = distinct_prompts(group)  # identical prompts about one image: one computation
         prompts = list(by_prompt)
         try:
             shared = core.inputs.encode_shared(prompts, image)

@@ -72,16 +72,16 @@ def ahead_images(batch_size: int) -> int:
 
 
 def encoded_images(
-    core: ModelCore, groups: Iterable[list[Request]], new_tokens: int, ahead_images: int
+    core: ModelCore, groups: Iterable[list[Request]], new_tokens: int, depth: int
 ) -> Iterator[tuple[list[Request], Encoded | list[Response]]]:
     """Each group (requests about one image) with :func:`encode_image` of its distinct prompts,
-    in order; with ``core.prefetch``, encoded up to ``ahead_images`` images early on a worker
-    thread (hf/ahead.py) while the caller runs batches."""
-    depth = ahead_images if core.prefetch else 0
+    in order; with ``core.prefetch``, encoded up to ``depth`` images early on a worker thread
+    (hf/ahead.py) while the caller runs batches."""
+    depth = depth if core.prefetch else 0
     inputs = core.worker_inputs() if depth else None
 
     def encode(group: list[Request]) -> Encoded | list[Response]:
-        return encode_image(core, group, list(dict.fromkeys(r.prompt for r in group)), new_tokens, inputs)
+        return encode_image(core, group, list(distinct_prompts(group)), new_tokens, inputs)
 
     yield from ahead(groups, encode, depth)
 
