@@ -192,10 +192,17 @@ def _worker(args: argparse.Namespace) -> None:
     one_pass(requests[:2])  # warm-up: first-call costs (stop-string tables, allocator)
     prefetches = args.prefetch.split(",")
     default_prefetch = getattr(backend.core, "prefetch", None)  # None: a --src tree from before hf/ahead.py
-    for size, prefetch in ((size, prefetch) for size in sizes for prefetch in prefetches):  # a line each
+    packs = args.pack.split(",")
+    default_pack = getattr(backend.core, "packs_rows", None)  # None: a --src tree from before hf/packed.py
+    if "on" in packs and default_pack is not None and backend.core.packing_refused is not None:
+        raise SystemExit(f"--pack on: this model's questions cannot be packed ({backend.core.packing_refused})")
+    settings = [(size, prefetch, pack) for size in sizes for prefetch in prefetches for pack in packs]
+    for size, prefetch, pack in settings:  # a line each
         backend.batching.size = size
         if default_prefetch is not None:
             backend.core.prefetch = default_prefetch if prefetch == "auto" else prefetch == "on"
+        if default_pack is not None:
+            backend.core.packs_rows = default_pack if pack == "auto" else pack == "on"
         one_pass(requests[: 2 * size])  # this size's shapes once before timing
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -206,6 +213,7 @@ def _worker(args: argparse.Namespace) -> None:
             seconds.append(time.perf_counter() - started)
         label = mode if len(sizes) == 1 else f"{mode}/{size}"
         label += f"/ahead-{prefetch}" if len(prefetches) > 1 else ""
+        label += f"/packed-{pack}" if len(packs) > 1 else ""
         _print_result(label, requests, responses, seconds, rss_loaded, cuda)
 
 
@@ -374,12 +382,16 @@ def main() -> None:
     parser.add_argument("--prefetch", default="auto",
                         help="the next images' CPU side on a worker thread (hf/ahead.py): auto (on for a GPU model), on, off, "
                              "or several comma-separated (each in turn in one worker, a line each)")  # fmt: skip
+    parser.add_argument("--pack", default="auto",
+                        help="prefix cache (mode c): an image's questions in one row behind a 4-D mask (hf/packed.py): auto "
+                             "(on for a GPU model), on, off, or several comma-separated (a line each)")  # fmt: skip
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--images-json", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if not set(args.prefetch.split(",")) <= {"auto", "on", "off"}:
-        parser.error(f"--prefetch takes auto, on or off (comma-separated), not {args.prefetch!r}")
+    for option, value in (("--prefetch", args.prefetch), ("--pack", args.pack)):
+        if not set(value.split(",")) <= {"auto", "on", "off"}:
+            parser.error(f"{option} takes auto, on or off (comma-separated), not {value!r}")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the table
@@ -414,7 +426,7 @@ def main() -> None:
                     command = [
                         sys.executable, __file__, "--worker", mode, "--model-dir", str(model_dir),
                         "--images-json", json.dumps(images), "--runs", str(args.inner_runs),
-                        "--batch-size", str(args.batch_size), "--prefetch", args.prefetch, "--device", args.device, "--dtype", args.dtype,
+                        "--batch-size", str(args.batch_size), "--prefetch", args.prefetch, "--pack", args.pack, "--device", args.device, "--dtype", args.dtype,
                         "--threads", str(args.threads),
                     ]  # fmt: skip
                     process_started = time.perf_counter()

@@ -240,7 +240,17 @@ def test_out_of_memory_halves_the_batch_and_loses_nothing(tiny_llava: Path, phot
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real_step(inputs, *args, **kwargs)
 
+    real_packed = backend.core.packed_step
+
+    def packed_with_small_memory(groups: Any, *args: Any, **kwargs: Any) -> Any:  # a row per image, its questions in slots
+        rows = sum(len(suffixes) for _, suffixes in groups)
+        sizes.append(rows)
+        if rows > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_packed(groups, *args, **kwargs)
+
     monkeypatch.setattr(backend.core, "first_step", step_with_small_memory)
+    monkeypatch.setattr(backend.core, "packed_step", packed_with_small_memory)
     image = str(sorted(photos.iterdir())[0])
     requests = [
         Request(split="random", question_id=i, image_path=image, prompt=f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:")
@@ -277,16 +287,20 @@ def test_non_finite_first_token_logits_are_that_rows_error(tiny_llava: Path, pho
     from halluprobe.records import GenerateConfig, Request
 
     backend = HFBackend(str(tiny_llava), batch_size=8, dtype="float32", device="cpu")
-    real_step = backend.core.first_step
 
-    def overflowing_step(*args: Any, **kwargs: Any) -> Any:
-        step = real_step(*args, **kwargs)
-        scaled = step.logits.clone()
-        scaled[0] = scaled[0] * 1e6  # the first row only
-        step.logits = scaled.half()  # what a float16 head holds: +-inf past its range
-        return step
+    def overflowing(real_step: Any) -> Any:
+        def step_with_overflow(*args: Any, **kwargs: Any) -> Any:
+            step = real_step(*args, **kwargs)
+            scaled = step.logits.clone()
+            scaled[0] = scaled[0] * 1e6  # the first row only
+            step.logits = scaled.half()  # what a float16 head holds: +-inf past its range
+            return step
 
-    monkeypatch.setattr(backend.core, "first_step", overflowing_step)
+        return step_with_overflow
+
+    # stacked rows pass through first_step, an image's questions in slots through packed_step
+    monkeypatch.setattr(backend.core, "first_step", overflowing(backend.core.first_step))
+    monkeypatch.setattr(backend.core, "packed_step", overflowing(backend.core.packed_step))
     image = str(sorted(photos.iterdir())[0])
     requests = [
         Request(split="random", question_id=i, image_path=image, prompt=f"USER: <image>\nIs there a {obj} in the image?\nASSISTANT:")

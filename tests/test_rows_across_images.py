@@ -48,6 +48,7 @@ def backends(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path
     out = {}
     for name, path in (("llava", llava), ("qwen2vl", qwen)):
         fast = HFBackend(str(path), batch_size=4, dtype="float32", device="cpu", prefix_cache=True)
+        fast.core.packs_rows = False  # the stacked rows (a row per question); tests/test_packed_rows.py: packed ones
         out[name] = {True: fast, False: HFBackend.on_core(fast.core, batch_size=4, prefix_cache=False)}
     return out
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.backends.hf.load import load_model, load_processor
+from halluprobe.backends.hf.packed import packed_first_step, unpackable
 from halluprobe.backends.hf.prefix import Prefix, next_position, split_cache, stackable
 from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
@@ -132,6 +133,10 @@ class ModelCore:
         self._said: set[str] = set()
         # the next images' CPU side on a worker thread while the accelerator runs (hf/ahead.py)
         self.prefetch: bool = self.model.device.type != "cpu"
+        # a batch of questions as one row per image, its questions in slots (hf/packed.py): no
+        # copy of an image's prefix per question (on a 7B model most of a step's memory traffic)
+        self.packing_refused = unpackable(self.model) if self.stacks_caches else "its cache layers cannot be stacked"
+        self.packs_rows: bool = self.packing_refused is None
         self._worker_inputs: VLMInputs | None = None
 
     def worker_inputs(self) -> VLMInputs:
@@ -197,6 +202,14 @@ class ModelCore:
         prompt_len = inputs["input_ids"].shape[1]
         texts = self.tokenizer.batch_decode(generated.sequences[:, prompt_len:], skip_special_tokens=True)
         return FirstStep(generated.logits[0], texts, generated.hidden_states[0] if hidden_states else None)
+
+    def packed_step(self, groups: Sequence[tuple[Prefix, Sequence[list[int]]]], max_new_tokens: int, stopping: Any = None) -> FirstStep:
+        """:meth:`first_step` of every question of ``groups`` (an image's prefix and its questions'
+        suffix ids), in order, as one row per image with the questions in slots (hf/packed.py)."""
+        logits, texts = packed_first_step(
+            self.model, self.tokenizer, groups, max_new_tokens, stopping, self.pad_id, keep_logits=bool(self.keep_last)
+        )
+        return FirstStep(logits, texts)
 
     def run_prefix(self, prefix_inputs: dict[str, Any]) -> Prefix:
         """One image's shared prefix (``SharedPrefix.prefix``) through the model, its cache kept."""

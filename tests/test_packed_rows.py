@@ -1,0 +1,241 @@
+"""An image's questions packed into one row (hf/packed.py), on tiny real LLaVA and Qwen2-VL builds.
+
+With ``core.packs_rows`` on (the default where the model allows it), a prefix-cache batch is
+one row per image with its questions in slots behind a 4-D mask. The stacked engine (one row
+per question) and the plain engine are the references: first-token log-probabilities within
+1e-4 in fp32, the same top tokens and the same greedy texts, at batch sizes that split an
+image's questions, with one-image batches and with more images than a batch; every greedy
+step's logits equal the full prompt's; a question that meets EOS or a stop string ends there
+while its neighbours go on; and a generation config that changes greedy logits, or an attention
+that takes no 4-D mask, keeps the stacked rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from halluprobe.backends.hf.backend import HFBackend
+from halluprobe.backends.hf.packed import PAD, PREFIX, slot_mask, unpackable
+from halluprobe.records import GenerateConfig, Request, Response
+from halluprobe.tiny import build_tiny_llava, demo_photos
+from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl
+
+pytestmark = pytest.mark.slow
+
+PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg", "motorcycle.jpg"]
+OBJECTS = ["cup", "dining table", "dog", "traffic light", "person"]  # different token lengths: padded slots
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    images_dir, _ = demo_photos(tmp_path_factory.mktemp("photos"))
+    return images_dir
+
+
+@pytest.fixture(scope="module")
+def backends(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path, qwen2_tokenizer_dir: Path) -> dict[str, dict[str, HFBackend]]:
+    llava = build_tiny_llava(tmp_path_factory.mktemp("llava"), llama_tokenizer_dir, seed=0, image_size=112)
+    qwen = build_tiny_qwen2vl(tmp_path_factory.mktemp("qwen2vl"), qwen2_tokenizer_dir, seed=0)
+    out = {}
+    for name, path in (("llava", llava), ("qwen2vl", qwen)):
+        stacked = HFBackend(str(path), batch_size=4, dtype="float32", device="cpu", prefix_cache=True)
+        assert stacked.core.packing_refused is None and stacked.core.packs_rows  # on by default
+        out[name] = {
+            "stacked": stacked,
+            "plain": HFBackend.on_core(stacked.core, batch_size=4, prefix_cache=False),
+        }
+    return out
+
+
+def _requests(backend: HFBackend, photos: Path, objects: list[str] = OBJECTS) -> list[Request]:
+    out = []
+    for split in ("random", "popular"):  # the second split repeats some questions: computed once
+        qid = 0
+        for image in PHOTOS:
+            for name in objects[: 3 if split == "popular" else None]:
+                qid += 1
+                prompt = backend.render_prompt(f"Is there a {name} in the image?", None)
+                out.append(Request(split=split, question_id=qid, image_path=str(photos / image), prompt=prompt))
+    return out
+
+
+def _answer(backend: HFBackend, requests: list[Request], new_tokens: int, *, packed: bool, stops: tuple[str, ...] | None = None) -> dict[Any, Response]:
+    default, backend.core.packs_rows = backend.core.packs_rows, packed
+    try:
+        config = GenerateConfig(max_new_tokens=new_tokens, top_k=5, stop_strings=stops)
+        out = {r.key: r for batch in backend.answer(requests, config) for r in batch}
+    finally:
+        backend.core.packs_rows = default
+    assert len(out) == len(requests)
+    return out
+
+
+def _assert_same(want: dict[Any, Response], got: dict[Any, Response], *, texts: bool) -> None:
+    assert want.keys() == got.keys()
+    for key, a in want.items():
+        b = got[key]
+        assert a.error is None and b.error is None, (key, a.error, b.error)
+        for token_id, value in a.candidates.items():
+            assert b.candidates[token_id] == pytest.approx(value, abs=1e-4), (key, token_id)
+        assert [t.id for t in a.first_token[:2]] == [t.id for t in b.first_token[:2]], key
+        if texts:
+            assert a.text == b.text, key
+
+
+class _PackSpy:
+    """Counts the packed passes and the images of each (one row per image)."""
+
+    def __init__(self, backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.images: list[int] = []
+        real = backend.core.packed_step
+
+        def spied(groups: Any, *args: Any, **kwargs: Any) -> Any:
+            self.images.append(len(groups))
+            return real(groups, *args, **kwargs)
+
+        monkeypatch.setattr(backend.core, "packed_step", spied)
+
+
+@pytest.mark.parametrize("model", ["llava", "qwen2vl"])
+@pytest.mark.parametrize("new_tokens", [0, 6])
+def test_packed_rows_equal_stacked_rows_and_full_prompts(
+    backends: dict[str, dict[str, HFBackend]], photos: Path, model: str, new_tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stacked, plain = backends[model]["stacked"], backends[model]["plain"]
+    requests = _requests(stacked, photos)  # 4 images x 5 distinct questions
+    want = _answer(plain, requests, new_tokens, packed=False)
+    _assert_same(want, _answer(stacked, requests, new_tokens, packed=False), texts=new_tokens > 0)
+    # 3 rows split every image's questions over batches; 7 mixes images; 1 is one question per
+    # batch; 64 is every image in one batch
+    for size in (1, 3, 7, 64):
+        spy = _PackSpy(stacked, monkeypatch)
+        stacked.batching.size = size
+        try:
+            got = _answer(stacked, requests, new_tokens, packed=True)
+        finally:
+            stacked.batching.size = 4
+            monkeypatch.undo()
+        _assert_same(want, got, texts=new_tokens > 0)
+        # one packed pass per batch of distinct questions (5 per image, in image order), a row per image
+        assert spy.images == [len({row // 5 for row in range(start, min(start + size, 20))}) for start in range(0, 20, size)]
+
+
+@pytest.mark.parametrize("model", ["llava", "qwen2vl"])
+def test_every_greedy_step_of_a_packed_batch_matches_full_prompts(backends: dict[str, dict[str, HFBackend]], photos: Path, model: str) -> None:
+    """Each question's logits at each of 5 greedy steps equal a forward pass over its full prompt
+    plus its own greedy tokens so far (within 1e-4)."""
+    from halluprobe.backends.hf.packed import packed_first_step
+
+    stacked = backends[model]["stacked"]
+    core = stacked.core
+    groups, full = [], []
+    for image_name in PHOTOS[:3]:
+        image = core.load_image(str(photos / image_name))
+        prompts = [stacked.render_prompt(f"Is there a {name} in the image?", None) for name in OBJECTS[:4]]
+        shared = core.inputs.encode_shared(prompts, image)
+        assert shared is not None
+        groups.append((core.run_prefix(shared.prefix), shared.suffixes))
+        full.extend((prompt, image) for prompt in prompts)
+    seen: list[Any] = []
+    real_forward = core.model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        out = real_forward(*args, **kwargs)
+        seen.append(out.logits.detach().clone())
+        return out
+
+    core.model.forward = forward
+    try:
+        first, texts = packed_first_step(core.model, core.tokenizer, groups, 5, None, core.pad_id, keep_logits=bool(core.keep_last))
+    finally:
+        del core.model.forward
+    assert texts is not None and len(texts) == len(full) == first.shape[0]
+    assert len(seen) == 5  # the suffix pass and 4 steps: nothing stopped early
+    per_step = [seen[0]] + seen[1:]  # [images, slots, vocab] each
+    for question, (prompt, image) in enumerate(full):
+        row, slot = divmod(question, 4)
+        ids = core.inputs.encode([prompt], [image])
+        tokens = []
+        for step in range(5):
+            logits = per_step[step][row, slot]
+            inputs = core.to_device(dict(ids))
+            if tokens:
+                extra = torch.tensor([tokens], dtype=torch.long)
+                inputs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=-1)
+                inputs["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones_like(extra)], dim=-1)
+                if "mm_token_type_ids" in inputs:
+                    inputs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(extra)], dim=-1)
+            with torch.inference_mode():
+                reference = core.model(**inputs).logits[0, -1]
+            assert torch.allclose(logits, reference, atol=1e-4), (question, step, (logits - reference).abs().max())
+            tokens.append(int(reference.argmax()))
+        assert texts[question] == core.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def test_a_question_that_meets_eos_or_a_stop_string_ends_there(backends: dict[str, dict[str, HFBackend]], photos: Path) -> None:
+    """Greedy text stops per question, as generate stops a row: EOS (here a token some questions
+    produce at their second step) and stop strings, while the batch's other questions go on.
+    (LLaVA only: the tiny Qwen2-VL's greedy text is one newline repeated, the same for every
+    question; its stop at the first newline is in the test above.)"""
+    stacked, plain = backends["llava"]["stacked"], backends["llava"]["plain"]
+    requests = _requests(stacked, photos)
+    free = _answer(plain, requests, 6, packed=False, stops=())
+    second = [stacked.core.tokenizer(r.text, add_special_tokens=False).input_ids for r in free.values()]
+    eos_id = next(ids[1] for ids in second if len(ids) > 2)
+    generation = stacked.core.model.generation_config
+    old = generation.eos_token_id
+    generation.eos_token_id = eos_id
+    try:
+        want = _answer(plain, requests, 6, packed=False, stops=())
+        stacked.batching.size = 7
+        got = _answer(stacked, requests, 6, packed=True, stops=())
+    finally:
+        generation.eos_token_id = old
+        stacked.batching.size = 4
+    _assert_same(want, got, texts=True)
+    assert len({len(r.text) for r in want.values()}) > 1  # some stopped early, some did not
+    stop = next(r.text[2] for r in free.values() if len(r.text) > 3)  # a character some texts hold
+    want = _answer(plain, requests, 6, packed=False, stops=(stop,))
+    stacked.batching.size = 7
+    try:
+        got = _answer(stacked, requests, 6, packed=True, stops=(stop,))
+    finally:
+        stacked.batching.size = 4
+    _assert_same(want, got, texts=True)
+    assert any(stop in r.text for r in want.values())
+
+
+def test_slot_mask_keeps_questions_apart() -> None:
+    """Row 0: prefix of 2 (one left pad), two slots of width 2 (the second padded); the queries
+    are the slots' four columns."""
+    owner = torch.tensor([[PAD, PREFIX, PREFIX, 0, 0, PAD, 1]])
+    mask = slot_mask(owner, torch.tensor([3, 4, 5, 6]), torch.float32)[0, 0] == 0
+    assert mask.tolist() == [
+        [False, True, True, True, False, False, False],  # slot 0's first token: prefix and itself
+        [False, True, True, True, True, False, False],  # slot 0's second: and its first
+        [True, True, True, False, False, True, False],  # a pad: the prefix, pads, itself (finite, never read)
+        [False, True, True, False, False, False, True],  # slot 1: prefix and itself, not slot 0
+    ]
+
+
+def test_a_config_that_changes_greedy_logits_keeps_stacked_rows(backends: dict[str, dict[str, HFBackend]]) -> None:
+    model = backends["qwen2vl"]["stacked"].core.model
+    assert unpackable(model) is None
+    generation = model.generation_config
+    generation.repetition_penalty = 1.05  # Qwen2-VL-Instruct's own generation config
+    try:
+        assert "repetition_penalty" in (unpackable(model) or "")
+    finally:
+        generation.repetition_penalty = 1.0
+    config = model.config.get_text_config()
+    old = config._attn_implementation
+    config._attn_implementation = "flash_attention_2"
+    try:
+        assert "4-D mask" in (unpackable(model) or "")
+    finally:
+        config._attn_implementation = old
