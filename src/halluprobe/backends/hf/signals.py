@@ -232,8 +232,9 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
     import torch
 
     repeat = query.shape[1] // key.shape[1]
-    key = key.repeat_interleave(repeat, dim=1)
-    value = value.repeat_interleave(repeat, dim=1)
+    if repeat > 1:  # grouped-query attention; repeat_interleave(1) would still copy the whole cache, per layer and step
+        key = key.repeat_interleave(repeat, dim=1)
+        value = value.repeat_interleave(repeat, dim=1)
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         weights = weights + attention_mask[:, :, :, : key.shape[-2]]
