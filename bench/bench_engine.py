@@ -196,7 +196,13 @@ def _worker(args: argparse.Namespace) -> None:
     default_pack = getattr(backend.core, "packs_rows", None)  # None: a --src tree from before hf/packed.py
     if "on" in packs and default_pack is not None and backend.core.packing_refused is not None:
         raise SystemExit(f"--pack on: this model's questions cannot be packed ({backend.core.packing_refused})")
-    settings = [(size, prefetch, pack) for size in sizes for prefetch in prefetches for pack in packs]
+    # a --src tree without a setting runs once for it, labelled "absent" (no GPU time on repeats of one code)
+    settings = [
+        (size, prefetch, pack)
+        for size in sizes
+        for prefetch in (prefetches if default_prefetch is not None else ["absent"])
+        for pack in (packs if default_pack is not None else ["absent"])
+    ]
     for size, prefetch, pack in settings:  # a line each
         backend.batching.size = size
         if default_prefetch is not None:

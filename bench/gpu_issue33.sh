@@ -8,7 +8,7 @@
 #   pope      POPE-shaped work, 32 images x 18 questions, batch 144: the first GPU session's final
 #             tree (.gpu/prev, 201 q/s there) and this one with packed rows (hf/packed.py) on and
 #             off (off: stacked rows, built in place, images encoded on the worker thread); prev
-#             has neither, so its two lines are one code
+#             has neither: one line, labelled "absent"
 #   large     packed rows at 576 and 1152 rows (32 and 64 images a batch), 64 images x 18 questions
 #             (stacked rows at 576 would need ~170 GB of copied prefixes)
 #   greedy    256 captions of 64 tokens at batch 128 (two batches: the second one's images are
