@@ -3,6 +3,7 @@ counter and every readout's decision of a batch of responses."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from halluprobe.readouts.value import Readout
 from halluprobe.records import Question, Request, Response
 from halluprobe.runner import make_sample
 
-__all__ = ["PrefixSpy", "decisions"]
+__all__ = ["PrefixSpy", "assert_same_responses", "decisions", "yes_no_requests"]
 
 
 class PrefixSpy:
@@ -66,3 +67,31 @@ def decisions(backend: Any, requests: list[Request], responses: dict[Any, Respon
         results = {name: apply(Readout.parse(name), sample, sets) for name in [*LOGIT_READOUTS, *(f"text:{rule}" for rule in TEXT_RULES)]}
         out[r.key] = {name: res.decision for name, res in results.items() if res is not None}
     return out
+
+
+def yes_no_requests(backend: Any, photos: Path, photo_names: list[str], objects: list[str]) -> list[Request]:
+    """"Is there a ... in the image?" about every photo in two splits, the second repeating the
+    first three objects' questions (identical prompts: computed once)."""
+    out = []
+    for split in ("random", "popular"):
+        qid = 0
+        for image in photo_names:
+            for name in objects[: 3 if split == "popular" else None]:
+                qid += 1
+                prompt = backend.render_prompt(f"Is there a {name} in the image?", None)
+                out.append(Request(split=split, question_id=qid, image_path=str(photos / image), prompt=prompt))
+    return out
+
+
+def assert_same_responses(want: dict[Any, Response], got: dict[Any, Response], *, texts: bool) -> None:
+    """The same keys, no errors, every candidate's first-token log-probability within 1e-4, the
+    same two top tokens and, with ``texts``, the same greedy text."""
+    assert want.keys() == got.keys()
+    for key, a in want.items():
+        b = got[key]
+        assert a.error is None and b.error is None, (key, a.error, b.error)
+        for token_id, value in a.candidates.items():
+            assert b.candidates[token_id] == pytest.approx(value, abs=1e-4), (key, token_id)
+        assert [t.id for t in a.first_token[:2]] == [t.id for t in b.first_token[:2]], key
+        if texts:
+            assert a.text == b.text, key

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _engines import assert_same_responses, yes_no_requests
 
 torch = pytest.importorskip("torch")
 
@@ -52,17 +53,6 @@ def backends(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path
     return out
 
 
-def _requests(backend: HFBackend, photos: Path, objects: list[str] = OBJECTS) -> list[Request]:
-    out = []
-    for split in ("random", "popular"):  # the second split repeats some questions: computed once
-        qid = 0
-        for image in PHOTOS:
-            for name in objects[: 3 if split == "popular" else None]:
-                qid += 1
-                prompt = backend.render_prompt(f"Is there a {name} in the image?", None)
-                out.append(Request(split=split, question_id=qid, image_path=str(photos / image), prompt=prompt))
-    return out
-
 
 def _answer(backend: HFBackend, requests: list[Request], new_tokens: int, *, packed: bool, stops: tuple[str, ...] | None = None) -> dict[Any, Response]:
     default, backend.core.packs_rows = backend.core.packs_rows, packed
@@ -74,17 +64,6 @@ def _answer(backend: HFBackend, requests: list[Request], new_tokens: int, *, pac
     assert len(out) == len(requests)
     return out
 
-
-def _assert_same(want: dict[Any, Response], got: dict[Any, Response], *, texts: bool) -> None:
-    assert want.keys() == got.keys()
-    for key, a in want.items():
-        b = got[key]
-        assert a.error is None and b.error is None, (key, a.error, b.error)
-        for token_id, value in a.candidates.items():
-            assert b.candidates[token_id] == pytest.approx(value, abs=1e-4), (key, token_id)
-        assert [t.id for t in a.first_token[:2]] == [t.id for t in b.first_token[:2]], key
-        if texts:
-            assert a.text == b.text, key
 
 
 class _PackSpy:
@@ -107,9 +86,9 @@ def test_packed_rows_equal_stacked_rows_and_full_prompts(
     backends: dict[str, dict[str, HFBackend]], photos: Path, model: str, new_tokens: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stacked, plain = backends[model]["stacked"], backends[model]["plain"]
-    requests = _requests(stacked, photos)  # 4 images x 5 distinct questions
+    requests = yes_no_requests(stacked, photos, PHOTOS, OBJECTS)  # 4 images x 5 distinct questions
     want = _answer(plain, requests, new_tokens, packed=False)
-    _assert_same(want, _answer(stacked, requests, new_tokens, packed=False), texts=new_tokens > 0)
+    assert_same_responses(want, _answer(stacked, requests, new_tokens, packed=False), texts=new_tokens > 0)
     # 3 rows split every image's questions over batches; 7 mixes images; 1 is one question per
     # batch; 64 is every image in one batch
     for size in (1, 3, 7, 64):
@@ -120,7 +99,7 @@ def test_packed_rows_equal_stacked_rows_and_full_prompts(
         finally:
             stacked.batching.size = 4
             monkeypatch.undo()
-        _assert_same(want, got, texts=new_tokens > 0)
+        assert_same_responses(want, got, texts=new_tokens > 0)
         # one packed pass per batch of distinct questions (5 per image, in image order), a row per image
         assert spy.images == [len({row // 5 for row in range(start, min(start + size, 20))}) for start in range(0, 20, size)]
 
@@ -183,7 +162,7 @@ def test_a_question_that_meets_eos_or_a_stop_string_ends_there(backends: dict[st
     (LLaVA only: the tiny Qwen2-VL's greedy text is one newline repeated, the same for every
     question; its stop at the first newline is in the test above.)"""
     stacked, plain = backends["llava"]["stacked"], backends["llava"]["plain"]
-    requests = _requests(stacked, photos)
+    requests = yes_no_requests(stacked, photos, PHOTOS, OBJECTS)
     free = _answer(plain, requests, 6, packed=False, stops=())
     second = [stacked.core.tokenizer(r.text, add_special_tokens=False).input_ids for r in free.values()]
     eos_id = next(ids[1] for ids in second if len(ids) > 2)
@@ -197,7 +176,7 @@ def test_a_question_that_meets_eos_or_a_stop_string_ends_there(backends: dict[st
     finally:
         generation.eos_token_id = old
         stacked.batching.size = 4
-    _assert_same(want, got, texts=True)
+    assert_same_responses(want, got, texts=True)
     assert len({len(r.text) for r in want.values()}) > 1  # some stopped early, some did not
     stop = next(r.text[2] for r in free.values() if len(r.text) > 3)  # a character some texts hold
     want = _answer(plain, requests, 6, packed=False, stops=(stop,))
@@ -206,7 +185,7 @@ def test_a_question_that_meets_eos_or_a_stop_string_ends_there(backends: dict[st
         got = _answer(stacked, requests, 6, packed=True, stops=(stop,))
     finally:
         stacked.batching.size = 4
-    _assert_same(want, got, texts=True)
+    assert_same_responses(want, got, texts=True)
     assert any(stop in r.text for r in want.values())
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _engines import PrefixSpy, decisions
+from _engines import PrefixSpy, assert_same_responses, decisions, yes_no_requests
 
 torch = pytest.importorskip("torch")
 
@@ -53,36 +53,12 @@ def backends(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path
     return out
 
 
-def _requests(backend: HFBackend, photos: Path) -> list[Request]:
-    out = []
-    for split in ("random", "popular"):  # the second split repeats the first's questions: computed once
-        qid = 0
-        for image in PHOTOS:
-            if not (photos / image).is_file():
-                continue
-            for name in OBJECTS[: 3 if split == "popular" else None]:
-                qid += 1
-                prompt = backend.render_prompt(f"Is there a {name} in the image?", None)
-                out.append(Request(split=split, question_id=qid, image_path=str(photos / image), prompt=prompt))
-    return out
-
 
 def _answer(backend: HFBackend, requests: list[Request], new_tokens: int) -> dict[tuple[str, int], Response]:
     out = {r.key: r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=new_tokens, top_k=5)) for r in batch}
     assert len(out) == len(requests)
     return out
 
-
-def _assert_same(want: dict[Any, Response], got: dict[Any, Response], *, texts: bool) -> None:
-    assert want.keys() == got.keys()
-    for key, a in want.items():
-        b = got[key]
-        assert a.error is None and b.error is None, (key, a.error, b.error)
-        for token_id, value in a.candidates.items():
-            assert b.candidates[token_id] == pytest.approx(value, abs=1e-4), (key, token_id)
-        assert [t.id for t in a.first_token[:2]] == [t.id for t in b.first_token[:2]], key
-        if texts:
-            assert a.text == b.text, key
 
 
 class _RowsSpy:
@@ -114,7 +90,7 @@ def test_batches_across_images_equal_the_plain_engine(
     backends: dict[str, dict[bool, HFBackend]], photos: Path, model: str, new_tokens: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast, plain = backends[model][True], backends[model][False]
-    requests = _requests(fast, photos)
+    requests = yes_no_requests(fast, photos, PHOTOS, OBJECTS)
     images = len({r.image_path for r in requests})
     want = _answer(plain, requests, new_tokens)
     for size in (1, 2, 4, 7, 64):  # one row; rows of an image split; several images; all the work
@@ -122,7 +98,7 @@ def test_batches_across_images_equal_the_plain_engine(
         spy = _RowsSpy(fast, monkeypatch)
         prefixes = PrefixSpy(fast, monkeypatch)
         got = _answer(fast, requests, new_tokens)
-        _assert_same(want, got, texts=new_tokens > 0)
+        assert_same_responses(want, got, texts=new_tokens > 0)
         assert decisions(fast, requests, got) == decisions(plain, requests, want)
         assert prefixes.prefixes == images  # once per image, even when its rows span batches
         if model == "llava" and size >= 7:  # one image shape: images new to a batch share one prefix pass
@@ -177,7 +153,7 @@ def test_every_generated_step_of_a_stacked_batch_matches_full_prompts(backends: 
 
 def test_a_failed_prefix_costs_only_its_images_samples(backends: dict[str, dict[bool, HFBackend]], photos: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fast, plain = backends["llava"][True], backends["llava"][False]
-    requests = _requests(fast, photos)
+    requests = yes_no_requests(fast, photos, PHOTOS, OBJECTS)
     bad = str(photos / "chelsea.jpg")  # the second image in path order
     want = _answer(plain, requests, 0)
     real = fast.core.run_prefixes
@@ -198,14 +174,14 @@ def test_a_failed_prefix_costs_only_its_images_samples(backends: dict[str, dict[
     broken = {key for key, r in got.items() if r.error}
     assert broken == {r.key for r in requests if r.image_path == bad}
     assert all("a broken image tower" in (got[k].error or "") for k in broken)
-    _assert_same({k: v for k, v in want.items() if k not in broken}, {k: v for k, v in got.items() if k not in broken}, texts=False)
+    assert_same_responses({k: v for k, v in want.items() if k not in broken}, {k: v for k, v in got.items() if k not in broken}, texts=False)
 
 
 def test_out_of_memory_halves_a_batch_across_images_and_loses_nothing(
     backends: dict[str, dict[bool, HFBackend]], photos: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast = backends["llava"][True]
-    requests = _requests(fast, photos)
+    requests = yes_no_requests(fast, photos, PHOTOS, OBJECTS)
     monkeypatch.setattr(fast.batching, "size", 1)
     want = _answer(fast, requests, 0)
     monkeypatch.setattr(fast.batching, "size", 8)
@@ -221,7 +197,7 @@ def test_out_of_memory_halves_a_batch_across_images_and_loses_nothing(
     monkeypatch.setattr(fast.core, "first_step", tight)
     got = _answer(fast, requests, 0)
     assert sizes[:2] == [8, 4] and fast.batching.size == 2
-    _assert_same(want, got, texts=False)
+    assert_same_responses(want, got, texts=False)
 
 
 @pytest.mark.parametrize("model", ["llava", "qwen2vl"])
@@ -234,7 +210,7 @@ def test_a_batchs_cache_takes_generates_steps_in_place(
     from halluprobe.backends.hf.prefix import _appending_layer
 
     fast = backends[model][True]
-    requests = _requests(fast, photos)
+    requests = yes_no_requests(fast, photos, PHOTOS, OBJECTS)
     caches: list[tuple[Any, list[Any]]] = []
     real_rows = engines.rows_inputs
 
