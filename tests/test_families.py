@@ -226,6 +226,8 @@ def test_prefix_cache_engine_equals_plain_engine(
     if FAMILIES[family].engine == "prefix_cache":
         assert fast.info()["prefix_cache"] is True
         assert spy.prefixes == len(PHOTOS)  # one prefix pass per image, shared by both splits
+        # an image's questions in one row (hf/packed.py) on every family whose cache layers stack
+        assert fast.info()["packed_rows"] is (family != "gemma3"), fast.core.packing_refused
     else:
         assert fast.info()["prefix_cache"] is False and spy.prefixes == 0
     _assert_same(want, got)

@@ -85,6 +85,8 @@ class HFBackend:
             "device": str(model.device),
             "batch_size": self.batching.size,
             "prefix_cache": self.prefix_cache,
+            # an image's questions in one row (hf/packed.py); its numbers equal stacked rows' within 1e-4
+            "packed_rows": self.prefix_cache and self.core.packs_rows,
         }
 
     def token_sets(self) -> TokenSets:
