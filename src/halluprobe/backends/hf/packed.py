@@ -56,6 +56,21 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "remove_invalid_values": (None, False),
 }
 
+# generation-config fields under which a ``do_sample=False, num_beams=1`` call of ``generate`` is
+# not this module's greedy loop (another decoding mode, the config's own stop strings, several
+# sequences per row, a time limit), with the values that leave it greedy; on transformers 5.24
+# the stacked path raises for each (a hub ``custom_generate`` needing remote code, or stop
+# strings without a tokenizer): packing must not answer plain greedy text instead
+_GREEDY_MODE: dict[str, tuple[Any, ...]] = {
+    "penalty_alpha": (None, 0, 0.0),  # contrastive search (with top_k > 1)
+    "dola_layers": (None,),
+    "constraints": (None,),
+    "force_words_ids": (None,),
+    "stop_strings": (None,),
+    "num_return_sequences": (None, 1),
+    "max_time": (None,),
+}
+
 
 def unpackable(model: Any) -> str | None:
     """Why ``model``'s questions cannot be packed (a sentence), or ``None`` when they can."""
@@ -68,6 +83,10 @@ def unpackable(model: Any) -> str | None:
         value = getattr(generation, name, None)
         if value not in neutral:
             return f"the generation config's {name}={value!r} changes generate's greedy logits"
+    for name, neutral in _GREEDY_MODE.items():
+        value = getattr(generation, name, None)
+        if value not in neutral:
+            return f"the generation config's {name}={value!r} makes generate decode otherwise than greedy"
     return None
 
 
