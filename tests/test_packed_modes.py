@@ -33,9 +33,9 @@ def _model(**generation: Any) -> Any:
 
 
 def test_a_plain_generation_config_packs() -> None:
-    assert unpackable(_model(eos_token_id=2, pad_token_id=0)) is None
+    assert unpackable(_model(eos_token_id=2, pad_token_id=0), text=True) is None
     # the global defaults of a hub config (top_k 50, num_return_sequences 1) change nothing
-    assert unpackable(_model(top_k=50, num_return_sequences=1, do_sample=True, temperature=0.2)) is None
+    assert unpackable(_model(top_k=50, num_return_sequences=1, do_sample=True, temperature=0.2), text=True) is None
 
 
 @pytest.mark.parametrize(
@@ -50,5 +50,5 @@ def test_a_plain_generation_config_packs() -> None:
     ],
 )
 def test_a_config_that_changes_the_decoding_mode_keeps_stacked_rows(field: dict[str, Any]) -> None:
-    reason = unpackable(_model(**field))
+    reason = unpackable(_model(**field), text=True)
     assert reason is not None and next(iter(field)) in reason

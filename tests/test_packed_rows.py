@@ -21,7 +21,7 @@ from _engines import assert_same_responses, yes_no_requests
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf.backend import HFBackend
-from halluprobe.backends.hf.packed import PAD, PREFIX, slot_mask, unpackable
+from halluprobe.backends.hf.packed import PAD, PREFIX, slot_mask, unpackable, worth_packing
 from halluprobe.records import GenerateConfig, Request, Response
 from halluprobe.tiny import build_tiny_llava, demo_photos
 from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl
@@ -202,19 +202,72 @@ def test_slot_mask_keeps_questions_apart() -> None:
     ]
 
 
-def test_a_config_that_changes_greedy_logits_keeps_stacked_rows(backends: dict[str, dict[str, HFBackend]]) -> None:
-    model = backends["qwen2vl"]["stacked"].core.model
-    assert unpackable(model) is None
-    generation = model.generation_config
-    generation.repetition_penalty = 1.05  # Qwen2-VL-Instruct's own generation config
+class _PassSpy:
+    """Which pass answered each batch: ``packed`` (one row per image) or ``stacked`` (first_step)."""
+
+    def __init__(self, backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.passes: list[str] = []
+        core = backend.core
+        for name, label in (("packed_step", "packed"), ("first_step", "stacked")):
+            real = getattr(core, name)
+
+            def spied(*args: Any, _real: Any = real, _label: str = label, **kwargs: Any) -> Any:
+                self.passes.append(_label)
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(core, name, spied)
+
+
+def test_a_config_that_changes_greedy_logits_packs_first_token_readouts_only(
+    backends: dict[str, dict[str, HFBackend]], photos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Qwen2-VL-Instruct ships repetition_penalty=1.05: generate's greedy text differs from the
+    packed loop's, so a run with text keeps stacked rows; its first-token logits come from one
+    forward pass, which the generation config does not touch: those still pack."""
+    stacked, plain = backends["qwen2vl"]["stacked"], backends["qwen2vl"]["plain"]
+    core, model = stacked.core, stacked.core.model
+    assert unpackable(model, text=True) is None and stacked.info()["packed_text"] is True
+    requests = yes_no_requests(stacked, photos, PHOTOS, OBJECTS)
+    model.generation_config.repetition_penalty = 1.05
+    monkeypatch.setattr(core, "text_packing_refused", unpackable(model, text=True))
     try:
-        assert "repetition_penalty" in (unpackable(model) or "")
+        assert "repetition_penalty" in (core.text_packing_refused or "") and unpackable(model, text=False) is None
+        assert stacked.info()["packed_rows"] is True and stacked.info()["packed_text"] is False
+        for new_tokens, used in ((0, "packed"), (3, "stacked")):
+            spy = _PassSpy(stacked, monkeypatch)
+            got = _answer(stacked, requests, new_tokens, packed=True)
+            assert set(spy.passes) == {used}, new_tokens
+            assert_same_responses(_answer(plain, requests, new_tokens, packed=False), got, texts=new_tokens > 0)
     finally:
-        generation.repetition_penalty = 1.0
+        model.generation_config.repetition_penalty = 1.0
+
+
+def test_an_attention_without_4d_masks_keeps_stacked_rows(backends: dict[str, dict[str, HFBackend]]) -> None:
+    model = backends["qwen2vl"]["stacked"].core.model
     config = model.config.get_text_config()
     old = config._attn_implementation
     config._attn_implementation = "flash_attention_2"
     try:
-        assert "4-D mask" in (unpackable(model) or "")
+        assert "4-D mask" in (unpackable(model, text=False) or "")
     finally:
         config._attn_implementation = old
+
+
+def test_a_batch_with_most_slots_empty_keeps_stacked_rows(
+    backends: dict[str, dict[str, HFBackend]], photos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One image asked 5 questions beside three asked one: packed, 4 rows of 5 slots for 8
+    questions; stacked rows do less. Four images asked 5 each pack. Numbers equal either way."""
+    stacked, plain = backends["llava"]["stacked"], backends["llava"]["plain"]
+    assert worth_packing([5, 5, 5, 5]) and worth_packing([5, 3]) and not worth_packing([5, 1, 1, 1])
+    uniform = yes_no_requests(stacked, photos, PHOTOS, OBJECTS)[:20]  # the random split: 5 per image
+    skewed = uniform[:5] + [uniform[5], uniform[10], uniform[15]]
+    stacked.batching.size = 64
+    try:
+        for requests, used in ((uniform, "packed"), (skewed, "stacked")):
+            spy = _PassSpy(stacked, monkeypatch)
+            got = _answer(stacked, requests, 4, packed=True)
+            assert spy.passes == [used]
+            assert_same_responses(_answer(plain, requests, 4, packed=False), got, texts=True)
+    finally:
+        stacked.batching.size = 4

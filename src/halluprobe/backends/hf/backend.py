@@ -85,8 +85,10 @@ class HFBackend:
             "device": str(model.device),
             "batch_size": self.batching.size,
             "prefix_cache": self.prefix_cache,
-            # an image's questions in one row (hf/packed.py); its numbers equal stacked rows' within 1e-4
+            # an image's questions in one row (hf/packed.py; numbers equal to stacked rows' within
+            # 1e-4): for first-token readouts, and for greedy continuations too
             "packed_rows": self.prefix_cache and self.core.packs_rows,
+            "packed_text": self.prefix_cache and self.core.packs_rows and self.core.text_packing_refused is None,
         }
 
     def token_sets(self) -> TokenSets:

@@ -135,7 +135,8 @@ class ModelCore:
         self.prefetch: bool = self.model.device.type != "cpu"
         # a batch of questions as one row per image, its questions in slots (hf/packed.py): no
         # copy of an image's prefix per question (on a 7B model most of a step's memory traffic)
-        self.packing_refused = unpackable(self.model) if self.stacks_caches else "its cache layers cannot be stacked"
+        self.packing_refused = unpackable(self.model, text=False) if self.stacks_caches else "its cache layers cannot be stacked"
+        self.text_packing_refused = self.packing_refused or unpackable(self.model, text=True)  # greedy continuations too
         self.packs_rows: bool = self.packing_refused is None
         self._worker_inputs: VLMInputs | None = None
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ from halluprobe.backends.hf.image_rows import (
     distinct_prompts,
     encoded_images,
 )
+from halluprobe.backends.hf.packed import worth_packing
 from halluprobe.backends.hf.prefix import Prefix, rows_inputs, suffix_inputs
 from halluprobe.backends.hf.signal_passes import LayerSignals, SignalPasses
 from halluprobe.backends.hf.signals import parse_signals
@@ -180,7 +182,7 @@ class PrefixCacheEngine(PlainEngine):
         failed: list[tuple[Request, str]] = []
         try:
             failed = queue.start_images(rows, lambda images: core.run_prefixes([image.shared.prefix for image in images]))
-            if not failed and core.packs_rows:
+            if not failed and self._packs(rows):
                 step = self._packed_pass(rows)
             elif not failed:
                 states, suffixes = [row.image.state for row in rows], [row.suffix for row in rows]
@@ -207,6 +209,16 @@ class PrefixCacheEngine(PlainEngine):
         latency = (time.perf_counter() - started + setup) / n
         responses = core.responses(groups, step.logits, step.texts, latency, self.top_k)
         yield [responses[r.key] for g in groups for r in g]
+
+    def _packs(self, rows: list[Row]) -> bool:
+        """Whether this batch runs as one row per image (hf/packed.py), saying once why not."""
+        core = self.core
+        refused = core.text_packing_refused if self.max_new_tokens > 0 else core.packing_refused
+        if refused is not None or not core.packs_rows:
+            if refused is not None and core.stacks_caches:
+                core.say_once(f"an image's questions stay in rows of their own: {refused}")
+            return False
+        return worth_packing(list(Counter(id(row.image) for row in rows).values()))
 
     def _packed_pass(self, rows: list[Row]) -> FirstStep:
         """The batch's rows as one row per image, its questions in slots (hf/packed.py)."""
