@@ -9,8 +9,8 @@
 #             tree (.gpu/prev, 201 q/s there) and this one with packed rows (hf/packed.py) on and
 #             off (off: stacked rows, built in place, images encoded on the worker thread); prev
 #             has neither: one line, labelled "absent"
-#   large     packed rows at 576 and 1152 rows (32 and 64 images a batch), 64 images x 18 questions
-#             (stacked rows at 576 would need ~170 GB of copied prefixes)
+#   large     packed rows at 288 and 576 rows (16 and 32 images a batch), 64 images x 18 questions
+#             (stacked rows at 576 would need ~170 GB of copied prefixes; packed, about 16 GB)
 #   greedy    256 captions of 64 tokens at batch 128 (two batches: the second one's images are
 #             read and encoded while the first decodes) through the engine's own answer(),
 #             greedy decoding in the loop, the worker thread on and off
@@ -33,7 +33,7 @@ step() { local limit=$1 name=$2; shift 2; echo "== $name ($(date +%T), limit $li
 for s in $STEPS; do case $s in
 pope) step ${POPE_LIMIT:-200} engine_pope python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --pack on,off \
     --runs 1 --inner-runs 3 --work-dir $W --src prev=.gpu/prev/src --src new=src --json "$OUT/engine_pope.json" ;;
-large) step ${LARGE_LIMIT:-120} engine_large python3 bench/bench_engine.py --modes c $SHAPE --images 64 --batch-size 576,1152 --pack on \
+large) step ${LARGE_LIMIT:-120} engine_large python3 bench/bench_engine.py --modes c $SHAPE --images 64 --batch-size 288,576 --pack on \
     --runs 1 --inner-runs 3 --work-dir $W --json "$OUT/engine_large.json" ;;
 greedy) step ${GREEDY_LIMIT:-170} decode_greedy python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 256 \
     --batch-size 128 --new-tokens 64 --runs 3 --engines prefix --via answer --prefetch on,off --methods greedy --work-dir $W ;;
