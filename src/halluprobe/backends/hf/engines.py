@@ -173,8 +173,9 @@ class PrefixCacheEngine(PlainEngine):
         queue.add(ImageRows(group[0].image_path, encoded.image, encoded.shared, rows, list(range(len(rows))), encoded.seconds))
 
     def _answer_rows(self, queue: RowQueue) -> Iterator[list[Response]]:
-        """The next batch of queued rows: the prefixes of images new to it, then one pass (or one
-        ``generate``) over every row. Out of memory halves the batch and takes it again."""
+        """The next batch of queued rows: the prefixes of images new to it, then one pass and its
+        greedy steps over one row per image (packed) or over every row (stacked, ``generate``).
+        Out of memory halves the batch and takes it again."""
         core = self.core
         rows = queue.peek(self.batching.size)
         started = time.perf_counter()
