@@ -23,27 +23,35 @@ set -u
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STEPS=${STEPS:-pope large greedy}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=$PWD/src:/tmp/site
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+# DRY=1: the same steps on this CPU machine with a tiny model and 1 run each (checks the script
+# and the trees before a GPU call spends device time on them; its figures mean nothing)
+if [ "${DRY:-0}" = 1 ]; then
+  SHAPE="--device cpu --dtype bfloat16 --hidden 64 --layers 4 --head-dim 32 --vision-hidden 64 --vision-layers 2"  # 4 layers: PAI amplifies from layer 2
+  DECODER="--model llava-shaped $SHAPE"; RUNS=1; W=${W:-/tmp/work-dry}
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=$PWD/src:/tmp/site
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+  SHAPE="--device cuda --dtype bfloat16 --hidden 4096 --layers 32 --head-dim 128 --vision-hidden 1024 --vision-layers 24"
+  DECODER="--model llava-1.5-7b --device cuda --dtype bfloat16"; RUNS=3; W=/tmp/work
+fi
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
-SHAPE="--device cuda --dtype bfloat16 --hidden 4096 --layers 32 --head-dim 128 --vision-hidden 1024 --vision-layers 24"
-W=/tmp/work; mkdir -p $W; cp -r .gpu/work/tokenizer $W/
+mkdir -p $W; cp -r .gpu/work/tokenizer $W/
 step() { local limit=$1 name=$2; shift 2; echo "== $name ($(date +%T), limit $limit s)"; timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "exit $?"; tail -n 25 "$OUT/$name.txt"; }
 for s in $STEPS; do case $s in
 pope) step ${POPE_LIMIT:-200} engine_pope python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --pack on,off \
-    --runs 1 --inner-runs 3 --work-dir $W --src prev=.gpu/prev/src --src new=src --json "$OUT/engine_pope.json" ;;
+    --runs 1 --inner-runs $RUNS --work-dir $W --src prev=.gpu/prev/src --src new=src --json "$OUT/engine_pope.json" ;;
 large) step ${LARGE_LIMIT:-120} engine_large python3 bench/bench_engine.py --modes c $SHAPE --images 64 --batch-size 288,576 --pack on \
-    --runs 1 --inner-runs 3 --work-dir $W --json "$OUT/engine_large.json" ;;
-greedy) step ${GREEDY_LIMIT:-170} decode_greedy python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 256 \
-    --batch-size 128 --new-tokens 64 --runs 3 --engines prefix --via answer --prefetch on,off --methods greedy --work-dir $W ;;
-methods) step ${METHODS_LIMIT:-330} decode_methods python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 128 \
-    --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --passes joint --via answer --work-dir $W ;;
-questions) step ${QUESTIONS_LIMIT:-200} decode_questions python3 bench/bench_decode.py --model llava-1.5-7b --device cuda --dtype bfloat16 --images 32 \
-    --questions 6 --batch-size 64 --new-tokens 64 --runs 3 --engines prefix --passes joint --via answer --methods vcd --work-dir $W ;;
+    --runs 1 --inner-runs $RUNS --work-dir $W --json "$OUT/engine_large.json" ;;
+greedy) step ${GREEDY_LIMIT:-170} decode_greedy python3 bench/bench_decode.py $DECODER --images 256 \
+    --batch-size 128 --new-tokens 64 --runs $RUNS --engines prefix --via answer --prefetch on,off --methods greedy --work-dir $W ;;
+methods) step ${METHODS_LIMIT:-330} decode_methods python3 bench/bench_decode.py $DECODER --images 128 \
+    --batch-size 64 --new-tokens 64 --runs $RUNS --engines prefix --passes joint --via answer --work-dir $W ;;
+questions) step ${QUESTIONS_LIMIT:-200} decode_questions python3 bench/bench_decode.py $DECODER --images 32 \
+    --questions 6 --batch-size 64 --new-tokens 64 --runs $RUNS --engines prefix --passes joint --via answer --methods vcd --work-dir $W ;;
 sizes) step ${SIZES_LIMIT:-150} engine_sizes python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 18,72,144 \
-    --runs 1 --inner-runs 3 --work-dir $W --json "$OUT/engine_sizes.json" ;;
-old) step ${OLD_LIMIT:-200} engine_old python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --runs 1 --inner-runs 3 \
+    --runs 1 --inner-runs $RUNS --work-dir $W --json "$OUT/engine_sizes.json" ;;
+old) step ${OLD_LIMIT:-200} engine_old python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --runs 1 --inner-runs $RUNS \
     --work-dir $W --src old=.gpu/old/src --src new=src --json "$OUT/engine_old.json" ;;
 *) echo "unknown step $s" ;;
 esac; done
