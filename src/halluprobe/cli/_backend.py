@@ -88,7 +88,7 @@ class _Flag:
 _GROUP: list[_Flag] = [
     _Flag("model", None, str, inspect.Parameter.empty, "Hub id or local folder (openai: the served model name; scripted backend: script JSON).", "HALLUPROBE_MODEL"),
     _Flag("backend", None, Literal[tuple(sorted(BACKENDS))], "hf", "Backend: " + ", ".join(sorted(BACKENDS)) + ".", "HALLUPROBE_BACKEND"),
-    _Flag("batch_size", "batch_size", int, 8, "Batch size in rows (a row: one distinct prompt about one image; the prefix-cache engine fills a batch with rows of several images); halved on out-of-memory.", "HALLUPROBE_BATCH_SIZE", min=1),
+    _Flag("batch_size", "batch_size", int, 8, "Batch size in questions (each distinct prompt about an image counts once; the prefix-cache engine fills a batch with several images' questions, packed into one row per image where the model allows it); halved on out-of-memory.", "HALLUPROBE_BATCH_SIZE", min=1),
     _Flag("device", "device", str, "auto", "cpu, cuda, cuda:N or auto.", "HALLUPROBE_DEVICE"),
     _Flag("dtype", "dtype", Literal["auto", "float32", "bfloat16", "float16"], "auto", "auto, float32, bfloat16 or float16.", "HALLUPROBE_DTYPE"),
     _Flag("load_in_4bit", "load_in_4bit", bool, False, "Load in 4 bits (needs bitsandbytes)."),
