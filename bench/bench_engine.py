@@ -390,7 +390,8 @@ def main() -> None:
                              "or several comma-separated (each in turn in one worker, a line each)")  # fmt: skip
     parser.add_argument("--pack", default="auto",
                         help="prefix cache (mode c): an image's questions in one row behind a 4-D mask (hf/packed.py): auto "
-                             "(on for a GPU model), on, off, or several comma-separated (a line each)")  # fmt: skip
+                             "(the model's default: on where packed.unpackable finds no reason against it, CPU too), on, off, or several "
+                             "comma-separated (a line each)")  # fmt: skip
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--images-json", default=None, help=argparse.SUPPRESS)

@@ -28,6 +28,7 @@ STEPS=${STEPS:-pope large greedy}
 if [ "${DRY:-0}" = 1 ]; then
   SHAPE="--device cpu --dtype bfloat16 --hidden 64 --layers 4 --head-dim 32 --vision-hidden 64 --vision-layers 2"  # 4 layers: PAI amplifies from layer 2
   DECODER="--model llava-shaped $SHAPE"; RUNS=1; W=${W:-/tmp/work-dry}
+  export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}  # this tree, not whichever checkout is installed
 else
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=$PWD/src:/tmp/site

@@ -13,6 +13,7 @@ that takes no 4-D mask, keeps the stacked rows.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -271,3 +272,26 @@ def test_a_batch_with_most_slots_empty_keeps_stacked_rows(
             assert_same_responses(_answer(plain, requests, 4, packed=False), got, texts=True)
     finally:
         stacked.batching.size = 4
+
+
+def test_a_model_refused_at_load_keeps_stacked_rows(tmp_path: Path, llama_tokenizer_dir: Path, photos: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ModelCore takes ``unpackable``'s refusal when it loads the model (flash attention, as
+    ``unpackable`` sees it here: the tiny build itself runs sdpa): every batch runs stacked rows,
+    and ``info()`` says so. (The test above asks ``unpackable`` only; this one fails where the
+    core ignores it.)"""
+
+    def flash(model: Any, *, text: bool) -> str | None:
+        seen = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"), generation_config=model.generation_config)
+        return unpackable(seen, text=text)
+
+    monkeypatch.setattr("halluprobe.backends.hf.core.unpackable", flash)
+    path = build_tiny_llava(tmp_path / "llava", llama_tokenizer_dir, seed=0, image_size=112)
+    backend = HFBackend(str(path), batch_size=7, dtype="float32", device="cpu", prefix_cache=True)
+    assert "4-D mask" in (backend.core.packing_refused or "") and not backend.core.packs_rows
+    assert backend.info()["packed_rows"] is False and backend.info()["packed_text"] is False
+    requests = yes_no_requests(backend, photos, PHOTOS, OBJECTS)
+    for new_tokens in (0, 3):
+        spy = _PassSpy(backend, monkeypatch)
+        got = {r.key: r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=new_tokens, top_k=5)) for r in batch}
+        assert spy.passes and set(spy.passes) == {"stacked"}, new_tokens
+        assert len(got) == len(requests) and all(r.error is None for r in got.values())

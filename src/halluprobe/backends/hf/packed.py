@@ -98,8 +98,10 @@ def worth_packing(questions_per_image: Sequence[int]) -> bool:
     """Whether a batch whose images have these numbers of questions is packed: every image gets
     as many slots as the one with the most, so with most slots empty stacked rows do less work
     (one image of 18 questions beside 46 of one: packed rows 3x the stacked rows' time on the
-    CPU). At most half the slots empty; POPE's 18 questions per image always pack. The bound is
-    not tuned on a GPU."""
+    CPU). At most half the slots empty; with POPE's 18 questions per image every batch of up to
+    19 or of 27 and more packs, while at 20 to 26 one holding a few questions of an image, a
+    whole image and a few of a third (4 + 18 + 3 at 25) keeps stacked rows. The bound is not
+    tuned on a GPU."""
     return len(questions_per_image) * max(questions_per_image) <= 2 * sum(questions_per_image)
 
 
