@@ -13,11 +13,10 @@ from pathlib import Path
 from halluprobe.check.compare import compare_table
 from halluprobe.check.findings import CheckResult, Finding
 from halluprobe.check.parse import MarkedTable, marked_tables
-from halluprobe.check.sources import locate_run
+from halluprobe.check.sources import judgment_findings, locate_run
 from halluprobe.hallusion_table import hallusion_grid
 from halluprobe.judging.hallusion_judge import hallusion_answers
 from halluprobe.judging.hallusion_score import score_judged
-from halluprobe.judging.store import JudgmentDir
 from halluprobe.provenance_judged import HALLUSION_PROVENANCE_MARK, HallusionProvenance
 from halluprobe.rundir import RunDir, sha256_file
 
@@ -36,16 +35,15 @@ def check_hallusion_table(table: MarkedTable, runs: Sequence[Path], result: Chec
     assert isinstance(prov, HallusionProvenance)  # the mark decides the kind
     where = (table.path, table.line)
     rundir = RunDir(locate_run(prov.samples.path, runs))
-    store = JudgmentDir(locate_run(prov.judgments.path, runs))
-    missing = [f"run dir {rundir.path} is missing (no run.json or samples.jsonl)"] if not (rundir.header_path.is_file() and rundir.samples_path.is_file()) else []
-    if not store.header_path.is_file() or not store.judgments_path.is_file():
-        missing.append(f"judgment dir {store.path} is missing (no judge.json or judgments.jsonl)")
-    result.findings.extend(Finding("file-missing", *where, why) for why in missing)
-    if missing:
+    run_missing = not (rundir.header_path.is_file() and rundir.samples_path.is_file())
+    if run_missing:
+        result.findings.append(Finding("file-missing", *where, f"run dir {rundir.path} is missing (no run.json or samples.jsonl)"))
+    elif sha256_file(rundir.samples_path) != prov.samples.sha256:
+        result.findings.append(Finding("file-changed", *where, f"{rundir.samples_path} changed since this was written (sha256)"))
+    findings, store = judgment_findings(prov.judgments, runs, where)
+    result.findings.extend(findings)
+    if run_missing or store is None:
         return
-    for path, source in ((rundir.samples_path, prov.samples), (store.judgments_path, prov.judgments)):
-        if sha256_file(path) != source.sha256:
-            result.findings.append(Finding("file-changed", *where, f"{path} changed since this was written (sha256)"))
     header, samples, _ = hallusion_answers(rundir.path)
     boot = prov.bootstrap
     scores = score_judged(header, samples, store.read_header(), store.read_judgments(), prov.readouts, where=str(store.judgments_path),

@@ -12,14 +12,12 @@ from pathlib import Path
 
 from halluprobe.benchmarks.mmhal import read_mmhal
 from halluprobe.check.compare import compare_table
-from halluprobe.check.findings import CheckResult, Finding
+from halluprobe.check.findings import CheckResult
 from halluprobe.check.parse import MarkedTable, marked_tables
-from halluprobe.check.sources import file_findings, locate_run
+from halluprobe.check.sources import file_findings, judgment_findings
 from halluprobe.judging.mmhal_score import ordered_judgments, score_mmhal
-from halluprobe.judging.store import JudgmentDir
 from halluprobe.mmhal_table import mmhal_grid
 from halluprobe.provenance_judged import MMHAL_PROVENANCE_MARK, MMHalProvenance
-from halluprobe.rundir import sha256_file
 
 __all__ = ["check_mmhal_table", "extract_mmhal_tables"]
 
@@ -37,13 +35,12 @@ def check_mmhal_table(table: MarkedTable, runs: Sequence[Path], result: CheckRes
     where = (table.path, table.line)
     findings, template = file_findings(prov.template, runs, where)
     result.findings.extend(findings)
-    store = JudgmentDir(locate_run(prov.judgments.path, runs))
-    if template is None or not store.header_path.is_file() or not store.judgments_path.is_file():
-        if template is not None:
-            result.findings.append(Finding("file-missing", *where, f"judgment dir {store.path} is missing (no judge.json or judgments.jsonl)"))
+    if template is None:
         return
-    if sha256_file(store.judgments_path) != prov.judgments.sha256:
-        result.findings.append(Finding("file-changed", *where, f"{store.judgments_path} changed since this was written (sha256)"))
+    findings, store = judgment_findings(prov.judgments, runs, where)
+    result.findings.extend(findings)
+    if store is None:
+        return
     header = store.read_header()
     mmhal = read_mmhal(template)
     judgments = store.read_judgments()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from halluprobe.check.findings import Finding
 from halluprobe.errors import InputError
+from halluprobe.judging.store import JudgmentDir
 from halluprobe.jsonl import loads, read_text
 from halluprobe.provenance_sources import FileSource, RunSource
 from halluprobe.records import UnknownPolicy
@@ -17,7 +18,7 @@ from halluprobe.records_scores import ScoreReport
 from halluprobe.rundir import RunDir, sha256_file
 from halluprobe.scoring import score_rundir
 
-__all__ = ["RunCache", "file_findings", "locate_run", "run_findings"]
+__all__ = ["RunCache", "file_findings", "judgment_findings", "locate_run", "run_findings"]
 
 def locate_run(reference: str, runs: Sequence[Path]) -> Path:
     """The run dir a table or claim names: among ``--runs``, the one whose path ends with the
@@ -104,3 +105,15 @@ def file_findings(source: FileSource, runs: Sequence[Path], where: tuple[str, in
     if sha256_file(path) != source.sha256:
         return [Finding("file-changed", file, line, f"{path} changed since this was written (sha256)")], path
     return [], path
+
+
+def judgment_findings(source: FileSource, runs: Sequence[Path], where: tuple[str, int]) -> tuple[list[Finding], JudgmentDir | None]:
+    """What is wrong with a judged table's judgment dir (``source``: its judgments file, whose
+    folder holds judge.json), and the dir when it can be read at all. Located like a run dir."""
+    file, line = where
+    store = JudgmentDir(locate_run(source.path, runs))
+    if not store.header_path.is_file() or not store.judgments_path.is_file():
+        return [Finding("file-missing", file, line, f"judgment dir {store.path} is missing (no judge.json or judgments.jsonl)")], None
+    if sha256_file(store.judgments_path) != source.sha256:
+        return [Finding("file-changed", file, line, f"{store.judgments_path} changed since this was written (sha256)")], store
+    return [], store
