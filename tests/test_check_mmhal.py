@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _table_files import assert_table_outputs_kept
 from typer.testing import CliRunner
 
 from halluprobe.check.mmhal import extract_mmhal_tables
@@ -150,22 +151,8 @@ def test_moved_sources_are_found_through_runs(judged: tuple[Path, Path], tmp_pat
     assert code == 0, output
 
 
-def test_an_unwritable_table_file_is_one_line(judged: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_table_path_that_is_a_folder_or_a_file_is_kept(judged: tuple[Path, Path], tmp_path: Path) -> None:
+    """A folder at --markdown is one line; a file at --latex (a paper's own .tex) stays as it was
+    unless --overwrite."""
     template, judgments = judged
-    result = runner.invoke(app, ["mmhal", "score", "--template", str(template), "--judgments", str(judgments), "--bootstrap", "0", "--markdown", str(tmp_path)])
-    assert result.exit_code == 2 and str(tmp_path) in result.output and "a folder stands where this command writes a file" in result.output
-
-
-def test_an_existing_table_file_is_kept_without_overwrite(judged: tuple[Path, Path], tmp_path: Path) -> None:
-    """A --markdown / --latex path that holds a file (a paper's own .tex) is one line and stays
-    as it was; --overwrite replaces it."""
-    template, judgments = judged
-    paper = tmp_path / "main.tex"
-    paper.write_text("my paper\n", encoding="utf-8")
-    args = ["mmhal", "score", "--template", str(template), "--judgments", str(judgments), "--bootstrap", "0", "--latex", str(paper)]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2 and "pass --overwrite" in result.output and str(paper) in result.output
-    assert paper.read_text(encoding="utf-8") == "my paper\n"
-    result = runner.invoke(app, [*args, "--overwrite"])
-    assert result.exit_code == 0, result.output
-    assert "provenance" in paper.read_text(encoding="utf-8")
+    assert_table_outputs_kept(["mmhal", "score", "--template", str(template), "--judgments", str(judgments), "--bootstrap", "0"], tmp_path)
