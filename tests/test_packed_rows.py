@@ -274,7 +274,9 @@ def test_a_batch_with_most_slots_empty_keeps_stacked_rows(
         stacked.batching.size = 4
 
 
-def test_a_model_refused_at_load_keeps_stacked_rows(tmp_path: Path, llama_tokenizer_dir: Path, photos: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_model_refused_at_load_keeps_stacked_rows(
+    tmp_path: Path, llama_tokenizer_dir: Path, photos: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """ModelCore takes ``unpackable``'s refusal when it loads the model (flash attention, as
     ``unpackable`` sees it here: the tiny build itself runs sdpa): every batch runs stacked rows,
     and ``info()`` says so. (The test above asks ``unpackable`` only; this one fails where the
@@ -285,6 +287,7 @@ def test_a_model_refused_at_load_keeps_stacked_rows(tmp_path: Path, llama_tokeni
         return unpackable(seen, text=text)
 
     monkeypatch.setattr("halluprobe.backends.hf.core.unpackable", flash)
+    caplog.set_level("INFO", logger="halluprobe.backends.hf.core")
     path = build_tiny_llava(tmp_path / "llava", llama_tokenizer_dir, seed=0, image_size=112)
     backend = HFBackend(str(path), batch_size=7, dtype="float32", device="cpu", prefix_cache=True)
     assert "4-D mask" in (backend.core.packing_refused or "") and not backend.core.packs_rows
@@ -295,3 +298,5 @@ def test_a_model_refused_at_load_keeps_stacked_rows(tmp_path: Path, llama_tokeni
         got = {r.key: r for batch in backend.answer(requests, GenerateConfig(max_new_tokens=new_tokens, top_k=5)) for r in batch}
         assert spy.passes and set(spy.passes) == {"stacked"}, new_tokens
         assert len(got) == len(requests) and all(r.error is None for r in got.values())
+    said = [r.getMessage() for r in caplog.records if "stay in rows of their own" in r.getMessage()]
+    assert len(said) == 1 and "4-D mask" in said[0]  # the reason, once for the loaded model
