@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from halluprobe.backends.hf.packed import PREFIX, _greedy
+from halluprobe.backends.hf.packed import _greedy
 
 pytestmark = pytest.mark.slow  # torch (no model is built)
 
@@ -21,22 +21,23 @@ EOS, VOCAB = 0, 10
 
 
 class _Scripted:
-    """A model whose step ``n`` (after the suffix pass) gives each slot the token ``script[slot][n]``."""
+    """A packed branch whose step ``n`` (after the suffix pass) gives each slot the token
+    ``script[slot][n]``: the parts of hf_packed.PackedBranch the greedy loop reads."""
 
     def __init__(self, script: list[list[int]]) -> None:
         self.script = script
         self.calls = 0
-        self.generation_config = SimpleNamespace(eos_token_id=EOS)
+        self.model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=EOS))
+        self.asked = torch.ones((1, len(script)), dtype=torch.bool)
+        self.tails = torch.zeros((1, len(script), 1), dtype=torch.long)
 
-    def __call__(self, **_: Any) -> Any:
+    def next_grid(self, tokens: Any) -> tuple[Any, list[Any]]:
+        assert tokens.shape == self.asked.shape
         self.calls += 1
-        logits = torch.zeros((1, len(self.script), VOCAB))
-        for slot, tokens in enumerate(self.script):
-            logits[0, slot, tokens[self.calls]] = 1.0
-        return SimpleNamespace(logits=logits)
+        return _logits([slot[self.calls] for slot in self.script]), []
 
 
-def _first_logits(tokens: list[int]) -> Any:
+def _logits(tokens: list[int]) -> Any:
     logits = torch.zeros((1, len(tokens), VOCAB))
     for slot, token in enumerate(tokens):
         logits[0, slot, token] = 1.0
@@ -48,21 +49,7 @@ def test_a_slot_keeps_its_first_eos_while_its_neighbour_goes_on() -> None:
         [EOS, 7, EOS, 7, 7],
         [5, 6, 8, EOS, 9],
     ]  # slot 0 meets EOS at steps 1 and 3
-    model = _Scripted(script)
-    owner = torch.tensor([[PREFIX, PREFIX, 0, 1]])
-    steps = _greedy(
-        model,
-        None,
-        _first_logits([tokens[0] for tokens in script]),
-        owner,
-        torch.tensor([[0, 1]]),
-        torch.tensor([[3, 3]]),
-        torch.tensor([[False, False]]),
-        torch.zeros((1, 2, 1), dtype=torch.long),
-        None,
-        lambda positions: positions,
-        5,
-        torch.float32,
-    )
+    branch = _Scripted(script)
+    steps = _greedy(branch, _logits([tokens[0] for tokens in script]), None, 5)  # type: ignore[arg-type]
     assert steps == [[EOS], [5, 6, 8, EOS]]
-    assert model.calls == 3  # the batch ends when its last question does
+    assert branch.calls == 3  # the batch ends when its last question does

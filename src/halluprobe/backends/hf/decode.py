@@ -46,6 +46,7 @@ from halluprobe.backends.hf.decode_rules import (
     Sampling,
     StepRule,
 )
+from halluprobe.backends.hf.packed import PackedBranch, PackedRows
 from halluprobe.backends.hf.prefix import joined_cache, make_room
 from halluprobe.backends.hf.signals import amplified_attention
 
@@ -209,10 +210,43 @@ def _key_ids(inputs: dict[str, Any], prefix_ids: Any) -> Any:
     return torch.cat([prefix_ids.expand(ids.shape[0], -1), ids], dim=-1)
 
 
+def _open(model: Any, inputs: dict[str, Any] | PackedRows, room: int, pad_id: int) -> _Branch | PackedBranch:
+    """A branch over ``inputs``: rows of their own (a dict of model inputs), or packed rows."""
+    if isinstance(inputs, PackedRows):
+        keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        return PackedBranch(model, inputs, pad_id, room + 1, keep_logits=keep)
+    return _Branch(model, inputs, room)
+
+
+def _together(model: Any, base: dict[str, Any] | PackedRows, contrast: dict[str, Any] | PackedRows, pad_id: int) -> dict[str, Any] | PackedRows | None:
+    """The base then the contrast rows as one batch: packed rows always (each image's row is its
+    own), rows of their own where :func:`joined_inputs` allows; else ``None``."""
+    if isinstance(base, PackedRows) and isinstance(contrast, PackedRows):
+        return base.joined(contrast)
+    if isinstance(base, dict) and isinstance(contrast, dict):
+        return joined_inputs(model, base, contrast, pad_id, max_padding=JOIN_PADDING)
+    return None
+
+
+def _prompt_tokens(inputs: dict[str, Any] | PackedRows, prefix_ids: Any, logits: Any) -> Any:
+    """[rows, vocab] the tokens of each row's prompt (padding left out): DoLa's tokens seen."""
+    import torch
+
+    seen = torch.zeros_like(logits, dtype=torch.bool)
+    if isinstance(inputs, PackedRows):
+        prompts = [torch.tensor(ids, device=seen.device) for ids in inputs.prompt_ids()]
+    else:
+        ids, mask = _key_ids(inputs, prefix_ids), inputs["attention_mask"]
+        prompts = [ids[row][mask[row].bool()].to(seen.device) for row in range(ids.shape[0])]
+    for row, prompt in enumerate(prompts):
+        seen[row, prompt[prompt < seen.shape[-1]]] = True
+    return seen
+
+
 def contrast_decode(
     model: Any,
-    base_inputs: dict[str, Any],
-    contrast_inputs: dict[str, Any] | None,
+    base_inputs: dict[str, Any] | PackedRows,
+    contrast_inputs: dict[str, Any] | PackedRows | None,
     rule: StepRule,
     *,
     max_new_tokens: int,
@@ -237,18 +271,20 @@ def contrast_decode(
     PAI then amplifies the base rows only (the contrast rows' image columns are all False)."""
     import torch
 
-    rows = base_inputs["input_ids"].shape[0]
-    together = None
-    if joint and contrast_inputs is not None:
-        together = joined_inputs(model, base_inputs, contrast_inputs, pad_id, max_padding=JOIN_PADDING)
+    packed = isinstance(base_inputs, PackedRows)
+    if packed and isinstance(rule, PAIRule):
+        raise ValueError("PAI amplifies a row's last query: packed rows hold several questions a row")
+    rows = base_inputs.rows if isinstance(base_inputs, PackedRows) else base_inputs["input_ids"].shape[0]
+    together = _together(model, base_inputs, contrast_inputs, pad_id) if joint and contrast_inputs is not None else None
     room = max_new_tokens - 1
+    base: _Branch | PackedBranch
     if together is not None:
-        base, contrast = _Branch(model, together, room), None
+        base, contrast = _open(model, together, room, pad_id), None
     else:
-        base = _Branch(model, base_inputs, room)
-        contrast = _Branch(model, contrast_inputs, room) if contrast_inputs is not None else None
+        base = _open(model, base_inputs, room, pad_id)
+        contrast = _open(model, contrast_inputs, room, pad_id) if contrast_inputs is not None else None
     out = Decoded(tokens=[[] for _ in range(rows)])
-    done = torch.zeros(rows, dtype=torch.bool, device=base_inputs["input_ids"].device)
+    done = torch.zeros(rows, dtype=torch.bool, device=model.device if packed else base_inputs["input_ids"].device)
     ends = torch.tensor(sorted(set(end_ids)), dtype=torch.long, device=done.device)
     tokens = None
     steps: list[Any] = []  # each step's chosen tokens [rows]
@@ -277,11 +313,7 @@ def contrast_decode(
             out.first_logits = base_logits
         if isinstance(rule, DoLaRule):
             if step == 0:  # each row's tokens so far: its prompt (padding left out), then what it decodes
-                seen = torch.zeros_like(base_logits, dtype=torch.bool)
-                prompt_ids, prompt_mask = _key_ids(base_inputs, prefix_ids), base_inputs["attention_mask"]
-                for row in range(rows):
-                    prompt = prompt_ids[row][prompt_mask[row].bool()]
-                    seen[row, prompt[prompt < seen.shape[-1]].to(seen.device)] = True
+                seen = _prompt_tokens(base_inputs, prefix_ids, base_logits)
             scores = rule.dola_scores(base_logits, early, seen)
             if keep_steps:
                 out.early_logits.append([e.float().cpu() for e in early])

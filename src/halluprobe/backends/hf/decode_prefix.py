@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -40,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
 from halluprobe.backends.hf.decode import Decoded
 from halluprobe.backends.hf.decode_engine import DecodeEngine
-from halluprobe.backends.hf.decode_rules import BRANCHES
+from halluprobe.backends.hf.decode_rules import BRANCHES, PAIRule
 from halluprobe.backends.hf.image_rows import Encoded, ImageRows, RowQueue, ahead_images, distinct_prompts, encoded_images
+from halluprobe.backends.hf.packed import PackedRows, worth_packing
 from halluprobe.backends.hf.prefix import Prefix, padded_prefix_ids, rows_inputs
 from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan, noised_inputs
@@ -173,23 +175,45 @@ class PrefixDecodeEngine(DecodeEngine):
         index = [p.suffix_of[r.prompt] for p, r in rows]
         suffixes = [p.suffixes[i] for (p, _), i in zip(rows, index)]
         bases = [p.prefix for p, _ in rows]
-        base = rows_inputs(core.model, bases, suffixes, 0, core.pad_id)
-        contrast: dict[str, Any] | None = None
+        packs = self._packs(rows)
+
+        def after(prefixes: Sequence[Prefix], tails: Sequence[list[int]]) -> dict[str, Any] | PackedRows:
+            if packs:  # one row per image, its questions in slots (hf/packed.py)
+                return PackedRows.of(prefixes, tails)
+            return rows_inputs(core.model, prefixes, tails, 0, core.pad_id)
+
+        base = after(bases, suffixes)
+        contrast: dict[str, Any] | PackedRows | None = None
         branch = self._contrast_variant()
         extras = [p.extra for p, _ in rows]
         if branch == "noised":
             noised = [extra.noised for extra in extras]
             assert all(n is not None for n in noised)
-            contrast = rows_inputs(core.model, noised, suffixes, 0, core.pad_id)  # type: ignore[arg-type]
+            contrast = after(noised, suffixes)  # type: ignore[arg-type]
         elif branch == "instruction" and all(extra.instruction is not None for extra in extras):
             instruction = [extra.instruction for extra in extras]
             tails = [extra.instruction_suffixes[i] for extra, i in zip(extras, index)]
-            contrast = rows_inputs(core.model, instruction, tails, 0, core.pad_id)  # type: ignore[arg-type]
+            contrast = after(instruction, tails)  # type: ignore[arg-type]
         elif branch is not None:  # the no-image question, or instruction variants that share no prefix: full prompts
             images = [p.image for p, _ in rows] if branch != "no-image" else []
             contrast = core.to_device(core.inputs.encode([r.variants[branch] for _, r in rows], images))
         requests = [r for _, r in rows]
-        return self.loop(requests, base, contrast, keep_steps=keep_steps, prefix_ids=padded_prefix_ids(bases, core.pad_id))
+        prefix_ids = None if packs else padded_prefix_ids(bases, core.pad_id)
+        return self.loop(requests, base, contrast, keep_steps=keep_steps, prefix_ids=prefix_ids)
+
+    def _packs(self, rows: Sequence[tuple[ImagePrefixes, Request]]) -> bool:
+        """Whether this batch's rows run as one row per image (hf/packed.py), saying once why not:
+        packing refused for the model, PAI (it amplifies a row's last query), or most slots
+        empty (``worth_packing``)."""
+        core = self.core
+        if core.packing_refused is not None or not core.packs_rows:
+            if core.packing_refused is not None and core.stacks_caches:
+                core.say_once(f"an image's questions stay in rows of their own: {core.packing_refused}")
+            return False
+        if isinstance(self.rule, PAIRule):
+            core.say_once("PAI amplifies a row's last query: an image's questions stay in rows of their own")
+            return False
+        return worth_packing(list(Counter(id(prefixes) for prefixes, _ in rows).values()))
 
     def decode_batch(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
         """One batch about one image (``images``: the rows' images, all the same) through the

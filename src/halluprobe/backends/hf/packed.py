@@ -23,6 +23,7 @@ torch is imported inside the functions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.backends.hf.prefix import Prefix, stacked_cache
@@ -30,7 +31,7 @@ from halluprobe.backends.hf.prefix import Prefix, stacked_cache
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PAD", "PREFIX", "packed_first_step", "slot_mask", "unpackable", "worth_packing"]
+__all__ = ["PAD", "PREFIX", "PackedBranch", "PackedRows", "packed_first_step", "slot_mask", "unpackable", "worth_packing"]
 
 PREFIX = -1  # a column every question of its row attends to (the image's prefix)
 PAD = -2  # a column no question attends to (padding); a slot's columns carry the slot's number
@@ -119,6 +120,155 @@ def slot_mask(owner: torch.Tensor, queries: torch.Tensor, dtype: Any) -> torch.T
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
+@dataclass(frozen=True, eq=False)
+class PackedRows:
+    """A batch's rows laid out one row per image: each group is an image's cached prefix and the
+    suffix ids of its rows, in row order (rows of one image sit together)."""
+
+    groups: tuple[tuple[Prefix, tuple[tuple[int, ...], ...]], ...]
+
+    @classmethod
+    def of(cls, prefixes: Sequence[Prefix], suffixes: Sequence[Sequence[int]]) -> PackedRows:
+        """Row ``i`` is ``suffixes[i]`` after ``prefixes[i]``; consecutive rows holding the same
+        ``Prefix`` object share a packed row."""
+        groups: list[tuple[Prefix, list[tuple[int, ...]]]] = []
+        for prefix, suffix in zip(prefixes, suffixes, strict=True):
+            if groups and groups[-1][0] is prefix:
+                groups[-1][1].append(tuple(suffix))
+            else:
+                groups.append((prefix, [tuple(suffix)]))
+        return cls(tuple((prefix, tuple(rows)) for prefix, rows in groups))
+
+    @property
+    def rows(self) -> int:
+        return sum(len(suffixes) for _, suffixes in self.groups)
+
+    def joined(self, other: PackedRows) -> PackedRows:
+        """These rows, then ``other``'s, as one batch (the decoding loop's base and contrast rows)."""
+        return PackedRows(self.groups + other.groups)
+
+    def prompt_ids(self) -> list[list[int]]:
+        """Each row's token ids: its prefix's, then its suffix (DoLa's tokens seen so far)."""
+        return [prefix.input_ids[0].tolist() + list(suffix) for prefix, suffixes in self.groups for suffix in suffixes]
+
+
+class PackedBranch:
+    """Rows of :class:`PackedRows` run as one row per image: the prefix caches stacked once, each
+    row's suffix in a slot of its image's row (left-padded within the slot) behind
+    :func:`slot_mask`, and each step one new column per slot. :meth:`step` speaks in rows (the
+    decoding loop's branch interface); :meth:`first_grid` and :meth:`next_grid` in
+    [images, slots]. ``new_tokens``: the tokens the rows may decode (room reserved in place)."""
+
+    def __init__(self, model: Any, packed: PackedRows, pad_id: int, new_tokens: int, *, keep_logits: bool) -> None:
+        import torch
+
+        groups = packed.groups
+        self.model, self.pad_id, self.keep_logits = model, pad_id, keep_logits
+        self.rows = packed.rows
+        device = model.device
+        slots = max(len(suffixes) for _, suffixes in groups)
+        width = max(len(suffix) for _, suffixes in groups for suffix in suffixes)
+        longest = max(prefix.input_ids.shape[1] for prefix, _ in groups)
+        images, block = len(groups), slots * width
+        ids = torch.full((images, block), pad_id, dtype=torch.long)
+        owner = torch.full((images, longest + block), PAD, dtype=torch.long)
+        positions = torch.zeros((images, block), dtype=torch.long)
+        first_new = torch.zeros((images, slots), dtype=torch.long)  # each slot's first generated position
+        slot_owner = torch.full((images, slots), PAD, dtype=torch.long)
+        tails = torch.full((images, slots, width), pad_id, dtype=torch.long)  # the suffixes, for stop strings
+        for row, (prefix, suffixes) in enumerate(groups):
+            owner[row, longest - prefix.input_ids.shape[1] : longest] = PREFIX
+            for slot, suffix in enumerate(suffixes):
+                end = (slot + 1) * width
+                start = end - len(suffix)
+                ids[row, start:end] = torch.tensor(suffix, dtype=torch.long)
+                owner[row, longest + start : longest + end] = slot
+                positions[row, start:end] = prefix.next_position + torch.arange(len(suffix))
+                first_new[row, slot] = prefix.next_position + len(suffix)
+                slot_owner[row, slot] = slot
+                tails[row, slot, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+        self.groups, self.slots, self.width, self.longest = groups, slots, width, longest
+        self.ids, self.positions = ids.to(device), positions.to(device)
+        self.owner, self.slot_owner, self.first_new = owner.to(device), slot_owner.to(device), first_new.to(device)
+        self.tails = tails.to(device)
+        self.asked = self.slot_owner != PAD  # [images, slots]; its True cells in order are the rows
+        self.mrope = groups[0][0].mrope
+        self.room = block + slots * max(new_tokens - 1, 0)
+        self.cache: Any = None
+        self.fed = 0  # tokens fed to each slot after the first step
+
+    def _spread(self, positions: torch.Tensor) -> torch.Tensor:
+        """Qwen2-VL: text positions on all three rotary axes."""
+        return positions.unsqueeze(0).expand(3, *positions.shape) if self.mrope else positions
+
+    def _early(self, out: Any, columns: Any, hidden: Sequence[int]) -> list[torch.Tensor]:
+        """The hidden states of the layers in ``hidden`` at ``columns``, through the final norm and
+        the LM head: [images, slots, vocab] each (DoLa's early layers)."""
+        if not hidden:
+            return []
+        norm, head = self.model.get_decoder().norm, self.model.get_output_embeddings()
+        return [head(norm(out.hidden_states[n][:, columns, :])) for n in hidden]
+
+    def first_grid(self, hidden: Sequence[int] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Every slot's next-token logits after its suffix [images, slots, vocab] (padding slots:
+        finite values, never read), and ``hidden``'s early-layer logits."""
+        import torch
+
+        model, device = self.model, self.model.device
+        wanted = {"output_hidden_states": True} if hidden else {}
+        with torch.inference_mode():
+            self.cache = stacked_cache(model.config, [(prefix.cache, 1) for prefix, _ in self.groups], self.longest, room=self.room)
+            if self.cache is None:
+                raise ValueError("these cache layers cannot be stacked across images")
+            last = torch.arange(1, self.slots + 1, device=device) * self.width - 1  # each slot's last column
+            keep = {"logits_to_keep": last} if self.keep_logits else {}
+            block = self.ids.shape[1]
+            out = model(
+                input_ids=self.ids,
+                attention_mask=slot_mask(self.owner, self.longest + torch.arange(block, device=device), model.dtype),
+                position_ids=self._spread(self.positions),
+                past_key_values=self.cache,
+                use_cache=True,
+                **keep,
+                **wanted,
+            )
+            return (out.logits if self.keep_logits else out.logits[:, last]), self._early(out, last, hidden)
+
+    def next_grid(self, tokens: torch.Tensor, hidden: Sequence[int] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Feed one token per slot (``tokens`` [images, slots]); the logits after it, as
+        :meth:`first_grid`."""
+        import torch
+
+        wanted = {"output_hidden_states": True} if hidden else {}
+        self.owner = torch.cat([self.owner, self.slot_owner], dim=1)
+        queries = self.owner.shape[1] - self.slots + torch.arange(self.slots, device=self.owner.device)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=tokens,
+                attention_mask=slot_mask(self.owner, queries, self.model.dtype),
+                position_ids=self._spread(self.first_new + self.fed),
+                past_key_values=self.cache,
+                use_cache=True,
+                **wanted,
+            )
+            early = self._early(out, slice(-self.slots, None), hidden)
+        self.fed += 1
+        return out.logits, early
+
+    def step(self, tokens: torch.Tensor | None, hidden: Sequence[int] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The decoding loop's branch step: the rows' next-token logits [rows, vocab] after their
+        suffixes (``tokens`` None), or after feeding ``tokens`` [rows, 1]; and ``hidden``'s."""
+        import torch
+
+        if tokens is None:
+            logits, early = self.first_grid(hidden)
+        else:
+            grid = torch.full(self.asked.shape, self.pad_id, dtype=tokens.dtype, device=tokens.device)
+            grid[self.asked] = tokens[:, 0]
+            logits, early = self.next_grid(grid, hidden)
+        return logits[self.asked], [e[self.asked] for e in early]
+
+
 def packed_first_step(
     model: Any,
     tokenizer: Any,
@@ -133,108 +283,43 @@ def packed_first_step(
     and its questions' suffix ids), in order, and with ``max_new_tokens`` > 0 their greedy
     continuations, as ``ModelCore.first_step`` gives them for rows of their own.
     ``keep_logits``: the model takes ``logits_to_keep``."""
-    import torch
-
-    device = model.device
-    slots = max(len(suffixes) for _, suffixes in groups)
-    width = max(len(suffix) for _, suffixes in groups for suffix in suffixes)
-    longest = max(prefix.input_ids.shape[1] for prefix, _ in groups)
-    rows, block = len(groups), slots * width
-    ids = torch.full((rows, block), pad_id, dtype=torch.long)
-    owner = torch.full((rows, longest + block), PAD, dtype=torch.long)
-    positions = torch.zeros((rows, block), dtype=torch.long)
-    first_new = torch.zeros((rows, slots), dtype=torch.long)  # each slot's first generated position
-    slot_owner = torch.full((rows, slots), PAD, dtype=torch.long)
-    tails = torch.full((rows, slots, width), pad_id, dtype=torch.long)  # the suffixes, for stop strings
-    for row, (prefix, suffixes) in enumerate(groups):
-        owner[row, longest - prefix.input_ids.shape[1] : longest] = PREFIX
-        for slot, suffix in enumerate(suffixes):
-            end = (slot + 1) * width
-            start = end - len(suffix)
-            ids[row, start:end] = torch.tensor(suffix, dtype=torch.long)
-            owner[row, longest + start : longest + end] = slot
-            positions[row, start:end] = prefix.next_position + torch.arange(len(suffix))
-            first_new[row, slot] = prefix.next_position + len(suffix)
-            slot_owner[row, slot] = slot
-            tails[row, slot, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
-    mrope = groups[0][0].mrope
-    owner, slot_owner, first_new = owner.to(device), slot_owner.to(device), first_new.to(device)
-    asked = slot_owner != PAD  # [rows, slots]
-    dtype = model.dtype
-
-    def spread(pos: torch.Tensor) -> torch.Tensor:  # Qwen2-VL: text positions on all three rotary axes
-        return pos.unsqueeze(0).expand(3, *pos.shape) if mrope else pos
-
-    room = block + slots * max(max_new_tokens - 1, 0)
-    with torch.inference_mode():
-        cache = stacked_cache(model.config, [(prefix.cache, 1) for prefix, _ in groups], longest, room=room)
-        if cache is None:
-            raise ValueError("these cache layers cannot be stacked across images")
-        last = torch.arange(1, slots + 1, device=device) * width - 1  # each slot's last column
-        keep = {"logits_to_keep": last} if keep_logits else {}
-        out = model(
-            input_ids=ids.to(device),
-            attention_mask=slot_mask(owner, longest + torch.arange(block, device=device), dtype),
-            position_ids=spread(positions.to(device)),
-            past_key_values=cache,
-            use_cache=True,
-            **keep,
-        )
-        step_logits = out.logits if keep_logits else out.logits[:, last]  # [rows, slots, vocab]
-        first = step_logits[asked]  # [questions, vocab], image by image, slot by slot
-        if max_new_tokens <= 0:
-            return first, None
-        steps = _greedy(model, cache, step_logits, owner, slot_owner, first_new, ~asked, tails.to(device), stopping, spread, max_new_tokens, dtype)
+    packed = PackedRows(tuple((prefix, tuple(tuple(s) for s in suffixes)) for prefix, suffixes in groups))
+    branch = PackedBranch(model, packed, pad_id, max_new_tokens, keep_logits=keep_logits)
+    step_logits, _ = branch.first_grid()  # [images, slots, vocab]
+    first = step_logits[branch.asked]  # [questions, vocab], image by image, slot by slot
+    if max_new_tokens <= 0:
+        return first, None
+    steps = _greedy(branch, step_logits, stopping, max_new_tokens)
     texts = [tokenizer.decode(tokens, skip_special_tokens=True) for tokens in steps]
-    return first, [texts[i] for i in asked.flatten().nonzero().flatten().tolist()]
+    return first, [texts[i] for i in branch.asked.flatten().nonzero().flatten().tolist()]
 
 
-def _greedy(
-    model: Any,
-    cache: Any,
-    step_logits: torch.Tensor,
-    owner: torch.Tensor,
-    slot_owner: torch.Tensor,
-    first_new: torch.Tensor,
-    done: torch.Tensor,
-    tails: torch.Tensor,
-    stopping: Any,
-    spread: Any,
-    max_new_tokens: int,
-    dtype: Any,
-) -> list[list[int]]:
+def _greedy(branch: PackedBranch, step_logits: torch.Tensor, stopping: Any, max_new_tokens: int) -> list[list[int]]:
     """Each slot's greedy tokens (slot-major within rows), through the step that stopped it, as
     ``generate`` ends a row: EOS of the generation config, ``stopping`` (stop strings) on the
     row's suffix and tokens so far, or ``max_new_tokens``."""
     import torch
 
-    rows, slots = slot_owner.shape
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    eos_ids = None if eos is None else torch.tensor([eos] if isinstance(eos, int) else list(eos), device=owner.device)
+    done = ~branch.asked
+    rows, slots = done.shape
+    device = done.device
+    eos = getattr(branch.model.generation_config, "eos_token_id", None)
+    eos_ids = None if eos is None else torch.tensor([eos] if isinstance(eos, int) else list(eos), device=device)
     tokens = step_logits.argmax(-1)  # [rows, slots]
     taken = [tokens]
-    length = torch.full((rows, slots), max_new_tokens, dtype=torch.long, device=owner.device)
+    length = torch.full((rows, slots), max_new_tokens, dtype=torch.long, device=device)
     for step in range(1, max_new_tokens + 1):
         stopped = torch.zeros_like(done)
         if eos_ids is not None:
             stopped |= torch.isin(tokens, eos_ids)
         if stopping is not None and len(stopping):
-            sequences = torch.cat([tails, torch.stack(taken, dim=-1)], dim=-1).flatten(0, 1)
+            sequences = torch.cat([branch.tails, torch.stack(taken, dim=-1)], dim=-1).flatten(0, 1)
             stopped |= stopping(sequences, None).view(rows, slots)
         length = torch.where(stopped & ~done, step, length)
         done = done | stopped
         if step == max_new_tokens or bool(done.all()):  # one host sync a step, as generate's own
             break
-        owner = torch.cat([owner, slot_owner], dim=1)
-        queries = owner.shape[1] - slots + torch.arange(slots, device=owner.device)
-        out = model(
-            input_ids=tokens,
-            attention_mask=slot_mask(owner, queries, dtype),
-            position_ids=spread(first_new + step - 1),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        tokens = out.logits.argmax(-1)
+        tokens = branch.next_grid(tokens)[0].argmax(-1)
         taken.append(tokens)
     produced = torch.stack(taken, dim=-1).flatten(0, 1).tolist()  # [rows * slots, steps]
     return [seq[:n] for seq, n in zip(produced, length.flatten().tolist())]

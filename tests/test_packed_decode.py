@@ -1,0 +1,229 @@
+"""The decoding loop on packed rows (issue 33): a prefix-cache batch of the loop runs one row per
+image, its questions in slots (hf/packed.py ``PackedBranch``), for greedy decoding, seeded
+sampling, VCD, ICD, M3ID and DoLa. On tiny real LLaVA and Qwen2-VL builds in fp32, every step's
+base logits, contrast logits and scores equal the plain engine's on full prompts within 1e-4 and
+the tokens are the same, with the base and contrast rows in one pass or a pass each; the stacked
+rows (one row per question) give the same steps; PAI, which amplifies a row's last query, keeps
+stacked rows and says so once; a batch whose slots would be mostly empty keeps stacked rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from halluprobe.backends.hf import decode as hf_decode  # noqa: E402
+from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf.decode import Decoded, contrast_decode  # noqa: E402
+from halluprobe.backends.hf.decode_engine import DecodeEngine  # noqa: E402
+from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine  # noqa: E402
+from halluprobe.backends.hf.decode_rules import GreedyRule, parse_decode_spec  # noqa: E402
+from halluprobe.backends.hf.packed import PackedBranch, PackedRows  # noqa: E402
+from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request  # noqa: E402
+from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
+from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ["Describe the image.", "What is on the table in this picture?", "Is there a cat?"]
+STEPS = 5
+TOLERANCE = 1e-4
+PACKABLE: list[str | None] = [
+    None,
+    "vcd:alpha=1,beta=0.1",
+    "icd:alpha=1,beta=0.1",
+    "m3id:lambda=0.5",
+    "dola:relative_top=0.1,repetition_penalty=1.5",
+]
+PAI = "pai:gamma=1.5,alpha=0.5,start=0,end=2"
+
+
+def _requests(backend: HFBackend, images: list[str], template: str | None) -> list[Request]:
+    out = []
+    for image in images:
+        for question in QUESTIONS:
+            variants = {"instruction": backend.render_prompt(f"{ICD_INSTRUCTION} {question}", template),
+                        "no-image": backend.render_prompt(question, template, image=False)}  # fmt: skip
+            out.append(Request(split="s", question_id=len(out), image_path=image, prompt=backend.render_prompt(question, template), variants=variants))
+    return out
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    folder, _ = demo_photos(tmp_path_factory.mktemp("photos"))
+    return [str(folder / name) for name in ("astronaut.jpg", "coffee.jpg")]
+
+
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path, photos: list[str]) -> tuple[HFBackend, HFBackend, list[Request]]:
+    path = build_tiny_llava(tmp_path_factory.mktemp("llava"), llama_tokenizer_dir, seed=0, image_size=112)
+    fast = HFBackend(str(path), dtype="float32", device="cpu")
+    assert fast.core.packing_refused is None and fast.core.packs_rows
+    return fast, HFBackend.on_core(fast.core, prefix_cache=False), _requests(fast, photos, "llava")
+
+
+class _Built:
+    """Counts the packed branches the loop opens (proves which layout really ran)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rows: list[int] = []
+        real = PackedBranch
+        built = self.rows
+
+        class Counted(real):  # type: ignore[misc,valid-type]
+            def __init__(self, model: Any, packed: PackedRows, *args: Any, **kwargs: Any) -> None:
+                built.append(packed.rows)
+                super().__init__(model, packed, *args, **kwargs)
+
+        monkeypatch.setattr(hf_decode, "PackedBranch", Counted)
+
+
+def _engine(backend: HFBackend, spec: str | None, *, joint: bool = True) -> DecodeEngine:
+    config = GenerateConfig(max_new_tokens=STEPS, stop_strings=(), decode=spec)
+    kind = PrefixDecodeEngine if backend.prefix_cache else DecodeEngine
+    return kind(backend.core, backend.batching, config, joint=joint)
+
+
+def _close(a: Any, b: Any, what: str) -> None:
+    assert torch.equal(torch.isinf(a), torch.isinf(b)), what
+    finite = ~torch.isinf(a)
+    gap = float((a[finite] - b[finite]).abs().max())
+    assert gap < TOLERANCE, (what, gap)
+
+
+def _same_steps(got: Decoded, want: Decoded, label: str) -> None:
+    assert got.tokens == want.tokens, label
+    assert len(got.base_logits) == len(want.base_logits) == STEPS, label
+    assert len(got.contrast_logits) == len(want.contrast_logits), label
+    for step in range(STEPS):
+        _close(got.base_logits[step], want.base_logits[step], f"{label} base step {step}")
+        _close(got.scores[step], want.scores[step], f"{label} scores step {step}")
+        if want.contrast_logits:
+            _close(got.contrast_logits[step], want.contrast_logits[step], f"{label} contrast step {step}")
+    _close(got.first_logits.float(), want.first_logits.float(), f"{label} first step")
+
+
+def _across_images(backend: HFBackend, engine: DecodeEngine, requests: list[Request]) -> list[tuple[Any, Request]]:
+    """Every row of both images, each after its own image's prefixes, in one batch."""
+    rows = []
+    for image in dict.fromkeys(r.image_path for r in requests):
+        group = [r for r in requests if r.image_path == image]
+        loaded, errors = backend.core.load_images(group[:1])
+        assert not errors
+        prefixes = engine.prepare(group, loaded[0])  # type: ignore[attr-defined]
+        assert prefixes is not None
+        rows.extend((prefixes, r) for r in group)
+    return rows
+
+
+@pytest.mark.parametrize("spec", PACKABLE, ids=lambda s: (s or "greedy").split(":")[0])
+def test_packed_rows_take_the_plain_engines_steps(llava: Any, spec: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both images' questions in one batch: packed rows (one row per image; joined, the base and
+    contrast images' rows in one pass) and stacked rows each give the plain engine's steps."""
+    fast, plain, requests = llava
+    images, _ = fast.core.load_images(requests)
+    want = _engine(plain, spec, joint=False).decode_full(requests, images, keep_steps=True)
+    built = _Built(monkeypatch)
+    contrast = spec is not None and not spec.startswith(("dola", "m3id"))  # a contrast branch on the prefix cache
+    for joint in (False, True):
+        engine = _engine(fast, spec, joint=joint)
+        rows = _across_images(fast, engine, requests)
+        built.rows.clear()
+        _same_steps(engine.decode_prefixed(rows, keep_steps=True), want, f"{spec} packed joint={joint}")
+        n = len(requests)
+        assert built.rows == ([2 * n] if joint and contrast else [n, n] if contrast else [n]), (joint, built.rows)
+        monkeypatch.setattr(fast.core, "packs_rows", False)
+        built.rows.clear()
+        _same_steps(engine.decode_prefixed(rows, keep_steps=True), want, f"{spec} stacked joint={joint}")
+        assert built.rows == []
+        monkeypatch.setattr(fast.core, "packs_rows", True)
+
+
+def test_seeded_sampling_on_packed_rows_writes_the_plain_engines_text_at_every_size(llava: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each question draws from its own generator: batches of 2 and 4 rows (an image's questions
+    split), and 64 (both images in one packed batch), write the plain engine's texts."""
+    fast, plain, requests = llava
+    config = GenerateConfig(max_new_tokens=STEPS, stop_strings=(), sample=True, seed=11, temperature=1.0, decode="vcd:alpha=1,beta=0.1")
+    want = {r.key: r.text for batch in DecodeEngine(plain.core, plain.batching, config).answer(requests) for r in batch}
+    built = _Built(monkeypatch)
+    for size in (2, 4, 64):
+        monkeypatch.setattr(fast.batching, "size", size)
+        got = {r.key: r.text for batch in PrefixDecodeEngine(fast.core, fast.batching, config).answer(requests) for r in batch}
+        assert got == want, size
+    assert max(built.rows) == 2 * len(requests)  # the batch of 64: both images' base and noised rows, one pass
+
+
+def test_pai_keeps_stacked_rows_and_says_so_once(llava: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """PAI amplifies the last query of a row; a packed row holds several questions, so PAI's
+    batches stay stacked (the plain engine's steps) and the log says why, once."""
+    fast, plain, requests = llava
+    images, _ = fast.core.load_images(requests)
+    want = _engine(plain, PAI, joint=False).decode_full(requests, images, keep_steps=True)
+    built = _Built(monkeypatch)
+    engine = _engine(fast, PAI)
+    rows = _across_images(fast, engine, requests)
+    monkeypatch.setattr(fast.core, "_said", set())
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):
+            _same_steps(engine.decode_prefixed(rows, keep_steps=True), want, "pai")
+    assert built.rows == []
+    said = [m for m in caplog.messages if "PAI amplifies a row's last query" in m]
+    assert len(said) == 1, caplog.messages
+    base = PackedRows.of([row[0].prefix for row in rows], [row[0].suffixes[row[0].suffix_of[row[1].prompt]] for row in rows])
+    with pytest.raises(ValueError, match="PAI"):
+        contrast_decode(fast.core.model, base, None, parse_pai(), max_new_tokens=2, end_ids=[2], pad_id=fast.core.pad_id)
+
+
+def parse_pai() -> Any:
+    from halluprobe.backends.hf.decode_rules import decode_rule
+
+    return decode_rule(parse_decode_spec(PAI), 2)
+
+
+def test_a_batch_of_mostly_empty_slots_keeps_stacked_rows(llava: Any) -> None:
+    """One image of three questions beside four of one: 15 slots for 7 questions, so the batch
+    keeps stacked rows; three of one beside one of one packs."""
+    fast, _, requests = llava
+    engine = _engine(fast, None)
+    images = [object() for _ in range(5)]
+    skewed = [(images[0], requests[0])] * 3 + [(image, requests[0]) for image in images[1:]]
+    assert not engine._packs(skewed)  # type: ignore[attr-defined]
+    assert engine._packs(skewed[:4])  # type: ignore[attr-defined]
+
+
+def test_qwen2_vl_packed_rows_take_the_plain_engines_steps(tmp_path: Path, qwen2_tokenizer_dir: Path, photos: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen2-VL's 3-D rotary positions in slots: greedy, VCD (joined) and M3ID steps equal the
+    plain engine's on full prompts, across both images."""
+    path = build_tiny_qwen2vl(tmp_path / "qwen2vl", qwen2_tokenizer_dir, seed=0)
+    fast = HFBackend(str(path), dtype="float32", device="cpu")
+    assert fast.core.packs_rows
+    plain = HFBackend.on_core(fast.core, prefix_cache=False)
+    requests = _requests(fast, photos, None)
+    images, _ = fast.core.load_images(requests)
+    built = _Built(monkeypatch)
+    for spec in (None, "vcd:alpha=1,beta=0.1", "m3id:lambda=0.5"):
+        want = _engine(plain, spec, joint=False).decode_full(requests, images, keep_steps=True)
+        engine = _engine(fast, spec)
+        _same_steps(engine.decode_prefixed(_across_images(fast, engine, requests), keep_steps=True), want, f"qwen2_vl {spec}")
+    assert built.rows == [len(requests), 2 * len(requests), len(requests)]
+
+
+def test_a_packed_branch_alone_decodes_greedily_as_rows_of_their_own(llava: Any) -> None:
+    """contrast_decode on PackedRows with no contrast: the greedy rule's tokens equal stacked
+    rows' (the loop's row order is the packed rows' order)."""
+    fast, _, requests = llava
+    engine = _engine(fast, None)
+    rows = _across_images(fast, engine, requests)
+    prefixes = [p.prefix for p, _ in rows]
+    suffixes = [p.suffixes[p.suffix_of[r.prompt]] for p, r in rows]
+    from halluprobe.backends.hf.prefix import rows_inputs
+
+    common = {"max_new_tokens": STEPS, "end_ids": [], "pad_id": fast.core.pad_id}
+    packed = contrast_decode(fast.core.model, PackedRows.of(prefixes, suffixes), None, GreedyRule(), **common)
+    stacked = contrast_decode(fast.core.model, rows_inputs(fast.core.model, prefixes, suffixes, 0, fast.core.pad_id), None, GreedyRule(), **common)
+    assert packed.tokens == stacked.tokens and all(len(t) == STEPS for t in packed.tokens)
