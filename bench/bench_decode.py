@@ -93,6 +93,9 @@ def main() -> None:
                              "over the requests, images read from disk and the next batch's CPU side ahead as --prefetch says")  # fmt: skip
     parser.add_argument("--prefetch", default="auto",
                         help="with --via answer: auto (the model's default: on for a GPU), on, off, or several comma-separated (a setting each)")  # fmt: skip
+    parser.add_argument("--pack", default="auto",
+                        help="prefix engine: an image's questions in one row behind a 4-D mask (hf/packed.py): auto (the model's "
+                             "default), on, off, or several comma-separated (a setting each; PAI keeps stacked rows whatever this says)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
@@ -108,6 +111,8 @@ def main() -> None:
     args = parser.parse_args()
     if not set(args.prefetch.split(",")) <= {"auto", "on", "off"}:
         parser.error(f"--prefetch takes auto, on or off (comma-separated), not {args.prefetch!r}")
+    if not set(args.pack.split(",")) <= {"auto", "on", "off"}:
+        parser.error(f"--pack takes auto, on or off (comma-separated), not {args.pack!r}")
     if args.via == "direct" and args.prefetch != "auto":
         parser.error("--prefetch applies to --via answer (the direct loop reads no images)")
     from transformers.utils import logging as hf_logging
@@ -184,26 +189,30 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
             raise SystemExit(f"unknown methods {sorted(unknown)}: choose from {sorted(methods)}")
         methods = {name: spec for name, spec in methods.items() if name in args.methods.split(",") or name == "greedy"}
     prefetches = args.prefetch.split(",")
+    packs = args.pack.split(",")
     engines: dict[str, DecodeEngine] = {}
     prefetch_of: dict[str, bool] = {}
+    pack_of: dict[str, bool] = {}
     settings: list[tuple[str, str, str, str]] = []  # (setting, method, engine, passes)
-    for engine_name, prefetch in ((e, f) for e in args.engines.split(",") for f in prefetches):
+    layouts = [(e, f, k) for e in args.engines.split(",") for f in prefetches for k in (packs if e == "prefix" else packs[:1])]
+    for engine_name, prefetch, pack in layouts:
+        # the engine column names the layout too, so that "x greedy" compares within one layout
+        layout = (f" ahead-{prefetch}" if len(prefetches) > 1 else "") + (f" packed-{pack}" if len(packs) > 1 and engine_name == "prefix" else "")
         for name, spec in methods.items():
             # one pass for both branches where the engine joins them: VCD (both engines) and ICD on full
             # prompts; the no-image rows of M3ID and PAI do not join (hf_decode.JOIN_PADDING)
-            joinable = name == "vcd" or (name == "icd" and engine_name == "plain")
+            joinable = name == "vcd" or (name == "icd" and (engine_name == "plain" or pack != "off"))
             for passes in tuple(args.passes.split(",")) if joinable else ("one" if spec is None or name == "dola" else "separate",):
                 # built directly: a config without decode or sample would get generate, not the loop
                 kind = PrefixDecodeEngine if engine_name == "prefix" else DecodeEngine
                 config = GenerateConfig(max_new_tokens=args.new_tokens, stop_strings=(), decode=spec)
                 engine = kind(core, backend.batching, config, joint=passes != "separate")
                 engine.end_ids = []  # every row decodes exactly --new-tokens tokens
-                label = f"{name} {engine_name}" + ("" if passes == "one" or not joinable else f" {passes}")
-                if len(prefetches) > 1:
-                    label += f" ahead-{prefetch}"
+                label = f"{name} {engine_name}" + ("" if passes == "one" or not joinable else f" {passes}") + layout
                 engines[label] = engine
                 prefetch_of[label] = core.prefetch if prefetch == "auto" else prefetch == "on"
-                settings.append((label, name, engine_name + (f" ahead-{prefetch}" if len(prefetches) > 1 else ""), passes))
+                pack_of[label] = core.packs_rows if pack == "auto" else pack == "on"
+                settings.append((label, name, engine_name + layout, passes))
 
     def run_plain(engine: DecodeEngine, which: list[tuple[list[Request], list[Any]]]) -> int:
         done = 0
@@ -252,6 +261,10 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
         return len(answered) * args.new_tokens
 
     def one(name: str, warm_up: bool = False) -> int:
+        if name != "generate":
+            if pack_of[name] and core.packing_refused is not None:
+                raise SystemExit(f"--pack on: this model's questions cannot be packed ({core.packing_refused})")
+            core.packs_rows = pack_of[name]
         if name != "generate" and args.via == "answer":
             core.prefetch = prefetch_of[name]
             done = run_answer(engines[name], requests[: args.batch_size] if warm_up else requests)

@@ -16,7 +16,8 @@
 #             greedy decoding in the loop, the worker thread on and off
 #   methods   128 captions at batch 64, every method, the worker thread on (the GPU default)
 #   questions 32 images x 6 questions (192 rows of 64 tokens) at batch 64: rows across images after
-#             each image's cached prefixes, a batch's new images' prefixes in one pass; greedy, VCD
+#             each image's cached prefixes, a batch's new images' prefixes in one pass; greedy, VCD;
+#             the decoding loop's packed rows (an image's questions in one row) on and off
 #   sizes     this tree's POPE-shaped work at batch 18, 72 and 144 rows (packed)
 #   old       the tree before issue 33 (.gpu/old) against this one, batch 144
 set -u
@@ -49,7 +50,7 @@ greedy) step ${GREEDY_LIMIT:-170} decode_greedy python3 bench/bench_decode.py $D
 methods) step ${METHODS_LIMIT:-330} decode_methods python3 bench/bench_decode.py $DECODER --images 128 \
     --batch-size 64 --new-tokens 64 --runs $RUNS --engines prefix --passes joint --via answer --work-dir $W ;;
 questions) step ${QUESTIONS_LIMIT:-200} decode_questions python3 bench/bench_decode.py $DECODER --images 32 \
-    --questions 6 --batch-size 64 --new-tokens 64 --runs $RUNS --engines prefix --passes joint --via answer --methods vcd --work-dir $W ;;
+    --questions 6 --batch-size 64 --new-tokens 64 --runs $RUNS --engines prefix --passes joint --via answer --methods vcd --pack on,off --work-dir $W ;;
 sizes) step ${SIZES_LIMIT:-150} engine_sizes python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 18,72,144 \
     --runs 1 --inner-runs $RUNS --work-dir $W --json "$OUT/engine_sizes.json" ;;
 old) step ${OLD_LIMIT:-200} engine_old python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 144 --runs 1 --inner-runs $RUNS \

@@ -25,7 +25,10 @@ guided against the no-image branch.
 
 Inputs: full prompts, left-padded, explicit positions (``cumsum(mask) - 1``, what ``generate``
 gives a left-padded batch; Qwen2-VL's family: the model's own 3-D rotary positions), or suffixes
-after an image's cached prefix (hf/decode_prefix.py: ``past_key_values`` and explicit positions).
+after an image's cached prefix (hf/decode_prefix.py: ``past_key_values`` and explicit positions),
+or an image's questions packed into one row (hf_packed.PackedRows: the branch is a
+:class:`~halluprobe.backends.hf.packed.PackedBranch`, which hands the loop a row per question;
+joined, the base and contrast images' rows are one batch).
 With ``joint`` the base and contrast rows run as one batch of 2B rows, one KV cache and one
 forward pass per step, wherever :func:`joined_inputs` can put them together (full prompts
 re-left-padded to one width; suffixes after prefixes of one length: VCD's noised prefix); else

@@ -1,9 +1,12 @@
 """The decoding loop on the prefix cache (issues 24, 33): per image, the prompt tokens its
 questions share run once (and VCD's noised prefix once, ICD's instruction prefix once); batches
 take the next rows whichever images they belong to (hf/image_rows.py), each row continuing from
-its own image's caches (broadcast views for one image, a stacked copy for several:
-hf_prefix.rows_inputs) through the same lockstep loop and per-step rules as the plain
-:class:`~halluprobe.backends.hf.decode_engine.DecodeEngine`.
+its own image's caches through the same lockstep loop and per-step rules as the plain
+:class:`~halluprobe.backends.hf.decode_engine.DecodeEngine`: by default one row per image with
+its questions in slots (hf_packed.PackedRows), else a row per question (broadcast views for one
+image, a stacked copy for several: hf_prefix.rows_inputs). PAI, whose attention amplifies a
+row's last query, keeps a row per question, as do a model that cannot pack and a batch whose
+slots would be mostly empty (``worth_packing``).
 
 Each method's contrast branch here:
 

@@ -17,6 +17,10 @@ model's generation config would make ``generate`` change greedy logits (Qwen2-VL
 ``repetition_penalty``), or its attention cannot take a 4-D mask (flash attention),
 :func:`unpackable` says why and the engine keeps stacked rows.
 
+The decoding loop (hf/decode.py, hf/decode_prefix.py) packs its batches with the same layout:
+:class:`PackedRows` describes them and :class:`PackedBranch` runs them, handing the loop one row
+per question so that every step rule runs on it unchanged.
+
 torch is imported inside the functions.
 """
 
