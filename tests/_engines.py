@@ -1,5 +1,6 @@
 """Helpers shared by the hf engines' tests (prefix cache, model families): a prefix-pass
-counter and every readout's decision of a batch of responses."""
+counter, a counter of the decoding loop's packed branches, and every readout's decision of a
+batch of responses."""
 
 from __future__ import annotations
 
@@ -15,7 +16,26 @@ from halluprobe.readouts.value import Readout
 from halluprobe.records import Question, Request, Response
 from halluprobe.runner import make_sample
 
-__all__ = ["PrefixSpy", "assert_same_responses", "decisions", "yes_no_requests"]
+__all__ = ["PackedSpy", "PrefixSpy", "assert_same_responses", "decisions", "yes_no_requests"]
+
+
+class PackedSpy:
+    """Counts the packed branches the decoding loop opens (hf_decode's ``PackedBranch``), each
+    entry its number of rows: proves which layout really ran."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from halluprobe.backends.hf import decode as hf_decode
+        from halluprobe.backends.hf.packed import PackedBranch
+
+        self.rows: list[int] = []
+        built = self.rows
+
+        class Counted(PackedBranch):
+            def __init__(self, model: Any, packed: Any, *args: Any, **kwargs: Any) -> None:
+                built.append(packed.rows)
+                super().__init__(model, packed, *args, **kwargs)
+
+        monkeypatch.setattr(hf_decode, "PackedBranch", Counted)
 
 
 class PrefixSpy:

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _decode_truth import NEUTRAL, agreement, neutral_is_greedy, record_signals, truth_requests  # noqa: E402
+from _engines import PackedSpy  # noqa: E402
 from _families import FAMILY_NAMES, build_family  # noqa: E402
 
 from halluprobe.backends.families import FAMILIES  # noqa: E402
@@ -72,9 +73,10 @@ def _folder(name: str, folders: dict[str, Path], factory: pytest.TempPathFactory
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_every_method_the_family_runs_is_its_offline_rule_at_the_first_token(
-    family: str, photos: list[Path], folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+    family: str, photos: list[Path], folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = _folder(family, folders, tmp_path_factory)
+    packed = PackedSpy(monkeypatch)
     plain = HFBackend(str(folder), batch_size=8, dtype="float32", device="cpu", prefix_cache=False)
     engines = [plain]
     if FAMILIES[family].engine == "prefix_cache":  # else the family's only engine is the plain one
@@ -94,8 +96,12 @@ def test_every_method_the_family_runs_is_its_offline_rule_at_the_first_token(
         assert shift > 1e-3, (family, name, shift)
     for backend in engines:
         for method in runs:
+            opened = len(packed.rows)
             counts = agreement(backend, requests, recorded, specs[method])
             assert counts.checked == len(requests), (family, method)
+            # the prefix engine's loop packs an image's questions into one row where the family allows it, PAI excepted
+            packs = backend.prefix_cache and backend.core.packs_rows and method != "pai"
+            assert (len(packed.rows) > opened) == packs, (family, method, packed.rows[opened:])
             print(f"{family} {'prefix' if backend.prefix_cache else 'plain'} {method}: moved {counts.moved:.3g}, off by {counts.largest:.2g}")
             if method != "m3id":  # M3ID's weight is 0 at the first token (its rule): the base scores there
                 assert counts.moved > 1e-3, (family, method)  # the setting moves the scores: the agreement is not the base's

@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _engines import PackedSpy
 
 torch = pytest.importorskip("torch")
 
-from halluprobe.backends.hf import decode as hf_decode  # noqa: E402
 from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
 from halluprobe.backends.hf.decode import Decoded, contrast_decode  # noqa: E402
 from halluprobe.backends.hf.decode_engine import DecodeEngine  # noqa: E402
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine  # noqa: E402
 from halluprobe.backends.hf.decode_rules import GreedyRule, parse_decode_spec  # noqa: E402
-from halluprobe.backends.hf.packed import PackedBranch, PackedRows  # noqa: E402
+from halluprobe.backends.hf.packed import PackedRows  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
@@ -65,22 +65,6 @@ def llava(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path, p
     fast = HFBackend(str(path), dtype="float32", device="cpu")
     assert fast.core.packing_refused is None and fast.core.packs_rows
     return fast, HFBackend.on_core(fast.core, prefix_cache=False), _requests(fast, photos, "llava")
-
-
-class _Built:
-    """Counts the packed branches the loop opens (proves which layout really ran)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.rows: list[int] = []
-        real = PackedBranch
-        built = self.rows
-
-        class Counted(real):  # type: ignore[misc,valid-type]
-            def __init__(self, model: Any, packed: PackedRows, *args: Any, **kwargs: Any) -> None:
-                built.append(packed.rows)
-                super().__init__(model, packed, *args, **kwargs)
-
-        monkeypatch.setattr(hf_decode, "PackedBranch", Counted)
 
 
 def _engine(backend: HFBackend, spec: str | None, *, joint: bool = True) -> DecodeEngine:
@@ -128,7 +112,7 @@ def test_packed_rows_take_the_plain_engines_steps(llava: Any, spec: str | None, 
     fast, plain, requests = llava
     images, _ = fast.core.load_images(requests)
     want = _engine(plain, spec, joint=False).decode_full(requests, images, keep_steps=True)
-    built = _Built(monkeypatch)
+    built = PackedSpy(monkeypatch)
     contrast = spec is not None and not spec.startswith(("dola", "m3id"))  # a contrast branch on the prefix cache
     for joint in (False, True):
         engine = _engine(fast, spec, joint=joint)
@@ -150,7 +134,7 @@ def test_seeded_sampling_on_packed_rows_writes_the_plain_engines_text_at_every_s
     fast, plain, requests = llava
     config = GenerateConfig(max_new_tokens=STEPS, stop_strings=(), sample=True, seed=11, temperature=1.0, decode="vcd:alpha=1,beta=0.1")
     want = {r.key: r.text for batch in DecodeEngine(plain.core, plain.batching, config).answer(requests) for r in batch}
-    built = _Built(monkeypatch)
+    built = PackedSpy(monkeypatch)
     for size in (2, 4, 64):
         monkeypatch.setattr(fast.batching, "size", size)
         got = {r.key: r.text for batch in PrefixDecodeEngine(fast.core, fast.batching, config).answer(requests) for r in batch}
@@ -164,7 +148,7 @@ def test_pai_keeps_stacked_rows_and_says_so_once(llava: Any, monkeypatch: pytest
     fast, plain, requests = llava
     images, _ = fast.core.load_images(requests)
     want = _engine(plain, PAI, joint=False).decode_full(requests, images, keep_steps=True)
-    built = _Built(monkeypatch)
+    built = PackedSpy(monkeypatch)
     engine = _engine(fast, PAI)
     rows = _across_images(fast, engine, requests)
     monkeypatch.setattr(fast.core, "_said", set())
@@ -205,7 +189,7 @@ def test_qwen2_vl_packed_rows_take_the_plain_engines_steps(tmp_path: Path, qwen2
     plain = HFBackend.on_core(fast.core, prefix_cache=False)
     requests = _requests(fast, photos, None)
     images, _ = fast.core.load_images(requests)
-    built = _Built(monkeypatch)
+    built = PackedSpy(monkeypatch)
     for spec in (None, "vcd:alpha=1,beta=0.1", "m3id:lambda=0.5"):
         want = _engine(plain, spec, joint=False).decode_full(requests, images, keep_steps=True)
         engine = _engine(fast, spec)
