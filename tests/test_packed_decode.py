@@ -23,7 +23,7 @@ from halluprobe.backends.hf.decode import Decoded, contrast_decode  # noqa: E402
 from halluprobe.backends.hf.decode_engine import DecodeEngine  # noqa: E402
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine  # noqa: E402
 from halluprobe.backends.hf.decode_rules import GreedyRule, parse_decode_spec  # noqa: E402
-from halluprobe.backends.hf.packed import PackedRows  # noqa: E402
+from halluprobe.backends.hf.packed import PackedBranch, PackedRows  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
 from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
@@ -211,3 +211,53 @@ def test_a_packed_branch_alone_decodes_greedily_as_rows_of_their_own(llava: Any)
     packed = contrast_decode(fast.core.model, PackedRows.of(prefixes, suffixes), None, GreedyRule(), **common)
     stacked = contrast_decode(fast.core.model, rows_inputs(fast.core.model, prefixes, suffixes, 0, fast.core.pad_id), None, GreedyRule(), **common)
     assert packed.tokens == stacked.tokens and all(len(t) == STEPS for t in packed.tokens)
+
+
+def test_out_of_memory_in_a_packed_batch_halves_it_and_loses_nothing(llava: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A packed batch of the loop that runs out of memory is halved and taken again: every
+    question answered once, with the texts of an unhurried run."""
+    fast, _, requests = llava
+    config = GenerateConfig(max_new_tokens=STEPS, stop_strings=(), decode="vcd:alpha=1,beta=0.1")
+    monkeypatch.setattr(fast.batching, "size", 8)
+    want = {r.key: r.text for batch in PrefixDecodeEngine(fast.core, fast.batching, config).answer(requests) for r in batch}
+    real = PackedBranch.first_grid
+    sizes: list[int] = []
+
+    def tight(self: PackedBranch, *args: Any, **kwargs: Any) -> Any:
+        sizes.append(self.rows)
+        if self.rows > 6:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PackedBranch, "first_grid", tight)
+    answered = [r for batch in PrefixDecodeEngine(fast.core, fast.batching, config).answer(requests) for r in batch]
+    assert sizes[:2] == [12, 8] and fast.batching.size == 2  # 6 base + 6 noised rows joined; 4 + 4; then 2 + 2
+    assert sorted(r.key for r in answered) == sorted(want) and {r.key: r.text for r in answered} == want
+
+
+def test_a_packed_branchs_cache_takes_the_loops_steps_in_place(llava: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stacked cache of a packed branch is made with room for the slots' suffixes and every
+    step's new column: each layer keeps the buffer it started with (no copy of the cache a step)."""
+    from halluprobe.backends.hf.prefix import _appending_layer
+
+    fast, _, requests = llava
+    branches: list[tuple[PackedBranch, list[Any]]] = []
+    real = PackedBranch.first_grid
+
+    def kept(self: PackedBranch, *args: Any, **kwargs: Any) -> Any:
+        out = real(self, *args, **kwargs)
+        branches.append((self, [layer.key_room for layer in self.cache.layers]))
+        return out
+
+    monkeypatch.setattr(PackedBranch, "first_grid", kept)
+    config = GenerateConfig(max_new_tokens=STEPS, stop_strings=(), decode=None)
+    monkeypatch.setattr(fast.batching, "size", 64)
+    engine = PrefixDecodeEngine(fast.core, fast.batching, config)
+    engine.end_ids = []  # every question decodes all its steps
+    assert len([r for batch in engine.answer(requests) for r in batch]) == len(requests)
+    assert len(branches) == 1
+    branch, buffers = branches[0]
+    assert branch.fed == STEPS - 1
+    for layer, buffer in zip(branch.cache.layers, buffers, strict=True):
+        assert type(layer) is _appending_layer() and layer.key_room is buffer
+        assert layer.keys.shape[-2] == buffer.shape[-2]  # the room was exactly what the steps took
