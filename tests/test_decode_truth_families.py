@@ -99,8 +99,8 @@ def test_every_method_the_family_runs_is_its_offline_rule_at_the_first_token(
             opened = len(packed.rows)
             counts = agreement(backend, requests, recorded, specs[method])
             assert counts.checked == len(requests), (family, method)
-            # the prefix engine's loop packs an image's questions into one row where the family allows it, PAI excepted
-            packs = backend.prefix_cache and backend.core.packs_rows and method != "pai"
+            # the prefix engine's loop packs an image's questions into one row where the family allows it
+            packs = backend.prefix_cache and backend.core.packs_rows
             assert (len(packed.rows) > opened) == packs, (family, method, packed.rows[opened:])
             print(f"{family} {'prefix' if backend.prefix_cache else 'plain'} {method}: moved {counts.moved:.3g}, off by {counts.largest:.2g}")
             if method != "m3id":  # M3ID's weight is 0 at the first token (its rule): the base scores there

@@ -1,15 +1,14 @@
 """The decoding loop on packed rows (issue 33): a prefix-cache batch of the loop runs one row per
 image, its questions in slots (hf/packed.py ``PackedBranch``), for greedy decoding, seeded
-sampling, VCD, ICD, M3ID and DoLa. On tiny real LLaVA and Qwen2-VL builds in fp32, every step's
+sampling, VCD, ICD, M3ID, PAI and DoLa. On tiny real LLaVA and Qwen2-VL builds in fp32, every step's
 base logits, contrast logits and scores equal the plain engine's on full prompts within 1e-4 and
 the tokens are the same, with the base and contrast rows in one pass or a pass each; the stacked
-rows (one row per question) give the same steps; PAI, which amplifies a row's last query, keeps
-stacked rows and says so once; a batch whose slots would be mostly empty keeps stacked rows.
+rows (one row per question) give the same steps; PAI amplifies each question's last query in
+its slot; a batch whose slots would be mostly empty keeps stacked rows.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,11 @@ from _engines import PackedSpy
 torch = pytest.importorskip("torch")
 
 from halluprobe.backends.hf.backend import HFBackend  # noqa: E402
+from halluprobe.backends.hf import decode as hf_decode  # noqa: E402
 from halluprobe.backends.hf.decode import Decoded, contrast_decode  # noqa: E402
 from halluprobe.backends.hf.decode_engine import DecodeEngine  # noqa: E402
 from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine  # noqa: E402
-from halluprobe.backends.hf.decode_rules import GreedyRule, parse_decode_spec  # noqa: E402
+from halluprobe.backends.hf.decode_rules import GreedyRule  # noqa: E402
 from halluprobe.backends.hf.packed import PackedBranch, PackedRows  # noqa: E402
 from halluprobe.records import ICD_INSTRUCTION, GenerateConfig, Request  # noqa: E402
 from halluprobe.tiny import build_tiny_llava, demo_photos  # noqa: E402
@@ -39,8 +39,8 @@ PACKABLE: list[str | None] = [
     "icd:alpha=1,beta=0.1",
     "m3id:lambda=0.5",
     "dola:relative_top=0.1,repetition_penalty=1.5",
+    "pai:gamma=1.5,alpha=0.5,start=0,end=2",
 ]
-PAI = "pai:gamma=1.5,alpha=0.5,start=0,end=2"
 
 
 def _requests(backend: HFBackend, images: list[str], template: str | None) -> list[Request]:
@@ -113,7 +113,7 @@ def test_packed_rows_take_the_plain_engines_steps(llava: Any, spec: str | None, 
     images, _ = fast.core.load_images(requests)
     want = _engine(plain, spec, joint=False).decode_full(requests, images, keep_steps=True)
     built = PackedSpy(monkeypatch)
-    contrast = spec is not None and not spec.startswith(("dola", "m3id"))  # a contrast branch on the prefix cache
+    contrast = spec is not None and spec.startswith(("vcd", "icd"))  # a contrast branch on the prefix cache
     for joint in (False, True):
         engine = _engine(fast, spec, joint=joint)
         rows = _across_images(fast, engine, requests)
@@ -142,31 +142,23 @@ def test_seeded_sampling_on_packed_rows_writes_the_plain_engines_text_at_every_s
     assert max(built.rows) == 2 * len(requests)  # the batch of 64: both images' base and noised rows, one pass
 
 
-def test_pai_keeps_stacked_rows_and_says_so_once(llava: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """PAI amplifies the last query of a row; a packed row holds several questions, so PAI's
-    batches stay stacked (the plain engine's steps) and the log says why, once."""
+def test_pai_amplifies_each_questions_last_query_of_a_packed_row(llava: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PAI amplifies a row's next-token query; a packed row holds a question's last query in each
+    slot. Amplified at those columns only, its steps are the plain engine's (the test above); at
+    the row's last column only, as for rows of their own, they are not."""
+    from halluprobe.backends.hf import signals as hf_signals
+
     fast, plain, requests = llava
+    spec = next(s for s in PACKABLE if s is not None and s.startswith("pai"))
     images, _ = fast.core.load_images(requests)
-    want = _engine(plain, PAI, joint=False).decode_full(requests, images, keep_steps=True)
-    built = PackedSpy(monkeypatch)
-    engine = _engine(fast, PAI)
+    want = _engine(plain, spec, joint=False).decode_full(requests, images, keep_steps=True)
+    engine = _engine(fast, spec)
     rows = _across_images(fast, engine, requests)
-    monkeypatch.setattr(fast.core, "_said", set())
-    with caplog.at_level(logging.INFO):
-        for _ in range(2):
-            _same_steps(engine.decode_prefixed(rows, keep_steps=True), want, "pai")
-    assert built.rows == []
-    said = [m for m in caplog.messages if "PAI amplifies a row's last query" in m]
-    assert len(said) == 1, caplog.messages
-    base = PackedRows.of([row[0].prefix for row in rows], [row[0].suffixes[row[0].suffix_of[row[1].prompt]] for row in rows])
-    with pytest.raises(ValueError, match="PAI"):
-        contrast_decode(fast.core.model, base, None, parse_pai(), max_new_tokens=2, end_ids=[2], pad_id=fast.core.pad_id)
-
-
-def parse_pai() -> Any:
-    from halluprobe.backends.hf.decode_rules import decode_rule
-
-    return decode_rule(parse_decode_spec(PAI), 2)
+    real = hf_signals.amplified_attention
+    monkeypatch.setattr(hf_decode, "amplified_attention", lambda model, setting, columns, queries=None: real(model, setting, columns))
+    got = engine.decode_prefixed(rows, keep_steps=True)
+    gap = max(float((a - b).abs().max()) for a, b in zip(got.base_logits, want.base_logits))
+    assert gap > 1e-3, gap
 
 
 def test_a_batch_of_mostly_empty_slots_keeps_stacked_rows(llava: Any) -> None:

@@ -275,8 +275,6 @@ def contrast_decode(
     import torch
 
     packed = isinstance(base_inputs, PackedRows)
-    if packed and isinstance(rule, PAIRule):
-        raise ValueError("PAI amplifies a row's last query: packed rows hold several questions a row")
     rows = base_inputs.rows if isinstance(base_inputs, PackedRows) else base_inputs["input_ids"].shape[0]
     together = _together(model, base_inputs, contrast_inputs, pad_id) if joint and contrast_inputs is not None else None
     room = max_new_tokens - 1
@@ -293,17 +291,23 @@ def contrast_decode(
     steps: list[Any] = []  # each step's chosen tokens [rows]
     seen: Any = None  # DoLa: [batch, vocab] the tokens its repetition penalty applies to
     columns: Any = None  # PAI: [batch, keys] the image tokens among the base branch's keys
+    queries: Any = None  # PAI on packed rows: the query columns amplified (each question's last)
     for step in range(max_new_tokens):
         feed = tokens if together is None or tokens is None else torch.cat([tokens, tokens])
         if isinstance(rule, PAIRule):  # the base branch attends with the image amplified, every step
             if step == 0:
                 if image_token_id is None:
                     raise ValueError("PAI needs the image token id to find the image's keys")
-                columns = _key_ids(together if together is not None else base_inputs, prefix_ids) == image_token_id
-                columns[rows:] = False  # joined: the contrast rows attend as usual
-            else:
-                columns = torch.cat([columns, torch.zeros_like(columns[:, :1])], dim=-1)
-            with amplified_attention(model, rule.setting, columns):
+                if isinstance(base, PackedBranch):  # each question's last column, its image's columns
+                    columns, queries = base.key_ids == image_token_id, base.last_columns
+                else:
+                    columns = _key_ids(together if together is not None else base_inputs, prefix_ids) == image_token_id
+                    columns[rows:] = False  # joined: the contrast rows attend as usual
+            else:  # a new column per row, or per slot of a packed row (every query is a question's last)
+                new = base.slots if isinstance(base, PackedBranch) else 1
+                columns = torch.cat([columns, torch.zeros_like(columns[:, :new])], dim=-1)
+                queries = slice(None) if isinstance(base, PackedBranch) else None
+            with amplified_attention(model, rule.setting, columns, queries):
                 logits, early = base.step(feed)
         else:
             logits, early = base.step(feed, rule.layers if isinstance(rule, DoLaRule) else ())

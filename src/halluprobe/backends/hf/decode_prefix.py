@@ -4,9 +4,8 @@ take the next rows whichever images they belong to (hf/image_rows.py), each row 
 its own image's caches through the same lockstep loop and per-step rules as the plain
 :class:`~halluprobe.backends.hf.decode_engine.DecodeEngine`: by default one row per image with
 its questions in slots (hf_packed.PackedRows), else a row per question (broadcast views for one
-image, a stacked copy for several: hf_prefix.rows_inputs). PAI, whose attention amplifies a
-row's last query, keeps a row per question, as do a model that cannot pack and a batch whose
-slots would be mostly empty (``worth_packing``).
+image, a stacked copy for several: hf_prefix.rows_inputs) where the model cannot pack or a
+batch's slots would be mostly empty (``worth_packing``).
 
 Each method's contrast branch here:
 
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from halluprobe.backends.hf.core import Batching, ModelCore, error_response, is_oom
 from halluprobe.backends.hf.decode import Decoded
 from halluprobe.backends.hf.decode_engine import DecodeEngine
-from halluprobe.backends.hf.decode_rules import BRANCHES, PAIRule
+from halluprobe.backends.hf.decode_rules import BRANCHES
 from halluprobe.backends.hf.image_rows import Encoded, ImageRows, RowQueue, ahead_images, distinct_prompts, encoded_images
 from halluprobe.backends.hf.packed import PackedRows, worth_packing
 from halluprobe.backends.hf.prefix import Prefix, padded_prefix_ids, rows_inputs
@@ -206,15 +205,11 @@ class PrefixDecodeEngine(DecodeEngine):
 
     def _packs(self, rows: Sequence[tuple[ImagePrefixes, Request]]) -> bool:
         """Whether this batch's rows run as one row per image (hf/packed.py), saying once why not:
-        packing refused for the model, PAI (it amplifies a row's last query), or most slots
-        empty (``worth_packing``)."""
+        packing refused for the model, or most slots empty (``worth_packing``)."""
         core = self.core
         if core.packing_refused is not None or not core.packs_rows:
             if core.packing_refused is not None and core.stacks_caches:
                 core.say_once(f"an image's questions stay in rows of their own: {core.packing_refused}")
-            return False
-        if isinstance(self.rule, PAIRule):
-            core.say_once("PAI amplifies a row's last query: an image's questions stay in rows of their own")
             return False
         return worth_packing(list(Counter(id(prefixes) for prefixes, _ in rows).values()))
 

@@ -175,6 +175,7 @@ class PackedBranch:
         longest = max(prefix.input_ids.shape[1] for prefix, _ in groups)
         images, block = len(groups), slots * width
         ids = torch.full((images, block), pad_id, dtype=torch.long)
+        prefix_ids = torch.full((images, longest), pad_id, dtype=torch.long)
         owner = torch.full((images, longest + block), PAD, dtype=torch.long)
         positions = torch.zeros((images, block), dtype=torch.long)
         first_new = torch.zeros((images, slots), dtype=torch.long)  # each slot's first generated position
@@ -182,6 +183,7 @@ class PackedBranch:
         tails = torch.full((images, slots, width), pad_id, dtype=torch.long)  # the suffixes, for stop strings
         for row, (prefix, suffixes) in enumerate(groups):
             owner[row, longest - prefix.input_ids.shape[1] : longest] = PREFIX
+            prefix_ids[row, longest - prefix.input_ids.shape[1] :] = prefix.input_ids[0].cpu()
             for slot, suffix in enumerate(suffixes):
                 end = (slot + 1) * width
                 start = end - len(suffix)
@@ -193,6 +195,8 @@ class PackedBranch:
                 tails[row, slot, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
         self.groups, self.slots, self.width, self.longest = groups, slots, width, longest
         self.ids, self.positions = ids.to(device), positions.to(device)
+        self.key_ids = torch.cat([prefix_ids, ids], dim=1).to(device)  # [images, keys] of the first step (PAI's image columns)
+        self.last_columns = torch.arange(1, slots + 1, device=device) * width - 1  # each slot's last column in the block
         self.owner, self.slot_owner, self.first_new = owner.to(device), slot_owner.to(device), first_new.to(device)
         self.tails = tails.to(device)
         self.asked = self.slot_owner != PAD  # [images, slots]; its True cells in order are the rows
@@ -224,7 +228,7 @@ class PackedBranch:
             self.cache = stacked_cache(model.config, [(prefix.cache, 1) for prefix, _ in self.groups], self.longest, room=self.room)
             if self.cache is None:
                 raise ValueError("these cache layers cannot be stacked across images")
-            last = torch.arange(1, self.slots + 1, device=device) * self.width - 1  # each slot's last column
+            last = self.last_columns
             keep = {"logits_to_keep": last} if self.keep_logits else {}
             block = self.ids.shape[1]
             out = model(

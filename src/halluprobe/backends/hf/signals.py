@@ -227,8 +227,9 @@ _pai_state: dict[str, Any] = {}  # the setting and image columns of the pass in 
 
 
 def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float, dropout: float = 0.0, **_: Any) -> tuple[Any, Any]:
-    """Eager attention, with the last query row's pre-softmax weights on image tokens amplified
-    (``A + alpha |A|``) in the chosen layers."""
+    """Eager attention, with the pre-softmax weights on image tokens amplified (``A + alpha |A|``)
+    in the chosen layers, for the last query row (a row's next-token query), or for the query
+    rows ``amplified_attention`` was given (packed rows: each question's last query)."""
     import torch
 
     repeat = query.shape[1] // key.shape[1]
@@ -249,18 +250,24 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
             )
         # only the image columns change: a masked column holds the dtype's minimum, and
         # alpha * |min| * 0 there would overflow to inf * 0 = NaN for alpha > 1
-        last = weights[:, :, -1, :]
-        weights[:, :, -1, :] = torch.where(columns[:, None, :], last + setting.alpha * last.abs(), last)
+        queries = _pai_state.get("queries")
+        if queries is None:
+            last = weights[:, :, -1, :]
+            weights[:, :, -1, :] = torch.where(columns[:, None, :], last + setting.alpha * last.abs(), last)
+        else:
+            picked = weights[:, :, queries, :]
+            weights[:, :, queries, :] = torch.where(columns[:, None, None, :], picked + setting.alpha * picked.abs(), picked)
     weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
 @contextmanager
-def amplified_attention(model: Any, setting: PaiSetting, image_columns: Any) -> Iterator[None]:
+def amplified_attention(model: Any, setting: PaiSetting, image_columns: Any, queries: Any = None) -> Iterator[None]:
     """Within the block, the text model attends with PAI's amplification (eager attention);
     its own attention implementation is put back after. ``image_columns`` ([batch, keys], bool)
     marks the image tokens among the keys: with a cached prefix the keys are the prefix's and
-    the suffix's columns, padding included."""
+    the suffix's columns, padding included. ``queries``: the query rows amplified (an index
+    tensor or a slice; packed rows hold several questions a row), else the last."""
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import eager_mask
 
@@ -268,7 +275,7 @@ def amplified_attention(model: Any, setting: PaiSetting, image_columns: Any) -> 
     AttentionMaskInterface.register(_PAI_NAME, eager_mask)
     config = model.get_decoder().config
     before = config._attn_implementation
-    _pai_state.update(setting=setting, image_columns=image_columns)
+    _pai_state.update(setting=setting, image_columns=image_columns, queries=queries)
     config._attn_implementation = _PAI_NAME
     try:
         yield
