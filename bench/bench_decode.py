@@ -95,7 +95,7 @@ def main() -> None:
                         help="with --via answer: auto (the model's default: on for a GPU), on, off, or several comma-separated (a setting each)")  # fmt: skip
     parser.add_argument("--pack", default="auto",
                         help="prefix engine: an image's questions in one row behind a 4-D mask (hf/packed.py): auto (the model's "
-                             "default), on, off, or several comma-separated (a setting each; PAI keeps stacked rows whatever this says)")  # fmt: skip
+                             "default), on, off, or several comma-separated (a setting each)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
