@@ -21,18 +21,21 @@ __all__ = ["PackedSpy", "PrefixSpy", "assert_same_responses", "decisions", "yes_
 
 class PackedSpy:
     """Counts the packed branches the decoding loop opens (hf_decode's ``PackedBranch``), each
-    entry its number of rows: proves which layout really ran."""
+    entry its number of rows (``rows``) and of packed rows, one per image and branch
+    (``images``): proves which layout really ran."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from halluprobe.backends.hf import decode as hf_decode
         from halluprobe.backends.hf.packed import PackedBranch
 
         self.rows: list[int] = []
-        built = self.rows
+        self.images: list[int] = []
+        built, images = self.rows, self.images
 
         class Counted(PackedBranch):
             def __init__(self, model: Any, packed: Any, *args: Any, **kwargs: Any) -> None:
                 built.append(packed.rows)
+                images.append(len(packed.groups))
                 super().__init__(model, packed, *args, **kwargs)
 
         monkeypatch.setattr(hf_decode, "PackedBranch", Counted)

@@ -253,3 +253,33 @@ def test_a_packed_branchs_cache_takes_the_loops_steps_in_place(llava: Any, monke
     for layer, buffer in zip(branch.cache.layers, buffers, strict=True):
         assert type(layer) is _appending_layer() and layer.key_room is buffer
         assert layer.keys.shape[-2] == buffer.shape[-2]  # the room was exactly what the steps took
+
+
+@pytest.mark.parametrize(
+    "spec,sample",
+    [(None, False), ("vcd:alpha=1,beta=0.1", False), ("icd:alpha=1,beta=0.1", False), ("dola:relative_top=0.1,repetition_penalty=1.5", False),
+     ("pai:gamma=1.5,alpha=0.5,start=0,end=2", False), (None, True)],
+    ids=["greedy", "vcd", "icd", "dola", "pai", "sampling"],
+)
+def test_uneven_packed_rows_keep_the_loops_row_order(llava: Any, spec: str | None, sample: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last question of one image (its other rows in an earlier batch), then every question
+    of the next with one asked twice: the short image first, so its row's empty slots sit
+    between the questions (row order is the asked slots', not the grid's flattened order). Each
+    row takes the plain engine's steps: its own tokens fed back, its own logits, early layers,
+    seen tokens and generator."""
+    fast, plain, requests = llava
+    first, second = requests[:3], requests[3:]
+    again = second[0].model_copy(update={"question_id": len(requests)})
+    batch = [first[-1], *second, again]
+    config = GenerateConfig(max_new_tokens=STEPS, stop_strings=(), decode=spec, sample=sample, seed=5 if sample else None)
+    images, _ = fast.core.load_images(batch)
+    want = DecodeEngine(plain.core, plain.batching, config, joint=False).decode_full(batch, images, keep_steps=True)
+    engine = PrefixDecodeEngine(fast.core, fast.batching, config)
+    rows = [(engine.prepare(first, images[0]), first[-1])]
+    prefixes = engine.prepare([*second, again], images[1])
+    rows += [(prefixes, r) for r in [*second, again]]
+    built = PackedSpy(monkeypatch)
+    _same_steps(engine.decode_prefixed(rows, keep_steps=True), want, f"{spec} sample={sample} uneven")
+    contrast = spec is not None and spec.startswith(("vcd", "icd"))
+    assert built.rows == [2 * len(batch) if contrast else len(batch)]
+    assert built.images == [4 if contrast else 2]  # one packed row per image and branch

@@ -31,9 +31,10 @@ or an image's questions packed into one row (hf_packed.PackedRows: the branch is
 joined, the base and contrast images' rows are one batch).
 With ``joint`` the base and contrast rows run as one batch of 2B rows, one KV cache and one
 forward pass per step, wherever :func:`joined_inputs` can put them together (full prompts
-re-left-padded to one width; suffixes after prefixes of one length: VCD's noised prefix); else
-one forward pass per branch and step. The first step asks for the last position's logits only
-(``logits_to_keep=1``). torch is imported inside the functions.
+re-left-padded to one width; suffixes after prefixes of one length: VCD's noised prefix; packed
+rows always); else one forward pass per branch and step. The first step asks for the last
+position's logits only (``logits_to_keep=1``; packed rows: each slot's last column). torch is
+imported inside the functions.
 """
 
 from __future__ import annotations

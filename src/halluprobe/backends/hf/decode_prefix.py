@@ -16,7 +16,8 @@ Each method's contrast branch here:
   head, image tokens, the instruction), continued from the base prefix's cache after the image
   (hf_signal_passes.SignalPasses.prefixes, as the ``instruction`` signal): no second image pass.
   Where the variants share no prefix, the contrast rows run as full prompts (the plain way). Its
-  prefix is longer than the base one, so the two branches run separate passes.
+  prefix is longer than the base one: in rows of their own the two branches run separate
+  passes; packed, they join as one batch (the shorter prefixes left-padded, masked out).
 - M3ID, PAI: the question without the image is a short text prompt that shares a few template
   tokens with the others: it runs as full prompts, a pass of its own per step.
 - DoLa: no contrast branch.
