@@ -49,7 +49,7 @@ greedy) step ${GREEDY_LIMIT:-170} decode_greedy python3 bench/bench_decode.py $D
     --batch-size 128 --new-tokens 64 --runs $RUNS --engines prefix --via answer --prefetch on,off --methods greedy --work-dir $W ;;
 methods) step ${METHODS_LIMIT:-330} decode_methods python3 bench/bench_decode.py $DECODER --images 128 \
     --batch-size 64 --new-tokens 64 --runs $RUNS --engines prefix --passes joint --via answer --work-dir $W ;;
-questions) step ${QUESTIONS_LIMIT:-200} decode_questions python3 bench/bench_decode.py $DECODER --images 32 \
+questions) step ${QUESTIONS_LIMIT:-300} decode_questions python3 bench/bench_decode.py $DECODER --images 32 \
     --questions 6 --batch-size 64 --new-tokens 64 --runs $RUNS --engines prefix --passes joint --via answer --methods vcd --pack on,off --work-dir $W ;;
 sizes) step ${SIZES_LIMIT:-150} engine_sizes python3 bench/bench_engine.py --modes c $SHAPE --images 32 --batch-size 18,72,144 \
     --runs 1 --inner-runs $RUNS --work-dir $W --json "$OUT/engine_sizes.json" ;;
