@@ -283,3 +283,62 @@ def test_uneven_packed_rows_keep_the_loops_row_order(llava: Any, spec: str | Non
     contrast = spec is not None and spec.startswith(("vcd", "icd"))
     assert built.rows == [2 * len(batch) if contrast else len(batch)]
     assert built.images == [4 if contrast else 2]  # one packed row per image and branch
+
+
+def test_a_batch_stops_with_its_last_row_and_takes_no_more_steps_than_the_plain_engines(llava: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33's "fewer wasted steps", counted: with end tokens that stop the rows at different
+    steps, every batch of the loop (packed rows across images, or the plain engine's full
+    prompts) runs exactly as many steps as its longest row needs, and the packed batches take no
+    more steps in all than the plain engine's at the same batch size, with the same texts."""
+    from halluprobe.backends.hf.decode import _Branch
+
+    fast, plain, requests = llava
+    steps = 8
+    config = GenerateConfig(max_new_tokens=steps, stop_strings=())
+    images, _ = fast.core.load_images(requests)
+    free = DecodeEngine(plain.core, plain.batching, config)
+    free.end_ids = []
+    tokens = free.decode_full(requests, images).tokens  # every row's tokens, nothing ending them
+    ends = [tokens[0][1], tokens[4][4]]
+    stop = {r.key: next((k + 1 for k, t in enumerate(row) if t in ends), steps) for r, row in zip(requests, tokens)}
+    assert len(set(stop.values())) > 2, stop  # rows stop at different steps
+
+    calls: list[int] = []
+    for kind in (_Branch, PackedBranch):
+        real_step = kind.step
+
+        def counted(self: Any, *args: Any, _real: Any = real_step, **kwargs: Any) -> Any:
+            calls.append(1)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(kind, "step", counted)
+    batches: list[tuple[list[Any], int]] = []
+    real_loop = DecodeEngine.loop
+
+    def loop(self: DecodeEngine, rows: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.clear()
+        out = real_loop(self, rows, *args, **kwargs)
+        batches.append(([r.key for r in rows], len(calls)))
+        return out
+
+    monkeypatch.setattr(DecodeEngine, "loop", loop)
+
+    def run(backend: HFBackend, size: int) -> tuple[dict[Any, str | None], list[tuple[list[Any], int]]]:
+        monkeypatch.setattr(backend.batching, "size", size)
+        batches.clear()
+        kind = PrefixDecodeEngine if backend.prefix_cache else DecodeEngine
+        engine = kind(backend.core, backend.batching, config)
+        engine.end_ids = ends
+        texts = {r.key: r.text for batch in engine.answer(requests) for r in batch}
+        return texts, list(batches)
+
+    built = PackedSpy(monkeypatch)
+    for size in (2, 4, 64):
+        want, plain_batches = run(plain, size)
+        opened = len(built.rows)
+        got, packed_batches = run(fast, size)
+        assert len(built.rows) - opened == len(packed_batches), size  # every batch of the prefix engine packed
+        assert got == want, size
+        for keys, taken in plain_batches + packed_batches:
+            assert taken == max(stop[k] for k in keys), (size, keys, taken)
+        assert sum(t for _, t in packed_batches) <= sum(t for _, t in plain_batches), (size, packed_batches, plain_batches)
