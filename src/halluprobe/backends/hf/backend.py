@@ -86,8 +86,9 @@ class HFBackend:
             "batch_size": self.batching.size,
             "prefix_cache": self.prefix_cache,
             # an image's questions in one row (hf/packed.py; numbers equal to stacked rows' within
-            # 1e-4): for first-token readouts, and for greedy continuations too; what the model
-            # allows: a call with correction signals or a decoding method keeps a row per question
+            # 1e-4): for first-token readouts and the decoding loop, and for generate's greedy
+            # continuations too; what the model allows: a call with correction signals keeps a
+            # row per question
             "packed_rows": self.prefix_cache and self.core.packs_rows,
             "packed_text": self.prefix_cache and self.core.packs_rows and self.core.text_packing_refused is None,
         }
