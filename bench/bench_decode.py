@@ -262,7 +262,7 @@ def in_process(args: argparse.Namespace, tmp: Path) -> None:
 
     def one(name: str, warm_up: bool = False) -> int:
         if name != "generate":
-            if pack_of[name] and core.packing_refused is not None:
+            if pack_of[name] and core.packing_refused is not None and isinstance(engines[name], PrefixDecodeEngine):
                 raise SystemExit(f"--pack on: this model's questions cannot be packed ({core.packing_refused})")
             core.packs_rows = pack_of[name]
         if name != "generate" and args.via == "answer":
