@@ -242,12 +242,11 @@ def test_out_of_memory_halves_the_batch_and_loses_nothing(tiny_llava: Path, phot
 
     real_packed = backend.core.packed_step
 
-    def packed_with_small_memory(groups: Any, *args: Any, **kwargs: Any) -> Any:  # a row per image, its questions in slots
-        rows = sum(len(suffixes) for _, suffixes in groups)
-        sizes.append(rows)
-        if rows > 2:
+    def packed_with_small_memory(packed: Any, *args: Any, **kwargs: Any) -> Any:  # a row per image, its questions in slots
+        sizes.append(packed.rows)
+        if packed.rows > 2:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_packed(groups, *args, **kwargs)
+        return real_packed(packed, *args, **kwargs)
 
     monkeypatch.setattr(backend.core, "first_step", step_with_small_memory)
     monkeypatch.setattr(backend.core, "packed_step", packed_with_small_memory)

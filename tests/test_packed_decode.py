@@ -161,15 +161,25 @@ def test_pai_amplifies_each_questions_last_query_of_a_packed_row(llava: Any, mon
     assert gap > 1e-3, gap
 
 
-def test_a_batch_of_mostly_empty_slots_keeps_stacked_rows(llava: Any) -> None:
-    """One image of three questions beside four of one: 15 slots for 7 questions, so the batch
-    keeps stacked rows; three of one beside one of one packs."""
-    fast, _, requests = llava
+def test_a_batch_of_mostly_empty_slots_keeps_stacked_rows(llava: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image's three questions beside four images asked one each (here copies of the second
+    image's prefixes, each its own packed row): 15 slots for 7 questions, so the loop keeps
+    stacked rows, with the plain engine's steps; the first four rows (3 + 1) pack."""
+    from dataclasses import replace
+
+    fast, plain, requests = llava
     engine = _engine(fast, None)
-    images = [object() for _ in range(5)]
-    skewed = [(images[0], requests[0])] * 3 + [(image, requests[0]) for image in images[1:]]
-    assert not engine._packs(skewed)  # type: ignore[attr-defined]
-    assert engine._packs(skewed[:4])  # type: ignore[attr-defined]
+    rows = _across_images(fast, engine, requests)
+    first, second = rows[:3], rows[3]
+    skewed = [*first, *((replace(second[0]), second[1]) for _ in range(4))]
+    asked = [r for _, r in skewed]
+    images, _ = fast.core.load_images(asked)
+    want = _engine(plain, None, joint=False).decode_full(asked, images, keep_steps=True)
+    built = PackedSpy(monkeypatch)
+    _same_steps(engine.decode_prefixed(skewed, keep_steps=True), want, "skewed")
+    assert built.rows == []
+    engine.decode_prefixed(skewed[:4])
+    assert built.rows == [4]
 
 
 def test_qwen2_vl_packed_rows_take_the_plain_engines_steps(tmp_path: Path, qwen2_tokenizer_dir: Path, photos: list[str], monkeypatch: pytest.MonkeyPatch) -> None:

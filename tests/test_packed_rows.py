@@ -74,9 +74,9 @@ class _PackSpy:
         self.images: list[int] = []
         real = backend.core.packed_step
 
-        def spied(groups: Any, *args: Any, **kwargs: Any) -> Any:
-            self.images.append(len(groups))
-            return real(groups, *args, **kwargs)
+        def spied(packed: Any, *args: Any, **kwargs: Any) -> Any:
+            self.images.append(len(packed.groups))
+            return real(packed, *args, **kwargs)
 
         monkeypatch.setattr(backend.core, "packed_step", spied)
 
@@ -109,7 +109,7 @@ def test_packed_rows_equal_stacked_rows_and_full_prompts(
 def test_every_greedy_step_of_a_packed_batch_matches_full_prompts(backends: dict[str, dict[str, HFBackend]], photos: Path, model: str) -> None:
     """Each question's logits at each of 5 greedy steps equal a forward pass over its full prompt
     plus its own greedy tokens so far (within 1e-4)."""
-    from halluprobe.backends.hf.packed import packed_first_step
+    from halluprobe.backends.hf.packed import PackedRows, packed_first_step
 
     stacked = backends[model]["stacked"]
     core = stacked.core
@@ -131,7 +131,8 @@ def test_every_greedy_step_of_a_packed_batch_matches_full_prompts(backends: dict
 
     core.model.forward = forward
     try:
-        first, texts = packed_first_step(core.model, core.tokenizer, groups, 5, None, core.pad_id, keep_logits=bool(core.keep_last))
+        packed = PackedRows(tuple((prefix, tuple(tuple(suffix) for suffix in suffixes)) for prefix, suffixes in groups))
+        first, texts = packed_first_step(core.model, core.tokenizer, packed, 5, None, core.pad_id, keep_logits=bool(core.keep_last))
     finally:
         del core.model.forward
     assert texts is not None and len(texts) == len(full) == first.shape[0]
@@ -300,3 +301,18 @@ def test_a_model_refused_at_load_keeps_stacked_rows(
         assert len(got) == len(requests) and all(r.error is None for r in got.values())
     said = [r.getMessage() for r in caplog.records if "stay in rows of their own" in r.getMessage()]
     assert len(said) == 1 and "4-D mask" in said[0]  # the reason, once for the loaded model
+
+
+def test_a_stop_string_begun_by_the_question_ends_it_where_generate_does(backends: dict[str, dict[str, HFBackend]], photos: Path) -> None:
+    """generate's stop strings read the prompt too: one that starts in the question's last
+    characters and ends in its first generated token stops it there. The packed loop reads each
+    slot's suffix beside its tokens for that reason."""
+    stacked, plain = backends["llava"]["stacked"], backends["llava"]["plain"]
+    requests = yes_no_requests(stacked, photos, PHOTOS, OBJECTS)
+    free = _answer(plain, requests, 6, packed=False, stops=())
+    first = requests[0]
+    stop = first.prompt[-2:] + (free[first.key].text or "")[:1]  # the prompt's "T:" and the first generated letter
+    want = _answer(plain, requests, 6, packed=False, stops=(stop,))
+    assert len(want[first.key].text or "") < len(free[first.key].text or "")  # generate stopped it early
+    got = _answer(stacked, requests, 6, packed=True, stops=(stop,))
+    assert_same_responses(want, got, texts=True)

@@ -19,12 +19,13 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from halluprobe.backends.hf.load import load_model, load_processor
-from halluprobe.backends.hf.packed import packed_first_step, unpackable
+from halluprobe.backends.hf.packed import PackedRows, packed_first_step, unpackable, worth_packing
 from halluprobe.backends.hf.prefix import Prefix, next_position, split_cache, stackable
 from halluprobe.files import read_rgb_image
 from halluprobe.readouts.logits import candidate_ids
@@ -204,12 +205,20 @@ class ModelCore:
         texts = self.tokenizer.batch_decode(generated.sequences[:, prompt_len:], skip_special_tokens=True)
         return FirstStep(generated.logits[0], texts, generated.hidden_states[0] if hidden_states else None)
 
-    def packed_step(self, groups: Sequence[tuple[Prefix, Sequence[list[int]]]], max_new_tokens: int, stopping: Any = None) -> FirstStep:
-        """:meth:`first_step` of every question of ``groups`` (an image's prefix and its questions'
-        suffix ids), in order, as one row per image with the questions in slots (hf/packed.py)."""
-        logits, texts = packed_first_step(
-            self.model, self.tokenizer, groups, max_new_tokens, stopping, self.pad_id, keep_logits=bool(self.keep_last)
-        )
+    def packs(self, images: Sequence[object], *, text: bool) -> bool:
+        """Whether a batch whose rows belong to ``images`` (an entry per row, an image's rows
+        together) runs as one row per image (hf/packed.py), saying once why not; ``text``:
+        ``generate``'s greedy continuations too (the generation config's refusals)."""
+        refused = self.text_packing_refused if text else self.packing_refused
+        if refused is not None or not self.packs_rows:
+            if refused is not None and self.stacks_caches:
+                self.say_once(f"an image's questions stay in rows of their own: {refused}")
+            return False
+        return worth_packing(list(Counter(map(id, images)).values()))
+
+    def packed_step(self, packed: PackedRows, max_new_tokens: int, stopping: Any = None) -> FirstStep:
+        """:meth:`first_step` of every row of ``packed``, in order, one row per image (hf/packed.py)."""
+        logits, texts = packed_first_step(self.model, self.tokenizer, packed, max_new_tokens, stopping, self.pad_id, keep_logits=bool(self.keep_last))
         return FirstStep(logits, texts)
 
     def run_prefix(self, prefix_inputs: dict[str, Any]) -> Prefix:

@@ -300,7 +300,7 @@ def contrast_decode(
                 if image_token_id is None:
                     raise ValueError("PAI needs the image token id to find the image's keys")
                 if isinstance(base, PackedBranch):  # each question's last column, its image's columns
-                    columns, queries = base.key_ids == image_token_id, base.last_columns
+                    columns, queries = base.image_columns(image_token_id), base.last_columns
                 else:
                     columns = _key_ids(together if together is not None else base_inputs, prefix_ids) == image_token_id
                     columns[rows:] = False  # joined: the contrast rows attend as usual

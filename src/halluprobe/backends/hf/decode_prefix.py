@@ -36,7 +36,6 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,7 @@ from halluprobe.backends.hf.decode import Decoded
 from halluprobe.backends.hf.decode_engine import DecodeEngine
 from halluprobe.backends.hf.decode_rules import BRANCHES
 from halluprobe.backends.hf.image_rows import Encoded, ImageRows, RowQueue, ahead_images, distinct_prompts, encoded_images
-from halluprobe.backends.hf.packed import PackedRows, worth_packing
+from halluprobe.backends.hf.packed import PackedRows
 from halluprobe.backends.hf.prefix import Prefix, padded_prefix_ids, rows_inputs
 from halluprobe.backends.hf.signal_passes import SignalPasses, SignalPrefixes
 from halluprobe.backends.hf.signals import VCD_NOISE_STEP, SignalPlan, noised_inputs
@@ -178,7 +177,7 @@ class PrefixDecodeEngine(DecodeEngine):
         index = [p.suffix_of[r.prompt] for p, r in rows]
         suffixes = [p.suffixes[i] for (p, _), i in zip(rows, index)]
         bases = [p.prefix for p, _ in rows]
-        packs = self._packs(rows)
+        packs = core.packs([p for p, _ in rows], text=False)  # the loop applies no generate processor
 
         def after(prefixes: Sequence[Prefix], tails: Sequence[list[int]]) -> dict[str, Any] | PackedRows:
             if packs:  # one row per image, its questions in slots (hf/packed.py)
@@ -203,16 +202,6 @@ class PrefixDecodeEngine(DecodeEngine):
         requests = [r for _, r in rows]
         prefix_ids = None if packs else padded_prefix_ids(bases, core.pad_id)
         return self.loop(requests, base, contrast, keep_steps=keep_steps, prefix_ids=prefix_ids)
-
-    def _packs(self, rows: Sequence[tuple[ImagePrefixes, Request]]) -> bool:
-        """Whether this batch's rows run as one row per image (hf/packed.py), saying once why not:
-        packing refused for the model, or most slots empty (``worth_packing``)."""
-        core = self.core
-        if core.packing_refused is not None or not core.packs_rows:
-            if core.packing_refused is not None and core.stacks_caches:
-                core.say_once(f"an image's questions stay in rows of their own: {core.packing_refused}")
-            return False
-        return worth_packing(list(Counter(id(prefixes) for prefixes, _ in rows).values()))
 
     def decode_batch(self, rows: Sequence[Request], images: list[Any], *, keep_steps: bool = False) -> Decoded:
         """One batch about one image (``images``: the rows' images, all the same) through the

@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -38,14 +37,13 @@ from halluprobe.backends.hf.decode_prefix import PrefixDecodeEngine
 from halluprobe.backends.hf.image_rows import (
     Encoded,
     ImageRows,
-    Row,
     RowQueue,
     ahead_images,
     distinct_prompts,
     encoded_images,
 )
-from halluprobe.backends.hf.packed import worth_packing
-from halluprobe.backends.hf.prefix import Prefix, rows_inputs, suffix_inputs
+from halluprobe.backends.hf.packed import PackedRows
+from halluprobe.backends.hf.prefix import rows_inputs, suffix_inputs
 from halluprobe.backends.hf.signal_passes import LayerSignals, SignalPasses
 from halluprobe.backends.hf.signals import parse_signals
 from halluprobe.records import GenerateConfig, Request, Response
@@ -183,8 +181,10 @@ class PrefixCacheEngine(PlainEngine):
         failed: list[tuple[Request, str]] = []
         try:
             failed = queue.start_images(rows, lambda images: core.run_prefixes([image.shared.prefix for image in images]))
-            if not failed and self._packs(rows):
-                step = self._packed_pass(rows)
+            if not failed and core.packs([row.image for row in rows], text=self.max_new_tokens > 0):
+                # one row per image, its questions in slots (hf/packed.py); an image's rows sit together in the queue
+                packed = PackedRows.of([row.image.state for row in rows], [row.suffix for row in rows])
+                step = core.packed_step(packed, self.max_new_tokens, self.stopping if self.max_new_tokens > 0 else None)
             elif not failed:
                 states, suffixes = [row.image.state for row in rows], [row.suffix for row in rows]
                 inputs: dict[str, Any] | None = rows_inputs(core.model, states, suffixes, self.max_new_tokens, core.pad_id, room=True)
@@ -210,26 +210,6 @@ class PrefixCacheEngine(PlainEngine):
         latency = (time.perf_counter() - started + setup) / n
         responses = core.responses(groups, step.logits, step.texts, latency, self.top_k)
         yield [responses[r.key] for g in groups for r in g]
-
-    def _packs(self, rows: list[Row]) -> bool:
-        """Whether this batch runs as one row per image (hf/packed.py), saying once why not."""
-        core = self.core
-        refused = core.text_packing_refused if self.max_new_tokens > 0 else core.packing_refused
-        if refused is not None or not core.packs_rows:
-            if refused is not None and core.stacks_caches:
-                core.say_once(f"an image's questions stay in rows of their own: {refused}")
-            return False
-        return worth_packing(list(Counter(id(row.image) for row in rows).values()))
-
-    def _packed_pass(self, rows: list[Row]) -> FirstStep:
-        """The batch's rows as one row per image, its questions in slots (hf/packed.py)."""
-        groups: list[tuple[Prefix, list[list[int]]]] = []
-        for row in rows:  # an image's rows sit together in the queue
-            if groups and groups[-1][0] is row.image.state:
-                groups[-1][1].append(row.suffix)
-            else:
-                groups.append((row.image.state, [row.suffix]))
-        return self.core.packed_step(groups, self.max_new_tokens, self.stopping if self.max_new_tokens > 0 else None)
 
     def _answer_image(self, group: list[Request]) -> Iterator[list[Response]]:
         """Answer every request about one image: the shared prefix once, then suffix batches."""

@@ -175,15 +175,12 @@ class PackedBranch:
         longest = max(prefix.input_ids.shape[1] for prefix, _ in groups)
         images, block = len(groups), slots * width
         ids = torch.full((images, block), pad_id, dtype=torch.long)
-        prefix_ids = torch.full((images, longest), pad_id, dtype=torch.long)
         owner = torch.full((images, longest + block), PAD, dtype=torch.long)
         positions = torch.zeros((images, block), dtype=torch.long)
         first_new = torch.zeros((images, slots), dtype=torch.long)  # each slot's first generated position
         slot_owner = torch.full((images, slots), PAD, dtype=torch.long)
-        tails = torch.full((images, slots, width), pad_id, dtype=torch.long)  # the suffixes, for stop strings
         for row, (prefix, suffixes) in enumerate(groups):
             owner[row, longest - prefix.input_ids.shape[1] : longest] = PREFIX
-            prefix_ids[row, longest - prefix.input_ids.shape[1] :] = prefix.input_ids[0].cpu()
             for slot, suffix in enumerate(suffixes):
                 end = (slot + 1) * width
                 start = end - len(suffix)
@@ -192,18 +189,25 @@ class PackedBranch:
                 positions[row, start:end] = prefix.next_position + torch.arange(len(suffix))
                 first_new[row, slot] = prefix.next_position + len(suffix)
                 slot_owner[row, slot] = slot
-                tails[row, slot, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
         self.groups, self.slots, self.width, self.longest = groups, slots, width, longest
         self.ids, self.positions = ids.to(device), positions.to(device)
-        self.key_ids = torch.cat([prefix_ids, ids], dim=1).to(device)  # [images, keys] of the first step (PAI's image columns)
         self.last_columns = torch.arange(1, slots + 1, device=device) * width - 1  # each slot's last column in the block
         self.owner, self.slot_owner, self.first_new = owner.to(device), slot_owner.to(device), first_new.to(device)
-        self.tails = tails.to(device)
+        self.tails = self.ids.view(images, slots, width)  # each slot's suffix, left-padded (stop strings read it)
         self.asked = self.slot_owner != PAD  # [images, slots]; its True cells in order are the rows
         self.mrope = groups[0][0].mrope
         self.room = block + slots * max(new_tokens - 1, 0)
         self.cache: Any = None
         self.fed = 0  # tokens fed to each slot after the first step
+
+    def image_columns(self, image_token_id: int) -> torch.Tensor:
+        """[images, keys] of the first step: True on the prefix's image tokens (PAI's columns)."""
+        import torch
+
+        columns = torch.zeros(self.owner.shape, dtype=torch.bool, device=self.owner.device)
+        for row, (prefix, _) in enumerate(self.groups):
+            columns[row, self.longest - prefix.input_ids.shape[1] : self.longest] = prefix.input_ids[0] == image_token_id
+        return columns
 
     def _spread(self, positions: torch.Tensor) -> torch.Tensor:
         """Qwen2-VL: text positions on all three rotary axes."""
@@ -278,23 +282,14 @@ class PackedBranch:
 
 
 def packed_first_step(
-    model: Any,
-    tokenizer: Any,
-    groups: Sequence[tuple[Prefix, Sequence[list[int]]]],
-    max_new_tokens: int,
-    stopping: Any,
-    pad_id: int,
-    *,
-    keep_logits: bool,
+    model: Any, tokenizer: Any, packed: PackedRows, max_new_tokens: int, stopping: Any, pad_id: int, *, keep_logits: bool
 ) -> tuple[torch.Tensor, list[str] | None]:
-    """First-step logits [questions, vocab] of every question of ``groups`` (an image's prefix
-    and its questions' suffix ids), in order, and with ``max_new_tokens`` > 0 their greedy
-    continuations, as ``ModelCore.first_step`` gives them for rows of their own.
-    ``keep_logits``: the model takes ``logits_to_keep``."""
-    packed = PackedRows(tuple((prefix, tuple(tuple(s) for s in suffixes)) for prefix, suffixes in groups))
+    """First-step logits [rows, vocab] of every row of ``packed``, in order, and with
+    ``max_new_tokens`` > 0 their greedy continuations, as ``ModelCore.first_step`` gives them for
+    rows of their own. ``keep_logits``: the model takes ``logits_to_keep``."""
     branch = PackedBranch(model, packed, pad_id, max_new_tokens, keep_logits=keep_logits)
     step_logits, _ = branch.first_grid()  # [images, slots, vocab]
-    first = step_logits[branch.asked]  # [questions, vocab], image by image, slot by slot
+    first = step_logits[branch.asked]  # [rows, vocab], image by image, slot by slot
     if max_new_tokens <= 0:
         return first, None
     steps = _greedy(branch, step_logits, stopping, max_new_tokens)

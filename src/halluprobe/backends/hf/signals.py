@@ -251,12 +251,9 @@ def _pai_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
         # only the image columns change: a masked column holds the dtype's minimum, and
         # alpha * |min| * 0 there would overflow to inf * 0 = NaN for alpha > 1
         queries = _pai_state.get("queries")
-        if queries is None:
-            last = weights[:, :, -1, :]
-            weights[:, :, -1, :] = torch.where(columns[:, None, :], last + setting.alpha * last.abs(), last)
-        else:
-            picked = weights[:, :, queries, :]
-            weights[:, :, queries, :] = torch.where(columns[:, None, None, :], picked + setting.alpha * picked.abs(), picked)
+        queries = slice(-1, None) if queries is None else queries  # the last query row unless told
+        picked = weights[:, :, queries, :]
+        weights[:, :, queries, :] = torch.where(columns[:, None, None, :], picked + setting.alpha * picked.abs(), picked)
     weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
