@@ -16,7 +16,25 @@ from halluprobe.readouts.value import Readout
 from halluprobe.records import Question, Request, Response
 from halluprobe.runner import make_sample
 
-__all__ = ["PackedSpy", "PrefixSpy", "assert_same_responses", "decisions", "yes_no_requests"]
+__all__ = ["OBJECTS", "PHOTOS", "PackedSpy", "tiny_pair", "PrefixSpy", "assert_same_responses", "decisions", "yes_no_requests"]
+
+
+# the demo photos several engine tests ask about, and objects whose names tokenize to different
+# lengths (padded suffixes, padded slots)
+PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg", "motorcycle.jpg"]
+OBJECTS = ["cup", "dining table", "dog", "traffic light", "person"]
+
+
+def tiny_pair(factory: pytest.TempPathFactory, llama_tokenizer_dir: Path, qwen2_tokenizer_dir: Path) -> dict[str, Path]:
+    """The tiny LLaVA (1-D positions) and Qwen2-VL (3-D rotary positions) builds the engine
+    tests hold to each other, by name."""
+    from halluprobe.tiny import build_tiny_llava
+    from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl
+
+    return {
+        "llava": build_tiny_llava(factory.mktemp("llava"), llama_tokenizer_dir, seed=0, image_size=112),
+        "qwen2vl": build_tiny_qwen2vl(factory.mktemp("qwen2vl"), qwen2_tokenizer_dir, seed=0),
+    }
 
 
 class PackedSpy:

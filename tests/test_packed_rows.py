@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from _engines import assert_same_responses, yes_no_requests
+from _engines import OBJECTS, PHOTOS, assert_same_responses, tiny_pair, yes_no_requests
 
 torch = pytest.importorskip("torch")
 
@@ -25,12 +25,8 @@ from halluprobe.backends.hf.backend import HFBackend
 from halluprobe.backends.hf.packed import PAD, PREFIX, slot_mask, unpackable, worth_packing
 from halluprobe.records import GenerateConfig, Request, Response
 from halluprobe.tiny import build_tiny_llava, demo_photos
-from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl
 
 pytestmark = pytest.mark.slow
-
-PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg", "motorcycle.jpg"]
-OBJECTS = ["cup", "dining table", "dog", "traffic light", "person"]  # different token lengths: padded slots
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +37,8 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def backends(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path, qwen2_tokenizer_dir: Path) -> dict[str, dict[str, HFBackend]]:
-    llava = build_tiny_llava(tmp_path_factory.mktemp("llava"), llama_tokenizer_dir, seed=0, image_size=112)
-    qwen = build_tiny_qwen2vl(tmp_path_factory.mktemp("qwen2vl"), qwen2_tokenizer_dir, seed=0)
     out = {}
-    for name, path in (("llava", llava), ("qwen2vl", qwen)):
+    for name, path in tiny_pair(tmp_path_factory, llama_tokenizer_dir, qwen2_tokenizer_dir).items():
         stacked = HFBackend(str(path), batch_size=4, dtype="float32", device="cpu", prefix_cache=True)
         assert stacked.core.packing_refused is None and stacked.core.packs_rows  # on by default
         out[name] = {
@@ -52,7 +46,6 @@ def backends(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path
             "plain": HFBackend.on_core(stacked.core, batch_size=4, prefix_cache=False),
         }
     return out
-
 
 
 def _answer(backend: HFBackend, requests: list[Request], new_tokens: int, *, packed: bool, stops: tuple[str, ...] | None = None) -> dict[Any, Response]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _engines import PrefixSpy, assert_same_responses, decisions, yes_no_requests
+from _engines import OBJECTS, PHOTOS, PrefixSpy, assert_same_responses, decisions, tiny_pair, yes_no_requests
 
 torch = pytest.importorskip("torch")
 
@@ -26,13 +26,9 @@ from halluprobe.backends.hf import engines
 from halluprobe.backends.hf.backend import HFBackend
 from halluprobe.backends.hf.prefix import rows_inputs
 from halluprobe.records import GenerateConfig, Request, Response
-from halluprobe.tiny import build_tiny_llava, demo_photos
-from halluprobe.tiny_qwen2vl import build_tiny_qwen2vl
+from halluprobe.tiny import demo_photos
 
 pytestmark = pytest.mark.slow
-
-PHOTOS = ["astronaut.jpg", "coffee.jpg", "chelsea.jpg", "motorcycle.jpg"]
-OBJECTS = ["cup", "dining table", "dog", "traffic light", "person"]  # token lengths differ: padded suffixes
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +39,12 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def backends(tmp_path_factory: pytest.TempPathFactory, llama_tokenizer_dir: Path, qwen2_tokenizer_dir: Path) -> dict[str, dict[bool, HFBackend]]:
-    llava = build_tiny_llava(tmp_path_factory.mktemp("llava"), llama_tokenizer_dir, seed=0, image_size=112)
-    qwen = build_tiny_qwen2vl(tmp_path_factory.mktemp("qwen2vl"), qwen2_tokenizer_dir, seed=0)
     out = {}
-    for name, path in (("llava", llava), ("qwen2vl", qwen)):
+    for name, path in tiny_pair(tmp_path_factory, llama_tokenizer_dir, qwen2_tokenizer_dir).items():
         fast = HFBackend(str(path), batch_size=4, dtype="float32", device="cpu", prefix_cache=True)
         fast.core.packs_rows = False  # the stacked rows (a row per question); tests/test_packed_rows.py: packed ones
         out[name] = {True: fast, False: HFBackend.on_core(fast.core, batch_size=4, prefix_cache=False)}
     return out
-
 
 
 def _answer(backend: HFBackend, requests: list[Request], new_tokens: int) -> dict[tuple[str, int], Response]:
